@@ -1,0 +1,373 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RateLimitPolicySpec declares which requests a policy applies to, how they
+// are grouped into buckets (the key) and the limits each bucket has.
+//
+// +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
+type RateLimitPolicySpec struct {
+	// match selects the requests this policy applies to. Every field that is
+	// set must match; an empty match selects every request checked against
+	// the policy's namespace.
+	// +optional
+	Match RequestMatch `json:"match,omitempty"`
+
+	// key is the template that names a request's bucket: literal text and
+	// placeholders. {client_ip} is the client address, {client_ip/N} its
+	// network of prefix length N (such as /24 for IPv4 or /64 for IPv6),
+	// {header:Name} a request header, {query:name} a query parameter, and
+	// {method}, {host}, {path} the request's own. A key without placeholders
+	// ("global") is one bucket shared by every matching request.
+	// Defaults to "{client_ip}".
+	// +optional
+	// +kubebuilder:default="{client_ip}"
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^{}]|[{](client_ip(/[0-9]{1,3})?|method|host|path|header:[A-Za-z0-9!#$%&*+.^_|~-]+|query:[^{}]+)[}])*$')",message="key must be literal text and the placeholders {client_ip}, {client_ip/N}, {header:Name}, {query:name}, {method}, {host} or {path}; braces are not allowed elsewhere"
+	Key string `json:"key,omitempty"`
+
+	// onMissingKey says what happens when a placeholder of the key has no
+	// value in a request (a header or query parameter that is absent):
+	// Skip leaves the request to other policies, Deny denies it, and Shared
+	// counts it in one bucket shared by every such request. Defaults to Skip.
+	// +optional
+	// +kubebuilder:default=Skip
+	OnMissingKey OnMissingKey `json:"onMissingKey,omitempty"`
+
+	// limits are the limits every bucket has, such as a burst limit and a
+	// daily quota. A request is allowed only when every limit allows it, and
+	// then it is counted against all of them; a denied request is counted
+	// against none.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:XValidation:rule="self.all(l, self.exists_one(m, m.name == l.name))",message="limit names must be unique within a policy"
+	Limits []Limit `json:"limits"`
+
+	// cost is how many units one request takes from each limit.
+	// Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	Cost Count `json:"cost,omitempty"`
+
+	// mode is Enforce (deny requests over a limit) or Shadow (evaluate and
+	// count, report what would have been denied, never deny). Defaults to Enforce.
+	// +optional
+	// +kubebuilder:default=Enforce
+	Mode Mode `json:"mode,omitempty"`
+
+	// failureMode says what the check endpoint answers when Redis cannot
+	// answer in time: Open allows the request, Closed denies it.
+	// Defaults to Open.
+	// +optional
+	// +kubebuilder:default=Open
+	FailureMode FailureMode `json:"failureMode,omitempty"`
+
+	// response shapes the answer to a request this policy decides.
+	// +optional
+	// +kubebuilder:default={}
+	Response Response `json:"response,omitempty"`
+}
+
+// RequestMatch selects requests. Lists are alternatives (a request matches
+// hosts when its host matches any of them); fields combine with AND.
+type RequestMatch struct {
+	// hosts match the request's Host, exactly or as "*.suffix" for any
+	// subdomain. Empty matches every host.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=set
+	Hosts []HostMatch `json:"hosts,omitempty"`
+
+	// paths match the request's path (without the query): exactly, or by
+	// prefix when the entry ends in '*'. Empty matches every path.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	Paths []PathMatch `json:"paths,omitempty"`
+
+	// methods match the request's method. Empty matches every method.
+	// +optional
+	// +kubebuilder:validation:MaxItems=9
+	// +listType=set
+	Methods []HTTPMethod `json:"methods,omitempty"`
+
+	// headers must all be present in the request, with the given value when
+	// one is set.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	Headers []HeaderMatch `json:"headers,omitempty"`
+
+	// when is a CEL expression over the request that must be true, for
+	// example `request.headers["x-plan"] == "free"`. Variables:
+	// request.method, request.host, request.path (strings), request.query
+	// and request.headers (maps of lower-case names to first values) and
+	// request.client_ip (string). Checked when the policy is compiled.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	When string `json:"when,omitempty"`
+}
+
+// HeaderMatch requires a request header, with an exact value when value is set.
+type HeaderMatch struct {
+	// name is the header's name, matched case-insensitively.
+	// +required
+	Name HeaderName `json:"name"`
+
+	// value is the header's exact value. When unset, any value matches as
+	// long as the header is present.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value *string `json:"value,omitempty"`
+}
+
+// Limit is one named limit with exactly one algorithm.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"
+type Limit struct {
+	// name identifies the limit within its policy: in Redis keys, metrics
+	// and the RateLimit-Policy header. A DNS label, unique in the policy.
+	// +required
+	Name LimitName `json:"name"`
+
+	// tokenBucket starts full with capacity tokens and adds refillRate
+	// tokens every refillInterval, never above capacity. Allows bursts up
+	// to capacity and refillRate per refillInterval on average.
+	// +optional
+	TokenBucket *TokenBucket `json:"tokenBucket,omitempty"`
+
+	// fixedWindow allows limit requests per window; windows are aligned to
+	// the clock. A client can send up to twice the limit across a boundary.
+	// +optional
+	FixedWindow *WindowLimit `json:"fixedWindow,omitempty"`
+
+	// slidingWindowLog allows limit requests in any window ending now, by
+	// remembering each request's time. Exact; memory grows with limit.
+	// +optional
+	SlidingWindowLog *WindowLimit `json:"slidingWindowLog,omitempty"`
+
+	// slidingWindowCounter approximates a sliding window by weighting the
+	// previous fixed window's count by how much of it still overlaps the
+	// sliding window. Near-exact with constant memory.
+	// +optional
+	SlidingWindowCounter *WindowLimit `json:"slidingWindowCounter,omitempty"`
+
+	// leakyBucket (policing) fills with each request and drains leakRate
+	// per leakInterval continuously; a request that would overflow capacity
+	// is denied. No bursts beyond capacity.
+	// +optional
+	LeakyBucket *LeakyBucket `json:"leakyBucket,omitempty"`
+
+	// gcra (generic cell rate algorithm) is a continuous token bucket:
+	// rate requests per period on average, and up to burst at once.
+	// +optional
+	GCRA *GCRA `json:"gcra,omitempty"`
+}
+
+// TokenBucket is the classic token bucket with discrete refills.
+type TokenBucket struct {
+	// capacity is the most tokens the bucket holds, the largest burst.
+	// +required
+	Capacity Count `json:"capacity"`
+
+	// refillRate is how many tokens are added every refillInterval.
+	// +required
+	RefillRate Count `json:"refillRate"`
+
+	// refillInterval is how often refillRate tokens are added, such as "1s".
+	// +required
+	RefillInterval Duration `json:"refillInterval"`
+}
+
+// WindowLimit allows limit requests per window.
+type WindowLimit struct {
+	// limit is how many requests a window allows.
+	// +required
+	Limit Count `json:"limit"`
+
+	// window is the window's length, such as "1m" or "24h".
+	// +required
+	Window Duration `json:"window"`
+}
+
+// LeakyBucket is a policing leaky bucket.
+type LeakyBucket struct {
+	// capacity is how many requests the bucket holds before it overflows.
+	// +required
+	Capacity Count `json:"capacity"`
+
+	// leakRate is how many requests drain every leakInterval.
+	// +required
+	LeakRate Count `json:"leakRate"`
+
+	// leakInterval is the interval leakRate is measured over. Defaults to "1s".
+	// +optional
+	// +kubebuilder:default="1s"
+	LeakInterval Duration `json:"leakInterval,omitempty"`
+}
+
+// GCRA is the generic cell rate algorithm.
+type GCRA struct {
+	// rate is how many requests are allowed per period on average.
+	// +required
+	Rate Count `json:"rate"`
+
+	// period is the span rate is measured over, such as "1s" or "1h".
+	// +required
+	Period Duration `json:"period"`
+
+	// burst is how many requests may arrive at once after a quiet spell
+	// (the bucket's size). 1 spaces requests evenly, period/rate apart.
+	// +required
+	Burst Count `json:"burst"`
+}
+
+// Response shapes the answer to a request.
+type Response struct {
+	// denyStatus is the HTTP status of a denial. When unset: 429, except
+	// 403 for the ingress-nginx auth-url profile (nginx turns any other
+	// status into 500).
+	// +optional
+	// +kubebuilder:validation:Minimum=400
+	// +kubebuilder:validation:Maximum=599
+	DenyStatus *int32 `json:"denyStatus,omitempty"`
+
+	// headers is which rate-limit headers answers carry: IETF
+	// (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers),
+	// Legacy (X-RateLimit-Limit, -Remaining, -Reset), Both or None.
+	// Retry-After is always sent on a denial. Defaults to Both.
+	// +optional
+	// +kubebuilder:default=Both
+	Headers HeaderStyle `json:"headers,omitempty"`
+}
+
+// OnMissingKey says what to do with a request that lacks a key placeholder's value.
+// +kubebuilder:validation:Enum=Skip;Deny;Shared
+type OnMissingKey string
+
+const (
+	// OnMissingKeySkip leaves the request to other policies.
+	OnMissingKeySkip OnMissingKey = "Skip"
+	// OnMissingKeyDeny denies the request.
+	OnMissingKeyDeny OnMissingKey = "Deny"
+	// OnMissingKeyShared counts the request in one bucket shared by all such requests.
+	OnMissingKeyShared OnMissingKey = "Shared"
+)
+
+// Mode says whether a policy denies requests or only reports.
+// +kubebuilder:validation:Enum=Enforce;Shadow
+type Mode string
+
+const (
+	// ModeEnforce denies requests over a limit.
+	ModeEnforce Mode = "Enforce"
+	// ModeShadow evaluates and counts but never denies.
+	ModeShadow Mode = "Shadow"
+)
+
+// FailureMode says what to answer when Redis cannot.
+// +kubebuilder:validation:Enum=Open;Closed
+type FailureMode string
+
+const (
+	// FailureModeOpen allows requests while Redis cannot answer.
+	FailureModeOpen FailureMode = "Open"
+	// FailureModeClosed denies requests while Redis cannot answer.
+	FailureModeClosed FailureMode = "Closed"
+)
+
+// HeaderStyle selects the rate-limit headers of an answer.
+// +kubebuilder:validation:Enum=IETF;Legacy;Both;None
+type HeaderStyle string
+
+const (
+	// HeaderStyleIETF sends RateLimit-Policy and RateLimit.
+	HeaderStyleIETF HeaderStyle = "IETF"
+	// HeaderStyleLegacy sends X-RateLimit-Limit, -Remaining and -Reset.
+	HeaderStyleLegacy HeaderStyle = "Legacy"
+	// HeaderStyleBoth sends both sets.
+	HeaderStyleBoth HeaderStyle = "Both"
+	// HeaderStyleNone sends no rate-limit headers (Retry-After still goes with a denial).
+	HeaderStyleNone HeaderStyle = "None"
+)
+
+// RateLimitPolicyStatus is what the controller observed and applied.
+type RateLimitPolicyStatus struct {
+	// observedGeneration is the spec generation the conditions describe;
+	// -1 until the controller has decided one.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration"`
+
+	// conditions: Ready, Reconciling and Stalled, following kstatus.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// limits summarizes the limits in force, such as
+	// "burst=tokenBucket(10/1s) day=fixedWindow(1000/24h)".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Limits string `json:"limits,omitempty"`
+
+	// libraryVersion is the Redis Lua library version the policy was applied with.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	LibraryVersion string `json:"libraryVersion,omitempty"`
+
+	// tableRevision is the policy table revision that holds this generation.
+	// +optional
+	TableRevision int64 `json:"tableRevision,omitempty"`
+}
+
+// RateLimitPolicy limits the rate of the requests it matches, per key.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=rlp,categories=sluice
+// +kubebuilder:printcolumn:name="Limits",type=string,JSONPath=`.status.limits`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
+// +kubebuilder:printcolumn:name="Key",type=string,JSONPath=`.spec.key`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RateLimitPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired policy.
+	// +required
+	Spec RateLimitPolicySpec `json:"spec"`
+
+	// status is what the controller applied.
+	// +optional
+	// +kubebuilder:default={observedGeneration:-1}
+	Status RateLimitPolicyStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions.
+func (p *RateLimitPolicy) GetConditions() []metav1.Condition { return p.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (p *RateLimitPolicy) SetConditions(c []metav1.Condition) { p.Status.Conditions = c }
+
+// RateLimitPolicyList is a list of RateLimitPolicy.
+//
+// +kubebuilder:object:root=true
+type RateLimitPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RateLimitPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RateLimitPolicy{}, &RateLimitPolicyList{})
+}

@@ -1,0 +1,260 @@
+package cel
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+)
+
+var policyCounter atomic.Int64
+
+// policyFromSpec builds an unstructured RateLimitPolicy from a YAML spec, so
+// the table can hold what Go types cannot express (two algorithms, bad enums).
+func policyFromSpec(namespace, specYAML string) *unstructured.Unstructured {
+	var spec map[string]any
+	Expect(yaml.Unmarshal([]byte(specYAML), &spec)).To(Succeed())
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion(ratelimitv1alpha1.GroupVersion.String())
+	u.SetKind("RateLimitPolicy")
+	u.SetNamespace(namespace)
+	u.SetName(fmt.Sprintf("policy-%d", policyCounter.Add(1)))
+	return u
+}
+
+func newNamespace() string {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cel-"}}
+	Expect(k8sClient.Create(ctx, ns)).To(Succeed())
+	DeferCleanup(func() { _ = k8sClient.Delete(ctx, ns) })
+	return ns.Name
+}
+
+const tokenBucket10 = `
+limits:
+- name: burst
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+`
+
+// withLimit gives a spec with one limit of the given body, so each case
+// states only what it is about.
+func withLimit(limit string) string {
+	return "limits:\n- name: l\n  " + limit + "\n"
+}
+
+var _ = Describe("RateLimitPolicy validation", func() {
+	var namespace string
+	BeforeEach(func() { namespace = newNamespace() })
+
+	DescribeTable("valid policies are accepted",
+		func(spec string) {
+			Expect(k8sClient.Create(ctx, policyFromSpec(namespace, spec))).To(Succeed())
+		},
+		Entry("a token bucket with defaults", tokenBucket10),
+		Entry("every algorithm in one policy", `
+limits:
+- name: tb
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+- name: fw
+  fixedWindow: {limit: 100, window: 1m}
+- name: swl
+  slidingWindowLog: {limit: 5, window: 10s}
+- name: swc
+  slidingWindowCounter: {limit: 1000, window: 1h}
+- name: lb
+  leakyBucket: {capacity: 5, leakRate: 1, leakInterval: 500ms}
+- name: gcra
+  gcra: {rate: 10, period: 1s, burst: 20}
+`),
+		Entry("a full match", `
+match:
+  hosts: [api.example.com, "*.example.org"]
+  paths: [/login, /api/*]
+  methods: [GET, POST]
+  headers:
+  - name: X-Plan
+    value: free
+  - name: Authorization
+  when: request.headers["x-plan"] == "free"
+`+tokenBucket10),
+		Entry("a key with every placeholder", `
+key: "{client_ip}|{client_ip/24}|{header:X-User-ID}|{query:api_key}|{method}|{host}|{path}"
+onMissingKey: Shared
+`+tokenBucket10),
+		Entry("a global key", "key: global\n"+tokenBucket10),
+		Entry("compound and extreme durations", `
+limits:
+- name: a
+  fixedWindow: {limit: 1, window: 1h30m}
+- name: b
+  fixedWindow: {limit: 1, window: 1ms}
+- name: c
+  fixedWindow: {limit: 1000000000, window: 8784h}
+`),
+		Entry("shadow, fail closed, a custom answer", `
+mode: Shadow
+failureMode: Closed
+response: {denyStatus: 503, headers: IETF}
+`+tokenBucket10),
+		Entry("a cost equal to the smallest capacity", `
+cost: 5
+limits:
+- name: small
+  gcra: {rate: 1, period: 1s, burst: 5}
+- name: large
+  slidingWindowCounter: {limit: 50, window: 1m}
+`),
+		Entry("eight limits", "limits:\n"+fixedWindowLimits(8)),
+	)
+
+	DescribeTable("invalid policies are rejected with a message a person can act on",
+		func(spec string, wantMessages ...string) {
+			err := k8sClient.Create(ctx, policyFromSpec(namespace, spec))
+			Expect(err).To(HaveOccurred(), "the API server accepted an invalid policy")
+			for _, want := range wantMessages {
+				Expect(err.Error()).To(ContainSubstring(want))
+			}
+		},
+		Entry("no algorithm", "limits:\n- name: l\n",
+			"spec.limits[0]", "exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"),
+		Entry("two algorithms", `
+limits:
+- name: l
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+  fixedWindow: {limit: 10, window: 1m}
+`, "spec.limits[0]", "exactly one algorithm must be set"),
+		Entry("duplicate limit names", `
+limits:
+- name: same
+  fixedWindow: {limit: 10, window: 1m}
+- name: same
+  fixedWindow: {limit: 100, window: 1h}
+`, "spec.limits[1]", "Duplicate value"),
+		Entry("zero capacity", withLimit("tokenBucket: {capacity: 0, refillRate: 1, refillInterval: 1s}"),
+			"spec.limits[0].tokenBucket.capacity", "should be greater than or equal to 1"),
+		Entry("a negative limit", withLimit("fixedWindow: {limit: -5, window: 1m}"),
+			"spec.limits[0].fixedWindow.limit", "should be greater than or equal to 1"),
+		Entry("a count above one billion", withLimit("slidingWindowLog: {limit: 1000000001, window: 1m}"),
+			"spec.limits[0].slidingWindowLog.limit", "should be less than or equal to 1000000000"),
+		Entry("a duration without a unit", withLimit("fixedWindow: {limit: 10, window: '60'}"),
+			"spec.limits[0].fixedWindow.window", "must be a duration such as 500ms, 1s, 1m30s or 24h"),
+		Entry("a duration in words", withLimit("tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 10 seconds}"),
+			"spec.limits[0].tokenBucket.refillInterval", "must be a duration such as"),
+		Entry("a zero duration", withLimit("slidingWindowCounter: {limit: 10, window: 0s}"),
+			"spec.limits[0].slidingWindowCounter.window", "must be between 1ms and 8784h (366 days)"),
+		Entry("a duration over a year", withLimit("gcra: {rate: 10, period: 9000h, burst: 1}"),
+			"spec.limits[0].gcra.period", "must be between 1ms and 8784h"),
+		Entry("a missing required parameter", withLimit("gcra: {rate: 10, period: 1s}"),
+			"spec.limits[0].gcra.burst", "Required value"),
+		Entry("an unknown mode", "mode: Audit\n"+tokenBucket10,
+			"spec.mode", `Unsupported value: "Audit"`, `"Enforce"`, `"Shadow"`),
+		Entry("an unknown failure mode", "failureMode: Maybe\n"+tokenBucket10,
+			"spec.failureMode", `Unsupported value: "Maybe"`),
+		Entry("an unknown onMissingKey", "onMissingKey: Ignore\n"+tokenBucket10,
+			"spec.onMissingKey", `Unsupported value: "Ignore"`),
+		Entry("an unknown header style", "response: {headers: Draft}\n"+tokenBucket10,
+			"spec.response.headers", `Unsupported value: "Draft"`),
+		Entry("no limits", "limits: []\n",
+			"spec.limits", "should have at least 1 items"),
+		Entry("limits missing", "key: global\n",
+			"spec.limits", "Required value"),
+		Entry("nine limits", "limits:\n"+fixedWindowLimits(9),
+			"spec.limits", "must have at most 8 items"),
+		Entry("a cost above a capacity", `
+cost: 11
+limits:
+- name: burst
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+- name: day
+  fixedWindow: {limit: 1000, window: 24h}
+`, "spec.cost", "cost must not exceed any limit's capacity"),
+		Entry("a cost above a gcra burst", `
+cost: 3
+limits:
+- name: smooth
+  gcra: {rate: 100, period: 1s, burst: 2}
+`, "spec.cost", "cost must not exceed any limit's capacity"),
+		Entry("an unknown key placeholder", "key: 'user:{user}'\n"+tokenBucket10,
+			"spec.key", "key must be literal text and the placeholders {client_ip}, {client_ip/N}, {header:Name}"),
+		Entry("an unclosed key placeholder", "key: '{header:X-User'\n"+tokenBucket10,
+			"spec.key", "key must be literal text and the placeholders"),
+		Entry("a limit name in capitals", `
+limits:
+- name: Burst
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+`, "spec.limits[0].name", "must be a DNS label"),
+		Entry("a wildcard in the middle of a host", "match: {hosts: ['api.*.example.com']}\n"+tokenBucket10,
+			"spec.match.hosts[0]", "must be a host name such as api.example.com, or *.example.com"),
+		Entry("a relative path", "match: {paths: ['api/*']}\n"+tokenBucket10,
+			"spec.match.paths[0]", "must start with '/'"),
+		Entry("a wildcard inside a path", "match: {paths: ['/api/*/users']}\n"+tokenBucket10,
+			"spec.match.paths[0]", "hold '*' only as its last character"),
+		Entry("a lower-case method", "match: {methods: [get]}\n"+tokenBucket10,
+			"spec.match.methods[0]", `Unsupported value: "get"`),
+		Entry("a header name with a space", "match: {headers: [{name: 'X Plan', value: free}]}\n"+tokenBucket10,
+			"spec.match.headers[0].name", "must be an HTTP header name"),
+		Entry("a deny status below 400", "response: {denyStatus: 200}\n"+tokenBucket10,
+			"spec.response.denyStatus", "should be greater than or equal to 400"),
+		Entry("a deny status above 599", "response: {denyStatus: 600}\n"+tokenBucket10,
+			"spec.response.denyStatus", "should be less than or equal to 599"),
+	)
+
+	It("fills in the documented defaults", func() {
+		u := policyFromSpec(namespace, `
+limits:
+- name: leak
+  leakyBucket: {capacity: 5, leakRate: 1}
+`)
+		Expect(k8sClient.Create(ctx, u)).To(Succeed())
+		var got ratelimitv1alpha1.RateLimitPolicy
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(u), &got)).To(Succeed())
+		Expect(got.Spec.Key).To(Equal("{client_ip}"))
+		Expect(got.Spec.OnMissingKey).To(Equal(ratelimitv1alpha1.OnMissingKeySkip))
+		Expect(got.Spec.Cost).To(Equal(ratelimitv1alpha1.Count(1)))
+		Expect(got.Spec.Mode).To(Equal(ratelimitv1alpha1.ModeEnforce))
+		Expect(got.Spec.FailureMode).To(Equal(ratelimitv1alpha1.FailureModeOpen))
+		Expect(got.Spec.Response.Headers).To(Equal(ratelimitv1alpha1.HeaderStyleBoth))
+		Expect(got.Spec.Limits[0].LeakyBucket.LeakInterval).To(Equal(ratelimitv1alpha1.Duration("1s")))
+		Expect(got.Status.ObservedGeneration).To(Equal(int64(-1)), "a policy no controller has seen reports observedGeneration -1")
+	})
+
+	It("rejects an invalid update and keeps the stored version", func() {
+		u := policyFromSpec(namespace, tokenBucket10)
+		Expect(k8sClient.Create(ctx, u)).To(Succeed())
+		var p ratelimitv1alpha1.RateLimitPolicy
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(u), &p)).To(Succeed())
+		p.Spec.Limits[0].TokenBucket.RefillInterval = "soon"
+		err := k8sClient.Update(ctx, &p)
+		Expect(err).To(MatchError(ContainSubstring("must be a duration such as")))
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(u), &p)).To(Succeed())
+		Expect(p.Spec.Limits[0].TokenBucket.RefillInterval).To(Equal(ratelimitv1alpha1.Duration("1s")))
+	})
+
+	It("reports every mistake of a policy at once", func() {
+		err := k8sClient.Create(ctx, policyFromSpec(namespace, `
+mode: Audit
+limits:
+- name: burst
+  tokenBucket: {capacity: 0, refillRate: 1, refillInterval: 1s}
+`))
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("spec.mode"), ContainSubstring("spec.limits[0].tokenBucket.capacity")))
+	})
+})
+
+// fixedWindowLimits returns n fixed-window limits named l1..ln.
+func fixedWindowLimits(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "- name: l%d\n  fixedWindow: {limit: 10, window: 1m}\n", i)
+	}
+	return b.String()
+}
