@@ -1,0 +1,65 @@
+package ratelimit
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestLimitValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    Limit
+		ok   bool
+	}{
+		{"token bucket", Limit{TokenBucket, 10, 1, time.Second}, true},
+		{"fixed window", Limit{FixedWindow, 10, 0, time.Minute}, true},
+		{"gcra", Limit{GCRA, 5, 10, time.Second}, true},
+		{"zero", Limit{}, false},
+		{"unknown algorithm", Limit{7, 10, 1, time.Second}, false},
+		{"capacity 0", Limit{TokenBucket, 0, 1, time.Second}, false},
+		{"capacity too big", Limit{FixedWindow, MaxCount + 1, 0, time.Second}, false},
+		{"rate 0", Limit{LeakyBucket, 10, 0, time.Second}, false},
+		{"rate on a window", Limit{SlidingWindowLog, 10, 1, time.Second}, false},
+		{"sub-µs interval", Limit{FixedWindow, 10, 0, 1500 * time.Nanosecond}, false},
+		{"interval 0", Limit{FixedWindow, 10, 0, 0}, false},
+		{"interval too long", Limit{FixedWindow, 10, 0, MaxInterval + time.Microsecond}, false},
+		{"longest interval", Limit{SlidingWindowCounter, MaxCount, 0, MaxInterval}, true},
+		// ceil(1e9/1) refills × 4503599µs = 4.5e15 > 2^52.
+		{"token bucket refill too slow", Limit{TokenBucket, MaxCount, 1, 4503600 * time.Microsecond}, false},
+		{"token bucket refill at bound", Limit{TokenBucket, MaxCount, 1, 4503599 * time.Microsecond}, true},
+		// The gcd reduction: 1e6 per day with a burst of 1e9 fits, 7 per day does not.
+		{"gcra reduced", Limit{GCRA, MaxCount, 1_000_000, 24 * time.Hour}, true},
+		{"gcra unreduced", Limit{GCRA, MaxCount, 7, 24 * time.Hour}, false},
+		{"leaky 1e6/h burst 1e6", Limit{LeakyBucket, 1_000_000, 1_000_000, time.Hour}, true},
+	} {
+		err := c.l.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v: err %v", c.name, c.l, err)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: error %v does not wrap ErrInvalidLimit", c.name, err)
+		}
+	}
+}
+
+func TestAlgorithmNames(t *testing.T) {
+	for _, a := range Algorithms {
+		got, err := ParseAlgorithm(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a.String(), got, err)
+		}
+	}
+	if _, err := ParseAlgorithm("Leaky"); err == nil {
+		t.Error("unknown name parsed")
+	}
+	if Algorithm(0).Valid() || Algorithm(9).String() != "Algorithm(9)" {
+		t.Error("invalid algorithms")
+	}
+}
+
+func TestMicrosToDuration(t *testing.T) {
+	if MicrosToDuration(-1) != Never || MicrosToDuration(1) != time.Microsecond || MicrosToDuration(1<<62) != Never {
+		t.Fatal("MicrosToDuration")
+	}
+}

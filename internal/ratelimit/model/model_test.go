@@ -1,0 +1,14 @@
+package model_test
+
+import (
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
+)
+
+func TestSeedExamples(t *testing.T) {
+	ratelimittest.RunExamples(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+		return ratelimittest.NewReference(clock)
+	})
+}

@@ -1,0 +1,47 @@
+package model
+
+import "github.com/sluice-dev/sluice/internal/ratelimit"
+
+// tokenBucket: the seed's discrete refills. Rate tokens arrive at once every
+// Interval after the refill clock started. A full bucket equals an untouched
+// one (the refill clock restarts when the first token is taken from a full
+// bucket), which is what lets the key expire exactly when the bucket is full
+// again; the seed instead kept the clock's phase while full.
+func tokenBucket(p Params, s *State, now, cost int64) (v Verdict, next State) {
+	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
+	tokens, last := capacity, now
+	if s.Alg == ratelimit.TokenBucket {
+		tokens, last = min(max(s.A, 0), capacity), s.B
+		if tokens < capacity && now > last {
+			if steps := (now - last) / iv; steps > 0 {
+				if steps >= ceilDiv(capacity-tokens, rate) {
+					tokens = capacity
+				} else {
+					tokens += steps * rate
+					last += steps * iv
+				}
+			}
+		}
+		if tokens >= capacity {
+			last = now
+		}
+	}
+	// fullIn is how long until the bucket holding t tokens is full.
+	fullIn := func(t int64) int64 {
+		if t >= capacity {
+			return 0
+		}
+		return last + ceilDiv(capacity-t, rate)*iv - now
+	}
+	v.Remaining, v.Reset = tokens, fullIn(tokens)
+	switch {
+	case cost > capacity:
+		deny(&v, Never)
+	case cost <= tokens:
+		allow(&v, tokens-cost, fullIn(tokens-cost))
+		next = State{Alg: ratelimit.TokenBucket, A: tokens - cost, B: last}
+	default:
+		deny(&v, last+ceilDiv(cost-tokens, rate)*iv-now)
+	}
+	return v, next
+}

@@ -1,0 +1,223 @@
+package ratelimittest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Target is a store under differential test; it must read the same Clock
+// as the Reference.
+type Target struct {
+	Name  string
+	Store ratelimit.Store
+}
+
+// DiffConfig shapes one random timeline.
+type DiffConfig struct {
+	// Requests is how many random requests to send (probes come on top).
+	Requests int
+	// Algorithms the keys use; with more than one, requests mix them and a
+	// key sometimes switches algorithm (the user edited the limit).
+	Algorithms []ratelimit.Algorithm
+	// Keys is the size of the key pool.
+	Keys int
+	// MaxEntries bounds the entries of one request (default 4).
+	MaxEntries int
+}
+
+// DiffStats counts what a timeline exercised.
+type DiffStats struct {
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Shadows, Switches int
+	PerAlgorithm                                                                                map[ratelimit.Algorithm]int
+}
+
+func (s DiffStats) String() string {
+	var per []string
+	for _, a := range ratelimit.Algorithms {
+		if n := s.PerAlgorithm[a]; n > 0 {
+			per = append(per, fmt.Sprintf("%s=%d", a, n))
+		}
+	}
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d algorithm switches",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.Switches)
+}
+
+type diffKey struct {
+	key    string
+	alg    ratelimit.Algorithm
+	limits map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
+}
+
+// RunDifferential drives one random timeline on ref's clock, sends every
+// request to ref and to each target, and fails on the first Decision that
+// differs in any field. After a denial it sometimes probes the exact retry
+// moment (1µs before: denied; at it: allowed) with dry runs.
+func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Reference, targets ...Target) DiffStats {
+	t.Helper()
+	if cfg.MaxEntries == 0 {
+		cfg.MaxEntries = 4
+	}
+	run := fmt.Sprintf("%x", rng.Uint64())
+	keys := make([]*diffKey, cfg.Keys)
+	for i := range keys {
+		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}}
+		keys[i].switchTo(rng, cfg.Algorithms[i%len(cfg.Algorithms)]) // every algorithm from the start
+	}
+	st := DiffStats{PerAlgorithm: map[ratelimit.Algorithm]int{}}
+	ctx := context.Background()
+	var refDec ratelimit.Decision
+	decs := make([]ratelimit.Decision, len(targets))
+	send := func(req *ratelimit.Request, what string) {
+		t.Helper()
+		if err := ref.Check(ctx, req, &refDec); err != nil {
+			t.Fatalf("%s: reference: %v", what, err)
+		}
+		for i, tg := range targets {
+			if err := tg.Store.Check(ctx, req, &decs[i]); err != nil {
+				t.Fatalf("%s: %s: %v", what, tg.Name, err)
+			}
+			if !sameDecision(&refDec, &decs[i]) {
+				t.Fatalf("%s at t=%d: %s differs from the model\nrequest %s\nmodel %s\n%-5s %s",
+					what, ref.Clock.Micros(), tg.Name, fmtRequest(req), fmtDecision(&refDec), tg.Name, fmtDecision(&decs[i]))
+			}
+		}
+	}
+	var hint time.Duration
+	for n := range cfg.Requests {
+		if len(cfg.Algorithms) > 1 && rng.IntN(100) == 0 {
+			k := keys[rng.IntN(len(keys))]
+			k.switchTo(rng, cfg.Algorithms[rng.IntN(len(cfg.Algorithms))])
+			st.Switches++
+		}
+		req := randomRequest(rng, keys, cfg.MaxEntries)
+		// Extreme limits have windows of years: keep steps short so the
+		// simulated clock stays in this century (times must stay < 2^52 µs).
+		ref.Clock.Advance(RandomAdvance(rng, min(req.Entries[rng.IntN(len(req.Entries))].Limit.Interval, time.Minute), hint))
+		send(req, fmt.Sprintf("request %d", n))
+
+		st.Requests++
+		if req.DryRun {
+			st.DryRuns++
+		}
+		if refDec.Allowed {
+			st.Allowed++
+		} else {
+			st.Denied++
+		}
+		hint = 0
+		results := append([]ratelimit.Result(nil), refDec.Results...) // probes reuse refDec
+		probed := false                                               // a probe moves the clock: one per request
+		for i, e := range req.Entries {
+			r := results[i]
+			st.Entries++
+			st.PerAlgorithm[e.Limit.Algorithm]++
+			if e.Shadow {
+				st.Shadows++
+			}
+			if r.Allowed {
+				if r.Reset <= maxJump {
+					hint = max(hint, r.Reset)
+				}
+				continue
+			}
+			st.EntryDenials++
+			if r.RetryAfter == ratelimit.Never {
+				st.Never++
+				continue
+			}
+			if r.RetryAfter > maxJump {
+				continue
+			}
+			hint = r.RetryAfter
+			if !probed && rng.IntN(4) == 0 {
+				probed = true
+				probeRetry(t, ref, send, e, r.RetryAfter)
+				st.Probes += 2
+			}
+		}
+	}
+	return st
+}
+
+// maxJump bounds the clock moves taken from results.
+const maxJump = time.Hour
+
+// probeRetry checks, with dry runs, that e is denied 1µs before retry and
+// allowed at it. This moves the clock forward by retry.
+func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, string), e ratelimit.Entry, retry time.Duration) {
+	t.Helper()
+	e.Shadow = false
+	req := &ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}
+	var d ratelimit.Decision
+	ref.Clock.Advance(retry - time.Microsecond)
+	send(req, "retry probe -1µs")
+	if err := ref.Check(context.Background(), req, &d); err != nil || d.Allowed {
+		t.Fatalf("retry-after %s of %s cost %d: allowed 1µs early (%v)", retry, e.Limit, e.Cost, err)
+	}
+	ref.Clock.Advance(time.Microsecond)
+	send(req, "retry probe")
+	if err := ref.Check(context.Background(), req, &d); err != nil || !d.Allowed {
+		t.Fatalf("retry-after %s of %s cost %d: still denied then (%v)", retry, e.Limit, e.Cost, err)
+	}
+}
+
+func (k *diffKey) switchTo(rng *rand.Rand, alg ratelimit.Algorithm) {
+	k.alg = alg
+	if _, ok := k.limits[alg]; !ok {
+		k.limits[alg] = RandomLimit(rng, alg)
+	}
+}
+
+func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.Request {
+	n := 1
+	switch r := rng.IntN(4); {
+	case r == 2:
+		n = 2
+	case r == 3:
+		n = 3 + rng.IntN(max(maxEntries-2, 1))
+	}
+	n = min(n, maxEntries, len(keys))
+	req := &ratelimit.Request{DryRun: rng.IntN(10) == 0}
+	for _, i := range rng.Perm(len(keys))[:n] {
+		k := keys[i]
+		l := k.limits[k.alg]
+		req.Entries = append(req.Entries, ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0})
+	}
+	return req
+}
+
+func sameDecision(a, b *ratelimit.Decision) bool {
+	if a.Allowed != b.Allowed || len(a.Results) != len(b.Results) {
+		return false
+	}
+	for i := range a.Results {
+		if a.Results[i] != b.Results[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func fmtRequest(r *ratelimit.Request) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dryRun=%v", r.DryRun)
+	for _, e := range r.Entries {
+		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v", e.Key, e.Limit, e.Cost, e.Shadow)
+	}
+	return b.String()
+}
+
+func fmtDecision(d *ratelimit.Decision) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "allowed=%v", d.Allowed)
+	for _, r := range d.Results {
+		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter)
+	}
+	return b.String()
+}

@@ -1,0 +1,229 @@
+package ratelimittest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Skip in an expected Reset or RetryAfter means "not checked".
+const Skip = time.Duration(-2)
+
+// Example is the seed's documented behaviour of one algorithm as a timeline.
+type Example struct {
+	Name  string
+	Limit ratelimit.Limit
+	Steps []Step
+}
+
+// Step advances the clock, then checks Cost once and expects the outcome.
+type Step struct {
+	Advance    time.Duration
+	Cost       int64
+	Allowed    bool
+	Remaining  int64
+	Reset      time.Duration // Skip: not checked
+	RetryAfter time.Duration // checked when !Allowed unless Skip
+}
+
+// ok is an admitted step without a clock move.
+func ok(remaining int64, reset time.Duration) Step {
+	return Step{Cost: 1, Allowed: true, Remaining: remaining, Reset: reset}
+}
+
+// burst is n admitted steps of cost 1 at one instant, starting from
+// remaining n-1+left; reset of each is not checked.
+func burst(n int, left int64) []Step {
+	steps := make([]Step, n)
+	for i := range steps {
+		steps[i] = ok(left+int64(n-1-i), Skip)
+	}
+	return steps
+}
+
+func denied(advance time.Duration, cost, remaining int64, retry time.Duration) Step {
+	return Step{Advance: advance, Cost: cost, Remaining: remaining, Reset: Skip, RetryAfter: retry}
+}
+
+func after(advance time.Duration, s Step) Step { s.Advance = advance; return s }
+
+func cat(parts ...[]Step) []Step {
+	var out []Step
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+const us = time.Microsecond
+
+// Examples returns one timeline per algorithm, following the seed's
+// documented semantics, plus the edge cases the seed leaves open (costs,
+// "never", exact retry moments). Each starts at a clock aligned to an hour.
+func Examples() []Example {
+	return []Example{
+		{
+			// Seed: capacity 10, refill 1 per second: 10 allowed, the 11th
+			// denied, one more after 1s, never above 10.
+			Name:  "TokenBucket/capacity10-refill1per1s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Second},
+			Steps: cat(
+				[]Step{ok(9, time.Second)},
+				burst(9, 0),
+				[]Step{
+					{Cost: 0, Allowed: true, Remaining: 0, Reset: 10 * time.Second},
+					denied(0, 1, 0, time.Second),
+					denied(time.Second-us, 1, 0, us),
+					after(us, ok(0, 10*time.Second)),
+					denied(0, 1, 0, time.Second),
+					after(time.Hour, ok(9, time.Second)), // full again: not above 10
+					denied(0, 11, 9, ratelimit.Never),
+					{Cost: 9, Allowed: true, Remaining: 0, Reset: 10 * time.Second},
+				},
+			),
+		},
+		{
+			// Seed: capacity 100, refill 10 per second: bursts of 100.
+			Name:  "TokenBucket/capacity100-refill10per1s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 100, Rate: 10, Interval: time.Second},
+			Steps: []Step{
+				{Cost: 100, Allowed: true, Remaining: 0, Reset: 10 * time.Second},
+				denied(0, 1, 0, time.Second),
+				denied(0, 25, 0, 3*time.Second),
+				{Advance: 2500 * time.Millisecond, Cost: 20, Allowed: true, Remaining: 0, Reset: 9500 * time.Millisecond},
+				denied(0, 1, 0, 500*time.Millisecond),
+			},
+		},
+		{
+			// Seed: a fixed window counts per window; 2x burst at the boundary.
+			Name:  "FixedWindow/limit5-window1m",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Minute},
+			Steps: cat(
+				[]Step{ok(4, time.Minute)},
+				burst(4, 0),
+				[]Step{
+					denied(0, 1, 0, time.Minute),
+					denied(30*time.Second, 1, 0, 30*time.Second),
+					after(30*time.Second, ok(4, time.Minute)), // new window from here
+					{Advance: time.Minute - us, Cost: 4, Allowed: true, Remaining: 0, Reset: us},
+					after(us, Step{Cost: 5, Allowed: true, Remaining: 0, Reset: time.Minute}), // 9 within 1µs+: the boundary burst
+					denied(0, 6, 0, ratelimit.Never),
+				},
+			),
+		},
+		{
+			// Seed: a true rolling window, no boundary burst.
+			Name:  "SlidingWindowLog/limit3-window10s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 3, Interval: 10 * time.Second},
+			Steps: []Step{
+				ok(2, 10*time.Second),
+				after(time.Second, ok(1, 10*time.Second)),
+				after(time.Second, ok(0, 10*time.Second)),
+				denied(3*time.Second, 1, 0, 5*time.Second),
+				denied(5*time.Second-us, 1, 0, us),
+				after(us, ok(0, 10*time.Second)), // the request at 0 left
+				denied(0, 1, 0, time.Second),
+				denied(0, 2, 0, 2*time.Second),
+				after(time.Second, ok(0, 10*time.Second)),
+				denied(0, 4, 0, ratelimit.Never),
+			},
+		},
+		{
+			// Exact at one instant too: 12 in the same microsecond, then no more.
+			Name:  "SlidingWindowLog/limit12-burst",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 12, Interval: time.Second},
+			Steps: cat(
+				burst(12, 0),
+				[]Step{denied(0, 1, 0, time.Second), after(time.Second, Step{Cost: 12, Allowed: true, Remaining: 0, Reset: time.Second})},
+			),
+		},
+		{
+			// Seed: estimate = prev*(1-elapsed) + curr, deny when >= limit.
+			Name:  "SlidingWindowCounter/limit10-window1m",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 10, Interval: time.Minute},
+			Steps: cat(
+				[]Step{ok(9, 2*time.Minute)},
+				burst(9, 0),
+				[]Step{
+					// At the next window's start the estimate is still 10; 1µs later 9.
+					denied(0, 1, 0, time.Minute+us),
+					// Half way through the next window: 10*0.5 = 5 counted.
+					{Advance: 90 * time.Second, Cost: 0, Allowed: true, Remaining: 5, Reset: 30 * time.Second},
+					after(0, ok(4, 90*time.Second)),
+					{Cost: 4, Allowed: true, Remaining: 0, Reset: 90 * time.Second},
+					denied(0, 1, 0, us), // the weight drops just after half way
+					after(us, ok(0, 90*time.Second-us)),
+					denied(0, 11, 0, ratelimit.Never),
+				},
+			),
+		},
+		{
+			// Seed: leaky bucket policing, capacity 5, leak 1 per second:
+			// retry = (level+1-capacity)/rate.
+			Name:  "LeakyBucket/capacity5-leak1per1s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.LeakyBucket, Capacity: 5, Rate: 1, Interval: time.Second},
+			Steps: cat(
+				[]Step{ok(4, time.Second)},
+				burst(3, 1),
+				[]Step{
+					ok(0, 5*time.Second),
+					denied(0, 1, 0, time.Second),
+					denied(500*time.Millisecond, 2, 0, 1500*time.Millisecond),
+					after(500*time.Millisecond, ok(0, 5*time.Second)),
+					after(10*time.Second, Step{Cost: 5, Allowed: true, Remaining: 0, Reset: 5 * time.Second}),
+					denied(0, 6, 0, ratelimit.Never),
+				},
+			),
+		},
+		{
+			// GCRA: 10 per second with a burst of 5.
+			Name:  "GCRA/rate10per1s-burst5",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 5, Rate: 10, Interval: time.Second},
+			Steps: cat(
+				[]Step{ok(4, 100*time.Millisecond)},
+				burst(4, 0),
+				[]Step{
+					denied(0, 1, 0, 100*time.Millisecond),
+					denied(100*time.Millisecond-us, 1, 0, us),
+					after(us, ok(0, 500*time.Millisecond)),
+					denied(50*time.Millisecond, 3, 0, 250*time.Millisecond),
+					{Advance: time.Second, Cost: 0, Allowed: true, Remaining: 5, Reset: 0},
+					denied(0, 6, 5, ratelimit.Never),
+				},
+			),
+		},
+	}
+}
+
+// RunExamples runs every example against a store built by newStore, each on
+// a fresh key and a clock aligned to an hour. newStore gets the clock the
+// store must read.
+func RunExamples(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelimit.Store) {
+	for i, ex := range Examples() {
+		t.Run(ex.Name, func(t *testing.T) {
+			clock := FutureClock()
+			store := newStore(t, clock)
+			key := ratelimit.Key("examples", "seed", fmt.Sprint(time.Now().UnixNano()), fmt.Sprint(i))
+			var dec ratelimit.Decision
+			for n, st := range ex.Steps {
+				clock.Advance(st.Advance)
+				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: st.Cost}}}
+				if err := store.Check(context.Background(), &req, &dec); err != nil {
+					t.Fatalf("step %d: %v", n, err)
+				}
+				r := dec.Results[0]
+				bad := r.Allowed != st.Allowed || dec.Allowed != st.Allowed || r.Remaining != st.Remaining ||
+					(st.Reset != Skip && r.Reset != st.Reset) ||
+					(!st.Allowed && st.RetryAfter != Skip && r.RetryAfter != st.RetryAfter) ||
+					(st.Allowed && r.RetryAfter != 0)
+				if bad {
+					t.Fatalf("step %d (advance %s, cost %d): got %+v, want allowed=%v remaining=%d reset=%s retry=%s",
+						n, st.Advance, st.Cost, r, st.Allowed, st.Remaining, st.Reset, st.RetryAfter)
+				}
+			}
+		})
+	}
+}

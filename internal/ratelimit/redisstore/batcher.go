@@ -1,0 +1,134 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrClosed is returned by Check after Close.
+var ErrClosed = errors.New("redisstore: store closed")
+
+// job is one Check's commands (one per Cluster slot group), sent together.
+type job struct {
+	ctx   context.Context
+	calls []*call
+	done  chan struct{}
+}
+
+// batcher pipelines concurrent calls. Calls queue; a few flushers each
+// take everything queued into one pipeline. When a flusher is idle a call
+// is sent at once (no timer adds latency); under load, calls that queue
+// while all flushers wait on Redis go out together in the next pipeline,
+// so throughput grows with load while connections stay few.
+type batcher struct {
+	exec     func([]*job)
+	maxBatch int
+
+	mu     sync.Mutex
+	queue  []*job
+	closed bool
+
+	wake chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newBatcher(flushers, maxBatch int, exec func([]*job)) *batcher {
+	b := &batcher{exec: exec, maxBatch: maxBatch, wake: make(chan struct{}, flushers), stop: make(chan struct{})}
+	for range flushers {
+		b.wg.Go(b.flusher)
+	}
+	return b
+}
+
+// submit queues j and wakes an idle flusher.
+func (b *batcher) submit(j *job) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.queue = append(b.queue, j)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // every flusher is already awake and will find it
+	}
+	return nil
+}
+
+// take removes up to maxBatch calls' worth of jobs from the queue.
+func (b *batcher) take() []*job {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, calls := 0, 0
+	for n < len(b.queue) && (n == 0 || calls+len(b.queue[n].calls) <= b.maxBatch) {
+		calls += len(b.queue[n].calls)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	batch := make([]*job, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+func (b *batcher) flusher() {
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.wake:
+		}
+		for batch := b.take(); batch != nil; batch = b.take() {
+			b.exec(batch)
+		}
+	}
+}
+
+// close stops the flushers after the batches in flight; queued jobs fail
+// with ErrClosed.
+func (b *batcher) close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	queued := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	close(b.stop)
+	b.wg.Wait()
+	for _, j := range queued {
+		for _, c := range j.calls {
+			c.err = ErrClosed
+		}
+		close(j.done)
+	}
+}
+
+// batchContext is the context a pipeline of jobs runs under: no
+// cancellation (a caller that gives up stops waiting, the others still get
+// their answers) and the latest of their deadlines, so no call is cut short
+// by another's shorter deadline. Without any deadline, the client's
+// timeouts apply.
+func batchContext(jobs []*job) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, j := range jobs {
+		d, ok := j.ctx.Deadline()
+		if !ok {
+			return context.Background(), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}

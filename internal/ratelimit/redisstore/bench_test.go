@@ -1,0 +1,80 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+var benchLimits = []ratelimit.Limit{
+	{Algorithm: ratelimit.TokenBucket, Capacity: 1000, Rate: 100, Interval: time.Second},
+	{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 100000, Interval: time.Hour},
+	{Algorithm: ratelimit.GCRA, Capacity: 50, Rate: 100, Interval: time.Second},
+}
+
+func benchRequest(value string, n int) *ratelimit.Request {
+	req := &ratelimit.Request{}
+	for i := range n {
+		l := benchLimits[i]
+		req.Entries = append(req.Entries, ratelimit.Entry{Key: ratelimit.Key("bench", "p", value, l.Algorithm.String()), Limit: l, Cost: 1})
+	}
+	return req
+}
+
+// BenchmarkCheck: one request of one or three limits against a local
+// redis-server, sequential (one round trip per op: latency) and from many
+// goroutines (pipelined by the store: throughput).
+func BenchmarkCheck(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
+	b.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureLoaded(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			req := benchRequest("seq", n)
+			var dec ratelimit.Decision
+			for b.Loop() {
+				if err := s.Check(context.Background(), req, &dec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("entries=%d/parallel", n), func(b *testing.B) {
+			before := s.Stats()
+			var next atomic.Int64
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				reqs := make([]*ratelimit.Request, 100)
+				base := next.Add(1) * 100
+				for i := range reqs {
+					reqs[i] = benchRequest(fmt.Sprint(base+int64(i)), n)
+				}
+				var dec ratelimit.Decision
+				for i := 0; pb.Next(); i++ {
+					if err := s.Check(context.Background(), reqs[i%len(reqs)], &dec); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			st := s.Stats()
+			if p := st.Pipelines - before.Pipelines; p > 0 {
+				b.ReportMetric(float64(st.Calls-before.Calls)/float64(p), "calls/pipeline")
+			}
+		})
+	}
+}

@@ -1,0 +1,41 @@
+package redisstore
+
+import (
+	"crypto/sha1" //nolint:gosec // EVALSHA names scripts by SHA-1; not a security use.
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"hash"
+)
+
+// source is the Lua library: the six algorithms and sluice_check.
+//
+//go:embed lua/sluice.lua
+var source string
+
+var (
+	// Version identifies the library's source: the first 12 hex digits of
+	// its SHA-256. The library and its function are named after it, so
+	// processes running different versions side by side (a rolling
+	// upgrade) never call each other's code; the controller reports it in
+	// a policy's status.
+	Version = hashHex(sha256.New, source)[:12]
+	// LibraryName is the Redis Functions library name, "sluice_<Version>".
+	LibraryName = "sluice_" + Version
+	// FunctionName is the function FCALL invokes.
+	FunctionName = "sluice_check_" + Version
+
+	// functionCode is what FUNCTION LOAD REPLACE receives.
+	functionCode = "#!lua name=" + LibraryName + "\n" + source +
+		"\nredis.register_function('" + FunctionName + "', sluice_check)\n"
+	// scriptCode is the EVALSHA fallback: the same code, run as a script.
+	scriptCode = source + "\nreturn sluice_check(KEYS, ARGV)\n"
+	// scriptSHA names scriptCode for EVALSHA.
+	scriptSHA = hashHex(sha1.New, scriptCode)
+)
+
+func hashHex(newHash func() hash.Hash, s string) string {
+	h := newHash()
+	_, _ = h.Write([]byte(s))
+	return hex.EncodeToString(h.Sum(nil))
+}

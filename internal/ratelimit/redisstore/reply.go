@@ -1,0 +1,77 @@
+package redisstore
+
+import (
+	"fmt"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/model"
+)
+
+// parseReply reads one call's reply, a flat array of integers: the
+// decision, then six values per entry of idx (see lua/sluice.lua). It
+// fills verdicts[i] for i in idx and returns the call's decision. Anything
+// unexpected is an error, never a panic.
+func parseReply(val any, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
+	vals, ok := val.([]any)
+	if !ok {
+		return false, fmt.Errorf("unexpected reply %T, want an array", val)
+	}
+	if len(vals) != 1+6*len(idx) {
+		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), len(idx))
+	}
+	ints := make([]int64, len(vals))
+	for k, v := range vals {
+		n, ok := v.(int64)
+		if !ok {
+			return false, fmt.Errorf("unexpected reply value %d: %T", k, v)
+		}
+		ints[k] = n
+	}
+	decision, err := boolOf(ints[0])
+	if err != nil {
+		return false, fmt.Errorf("unexpected decision: %w", err)
+	}
+	want := true
+	for k, i := range idx {
+		f := ints[1+6*k : 7+6*k]
+		v := model.Verdict{Remaining: f[1], Reset: f[2], RetryAfter: f[3], RemainingAfter: f[4], ResetAfter: f[5]}
+		if v.Allowed, err = boolOf(f[0]); err != nil {
+			return false, fmt.Errorf("unexpected reply for %s: %w", req.Entries[i].Key, err)
+		}
+		if err := checkVerdict(&v); err != nil {
+			return false, fmt.Errorf("unexpected reply for %s: %w", req.Entries[i].Key, err)
+		}
+		verdicts[i] = v
+		if !v.Allowed && !req.Entries[i].Shadow {
+			want = false
+		}
+	}
+	if decision != want {
+		return false, fmt.Errorf("unexpected reply: decision %v disagrees with its entries", decision)
+	}
+	return decision, nil
+}
+
+func boolOf(n int64) (bool, error) {
+	switch n {
+	case 0:
+		return false, nil
+	case 1:
+		return true, nil
+	}
+	return false, fmt.Errorf("flag %d is not 0 or 1", n)
+}
+
+func checkVerdict(v *model.Verdict) error {
+	switch {
+	case v.Remaining < 0 || v.RemainingAfter < 0 || v.Remaining > ratelimit.MaxCount:
+		return fmt.Errorf("remaining %d/%d out of range", v.Remaining, v.RemainingAfter)
+	case v.Reset < 0 || v.ResetAfter < 0:
+		return fmt.Errorf("reset %d/%d negative", v.Reset, v.ResetAfter)
+	case v.Allowed && v.RetryAfter != 0:
+		return fmt.Errorf("retry-after %d on an allowed entry", v.RetryAfter)
+	case !v.Allowed && v.RetryAfter < 1 && v.RetryAfter != model.Never:
+		return fmt.Errorf("retry-after %d on a denied entry", v.RetryAfter)
+	}
+	return nil
+}

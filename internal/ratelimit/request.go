@@ -1,0 +1,149 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of an entry that can never be admitted: its cost
+// exceeds the limit's capacity. It is the largest Duration, so code that
+// treats RetryAfter as "wait at least this long" stays correct; compare with
+// == Never to render it specially (e.g. omit Retry-After, or cache the
+// denial until the policy changes).
+const Never = time.Duration(math.MaxInt64)
+
+// MaxEntries bounds the entries of one Request, which bounds the work of
+// one atomic Redis call.
+const MaxEntries = 256
+
+// Entry is one limit to check for a request.
+type Entry struct {
+	// Key is the Redis key of the limit's state, normally built by Key.
+	// Keys must be distinct within one Request.
+	Key   string
+	Limit Limit
+	// Cost is how many units the request takes, 0..MaxCount. Cost 0
+	// evaluates without consuming; it is allowed unless the state is over
+	// its limit (possible only after the limit was lowered or the clock
+	// stepped back). A cost above Limit.Capacity is always denied with
+	// RetryAfter == Never.
+	Cost int64
+	// Shadow entries are evaluated and consumed like the others but never
+	// deny the request; a shadow entry that would deny consumes nothing.
+	Shadow bool
+}
+
+// Request is the set of limits one incoming request is checked against.
+// All entries are evaluated at one instant and the outcome is all or
+// nothing: if any non-shadow entry denies, no entry is consumed.
+type Request struct {
+	Entries []Entry
+	// DryRun evaluates and reports the same Decision a real call would,
+	// but writes nothing.
+	DryRun bool
+}
+
+// Result is the outcome for one Entry. Durations are rounded up to the
+// microsecond.
+//
+// Remaining and Reset describe the state as the call left it: after
+// consumption for an entry that was consumed (the decision allowed and the
+// entry allowed), else unchanged. A dry run reports what the same call
+// would have reported for real.
+type Result struct {
+	// Allowed reports whether this entry admits the request on its own.
+	Allowed bool
+	// Remaining is how many units of cost 1 the limit would still admit at
+	// this instant, after this call (so after consuming, if it consumed).
+	Remaining int64
+	// Reset is how long until the limit's state is back to untouched
+	// (bucket full, window over, log empty); 0 when it already is.
+	Reset time.Duration
+	// RetryAfter is set when Allowed is false: the earliest moment the
+	// same entry would be admitted if nothing else arrived. Never early;
+	// Never when the cost exceeds the capacity. 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// Decision is the outcome of a Request.
+type Decision struct {
+	// Allowed is true when every non-shadow entry admits the request.
+	Allowed bool
+	// Results is parallel to Request.Entries.
+	Results []Result
+}
+
+// Store evaluates requests atomically against shared limit state.
+type Store interface {
+	// Check evaluates req and fills dec, reusing dec.Results' storage. On
+	// error dec is unspecified, and for a Redis store it is unknown
+	// whether the call was applied.
+	Check(ctx context.Context, req *Request, dec *Decision) error
+	// Close releases the store's background work. It does not close
+	// clients that were passed in.
+	Close() error
+}
+
+// ErrInvalidRequest is wrapped by every error Validate returns.
+var ErrInvalidRequest = errors.New("invalid request")
+
+// Validate checks the entries: count, keys (non-empty, distinct), limits
+// and costs. Stores call it before evaluating anything.
+func (r *Request) Validate() error {
+	n := len(r.Entries)
+	if n == 0 || n > MaxEntries {
+		return fmt.Errorf("%w: %d entries, want 1..%d", ErrInvalidRequest, n, MaxEntries)
+	}
+	for i := range r.Entries {
+		e := &r.Entries[i]
+		if e.Key == "" {
+			return fmt.Errorf("%w: entry %d has an empty key", ErrInvalidRequest, i)
+		}
+		if e.Cost < 0 || e.Cost > MaxCount {
+			return fmt.Errorf("%w: entry %d (%s) cost %d outside 0..%d", ErrInvalidRequest, i, e.Key, e.Cost, MaxCount)
+		}
+		if err := e.Limit.Validate(); err != nil {
+			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+		}
+	}
+	if i, j, ok := r.duplicate(); ok {
+		return fmt.Errorf("%w: entries %d and %d share key %s", ErrInvalidRequest, i, j, r.Entries[j].Key)
+	}
+	return nil
+}
+
+// duplicate finds two entries with the same key.
+func (r *Request) duplicate() (int, int, bool) {
+	// Requests are small (a few limits): below 32 entries the quadratic
+	// scan costs less than a map.
+	if len(r.Entries) <= 32 {
+		for j := range r.Entries {
+			for i := 0; i < j; i++ {
+				if r.Entries[i].Key == r.Entries[j].Key {
+					return i, j, true
+				}
+			}
+		}
+		return 0, 0, false
+	}
+	seen := make(map[string]int, len(r.Entries))
+	for j := range r.Entries {
+		if i, ok := seen[r.Entries[j].Key]; ok {
+			return i, j, true
+		}
+		seen[r.Entries[j].Key] = j
+	}
+	return 0, 0, false
+}
+
+// MicrosToDuration converts engine microseconds to a Duration; negative
+// values (the engine's "never") become Never.
+func MicrosToDuration(us int64) time.Duration {
+	if us < 0 || us > math.MaxInt64/int64(time.Microsecond) {
+		return Never
+	}
+	return time.Duration(us) * time.Microsecond
+}

@@ -1,0 +1,91 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+func TestServerLifecycle(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	c := s.Client()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ConfigGet(ctx, "save").Val()["save"]; got != "" {
+		t.Fatalf("persistence on: save=%q", got)
+	}
+
+	// Freeze: nothing answers; Thaw: it answers again, data intact.
+	s.Freeze()
+	quick := redis.NewClient(&redis.Options{Addr: s.Addr(), ReadTimeout: 200 * time.Millisecond, MaxRetries: -1, DisableIdentity: true})
+	defer quick.Close()
+	if err := quick.Get(ctx, "k").Err(); err == nil {
+		t.Fatal("frozen server answered")
+	}
+	s.Thaw()
+	if got := waitGet(t, s, "k"); got != "v" {
+		t.Fatalf("after thaw: %q", got)
+	}
+
+	// Restart: same port, empty dataset.
+	port := s.Port()
+	s.Restart()
+	if s.Port() != port {
+		t.Fatalf("restart moved port %d -> %d", port, s.Port())
+	}
+	if got := waitGet(t, s, "k"); got != "" {
+		t.Fatalf("data survived restart: %q", got)
+	}
+
+	// Kill then Restart from stopped.
+	s.Kill()
+	s.Restart()
+	if err := s.Client().Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+}
+
+// waitGet reads key, retrying while the client reconnects.
+func waitGet(t *testing.T, s *redistest.Server, key string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := s.Client().Get(context.Background(), key).Result()
+		if err == nil || err.Error() == "redis: nil" {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	c := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := c.Client()
+	for _, k := range []string{"a", "b", "c", "d", "e", "f"} {
+		if err := cc.Set(ctx, k, k, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	masters := 0
+	if err := cc.ForEachMaster(ctx, func(ctx context.Context, _ *redis.Client) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		if n.Client().DBSize(ctx).Val() > 0 {
+			masters++
+		}
+	}
+	if masters < 2 {
+		t.Fatalf("keys on %d masters", masters)
+	}
+}
