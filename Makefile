@@ -53,6 +53,19 @@ verify: manifests generate ## Regenerate code and manifests; fail if that change
 	  git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
 	@echo "verify: generated files are up to date"
 
+##@ Run
+
+LISTEN ?= :8080
+.PHONY: run
+run: build ## Local mode: serve config/samples on $(LISTEN) with the in-memory store.
+	@echo "Sluice local mode: policies from config/samples (edit them; changes apply live)."
+	@echo "Try it from another terminal (the 11th call within a second is denied with 403):"
+	@echo "  for i in \$$(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' localhost$(LISTEN)/check/default; done; echo"
+	@echo "  curl -i -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' localhost$(LISTEN)/check/default"
+	@echo "  curl -s localhost$(LISTEN)/v1/check -d '{\"namespace\":\"default\",\"request\":{\"method\":\"GET\",\"path\":\"/api/items\",\"clientIP\":\"192.0.2.1\"},\"dryRun\":true}'"
+	@echo
+	$(BIN)/manager local --policies config/samples --listen $(LISTEN)
+
 ##@ Build and test
 
 .PHONY: build

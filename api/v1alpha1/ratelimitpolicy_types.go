@@ -141,8 +141,9 @@ type Limit struct {
 	// +optional
 	TokenBucket *TokenBucket `json:"tokenBucket,omitempty"`
 
-	// fixedWindow allows limit requests per window; windows are aligned to
-	// the clock. A client can send up to twice the limit across a boundary.
+	// fixedWindow allows limit requests per window; a window starts with
+	// the first request after the previous window ended. A client can send
+	// up to twice the limit across a boundary.
 	// +optional
 	FixedWindow *WindowLimit `json:"fixedWindow,omitempty"`
 
@@ -152,8 +153,8 @@ type Limit struct {
 	SlidingWindowLog *WindowLimit `json:"slidingWindowLog,omitempty"`
 
 	// slidingWindowCounter approximates a sliding window by weighting the
-	// previous fixed window's count by how much of it still overlaps the
-	// sliding window. Near-exact with constant memory.
+	// previous window's count by how much of it still overlaps the sliding
+	// window (windows aligned to the clock). Near-exact with constant memory.
 	// +optional
 	SlidingWindowCounter *WindowLimit `json:"slidingWindowCounter,omitempty"`
 

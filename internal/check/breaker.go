@@ -1,0 +1,113 @@
+package check
+
+import (
+	"sync"
+	"time"
+)
+
+// BreakerState is the circuit breaker's state.
+type BreakerState int
+
+const (
+	// BreakerClosed: calls go to Redis.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen: Redis failed repeatedly; calls are answered by the
+	// failure mode without trying, except one probe per cooldown.
+	BreakerOpen
+	// BreakerHalfOpen: one probe call is in flight.
+	BreakerHalfOpen
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half-open"
+	}
+	return "closed"
+}
+
+// Breaker stops calls to a store that keeps failing, so that a frozen or
+// dead Redis costs each request nothing but the failure-mode answer, and
+// Redis sees at most one probe per cooldown until it answers again.
+type Breaker struct {
+	threshold int
+	cooldown  time.Duration
+	now       func() time.Time
+	onChange  func(BreakerState)
+
+	mu        sync.Mutex
+	state     BreakerState
+	failures  int
+	openUntil time.Time
+}
+
+// NewBreaker opens after threshold consecutive failures and probes once
+// every cooldown while open.
+func NewBreaker(threshold int, cooldown time.Duration, now func() time.Time, onChange func(BreakerState)) *Breaker {
+	if threshold < 1 {
+		threshold = 1
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Breaker{threshold: threshold, cooldown: cooldown, now: now, onChange: onChange}
+}
+
+// Allow reports whether a call may go to the store now. When it returns
+// true in the open state, the call is the probe and must report back with
+// Success or Failure.
+func (b *Breaker) Allow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case BreakerClosed:
+		return true
+	case BreakerOpen:
+		if b.now().Before(b.openUntil) {
+			return false
+		}
+		b.setState(BreakerHalfOpen)
+		return true
+	default: // half-open: a probe is already in flight
+		return false
+	}
+}
+
+// Success records a call that Redis answered.
+func (b *Breaker) Success() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures = 0
+	if b.state != BreakerClosed {
+		b.setState(BreakerClosed)
+	}
+}
+
+// Failure records a call that Redis did not answer in time.
+func (b *Breaker) Failure() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures++
+	if b.state == BreakerHalfOpen || b.failures >= b.threshold {
+		b.openUntil = b.now().Add(b.cooldown)
+		if b.state != BreakerOpen {
+			b.setState(BreakerOpen)
+		}
+	}
+}
+
+// State returns the current state.
+func (b *Breaker) State() BreakerState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+func (b *Breaker) setState(s BreakerState) {
+	b.state = s
+	if b.onChange != nil {
+		b.onChange(s)
+	}
+}

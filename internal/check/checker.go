@@ -1,0 +1,399 @@
+// Package check decides one request against the policies in force: it
+// selects the matching policies, renders their keys, makes one atomic store
+// call for every limit, and applies shadow mode, the failure mode, the
+// circuit breaker and the cache of denials. It knows nothing of HTTP; the
+// webhook package turns its Outcome into an answer.
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Source gives the policy set in force. Implementations swap whole Sets
+// atomically (files in local mode, the Redis policy table in a cluster).
+type Source interface {
+	Policies() *policy.Set
+}
+
+// Options configure a Checker.
+type Options struct {
+	Store  ratelimit.Store
+	Source Source
+	// Timeout bounds each store call; when it passes, the failure mode
+	// answers. Default 50ms.
+	Timeout time.Duration
+	// BreakerThreshold consecutive store failures open the circuit
+	// breaker (default 5); while open, one probe per BreakerCooldown
+	// (default 1s) goes to the store.
+	BreakerThreshold int
+	BreakerCooldown  time.Duration
+	// DenyCacheSize bounds the cache of denied keys (default 100,000);
+	// negative disables it.
+	DenyCacheSize int
+	// Metrics, when set, receive every decision.
+	Metrics *Metrics
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Checker decides requests. It is safe for concurrent use.
+type Checker struct {
+	store   ratelimit.Store
+	source  Source
+	timeout time.Duration
+	breaker *Breaker
+	denials *denyCache
+	metrics *Metrics
+	now     func() time.Time
+
+	mu           sync.Mutex
+	seenRevision int64
+	seenSet      *policy.Set
+
+	scratch sync.Pool
+}
+
+// New returns a Checker.
+func New(o Options) *Checker {
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.BreakerThreshold <= 0 {
+		o.BreakerThreshold = 5
+	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = time.Second
+	}
+	if o.DenyCacheSize == 0 {
+		o.DenyCacheSize = 100_000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now}
+	c.breaker = NewBreaker(o.BreakerThreshold, o.BreakerCooldown, o.Now, func(s BreakerState) {
+		if c.metrics != nil {
+			c.metrics.breakerState.Set(float64(s))
+		}
+	})
+	if o.DenyCacheSize > 0 {
+		c.denials = newDenyCache(o.DenyCacheSize)
+	}
+	c.scratch.New = func() any { return &scratch{} }
+	return c
+}
+
+// Breaker returns the circuit breaker, for health pages and tests.
+func (c *Checker) Breaker() *Breaker { return c.breaker }
+
+// Policies returns the policy set in force.
+func (c *Checker) Policies() *policy.Set { return c.currentSet() }
+
+// Input is one request to decide.
+type Input struct {
+	Namespace string
+	// Policy, when set, checks only that policy of the namespace.
+	Policy  string
+	Request *policy.Request
+	// Cost overrides every policy's cost when above 0.
+	Cost int64
+	// DryRun evaluates without consuming anything.
+	DryRun bool
+}
+
+// Reason says why a request was answered the way it was.
+type Reason string
+
+const (
+	ReasonAllowed          Reason = "Allowed"
+	ReasonNoPolicy         Reason = "NoPolicyMatched"
+	ReasonLimited          Reason = "RateLimited"
+	ReasonMissingKey       Reason = "MissingKey"
+	ReasonStoreUnavailable Reason = "StoreUnavailable"
+)
+
+// ErrUnknownPolicy is returned when Input.Policy names no policy in force.
+var ErrUnknownPolicy = errors.New("no such policy")
+
+// PolicyResult says how one matching policy took part.
+type PolicyResult struct {
+	Policy   *policy.Policy
+	KeyValue string
+	// MissingKey is set when the key had a placeholder without a value;
+	// the policy's onMissingKey then decided (Skip: not evaluated).
+	MissingKey bool
+	// WhenError is the `when` expression's evaluation error; the policy
+	// was applied anyway, so an expression error never bypasses a limit.
+	WhenError error
+}
+
+// LimitResult is one limit's figures.
+type LimitResult struct {
+	Policy *policy.Policy
+	Limit  *policy.Limit
+	Key    string
+	ratelimit.Result
+	// Cached is set when the denial came from the cache of denials.
+	Cached bool
+}
+
+// Outcome is the decision for one request.
+type Outcome struct {
+	Allowed bool
+	Reason  Reason
+	// Policies are the matching policies, in evaluation order.
+	Policies []PolicyResult
+	// Limits are the evaluated limits (empty when none was).
+	Limits []LimitResult
+	// Tightest indexes the limit whose figures the answer's headers carry:
+	// on a denial the one that waits longest, otherwise the one with the
+	// fewest remaining; -1 when there is none.
+	Tightest int
+	// RetryAfter is set on a denial: never earlier than the moment the
+	// same request could be allowed. ratelimit.Never when it never can.
+	RetryAfter time.Duration
+	// Decider is the policy that denied (or the tightest one when allowed).
+	Decider *policy.Policy
+	// StoreErr is the store's error when the failure mode answered.
+	StoreErr error
+	// Degraded is set when the failure mode answered instead of Redis.
+	Degraded bool
+}
+
+type scratch struct {
+	eval    policy.Eval
+	req     ratelimit.Request
+	dec     ratelimit.Decision
+	owners  []int // entry index -> index into Outcome.Policies
+	limitOf []int // entry index -> limit index within its policy
+}
+
+func (c *Checker) currentSet() *policy.Set {
+	var set *policy.Set
+	if c.source != nil {
+		set = c.source.Policies()
+	}
+	if set == nil {
+		set = policy.NewSet(0, nil)
+	}
+	c.mu.Lock()
+	if set != c.seenSet {
+		if c.seenSet != nil && c.denials != nil {
+			c.denials.clear() // limits changed: old denials may no longer hold
+		}
+		c.seenSet, c.seenRevision = set, set.Revision
+		if c.metrics != nil {
+			c.metrics.revision.Set(float64(set.Revision))
+		}
+	}
+	c.mu.Unlock()
+	return set
+}
+
+// Check decides in.
+func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
+	start := c.now()
+	set := c.currentSet()
+	var candidates []*policy.Policy
+	if in.Policy != "" {
+		p := set.Get(in.Namespace, in.Policy)
+		if p == nil {
+			return nil, fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, in.Namespace, in.Policy)
+		}
+		candidates = []*policy.Policy{p}
+	} else {
+		candidates = set.Namespace(in.Namespace)
+	}
+
+	sc := c.scratch.Get().(*scratch)
+	defer c.scratch.Put(sc)
+	sc.eval.Reset(in.Request)
+	sc.req.Entries = sc.req.Entries[:0]
+	sc.req.DryRun = in.DryRun
+	sc.owners = sc.owners[:0]
+	sc.limitOf = sc.limitOf[:0]
+
+	out := &Outcome{Allowed: true, Reason: ReasonNoPolicy, Tightest: -1}
+	for _, p := range candidates {
+		matched, werr := sc.eval.Match(p)
+		if werr != nil {
+			matched = true
+		}
+		if !matched {
+			continue
+		}
+		pr := PolicyResult{Policy: p, WhenError: werr}
+		value, ok := sc.eval.KeyValue(p)
+		if !ok {
+			pr.MissingKey = true
+			out.Policies = append(out.Policies, pr)
+			if p.OnMissingKey == "Deny" && !p.Shadow {
+				out.Allowed, out.Reason, out.Decider = false, ReasonMissingKey, p
+				out.RetryAfter = ratelimit.Never
+			}
+			continue
+		}
+		pr.KeyValue = value
+		out.Policies = append(out.Policies, pr)
+		cost := p.Cost
+		if in.Cost > 0 {
+			cost = in.Cost
+		}
+		before := len(sc.req.Entries)
+		sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
+		for i := before; i < len(sc.req.Entries); i++ {
+			sc.owners = append(sc.owners, len(out.Policies)-1)
+			sc.limitOf = append(sc.limitOf, i-before)
+		}
+	}
+	defer c.observeLatency(start)
+	if !out.Allowed { // a missing key denied: consume nothing anywhere
+		return out, nil
+	}
+	if len(sc.req.Entries) == 0 {
+		return out, nil
+	}
+	out.Reason = ReasonAllowed
+
+	if c.answerFromCache(sc, out, start) {
+		return out, nil
+	}
+	if !c.breaker.Allow() {
+		c.failureAnswer(out, errors.New("circuit breaker open: Redis failed repeatedly"))
+		return out, nil
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	sent := c.now()
+	err := c.store.Check(callCtx, &sc.req, &sc.dec)
+	cancel()
+	if c.metrics != nil {
+		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
+	}
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidRequest) {
+			return nil, err // a programming error, not Redis being away
+		}
+		c.breaker.Failure()
+		if c.metrics != nil {
+			c.metrics.storeErrors.Inc()
+		}
+		c.failureAnswer(out, err)
+		return out, nil
+	}
+	c.breaker.Success()
+	c.applyDecision(sc, out, sent)
+	return out, nil
+}
+
+func (c *Checker) observeLatency(start time.Time) {
+	if c.metrics != nil {
+		c.metrics.checkLatency.Observe(c.now().Sub(start).Seconds())
+	}
+}
+
+// answerFromCache denies the request without Redis when one of its
+// enforced limits is known to deny it until later than now.
+func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool {
+	if c.denials == nil {
+		return false
+	}
+	for i := range sc.req.Entries {
+		e := &sc.req.Entries[i]
+		if e.Shadow {
+			continue
+		}
+		d, ok := c.denials.lookup(e.Key, e.Cost, now)
+		if !ok {
+			continue
+		}
+		p := out.Policies[sc.owners[i]].Policy
+		l := &p.Limits[sc.limitOf[i]]
+		reset := max(d.reset.Sub(now), 0)
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Cached: true,
+			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now)}})
+		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
+		out.Tightest = 0
+		out.RetryAfter = d.until.Sub(now)
+		if c.metrics != nil {
+			c.metrics.cacheHits.Inc()
+			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, "cached_denied").Inc()
+		}
+		return true
+	}
+	return false
+}
+
+// failureAnswer applies the failure modes: any enforced matching policy
+// with failureMode Closed denies; otherwise the request is allowed.
+func (c *Checker) failureAnswer(out *Outcome, err error) {
+	out.Degraded, out.StoreErr = true, err
+	out.Reason = ReasonStoreUnavailable
+	for _, pr := range out.Policies {
+		if pr.Policy.FailClosed && !pr.Policy.Shadow && !pr.MissingKey {
+			out.Allowed, out.Decider = false, pr.Policy
+			out.RetryAfter = time.Second
+			if c.metrics != nil {
+				c.metrics.failureMode.WithLabelValues("closed").Inc()
+			}
+			return
+		}
+	}
+	out.Allowed = true
+	if c.metrics != nil {
+		c.metrics.failureMode.WithLabelValues("open").Inc()
+	}
+}
+
+// applyDecision copies the store's decision into out, picks the limit the
+// headers report, and remembers denials.
+func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
+	out.Allowed = sc.dec.Allowed
+	if !out.Allowed {
+		out.Reason = ReasonLimited
+	}
+	for i := range sc.req.Entries {
+		e := &sc.req.Entries[i]
+		r := sc.dec.Results[i]
+		p := out.Policies[sc.owners[i]].Policy
+		l := &p.Limits[sc.limitOf[i]]
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Result: r})
+		if c.metrics != nil {
+			result := "allowed"
+			switch {
+			case !r.Allowed && e.Shadow:
+				result = "shadow_denied"
+			case !r.Allowed:
+				result = "denied"
+			}
+			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, result).Inc()
+		}
+		if e.Shadow {
+			continue
+		}
+		if !r.Allowed {
+			if r.RetryAfter >= out.RetryAfter {
+				out.RetryAfter = r.RetryAfter
+				out.Tightest, out.Decider = len(out.Limits)-1, p
+			}
+			if c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
+				// The store decided at an instant after sent: counting the
+				// retry time from sent can only end the cached denial early.
+				c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, reset: sent.Add(r.Reset)}, sent)
+			}
+			continue
+		}
+		if out.Allowed && (out.Tightest < 0 || r.Remaining < out.Limits[out.Tightest].Remaining) {
+			out.Tightest, out.Decider = len(out.Limits)-1, p
+		}
+	}
+	if out.Allowed {
+		out.RetryAfter = 0
+	}
+}

@@ -1,0 +1,94 @@
+package check
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// denyCache remembers denied keys until their retry time, so a flood of
+// requests that will be denied anyway does not reach Redis. It is exact:
+// a denial is served from the cache only until the moment the store said
+// the same request could be allowed, measured from when the call was sent
+// (never later than the store's own instant), and only for a cost at least
+// as large as the one that was denied. Other processes can only consume
+// more, which makes the real retry time later, never earlier.
+//
+// A FLUSHALL or a lost Redis master resets state in Redis that the cache
+// still remembers: such keys stay denied until their cached retry time.
+type denyCache struct {
+	seed     maphash.Seed
+	shards   [64]denyShard
+	maxShard int
+}
+
+type denyShard struct {
+	mu      sync.Mutex
+	entries map[string]deniedEntry
+}
+
+type deniedEntry struct {
+	until time.Time
+	cost  int64
+	reset time.Time
+}
+
+func newDenyCache(maxEntries int) *denyCache {
+	c := &denyCache{seed: maphash.MakeSeed(), maxShard: max(maxEntries/64, 16)}
+	for i := range c.shards {
+		c.shards[i].entries = map[string]deniedEntry{}
+	}
+	return c
+}
+
+func (c *denyCache) shard(key string) *denyShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+// lookup returns the cached denial of key for a request of the given cost.
+func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, bool) {
+	s := c.shard(key)
+	s.mu.Lock()
+	e, ok := s.entries[key]
+	if ok && !now.Before(e.until) {
+		delete(s.entries, key)
+		ok = false
+	}
+	s.mu.Unlock()
+	if !ok || cost < e.cost {
+		return deniedEntry{}, false
+	}
+	return e, true
+}
+
+func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.entries[key]; ok && old.cost < e.cost && now.Before(old.until) {
+		// The live denial of a smaller cost covers more requests, with
+		// its own retry time; keep it.
+		return
+	}
+	if len(s.entries) >= c.maxShard {
+		for k, v := range s.entries {
+			if !now.Before(v.until) {
+				delete(s.entries, k)
+			}
+		}
+		if len(s.entries) >= c.maxShard {
+			return // full of live denials: fall back to asking Redis
+		}
+	}
+	s.entries[key] = e
+}
+
+// clear drops every entry: the policies changed.
+func (c *denyCache) clear() {
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.entries)
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,59 @@
+package check
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the check path's Prometheus metrics.
+type Metrics struct {
+	decisions    *prometheus.CounterVec
+	checkLatency prometheus.Histogram
+	storeLatency prometheus.Histogram
+	storeErrors  prometheus.Counter
+	failureMode  *prometheus.CounterVec
+	breakerState prometheus.Gauge
+	cacheHits    prometheus.Counter
+	revision     prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Limit evaluations by namespace, policy, limit and result (allowed, denied, shadow_denied, cached_denied).",
+		}, []string{"namespace", "policy", "limit", "result"}),
+		checkLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_check_duration_seconds",
+			Help:    "Time to decide one check, including the Redis call.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}),
+		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_redis_duration_seconds",
+			Help:    "Time of the atomic store call of one check.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_redis_errors_total",
+			Help: "Store calls that failed or timed out.",
+		}),
+		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_failure_mode_decisions_total",
+			Help: "Checks answered by a failure mode because Redis could not answer (mode: open allowed, closed denied).",
+		}, []string{"mode"}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_breaker_state",
+			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
+		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_deny_cache_hits_total",
+			Help: "Denials answered from the in-process cache without Redis.",
+		}),
+		revision: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_policy_revision",
+			Help: "Revision of the policy set in force.",
+		}),
+	}
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.breakerState, m.cacheHits, m.revision)
+	return m
+}

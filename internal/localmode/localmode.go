@@ -1,0 +1,149 @@
+// Package localmode runs Sluice without a cluster: policies from YAML files
+// in a folder, the in-memory store (or Redis), and the check endpoint.
+package localmode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/source"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+// Config is local mode's settings.
+type Config struct {
+	PoliciesDir    string
+	Listen         string
+	Redis          redisconn.Config
+	Profile        webhook.Profile
+	TrustedProxies []string
+	// Timeout bounds each Redis call (the failure mode answers after it).
+	Timeout time.Duration
+	// PollInterval is how often the folder is checked for edits.
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// App is local mode assembled: the policy files, the store, the checker
+// and the check endpoint.
+type App struct {
+	Files     *source.Files
+	Checker   *check.Checker
+	Handler   *webhook.Server
+	store     ratelimit.Store
+	closers   []func()
+	log       *slog.Logger
+	storeName string
+}
+
+// New assembles local mode from cfg.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &App{log: log}
+	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
+	if err != nil {
+		return nil, err
+	}
+	a.Files = files
+
+	if cfg.Redis.Enabled() {
+		opts, err := cfg.Redis.Options()
+		if err != nil {
+			return nil, err
+		}
+		client := redisstore.NewClient(opts)
+		a.closers = append(a.closers, func() { _ = client.Close() })
+		rs, err := redisstore.New(client, redisstore.Options{})
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		loadCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := rs.Load(loadCtx); err != nil {
+			// Not fatal: the failure modes answer until Redis is reachable,
+			// and the store loads the library on its first call.
+			log.Warn("Redis not reachable at start; failure modes apply until it is", "err", err)
+		}
+		cancel()
+		a.store, a.storeName = rs, "redis"
+	} else {
+		a.store, a.storeName = memstore.New(), "memory"
+	}
+	a.closers = append([]func(){func() { _ = a.store.Close() }}, a.closers...)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.Checker = check.New(check.Options{Store: a.store, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+
+	var trusted *webhook.TrustedProxies
+	if cfg.TrustedProxies != nil {
+		if trusted, err = webhook.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("--trusted-proxies: %w", err)
+		}
+	}
+	a.Handler, err = webhook.New(webhook.Options{Checker: a.Checker, Profile: cfg.Profile, TrustedProxies: trusted, Gatherer: reg, Logger: log})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// Close releases the store and the Redis client.
+func (a *App) Close() {
+	for _, c := range a.closers {
+		c()
+	}
+}
+
+// Serve follows the policy folder and serves ln until ctx ends, then
+// shuts down gracefully.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	httpSrv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
+	go a.Files.Run(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Run assembles local mode, listens on cfg.Listen and serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	return a.Serve(ctx, ln)
+}

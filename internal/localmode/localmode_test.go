@@ -1,0 +1,179 @@
+package localmode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writePolicy(t *testing.T, dir, file, body string) {
+	t.Helper()
+	// Write and rename, as editors and ConfigMap updates do.
+	tmp := filepath.Join(dir, "."+file+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, file)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func limitPolicy(limit int) string {
+	return fmt.Sprintf(`apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+spec:
+  key: global
+  limits:
+  - name: window
+    fixedWindow: {limit: %d, window: 1h}
+`, limit)
+}
+
+func startLocal(t *testing.T, dir string) (*App, string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := New(ctx, Config{PoliciesDir: dir, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		app.Close()
+	})
+	return app, "http://" + ln.Addr().String()
+}
+
+func status(t *testing.T, base string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/check/default", nil)
+	req.Header.Set("X-Original-URL", "http://example.com/")
+	req.Header.Set("X-Original-Method", "GET")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// countAllowed sends requests until one is denied and returns how many were allowed.
+func countAllowed(t *testing.T, base string) int {
+	t.Helper()
+	for n := 0; n < 100; n++ {
+		if status(t, base) != http.StatusOK {
+			return n
+		}
+	}
+	t.Fatal("never denied")
+	return 0
+}
+
+func TestEditsApplyLiveAndBadVersionsKeepTheLastGood(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "api.yaml", limitPolicy(2))
+	app, base := startLocal(t, dir)
+
+	if n := countAllowed(t, base); n != 2 {
+		t.Fatalf("limit 2 allowed %d", n)
+	}
+
+	// Raising the limit takes effect within 2s: the window's count (2) stays.
+	edited := time.Now()
+	writePolicy(t, dir, "api.yaml", limitPolicy(5))
+	for status(t, base) != http.StatusOK {
+		if time.Since(edited) > 2*time.Second {
+			t.Fatal("an edited file did not change the limit within 2s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("edit applied after %s", time.Since(edited))
+	if n := countAllowed(t, base); n != 2 { // 3 of 5 used now
+		t.Fatalf("after raising to 5: %d more allowed, want 2", n)
+	}
+
+	// A file that is not YAML is reported; the last good version stays.
+	writePolicy(t, dir, "api.yaml", "apiVersion: ratelimit.sluice.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: api\nspec: [")
+	waitFor(t, func() bool { return len(app.Files.FileErrors()) == 1 })
+	if fe := app.Files.FileErrors()[0]; !strings.Contains(fe.File, "api.yaml") || fe.Err == nil {
+		t.Fatalf("file error %+v", fe)
+	}
+	if s := status(t, base); s != http.StatusForbidden {
+		t.Fatalf("with a broken file the old limit must hold: %d, want 403", s)
+	}
+
+	// A policy that does not compile is reported by field; the last good version stays.
+	writePolicy(t, dir, "api.yaml", strings.Replace(limitPolicy(100), "window: 1h", "window: 1 hour", 1))
+	waitFor(t, func() bool {
+		st := app.Files.Statuses()
+		return len(app.Files.FileErrors()) == 0 && len(st) == 1 && !st[0].Ready
+	})
+	st := app.Files.Statuses()[0]
+	if !strings.Contains(st.Message, "spec.limits[0].fixedWindow.window") || !strings.Contains(st.Message, "last good version stays in force") {
+		t.Fatalf("status message %q", st.Message)
+	}
+	if s := status(t, base); s != http.StatusForbidden {
+		t.Fatalf("with an invalid policy the old limit must hold: %d, want 403", s)
+	}
+
+	// Fixed, the new version applies; removed, the limit is gone.
+	writePolicy(t, dir, "api.yaml", limitPolicy(100))
+	waitFor(t, func() bool { return status(t, base) == http.StatusOK })
+	if err := os.Remove(filepath.Join(dir, "api.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(app.Files.Policies().All()) == 0 })
+}
+
+func TestUnknownFieldsAreErrors(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "api.yaml", strings.Replace(limitPolicy(1), "key: global", "key: global\n  keyy: typo", 1))
+	app, _ := startLocal(t, dir)
+	fe := app.Files.FileErrors()
+	if len(fe) != 1 || !strings.Contains(fe[0].Err.Error(), "keyy") {
+		t.Fatalf("file errors %+v, want one naming the unknown field", fe)
+	}
+}
+
+func TestSamplesCompile(t *testing.T) {
+	app, _ := startLocal(t, filepath.Join("..", "..", "config", "samples"))
+	if fe := app.Files.FileErrors(); len(fe) > 0 {
+		t.Fatalf("sample files: %+v", fe)
+	}
+	st := app.Files.Statuses()
+	if len(st) < 7 {
+		t.Fatalf("%d sample policies, want one per algorithm and more", len(st))
+	}
+	for _, s := range st {
+		if !s.Ready {
+			t.Errorf("sample %s/%s: %s", s.Namespace, s.Name, s.Message)
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 3s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

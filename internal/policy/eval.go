@@ -1,0 +1,59 @@
+package policy
+
+import (
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Eval holds the per-request state of evaluating one request against
+// several policies: the CEL variables (built lazily, once) and a key
+// buffer. Reset it for each request; pool it to avoid allocations.
+type Eval struct {
+	r    *Request
+	vars requestVars
+	buf  []byte
+}
+
+// Reset prepares e for request r.
+func (e *Eval) Reset(r *Request) {
+	e.r = r
+	e.vars.reset(r)
+	e.buf = e.buf[:0]
+}
+
+// Match reports whether p applies to the request. An error comes from the
+// policy's `when` expression (a missing map key, the cost limit); callers
+// treat the policy as matching so that an expression error never lets a
+// request skip a limit.
+func (e *Eval) Match(p *Policy) (bool, error) {
+	return p.match.matches(e.r, &e.vars)
+}
+
+// KeyValue renders p's key for the request. ok is false when a
+// placeholder has no value; p.OnMissingKey then decides. With
+// OnMissingKey Shared the value of the shared bucket is returned instead.
+func (e *Eval) KeyValue(p *Policy) (value string, ok bool) {
+	e.buf = e.buf[:0]
+	var found bool
+	e.buf, found = p.key.render(e.buf, e.r)
+	if found {
+		return string(e.buf), true
+	}
+	if p.OnMissingKey == "Shared" {
+		return sharedKeyValue, true
+	}
+	return "", false
+}
+
+// AppendEntries appends one engine entry per limit of p for the key value.
+func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost int64) []ratelimit.Entry {
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		entries = append(entries, ratelimit.Entry{
+			Key:    ratelimit.Key(p.Namespace, p.Name, keyValue, l.Name),
+			Limit:  l.Limit,
+			Cost:   cost,
+			Shadow: p.Shadow,
+		})
+	}
+	return entries
+}

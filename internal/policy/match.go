@@ -1,0 +1,137 @@
+package policy
+
+import (
+	"net/http"
+	"strings"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+)
+
+// matcher is a compiled spec.match. Each list is an OR of its entries; the
+// lists combine with AND; an empty list matches everything.
+type matcher struct {
+	exactHosts   []string // lower case
+	hostSuffixes []string // ".example.com" for "*.example.com"
+	exactPaths   []string
+	pathPrefixes []string
+	methods      []string
+	headers      []headerMatch
+	when         *whenExpr
+}
+
+type headerMatch struct {
+	name     string // canonical
+	value    string
+	anyValue bool
+}
+
+func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
+	var c matcher
+	for _, h := range m.Hosts {
+		host := strings.ToLower(string(h))
+		if suffix, ok := strings.CutPrefix(host, "*"); ok {
+			c.hostSuffixes = append(c.hostSuffixes, suffix)
+		} else {
+			c.exactHosts = append(c.exactHosts, host)
+		}
+	}
+	for _, p := range m.Paths {
+		if prefix, ok := strings.CutSuffix(string(p), "*"); ok {
+			c.pathPrefixes = append(c.pathPrefixes, prefix)
+		} else {
+			c.exactPaths = append(c.exactPaths, string(p))
+		}
+	}
+	for _, method := range m.Methods {
+		c.methods = append(c.methods, string(method))
+	}
+	for _, h := range m.Headers {
+		hm := headerMatch{name: http.CanonicalHeaderKey(string(h.Name)), anyValue: h.Value == nil}
+		if h.Value != nil {
+			hm.value = *h.Value
+		}
+		c.headers = append(c.headers, hm)
+	}
+	return c
+}
+
+// matches reports whether r is in scope. The CEL expression runs last: it
+// is the most expensive test.
+func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
+	if !m.matchesHost(r.Host) || !m.matchesPath(r.Path) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
+		return false, nil
+	}
+	if m.when == nil {
+		return true, nil
+	}
+	return m.when.eval(vars)
+}
+
+func (m *matcher) matchesHost(host string) bool {
+	if len(m.exactHosts) == 0 && len(m.hostSuffixes) == 0 {
+		return true
+	}
+	for _, h := range m.exactHosts {
+		if h == host {
+			return true
+		}
+	}
+	for _, s := range m.hostSuffixes {
+		// "*.example.com" needs at least one label before the suffix.
+		if len(host) > len(s) && strings.HasSuffix(host, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *matcher) matchesPath(path string) bool {
+	if len(m.exactPaths) == 0 && len(m.pathPrefixes) == 0 {
+		return true
+	}
+	for _, p := range m.exactPaths {
+		if p == path {
+			return true
+		}
+	}
+	for _, p := range m.pathPrefixes {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *matcher) matchesMethod(method string) bool {
+	if len(m.methods) == 0 {
+		return true
+	}
+	for _, want := range m.methods {
+		if want == method {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *matcher) matchesHeaders(h http.Header) bool {
+	for _, want := range m.headers {
+		values, ok := h[want.name]
+		if !ok || len(values) == 0 {
+			return false
+		}
+		if !want.anyValue && !containsString(values, want.value) {
+			return false
+		}
+	}
+	return true
+}
+
+func containsString(values []string, v string) bool {
+	for _, s := range values {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,219 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// maxJSONBody bounds a POST /v1/check body.
+const maxJSONBody = 1 << 20
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Namespace string `json:"namespace"`
+	// Policy, when set, checks only that policy.
+	Policy  string          `json:"policy,omitempty"`
+	Request OriginalRequest `json:"request"`
+	// Cost overrides the policies' cost when above 0.
+	Cost int64 `json:"cost,omitempty"`
+	// DryRun evaluates without consuming.
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// OriginalRequest describes the request to decide. The path may carry a
+// query ("/search?q=x").
+type OriginalRequest struct {
+	Method   string            `json:"method"`
+	Host     string            `json:"host"`
+	Path     string            `json:"path"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	ClientIP string            `json:"clientIP,omitempty"`
+}
+
+// CheckResponse is the answer of POST /v1/check.
+type CheckResponse struct {
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason"`
+	// RetryAfterSeconds is set on a denial that a later retry can pass.
+	RetryAfterSeconds *int64         `json:"retryAfterSeconds,omitempty"`
+	Degraded          bool           `json:"degraded,omitempty"`
+	Error             string         `json:"error,omitempty"`
+	Policies          []PolicyReport `json:"policies"`
+}
+
+// PolicyReport is one matching policy's part in the decision.
+type PolicyReport struct {
+	Namespace  string        `json:"namespace"`
+	Name       string        `json:"name"`
+	Mode       string        `json:"mode"`
+	Key        string        `json:"key,omitempty"`
+	MissingKey bool          `json:"missingKey,omitempty"`
+	WhenError  string        `json:"whenError,omitempty"`
+	Limits     []LimitReport `json:"limits,omitempty"`
+}
+
+// LimitReport is one limit's figures.
+type LimitReport struct {
+	Name              string `json:"name"`
+	Algorithm         string `json:"algorithm"`
+	RedisKey          string `json:"redisKey"`
+	Allowed           bool   `json:"allowed"`
+	Limit             int64  `json:"limit"`
+	Remaining         int64  `json:"remaining"`
+	ResetSeconds      int64  `json:"resetSeconds"`
+	RetryAfterSeconds *int64 `json:"retryAfterSeconds,omitempty"`
+	Cached            bool   `json:"cached,omitempty"`
+}
+
+func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+	if err != nil {
+		s.badRequest(w, fmt.Errorf("body: %w", err))
+		return
+	}
+	if len(body) > maxJSONBody {
+		s.badRequest(w, fmt.Errorf("body: larger than %d bytes", maxJSONBody))
+		return
+	}
+	var in CheckRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		s.badRequest(w, fmt.Errorf("body: %w", err))
+		return
+	}
+	req, err := in.toPolicyRequest()
+	if err != nil {
+		s.badRequest(w, err)
+		return
+	}
+	if in.Namespace == "" {
+		s.badRequest(w, fmt.Errorf("namespace: required"))
+		return
+	}
+	if in.Cost < 0 || in.Cost > ratelimit.MaxCount {
+		s.badRequest(w, fmt.Errorf("cost: must be from 0 to %d", ratelimit.MaxCount))
+		return
+	}
+	out, err := s.opts.Checker.Check(r.Context(), check.Input{
+		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, DryRun: in.DryRun,
+	})
+	if err != nil {
+		s.checkError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(report(out))
+}
+
+func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
+	o := &in.Request
+	method := strings.ToUpper(o.Method)
+	if method == "" {
+		method = http.MethodGet
+	}
+	if !validMethod(method) {
+		return nil, fmt.Errorf("request.method: %q is not an HTTP method", truncate(o.Method))
+	}
+	rawPath := o.Path
+	if rawPath == "" {
+		rawPath = "/"
+	}
+	if !strings.HasPrefix(rawPath, "/") {
+		return nil, fmt.Errorf("request.path: must start with '/'")
+	}
+	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
+	p, err := normalizePath(escapedPath)
+	if err != nil {
+		return nil, fmt.Errorf("request.path: %v", err)
+	}
+	req := &policy.Request{Method: method, Host: normalizeHost(o.Host), Path: p, RawQuery: rawQuery, Header: http.Header{}}
+	for k, v := range o.Headers {
+		if !validToken(k) {
+			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", truncate(k))
+		}
+		req.Header.Set(k, v)
+	}
+	if o.ClientIP != "" {
+		a, err := netip.ParseAddr(o.ClientIP)
+		if err != nil {
+			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", truncate(o.ClientIP))
+		}
+		req.ClientIP = a.Unmap()
+	}
+	return req, nil
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func report(out *check.Outcome) CheckResponse {
+	resp := CheckResponse{Allowed: out.Allowed, Reason: string(out.Reason), Degraded: out.Degraded, Policies: []PolicyReport{}}
+	if out.StoreErr != nil {
+		resp.Error = out.StoreErr.Error()
+	}
+	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
+		secs := ceilSeconds(out.RetryAfter)
+		resp.RetryAfterSeconds = &secs
+	}
+	index := map[*policy.Policy]int{}
+	for _, pr := range out.Policies {
+		mode := "Enforce"
+		if pr.Policy.Shadow {
+			mode = "Shadow"
+		}
+		rep := PolicyReport{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name, Mode: mode, Key: printableKey(pr.KeyValue), MissingKey: pr.MissingKey}
+		if pr.WhenError != nil {
+			rep.WhenError = pr.WhenError.Error()
+		}
+		index[pr.Policy] = len(resp.Policies)
+		resp.Policies = append(resp.Policies, rep)
+	}
+	for _, lr := range out.Limits {
+		l := LimitReport{
+			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: lr.Key,
+			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
+			ResetSeconds: ceilSeconds(lr.Reset), Cached: lr.Cached,
+		}
+		if !lr.Allowed && lr.RetryAfter > 0 && lr.RetryAfter != ratelimit.Never {
+			secs := ceilSeconds(lr.RetryAfter)
+			l.RetryAfterSeconds = &secs
+		}
+		i := index[lr.Policy]
+		resp.Policies[i].Limits = append(resp.Policies[i].Limits, l)
+	}
+	return resp
+}
+
+// printableKey shows a key value for people: the shared bucket of
+// requests without a key by name, control bytes escaped.
+func printableKey(v string) string {
+	if strings.HasPrefix(v, "\x00") {
+		return "(shared bucket of requests without a key)"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 {
+			return '|'
+		}
+		return r
+	}, v)
+}

@@ -1,0 +1,116 @@
+package webhook
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// DefaultTrustedProxies are the networks whose forwarded headers are
+// believed by default: loopback and private ranges, where in-cluster
+// ingress controllers and gateways live.
+var DefaultTrustedProxies = []string{
+	"127.0.0.0/8", "::1/128",
+	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+	"fc00::/7",
+}
+
+// TrustedProxies decides which peers' forwarded headers are believed.
+type TrustedProxies struct {
+	prefixes []netip.Prefix
+}
+
+// ParseTrustedProxies parses CIDRs (or single addresses).
+func ParseTrustedProxies(cidrs []string) (*TrustedProxies, error) {
+	t := &TrustedProxies{}
+	for _, c := range cidrs {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if !strings.Contains(c, "/") {
+			a, err := netip.ParseAddr(c)
+			if err != nil {
+				return nil, fmt.Errorf("trusted proxy %q: not an address or CIDR", c)
+			}
+			c = netip.PrefixFrom(a, a.BitLen()).String()
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: %w", c, err)
+		}
+		t.prefixes = append(t.prefixes, p.Masked())
+	}
+	return t, nil
+}
+
+// Trusted reports whether a is a trusted proxy.
+func (t *TrustedProxies) Trusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range t.prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientIP finds the original client's address. Forwarded headers are
+// believed only when the peer is a trusted proxy; then X-Forwarded-For is
+// walked from the right, past trusted proxies, and the first untrusted
+// address is the client (anything to its left was written by the client
+// and may be forged). X-Real-IP is used when there is no X-Forwarded-For.
+// When every hop is trusted the left-most address is the client.
+func (t *TrustedProxies) ClientIP(peer netip.Addr, xff []string, realIP string) netip.Addr {
+	peer = peer.Unmap()
+	if !peer.IsValid() || !t.Trusted(peer) {
+		return peer
+	}
+	client := peer
+	found := false
+	for i := len(xff) - 1; i >= 0 && !found; i-- {
+		list := xff[i]
+		for list != "" && !found {
+			var hop string
+			if j := strings.LastIndexByte(list, ','); j >= 0 {
+				hop, list = list[j+1:], list[:j]
+			} else {
+				hop, list = list, ""
+			}
+			a, ok := parseHop(hop)
+			if !ok {
+				// A trusted proxy forwarded something that is not an
+				// address: stop at the last hop that is known.
+				return client
+			}
+			client = a
+			if !t.Trusted(a) {
+				found = true
+			}
+		}
+	}
+	if len(xff) == 0 && realIP != "" {
+		if a, ok := parseHop(realIP); ok {
+			return a
+		}
+	}
+	return client
+}
+
+// parseHop parses one X-Forwarded-For element: an address, possibly with a
+// port or in brackets.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
