@@ -26,7 +26,7 @@ help: ## List the targets.
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests under config/.
-	$(CONTROLLER_GEN) rbac:roleName=sluice-controller crd:allowDangerousTypes=false paths="./api/..." \
+	$(CONTROLLER_GEN) rbac:roleName=sluice-controller crd:allowDangerousTypes=false paths="./api/...;./internal/controller/..." \
 	  output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate

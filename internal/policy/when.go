@@ -37,7 +37,11 @@ type whenExpr struct {
 func compileWhen(expr string) (*whenExpr, error) {
 	ast, iss := whenEnv.Compile(expr)
 	if iss.Err() != nil {
-		return nil, fmt.Errorf("%s", strings.ReplaceAll(iss.Err().Error(), "\n", " "))
+		msg := strings.ReplaceAll(iss.Err().Error(), "\n", " ")
+		if strings.Contains(msg, "undeclared reference") {
+			msg += " (the variables are request.method, request.host, request.path, request.query, request.headers and request.client_ip)"
+		}
+		return nil, fmt.Errorf("%s", msg)
 	}
 	if ast.OutputType() != cel.BoolType {
 		return nil, fmt.Errorf("must be a boolean expression, not %s", ast.OutputType())

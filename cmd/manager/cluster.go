@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+// The flags of the cluster processes, bound per subcommand.
+
+func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig *string) {
+	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8081", "address of the controller's /metrics (0 disables)")
+	fs.StringVar(&cfg.ProbeAddr, "health-probe-bind-address", ":8082", "address of the controller's /healthz and /readyz")
+	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "elect one active controller among replicas (a Lease)")
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "sluice-system"
+	}
+	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", ns, "namespace of the leader-election Lease (env POD_NAMESPACE)")
+	fs.DurationVar(&cfg.SyncInterval, "sync-interval", 3*time.Second, "how often the Redis policy table is compared with the cluster and repaired")
+	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+}
+
+func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *string) {
+	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint, its /metrics and probes")
+	fs.StringVar(profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
+	fs.StringVar(trusted, "trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
+	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policy-table revision is polled (pub/sub is the fast path)")
+}
+
+func finishCheckFlags(cfg *app.CheckConfig, profile, trusted string, log *slog.Logger) error {
+	p, err := webhook.ParseProfile(profile)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	cfg.Profile = p
+	cfg.TrustedProxies = strings.Split(trusted, ",")
+	cfg.Logger = log
+	return nil
+}
+
+func finishControllerFlags(cfg *app.ControllerConfig, kubeconfig string) error {
+	if kubeconfig == "" {
+		return nil // ctrl.GetConfig: in-cluster or $KUBECONFIG
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	cfg.RESTConfig = rc
+	return nil
+}
+
+// newLogger logs text to stderr, for our code and controller-runtime's.
+func newLogger() *slog.Logger {
+	h := slog.NewTextHandler(os.Stderr, nil)
+	ctrl.SetLogger(logr.FromSlogHandler(h))
+	return slog.New(h)
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runController(args []string) error {
+	fs := flag.NewFlagSet("controller", flag.ContinueOnError)
+	var cfg app.ControllerConfig
+	var redisCfg redisconn.Config
+	var kubeconfig string
+	bindControllerFlags(fs, &cfg, &kubeconfig)
+	redisCfg.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	newLogger()
+	if err := finishControllerFlags(&cfg, kubeconfig); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	return app.RunController(ctx, cfg, &redisCfg)
+}
+
+func runCheck(args []string) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	var cfg app.CheckConfig
+	var redisCfg redisconn.Config
+	var profile, trusted string
+	bindCheckFlags(fs, &cfg, &profile, &trusted)
+	redisCfg.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := finishCheckFlags(&cfg, profile, trusted, newLogger()); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	return app.RunCheck(ctx, cfg, &redisCfg)
+}
+
+func runAll(args []string) error {
+	fs := flag.NewFlagSet("all", flag.ContinueOnError)
+	var ccfg app.ControllerConfig
+	var kcfg app.CheckConfig
+	var redisCfg redisconn.Config
+	var kubeconfig, profile, trusted string
+	bindControllerFlags(fs, &ccfg, &kubeconfig)
+	bindCheckFlags(fs, &kcfg, &profile, &trusted)
+	redisCfg.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger()
+	if err := finishControllerFlags(&ccfg, kubeconfig); err != nil {
+		return err
+	}
+	if err := finishCheckFlags(&kcfg, profile, trusted, log); err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	return app.RunAll(ctx, ccfg, kcfg, &redisCfg)
+}

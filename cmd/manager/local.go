@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/localmode"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+func runLocal(args []string) error {
+	fs := flag.NewFlagSet("local", flag.ContinueOnError)
+	var cfg localmode.Config
+	var profile, trusted string
+	fs.StringVar(&cfg.PoliciesDir, "policies", "config/samples", "folder of RateLimitPolicy YAML files, watched for edits")
+	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint")
+	fs.StringVar(&profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
+	fs.StringVar(&trusted, "trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
+	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
+	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
+	cfg.Redis.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p, err := webhook.ParseProfile(profile)
+	if err != nil {
+		return fmt.Errorf("--profile: %w", err)
+	}
+	cfg.Profile = p
+	cfg.TrustedProxies = strings.Split(trusted, ",")
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return localmode.Run(ctx, cfg)
+}

@@ -1,0 +1,134 @@
+// Package app assembles Sluice's cluster processes from their parts: the
+// controller (reconciler and table sync, leader-elected) and the check
+// endpoint (Redis only, no Kubernetes access), or both in one process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+// CheckConfig configures the check endpoint process.
+type CheckConfig struct {
+	Listen         string
+	Profile        webhook.Profile
+	TrustedProxies []string
+	// Timeout bounds each Redis call.
+	Timeout time.Duration
+	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
+	PollInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// redisParts is what both processes build from the Redis settings.
+type redisParts struct {
+	client redis.UniversalClient
+	store  *redisstore.Store
+	table  *policytable.Table
+}
+
+func connectRedis(cfg *redisconn.Config) (*redisParts, error) {
+	if !cfg.Enabled() {
+		return nil, errors.New("redis: no connection configured; set --redis-url, --redis-sentinel-addrs or --redis-cluster-addrs")
+	}
+	opts, err := cfg.Options()
+	if err != nil {
+		return nil, err
+	}
+	client := redisstore.NewClient(opts)
+	store, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return &redisParts{client: client, store: store, table: policytable.New(client)}, nil
+}
+
+func (r *redisParts) close() {
+	_ = r.store.Close()
+	_ = r.client.Close()
+}
+
+// checkServer is the check endpoint over Redis, following the policy table.
+type checkServer struct {
+	reader  *policytable.Reader
+	handler http.Handler
+	listen  string
+	log     *slog.Logger
+}
+
+func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	checker := check.New(check.Options{Store: parts.store, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	var trusted *webhook.TrustedProxies
+	if cfg.TrustedProxies != nil {
+		var err error
+		if trusted, err = webhook.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+			return nil, fmt.Errorf("--trusted-proxies: %w", err)
+		}
+	}
+	srv, err := webhook.New(webhook.Options{Checker: checker, Profile: cfg.Profile, TrustedProxies: trusted, Gatherer: reg, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &checkServer{reader: reader, handler: srv, listen: cfg.Listen, log: log}, nil
+}
+
+// run serves until ctx ends, then drains connections.
+func (c *checkServer) run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	go c.reader.Run(ctx)
+	httpSrv := &http.Server{Handler: c.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// RunCheck runs the check endpoint process until ctx ends.
+func RunCheck(ctx context.Context, cfg CheckConfig, redisCfg *redisconn.Config) error {
+	parts, err := connectRedis(redisCfg)
+	if err != nil {
+		return err
+	}
+	defer parts.close()
+	srv, err := newCheckServer(cfg, parts)
+	if err != nil {
+		return err
+	}
+	return srv.run(ctx)
+}

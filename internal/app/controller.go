@@ -1,0 +1,148 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/redisconn"
+)
+
+// ControllerConfig configures the controller process.
+type ControllerConfig struct {
+	// MetricsAddr and ProbeAddr serve /metrics and /healthz, /readyz ("0" disables).
+	MetricsAddr string
+	ProbeAddr   string
+	// LeaderElection elects one writer among controller replicas.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	LeaderElectionID        string
+	// SyncInterval is how often the whole table is compared with the cluster.
+	SyncInterval time.Duration
+	// RESTConfig reaches the API server (default: in-cluster or KUBECONFIG).
+	RESTConfig *rest.Config
+}
+
+// Scheme has the types the controller reads.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err) // static registrations: fails in every test if wrong
+	}
+	if err := ratelimitv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// storeLibrary presents the Redis store as the library the publisher
+// keeps loaded.
+type storeLibrary struct{ store *redisstore.Store }
+
+func (l storeLibrary) EnsureLoaded(ctx context.Context) error { return l.store.EnsureLoaded(ctx) }
+func (l storeLibrary) Version() string                        { return redisstore.LibraryName }
+
+func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager, error) {
+	restCfg := cfg.RESTConfig
+	if restCfg == nil {
+		var err error
+		if restCfg, err = ctrl.GetConfig(); err != nil {
+			return nil, fmt.Errorf("kubernetes config: %w", err)
+		}
+	}
+	id := cfg.LeaderElectionID
+	if id == "" {
+		id = "sluice-controller.ratelimit.sluice.dev"
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		HealthProbeBindAddress:  cfg.ProbeAddr,
+		LeaderElection:          cfg.LeaderElection,
+		LeaderElectionID:        id,
+		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
+		// Step down at once on shutdown, so a rolling update hands over
+		// without waiting for the lease to expire.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	publisher := &policytable.Publisher{Table: parts.table, Library: storeLibrary{parts.store}}
+	lastGood := controller.NewLastGood()
+	r := &controller.Reconciler{
+		Client:         mgr.GetClient(),
+		Publisher:      publisher,
+		Recorder:       mgr.GetEventRecorder("sluice-controller"),
+		LibraryVersion: redisstore.LibraryName,
+		LastGood:       lastGood,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval}); err != nil {
+		return nil, err
+	}
+	// Probes never depend on Redis: a Redis outage must not restart pods.
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// RunController runs the controller process until ctx ends.
+func RunController(ctx context.Context, cfg ControllerConfig, redisCfg *redisconn.Config) error {
+	parts, err := connectRedis(redisCfg)
+	if err != nil {
+		return err
+	}
+	defer parts.close()
+	mgr, err := newControllerManager(cfg, parts)
+	if err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// RunAll runs the controller and the check endpoint in one process over one
+// Redis connection.
+func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisCfg *redisconn.Config) error {
+	parts, err := connectRedis(redisCfg)
+	if err != nil {
+		return err
+	}
+	defer parts.close()
+	mgr, err := newControllerManager(ccfg, parts)
+	if err != nil {
+		return err
+	}
+	srv, err := newCheckServer(kcfg, parts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- mgr.Start(ctx) }()
+	go func() { errc <- srv.run(ctx) }()
+	err = <-errc
+	cancel() // one stopped: stop the other and wait for it
+	if err2 := <-errc; err == nil {
+		err = err2
+	}
+	return err
+}

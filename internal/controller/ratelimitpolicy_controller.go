@@ -1,0 +1,213 @@
+// Package controller reconciles RateLimitPolicies into the Redis policy
+// table and keeps their status in kstatus shape. It holds no algorithm or
+// Redis-protocol code: compiling is internal/policy's, writing is
+// internal/policytable's.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/policytable"
+)
+
+// Publisher is the Redis side the reconciler writes to.
+type Publisher interface {
+	Apply(ctx context.Context, e *policytable.Entry) (revision int64, err error)
+	Remove(ctx context.Context, namespace, name string) error
+}
+
+// +kubebuilder:rbac:groups=ratelimit.sluice.dev,resources=ratelimitpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ratelimit.sluice.dev,resources=ratelimitpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Reconciler compiles each RateLimitPolicy and writes the valid ones into
+// the policy table.
+type Reconciler struct {
+	Client         client.Client
+	Publisher      Publisher
+	Recorder       recorder.EventRecorder
+	LibraryVersion string
+	// LastGood remembers the last version of each policy that compiled, so
+	// the table sync can restore it while a newer version is invalid.
+	LastGood *LastGood
+}
+
+// LastGood is the last valid table entry of each policy, by namespace/name.
+type LastGood struct {
+	mu      sync.Mutex
+	entries map[types.NamespacedName]policytable.Entry
+}
+
+// NewLastGood returns an empty LastGood.
+func NewLastGood() *LastGood {
+	return &LastGood{entries: map[types.NamespacedName]policytable.Entry{}}
+}
+
+func (l *LastGood) set(k types.NamespacedName, e policytable.Entry) {
+	l.mu.Lock()
+	l.entries[k] = e
+	l.mu.Unlock()
+}
+
+func (l *LastGood) remove(k types.NamespacedName) {
+	l.mu.Lock()
+	delete(l.entries, k)
+	l.mu.Unlock()
+}
+
+// Get returns the last valid entry of a policy.
+func (l *LastGood) Get(k types.NamespacedName) (policytable.Entry, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.entries[k]
+	return e, ok
+}
+
+// SetupWithManager registers the reconciler. Status-only updates (our own
+// patches) do not trigger a reconcile.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Named("ratelimitpolicy").
+		WithOptions(controller.Options{
+			// Retry Redis outages from 100ms up to every 30s (the default
+			// backs off to 16 minutes), so policies turn Ready soon after
+			// Redis is back.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, 30*time.Second),
+		}).
+		Complete(r)
+}
+
+// Reconcile brings one policy's table entry and status in line with its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	log := logf.FromContext(ctx)
+	var p ratelimitv1alpha1.RateLimitPolicy
+	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.removed(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if !p.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // no finalizer: the table entry goes when the object does
+	}
+
+	// One status patch, at the end, whatever the outcome.
+	base := p.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(base.Status, p.Status) {
+			return
+		}
+		if err := r.Client.Status().Patch(ctx, &p, client.MergeFrom(base)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		}
+	}()
+
+	compiled, err := policy.Compile(p.Namespace, p.Name, &p.Spec)
+	if err != nil {
+		r.stalled(&p, err)
+		log.Info("policy does not compile; the last good version stays in force", "err", err.Error())
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+
+	entry := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec}
+	revision, err := r.Publisher.Apply(ctx, &entry)
+	if err != nil {
+		r.redisUnavailable(&p, err)
+		return ctrl.Result{}, err // transient: retried with backoff
+	}
+	r.LastGood.set(req.NamespacedName, entry)
+	r.applied(&p, compiled, revision)
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) removed(ctx context.Context, key types.NamespacedName) error {
+	r.LastGood.remove(key)
+	if err := r.Publisher.Remove(ctx, key.Namespace, key.Name); err != nil {
+		return fmt.Errorf("remove %s from the policy table: %w", key, err)
+	}
+	logf.FromContext(ctx).Info("policy deleted; removed from the policy table")
+	return nil
+}
+
+// applied: Ready=True for this generation; no Reconciling, no Stalled.
+func (r *Reconciler) applied(p *ratelimitv1alpha1.RateLimitPolicy, compiled *policy.Policy, revision int64) {
+	wasReady := p.Status.ObservedGeneration == p.Generation && apimeta.IsStatusConditionTrue(p.Status.Conditions, ratelimitv1alpha1.ConditionReady)
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.Limits = truncate(compiled.Summary, 1024)
+	p.Status.LibraryVersion = r.LibraryVersion
+	p.Status.TableRevision = revision
+	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionTrue, ratelimitv1alpha1.ReasonApplied,
+		fmt.Sprintf("In force: policy table revision %d", revision))
+	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionReconciling)
+	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionStalled)
+	if !wasReady && r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ratelimitv1alpha1.ReasonApplied, "Apply",
+			"Generation %d is in force (policy table revision %d)", p.Generation, revision)
+	}
+}
+
+// stalled: a person must fix the spec. Ready=False and Stalled=True, for
+// this generation; the previous valid version stays in the table.
+func (r *Reconciler) stalled(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
+	msg := truncate(err.Error(), 30000)
+	if p.Status.TableRevision > 0 {
+		msg += "; the last good version stays in force"
+	}
+	p.Status.ObservedGeneration = p.Generation
+	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonInvalidSpec, msg)
+	setCondition(p, ratelimitv1alpha1.ConditionStalled, metav1.ConditionTrue, ratelimitv1alpha1.ReasonInvalidSpec, msg)
+	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionReconciling)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonInvalidSpec, "Compile", "%s", msg)
+	}
+}
+
+// redisUnavailable: transient. Ready=False and Reconciling=True; the
+// generation's outcome is not known yet, so observedGeneration stays.
+func (r *Reconciler) redisUnavailable(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
+	msg := truncate("Redis: "+err.Error()+"; retrying", 30000)
+	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
+	setCondition(p, ratelimitv1alpha1.ConditionReconciling, metav1.ConditionTrue, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
+	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionStalled)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonRedisUnavailable, "Apply", "%s", msg)
+	}
+}
+
+func setCondition(p *ratelimitv1alpha1.RateLimitPolicy, typ string, status metav1.ConditionStatus, reason, msg string) {
+	apimeta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,101 @@
+package policytable
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+)
+
+// Library is the rate-limit library in Redis, which must be present
+// wherever the table is: check processes call it for every request.
+type Library interface {
+	// EnsureLoaded loads the library on every master that lacks it.
+	EnsureLoaded(ctx context.Context) error
+	// Version names the library version.
+	Version() string
+}
+
+// Publisher is the controller's writer: it puts validated policies into the
+// table, making sure the library is loaded first. Its methods are
+// serialized, so a periodic full sync and a reconcile of a new generation
+// can never interleave their writes and leave an older version behind.
+type Publisher struct {
+	Table   *Table
+	Library Library
+
+	mu sync.Mutex
+}
+
+// Apply loads the library if needed and writes e.
+func (p *Publisher) Apply(ctx context.Context, e *Entry) (revision int64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.Library.EnsureLoaded(ctx); err != nil {
+		return 0, fmt.Errorf("load the rate-limit library: %w", err)
+	}
+	revision, _, err = p.Table.Put(ctx, e)
+	return revision, err
+}
+
+// Remove deletes a policy from the table.
+func (p *Publisher) Remove(ctx context.Context, namespace, name string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _, err := p.Table.Delete(ctx, namespace, name)
+	return err
+}
+
+// SyncResult counts what a Sync changed.
+type SyncResult struct {
+	Written, Removed int
+	Revision         int64
+}
+
+// Sync makes the table hold exactly desired (keyed by Entry.ID) and the
+// library present. desired is computed under the same lock by the caller's
+// function, so it reflects the newest state any Apply has seen.
+func (p *Publisher) Sync(ctx context.Context, desired func(current map[string]Entry) map[string]*Entry) (SyncResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var res SyncResult
+	if err := p.Library.EnsureLoaded(ctx); err != nil {
+		return res, fmt.Errorf("load the rate-limit library: %w", err)
+	}
+	entries, rev, err := p.Table.Load(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Revision = rev
+	current := make(map[string]Entry, len(entries))
+	for _, e := range entries {
+		current[e.ID()] = e
+	}
+	want := desired(current)
+	for id, e := range current {
+		if _, keep := want[id]; !keep {
+			r, changed, err := p.Table.Delete(ctx, e.Namespace, e.Name)
+			if err != nil {
+				return res, err
+			}
+			if changed {
+				res.Removed++
+				res.Revision = r
+			}
+		}
+	}
+	for id, e := range want {
+		if cur, ok := current[id]; ok && reflect.DeepEqual(&cur, e) {
+			continue // already there: no call, no revision
+		}
+		r, changed, err := p.Table.Put(ctx, e)
+		if err != nil {
+			return res, err
+		}
+		if changed {
+			res.Written++
+			res.Revision = r
+		}
+	}
+	return res, nil
+}

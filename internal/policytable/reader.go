@@ -1,0 +1,158 @@
+package policytable
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// Reader keeps the check process's policy set equal to the table: it loads
+// the table at start, reloads on every change message, and polls the
+// revision as a fallback, since pub/sub drops messages while a connection
+// is re-established.
+type Reader struct {
+	table    *Table
+	interval time.Duration
+	log      *slog.Logger
+
+	set      atomic.Pointer[policy.Set]
+	revision atomic.Int64
+	loaded   atomic.Bool
+
+	mu       sync.Mutex
+	problems map[string]string // "ns/name" -> why it is not enforced
+}
+
+// NewReader returns a Reader polling every interval (default 500ms).
+func NewReader(table *Table, interval time.Duration, log *slog.Logger) *Reader {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Reader{table: table, interval: interval, log: log, problems: map[string]string{}}
+	r.set.Store(policy.NewSet(0, nil))
+	r.revision.Store(-1)
+	return r
+}
+
+// Policies implements check.Source.
+func (r *Reader) Policies() *policy.Set { return r.set.Load() }
+
+// Loaded reports whether the table was read at least once.
+func (r *Reader) Loaded() bool { return r.loaded.Load() }
+
+// Problems reports table entries this process cannot enforce (a spec that
+// does not compile here, as after a version skew).
+func (r *Reader) Problems() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.problems))
+	for k, v := range r.problems {
+		out[k] = v
+	}
+	return out
+}
+
+// Run follows the table until ctx ends.
+func (r *Reader) Run(ctx context.Context) {
+	changed := make(chan struct{}, 1)
+	go r.subscribe(ctx, changed)
+	r.refresh(ctx, true)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			r.refresh(ctx, true)
+		case <-t.C:
+			r.refresh(ctx, false)
+		}
+	}
+}
+
+// subscribe turns change messages into wake-ups. go-redis re-subscribes
+// after a reconnect by itself; messages sent meanwhile are lost, which the
+// poll covers.
+func (r *Reader) subscribe(ctx context.Context, changed chan<- struct{}) {
+	sub := r.table.client.Subscribe(ctx, Channel)
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// refresh reloads the table when its revision moved (or always when force).
+func (r *Reader) refresh(ctx context.Context, force bool) {
+	callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if !force && r.loaded.Load() {
+		rev, err := r.table.Revision(callCtx)
+		if err != nil {
+			r.log.Debug("policy table revision", "err", err)
+			return
+		}
+		if rev == r.revision.Load() {
+			return
+		}
+	}
+	entries, rev, err := r.table.Load(callCtx)
+	if err != nil {
+		r.log.Warn("loading the policy table; the policies in force stay", "err", err)
+		return
+	}
+	if r.loaded.Load() && rev == r.revision.Load() {
+		return
+	}
+	if rev == 0 && r.revision.Load() > 0 {
+		// The table is gone (FLUSHALL, a failover to an empty replica):
+		// deletions bump the revision, so this is not "no policies". Keep
+		// enforcing what we have until the controller writes it back.
+		r.log.Warn("policy table missing in Redis; keeping the policies in force until it is restored")
+		return
+	}
+	policies := make([]*policy.Policy, 0, len(entries))
+	problems := map[string]string{}
+	for i := range entries {
+		e := &entries[i]
+		p, err := policy.Compile(e.Namespace, e.Name, &e.Spec)
+		if err != nil {
+			// The controller validated it: only a different version of
+			// Sluice can disagree. Keep what this process enforced before.
+			problems[e.ID()] = err.Error()
+			if old := r.set.Load().Get(e.Namespace, e.Name); old != nil {
+				policies = append(policies, old)
+			}
+			r.log.Error("policy in the table does not compile here", "policy", e.ID(), "err", err)
+			continue
+		}
+		p.Generation = e.Generation
+		policies = append(policies, p)
+	}
+	r.mu.Lock()
+	r.problems = problems
+	r.mu.Unlock()
+	r.set.Store(policy.NewSet(rev, policies))
+	r.revision.Store(rev)
+	r.loaded.Store(true)
+	r.log.Info("policy table loaded", "revision", rev, "policies", len(policies))
+}
