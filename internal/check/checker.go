@@ -51,6 +51,7 @@ type Checker struct {
 	breaker *Breaker
 	denials *denyCache
 	metrics *Metrics
+	counts  counts
 	now     func() time.Time
 
 	mu           sync.Mutex
@@ -165,6 +166,8 @@ type Outcome struct {
 	StoreErr error
 	// Degraded is set when the failure mode answered instead of Redis.
 	Degraded bool
+
+	dryRun bool
 }
 
 type scratch struct {
@@ -262,6 +265,7 @@ func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	out.Reason = ReasonAllowed
 
+	out.dryRun = in.DryRun
 	if c.answerFromCache(sc, out, start) {
 		return out, nil
 	}
@@ -321,7 +325,10 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = 0
 		out.RetryAfter = d.until.Sub(now)
-		if c.metrics != nil {
+		if !out.dryRun {
+			c.counts.add(p.Namespace, p.Name, l.Name, "cached_denied")
+		}
+		if c.metrics != nil && !out.dryRun {
 			c.metrics.cacheHits.Inc()
 			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, "cached_denied").Inc()
 		}
@@ -364,15 +371,18 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		p := out.Policies[sc.owners[i]].Policy
 		l := &p.Limits[sc.limitOf[i]]
 		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Result: r})
-		if c.metrics != nil {
-			result := "allowed"
-			switch {
-			case !r.Allowed && e.Shadow:
-				result = "shadow_denied"
-			case !r.Allowed:
-				result = "denied"
+		result := "allowed"
+		switch {
+		case !r.Allowed && e.Shadow:
+			result = "shadow_denied"
+		case !r.Allowed:
+			result = "denied"
+		}
+		if !sc.req.DryRun {
+			c.counts.add(p.Namespace, p.Name, l.Name, result)
+			if c.metrics != nil {
+				c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, result).Inc()
 			}
-			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, result).Inc()
 		}
 		if e.Shadow {
 			continue

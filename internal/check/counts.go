@@ -1,0 +1,70 @@
+package check
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// LimitCount is how one limit has decided since the process started.
+type LimitCount struct {
+	Namespace, Policy, Limit string
+	Allowed, Denied          int64
+	// ShadowDenied counts what a shadow policy would have denied.
+	ShadowDenied int64
+}
+
+// counts keeps live decision counts per limit for the dashboard; the
+// Prometheus counters carry the same numbers for monitoring.
+type counts struct {
+	m sync.Map // "ns/policy/limit" -> *limitCounter
+}
+
+type limitCounter struct {
+	namespace, policy, limit    string
+	allowed, denied, shadowDeny atomic.Int64
+}
+
+func (c *counts) counter(ns, policy, limit string) *limitCounter {
+	key := ns + "/" + policy + "/" + limit
+	if v, ok := c.m.Load(key); ok {
+		return v.(*limitCounter)
+	}
+	v, _ := c.m.LoadOrStore(key, &limitCounter{namespace: ns, policy: policy, limit: limit})
+	return v.(*limitCounter)
+}
+
+func (c *counts) add(ns, policy, limit, result string) {
+	lc := c.counter(ns, policy, limit)
+	switch result {
+	case "allowed":
+		lc.allowed.Add(1)
+	case "shadow_denied":
+		lc.shadowDeny.Add(1)
+	default:
+		lc.denied.Add(1)
+	}
+}
+
+// Counts returns the decision counts of every limit that has decided,
+// ordered by namespace, policy and limit.
+func (c *Checker) Counts() []LimitCount {
+	var out []LimitCount
+	c.counts.m.Range(func(_, v any) bool {
+		lc := v.(*limitCounter)
+		out = append(out, LimitCount{Namespace: lc.namespace, Policy: lc.policy, Limit: lc.limit,
+			Allowed: lc.allowed.Load(), Denied: lc.denied.Load(), ShadowDenied: lc.shadowDeny.Load()})
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Policy != b.Policy {
+			return a.Policy < b.Policy
+		}
+		return a.Limit < b.Limit
+	})
+	return out
+}
