@@ -1,0 +1,129 @@
+package policytable
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+func entry(ns, name string, limit int64) *Entry {
+	return &Entry{Namespace: ns, Name: name, Generation: limit, Spec: ratelimitv1alpha1.RateLimitPolicySpec{
+		Key: "global",
+		Limits: []ratelimitv1alpha1.Limit{{Name: "l", FixedWindow: &ratelimitv1alpha1.WindowLimit{
+			Limit: ratelimitv1alpha1.Count(limit), Window: "1m"}}},
+	}}
+}
+
+func newTable(t *testing.T) (*redistest.Server, *Table) {
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { client.Close() })
+	return srv, New(client)
+}
+
+func TestPutDeleteAndRevisions(t *testing.T) {
+	ctx := context.Background()
+	srv, table := newTable(t)
+	r1, changed, err := table.Put(ctx, entry("ns", "a", 1))
+	if err != nil || !changed || r1 <= 0 {
+		t.Fatalf("first put: %d %v %v", r1, changed, err)
+	}
+	r2, changed, err := table.Put(ctx, entry("ns", "a", 1))
+	if err != nil || changed || r2 != r1 {
+		t.Fatalf("same put: revision %d (was %d) changed %v err %v; want no change", r2, r1, changed, err)
+	}
+	r3, changed, _ := table.Put(ctx, entry("ns", "a", 2))
+	if !changed || r3 <= r1 {
+		t.Fatalf("changed put: revision %d after %d", r3, r1)
+	}
+	e, ok, err := table.Get(ctx, "ns", "a")
+	if err != nil || !ok || e.Spec.Limits[0].FixedWindow.Limit != 2 {
+		t.Fatalf("get: %+v %v %v", e, ok, err)
+	}
+	r4, changed, _ := table.Delete(ctx, "ns", "a")
+	if !changed || r4 <= r3 {
+		t.Fatalf("delete: revision %d after %d", r4, r3)
+	}
+	if _, changed, _ := table.Delete(ctx, "ns", "a"); changed {
+		t.Fatal("deleting a missing entry reported a change")
+	}
+	// After FLUSHALL the revision starts again above every earlier one.
+	if err := srv.Client().FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r5, _, _ := table.Put(ctx, entry("ns", "b", 1))
+	if r5 <= r4 {
+		t.Fatalf("revision after FLUSHALL %d, not above %d", r5, r4)
+	}
+	entries, rev, err := table.Load(ctx)
+	if err != nil || rev != r5 || len(entries) != 1 || entries[0].ID() != "ns/b" {
+		t.Fatalf("load: %+v rev %d err %v", entries, rev, err)
+	}
+}
+
+func TestReaderFollowsTheTable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, table := newTable(t)
+	if _, _, err := table.Put(ctx, entry("ns", "a", 5)); err != nil {
+		t.Fatal(err)
+	}
+	// A long poll interval: changes must arrive through pub/sub.
+	r := NewReader(table, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go r.Run(ctx)
+	waitFor(t, "initial load", func() bool { return r.Loaded() && r.Policies().Get("ns", "a") != nil })
+
+	start := time.Now()
+	table.Put(ctx, entry("ns", "a", 7))
+	waitFor(t, "update by pub/sub", func() bool {
+		p := r.Policies().Get("ns", "a")
+		return p != nil && p.Limits[0].Limit.Capacity == 7
+	})
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("update took %s, want under 1s", d)
+	}
+	table.Delete(ctx, "ns", "a")
+	waitFor(t, "delete by pub/sub", func() bool { return r.Policies().Get("ns", "a") == nil })
+
+	// The table vanishing (FLUSHALL) does not lift the limits in force.
+	table.Put(ctx, entry("ns", "kept", 3))
+	waitFor(t, "put", func() bool { return r.Policies().Get("ns", "kept") != nil })
+	srv.Client().FlushAll(ctx)
+	srv.Client().Publish(ctx, Channel, "0") // wake the reader
+	time.Sleep(200 * time.Millisecond)
+	if r.Policies().Get("ns", "kept") == nil {
+		t.Fatal("the reader dropped its policies when the table vanished")
+	}
+}
+
+func TestReaderPollsWhenMessagesAreLost(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, table := newTable(t)
+	r := NewReader(table, 100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go r.Run(ctx)
+	waitFor(t, "initial load", r.Loaded)
+	// Write the entry behind the table's back: no change message.
+	b := `{"namespace":"ns","name":"quiet","generation":1,"spec":{"key":"global","limits":[{"name":"l","fixedWindow":{"limit":1,"window":"1m"}}]}}`
+	srv.Client().HSet(ctx, HashKey, "ns/quiet", b)
+	srv.Client().Set(ctx, RevisionKey, 42, 0)
+	waitFor(t, "poll", func() bool { return r.Policies().Get("ns", "quiet") != nil })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 3s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

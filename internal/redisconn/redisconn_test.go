@@ -1,0 +1,79 @@
+package redisconn
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, name, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func testCA(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+}
+
+func TestOptions(t *testing.T) {
+	pw := writeFile(t, "password", "s3cret\n")
+	ca := testCA(t)
+
+	o, err := (&Config{URL: "redis://user:pw@10.0.0.1:6380/2"}).Options()
+	if err != nil || o.Addrs[0] != "10.0.0.1:6380" || o.DB != 2 || o.Username != "user" || o.Password != "pw" || o.TLSConfig != nil {
+		t.Fatalf("URL: %+v %v", o, err)
+	}
+	o, err = (&Config{URL: "rediss://redis:6379", Username: "checker", PasswordFile: pw, CAFile: ca}).Options()
+	if err != nil || o.Username != "checker" || o.Password != "s3cret" || o.TLSConfig == nil || o.TLSConfig.RootCAs == nil {
+		t.Fatalf("rediss with files: %+v %v", o, err)
+	}
+	o, err = (&Config{SentinelMaster: "mymaster", SentinelAddrs: []string{"a:26379", "b:26379"}}).Options()
+	if err != nil || o.MasterName != "mymaster" || len(o.Addrs) != 2 {
+		t.Fatalf("sentinel: %+v %v", o, err)
+	}
+	o, err = (&Config{ClusterAddrs: []string{"a:7000"}, TLS: true}).Options()
+	if err != nil || !o.IsClusterMode || o.TLSConfig == nil {
+		t.Fatalf("cluster: %+v %v", o, err)
+	}
+
+	for _, bad := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "set exactly one of"},
+		{Config{URL: "redis://a", ClusterAddrs: []string{"b"}}, "set exactly one of"},
+		{Config{URL: "http://a"}, "--redis-url"},
+		{Config{SentinelAddrs: []string{"a"}}, "--redis-sentinel-master"},
+		{Config{URL: "redis://a", PasswordFile: "/nonexistent"}, "--redis-password-file"},
+		{Config{URL: "redis://a", CAFile: ca}, "TLS is off"},
+		{Config{URL: "rediss://a", CAFile: pw}, "holds no PEM certificate"},
+	} {
+		if _, err := bad.cfg.Options(); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%+v: error %v, want one containing %q", bad.cfg, err, bad.want)
+		}
+	}
+}
