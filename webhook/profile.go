@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -72,72 +71,142 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 	return "", badHeader("X-Original-URL", "missing: the check endpoint needs the original request, as ingress-nginx auth-url (X-Original-URL, X-Original-Method) or ForwardAuth (X-Forwarded-Method, X-Forwarded-Uri, X-Forwarded-Host) send it")
 }
 
-// originalRequest rebuilds the request the proxy is asking about.
+// originalRequest rebuilds the request the proxy is asking about into out.
 // envoyPath is the original path for the Envoy profile (the part of the
-// check URL after the namespace).
-func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *TrustedProxies) (*policy.Request, error) {
-	out := &policy.Request{Header: r.Header}
-	var rawURL string
+// check URL after the namespace). It allocates nothing for a well-formed,
+// already normalized request.
+func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *TrustedProxies, out *policy.Request) error {
+	*out = policy.Request{Header: r.Header}
+	var scheme, authority, rest string
 	switch profile {
 	case ProfileNginx:
-		rawURL = r.Header.Get("X-Original-URL")
-		if rawURL == "" {
-			return nil, badHeader("X-Original-URL", "missing")
+		raw := headerValue(r.Header, "X-Original-Url")
+		if raw == "" {
+			return badHeader("X-Original-URL", "missing")
 		}
-		out.Method = r.Header.Get("X-Original-Method")
+		out.Method = headerValue(r.Header, "X-Original-Method")
 		if out.Method == "" {
-			return nil, badHeader("X-Original-Method", "missing")
+			return badHeader("X-Original-Method", "missing")
+		}
+		if len(raw) > maxURLLength {
+			return badHeader("X-Original-URL", "longer than %d bytes", maxURLLength)
+		}
+		var ok bool
+		if scheme, authority, rest, ok = splitAbsoluteURL(raw); !ok {
+			return badHeader("X-Original-URL", "not an absolute URL: %q", truncate(raw))
 		}
 	case ProfileForwardAuth:
-		out.Method = r.Header.Get("X-Forwarded-Method")
+		out.Method = headerValue(r.Header, "X-Forwarded-Method")
 		if out.Method == "" {
-			return nil, badHeader("X-Forwarded-Method", "missing")
+			return badHeader("X-Forwarded-Method", "missing")
 		}
-		uri := r.Header.Get("X-Forwarded-Uri")
-		if uri == "" {
-			return nil, badHeader("X-Forwarded-Uri", "missing")
+		rest = headerValue(r.Header, "X-Forwarded-Uri")
+		if rest == "" {
+			return badHeader("X-Forwarded-Uri", "missing")
 		}
-		host := r.Header.Get("X-Forwarded-Host")
-		if host == "" {
-			return nil, badHeader("X-Forwarded-Host", "missing")
+		authority = headerValue(r.Header, "X-Forwarded-Host")
+		if authority == "" {
+			return badHeader("X-Forwarded-Host", "missing")
 		}
-		if !strings.HasPrefix(uri, "/") {
-			return nil, badHeader("X-Forwarded-Uri", "must start with '/'")
+		if rest[0] != '/' {
+			return badHeader("X-Forwarded-Uri", "must start with '/'")
 		}
-		rawURL = "http://" + host + uri
+		if len(rest)+len(authority) > maxURLLength {
+			return badHeader("X-Forwarded-Uri", "longer than %d bytes", maxURLLength)
+		}
+		scheme = "http"
 	case ProfileEnvoy:
 		out.Method = r.Method
-		rawURL = "http://" + r.Host + envoyPath
+		authority, rest, scheme = r.Host, envoyPath, "http"
 		if r.URL.RawQuery != "" {
-			rawURL += "?" + r.URL.RawQuery
+			rest += "?" + r.URL.RawQuery
+		}
+		if len(rest)+len(authority) > maxURLLength {
+			return badHeader("path", "longer than %d bytes", maxURLLength)
 		}
 	default:
-		return nil, fmt.Errorf("unknown profile %q", profile)
-	}
-	if len(rawURL) > maxURLLength {
-		return nil, badHeader(urlHeader(profile), "longer than %d bytes", maxURLLength)
+		return fmt.Errorf("unknown profile %q", profile)
 	}
 	if !validMethod(out.Method) {
-		return nil, badHeader(methodHeader(profile), "%q is not an HTTP method", truncate(out.Method))
+		return badHeader(methodHeader(profile), "%q is not an HTTP method", truncate(out.Method))
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return nil, badHeader(urlHeader(profile), "not an absolute URL: %q", truncate(rawURL))
+	if !validScheme(scheme) || !validURLText(authority) || !validURLText(rest) {
+		return badHeader(urlHeader(profile), "malformed URL: %q", truncate(scheme+"://"+authority+rest))
 	}
-	out.Host = normalizeHost(u.Host)
+	out.Host = normalizeHost(authority)
 	if out.Host == "" {
-		return nil, badHeader(urlHeader(profile), "no host in %q", truncate(rawURL))
+		return badHeader(urlHeader(profile), "no host in %q", truncate(scheme+"://"+authority+rest))
 	}
-	p, err := normalizePath(u.EscapedPath())
+	if i := strings.IndexByte(rest, '#'); i >= 0 {
+		rest = rest[:i]
+	}
+	escapedPath, rawQuery, _ := strings.Cut(rest, "?")
+	p, err := normalizePath(escapedPath)
 	if err != nil {
-		return nil, badHeader(urlHeader(profile), "%v", err)
+		return badHeader(urlHeader(profile), "%v", err)
 	}
 	out.Path = p
-	out.RawQuery = u.RawQuery
+	out.RawQuery = rawQuery
 
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
-	out.ClientIP = trusted.ClientIP(peer.Addr(), r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
-	return out, nil
+	out.ClientIP = trusted.ClientIP(peer.Addr(), r.Header["X-Forwarded-For"], headerValue(r.Header, "X-Real-Ip"))
+	return nil
+}
+
+// headerValue is Header.Get for a name already in canonical form, which
+// skips canonicalizing it on every request.
+func headerValue(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// splitAbsoluteURL splits "scheme://authority/path?query" without
+// allocating; userinfo is dropped from the authority.
+func splitAbsoluteURL(raw string) (scheme, authority, rest string, ok bool) {
+	i := strings.Index(raw, "://")
+	if i <= 0 {
+		return "", "", "", false
+	}
+	scheme, rest = raw[:i], raw[i+3:]
+	j := strings.IndexAny(rest, "/?#")
+	if j < 0 {
+		authority, rest = rest, "/"
+	} else {
+		authority, rest = rest[:j], rest[j:]
+	}
+	if k := strings.LastIndexByte(authority, '@'); k >= 0 {
+		authority = authority[k+1:]
+	}
+	if rest[0] != '/' {
+		rest = "/" + rest
+	}
+	return scheme, authority, rest, authority != ""
+}
+
+func validScheme(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && (c >= '0' && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// validURLText rejects control bytes and spaces, which no proxy forwards
+// in a well-formed request line.
+func validURLText(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func urlHeader(p Profile) string {
@@ -172,12 +241,22 @@ func validMethod(m string) bool {
 	return true
 }
 
-// normalizeHost lower-cases the host and drops the port.
+// normalizeHost lower-cases the host and drops the port and brackets.
 func normalizeHost(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		h = host
+	if strings.HasPrefix(h, "[") {
+		if end := strings.IndexByte(h, ']'); end > 0 {
+			h = h[1:end]
+		}
+	} else if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[:i], ':') < 0 {
+		h = h[:i]
 	}
-	return strings.ToLower(strings.TrimSuffix(h, "."))
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
 }
 
 // normalizePath decodes percent-escapes and resolves "." and ".." segments
@@ -188,18 +267,45 @@ func normalizePath(escaped string) (string, error) {
 	if escaped == "" {
 		return "/", nil
 	}
-	decoded, err := url.PathUnescape(escaped)
-	if err != nil {
-		return "", fmt.Errorf("malformed percent-encoding in the path")
+	decoded := escaped
+	if strings.IndexByte(escaped, '%') >= 0 {
+		var err error
+		if decoded, err = url.PathUnescape(escaped); err != nil {
+			return "", fmt.Errorf("malformed percent-encoding in the path")
+		}
 	}
 	if !strings.HasPrefix(decoded, "/") {
 		decoded = "/" + decoded
+	}
+	if isClean(decoded) {
+		return decoded, nil
 	}
 	cleaned := path.Clean(decoded)
 	if strings.HasSuffix(decoded, "/") && cleaned != "/" {
 		cleaned += "/"
 	}
 	return cleaned, nil
+}
+
+// isClean reports whether p has no empty, "." or ".." segments (a trailing
+// slash is fine), so path.Clean and its allocation can be skipped.
+func isClean(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		seg := p[i+1:]
+		if j := strings.IndexByte(seg, '/'); j >= 0 {
+			seg = seg[:j]
+			if seg == "" {
+				return false // "//"
+			}
+		}
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(s string) string {

@@ -12,12 +12,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
@@ -37,8 +41,16 @@ type Options struct {
 
 // Server is the check endpoint's http.Handler.
 type Server struct {
-	opts Options
-	mux  *http.ServeMux
+	opts  Options
+	mux   *http.ServeMux
+	state sync.Pool // *requestState
+}
+
+// requestState is the per-request memory of a check, pooled.
+type requestState struct {
+	req policy.Request
+	out check.Outcome
+	buf []byte
 }
 
 // New builds the endpoint. Routes:
@@ -70,8 +82,10 @@ func New(o Options) (*Server, error) {
 		o.Now = time.Now
 	}
 	s := &Server{opts: o, mux: http.NewServeMux()}
-	s.mux.HandleFunc("/check/{namespace}", s.handleCheck)
-	s.mux.HandleFunc("/check/{namespace}/{policy}", s.handleCheck)
+	s.state.New = func() any { return &requestState{buf: make([]byte, 0, 256)} }
+	// /check/{namespace}[/{policy}], parsed by hand: the mux's path
+	// wildcards allocate on every request.
+	s.mux.HandleFunc("/check/", s.handleCheck)
 	s.mux.HandleFunc("/envoy/{namespace}/{path...}", s.handleEnvoy)
 	s.mux.HandleFunc("/envoy/{namespace}", s.handleEnvoy)
 	s.mux.HandleFunc("POST /v1/check", s.handleJSON)
@@ -95,12 +109,18 @@ func ok(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, "/check/")
+	namespace, policyName, _ := strings.Cut(rest, "/")
+	if namespace == "" || strings.Contains(policyName, "/") {
+		http.NotFound(w, r)
+		return
+	}
 	profile, err := detectProfile(s.opts.Profile, r)
 	if err != nil {
 		s.badRequest(w, err)
 		return
 	}
-	s.decide(w, r, profile, "", r.PathValue("namespace"), r.PathValue("policy"))
+	s.decide(w, r, profile, "", namespace, policyName)
 }
 
 func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request) {
@@ -108,23 +128,25 @@ func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile, envoyPath, namespace, policyName string) {
-	req, err := originalRequest(profile, r, envoyPath, s.opts.TrustedProxies)
-	if err != nil {
+	st := s.state.Get().(*requestState)
+	defer s.state.Put(st)
+	if err := originalRequest(profile, r, envoyPath, s.opts.TrustedProxies, &st.req); err != nil {
 		s.badRequest(w, err)
 		return
 	}
-	out, err := s.opts.Checker.Check(r.Context(), check.Input{Namespace: namespace, Policy: policyName, Request: req})
+	err := s.opts.Checker.CheckInto(r.Context(), check.Input{Namespace: namespace, Policy: policyName, Request: &st.req}, &st.out)
+	st.req.Header = nil // do not keep the request's headers alive in the pool
 	if err != nil {
 		s.checkError(w, err)
 		return
 	}
-	now := s.opts.Now()
-	setRateLimitHeaders(w.Header(), out, now)
+	out := &st.out
+	st.buf = setRateLimitHeaders(w.Header(), out, s.opts.Now(), st.buf)
 	if out.Allowed {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	writeDenial(w, out, denyStatus(profile, out))
+	st.buf = writeDenial(w, out, denyStatus(profile, out), st.buf)
 }
 
 // denyStatus is the policy's deny status, else 403 for nginx (nginx turns
@@ -150,15 +172,21 @@ type problem struct {
 	RetryAfter *int64 `json:"retryAfter,omitempty"`
 }
 
-func writeDenial(w http.ResponseWriter, out *check.Outcome, status int) {
+// problemContentType is shared by every denial (capacity 1: see policy.Limit).
+var problemContentType = []string{"application/problem+json"}
+
+// writeDenial answers a denial with an RFC 9457 problem, written by hand
+// into buf: the JSON encoder's reflection costs more than the check.
+func writeDenial(w http.ResponseWriter, out *check.Outcome, status int, buf []byte) []byte {
 	p := problem{Status: status}
 	if out.Decider != nil {
 		p.Policy = out.Decider.String()
 	}
+	var retry int64 = -1
 	if out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
-		secs := ceilSeconds(out.RetryAfter)
-		p.RetryAfter = &secs
+		retry = ceilSeconds(out.RetryAfter)
 	}
+	buf = buf[:0]
 	switch out.Reason {
 	case check.ReasonMissingKey:
 		p.Type, p.Title = "https://sluice.dev/problems/missing-key", "Request lacks the rate-limit key"
@@ -171,16 +199,72 @@ func writeDenial(w http.ResponseWriter, out *check.Outcome, status int) {
 		if out.Tightest >= 0 {
 			p.Limit = out.Limits[out.Tightest].Limit.Name
 		}
-		if p.RetryAfter != nil {
-			p.Detail = fmt.Sprintf("limit %q of policy %s is exhausted; retry in %ds", p.Limit, p.Policy, *p.RetryAfter)
-		} else {
-			p.Detail = fmt.Sprintf("limit %q of policy %s can never admit this request", p.Limit, p.Policy)
+	}
+	buf = append(buf, `{"type":`...)
+	buf = strconv.AppendQuote(buf, p.Type)
+	buf = append(buf, `,"title":`...)
+	buf = strconv.AppendQuote(buf, p.Title)
+	buf = append(buf, `,"status":`...)
+	buf = strconv.AppendInt(buf, int64(status), 10)
+	buf = append(buf, `,"detail":"`...)
+	if p.Detail != "" {
+		buf = appendJSONText(buf, p.Detail)
+	} else if retry >= 0 {
+		buf = append(buf, `limit \"`...)
+		buf = appendJSONText(buf, p.Limit)
+		buf = append(buf, `\" of policy `...)
+		buf = appendJSONText(buf, p.Policy)
+		buf = append(buf, " is exhausted; retry in "...)
+		buf = strconv.AppendInt(buf, retry, 10)
+		buf = append(buf, 's')
+	} else {
+		buf = append(buf, `limit \"`...)
+		buf = appendJSONText(buf, p.Limit)
+		buf = append(buf, `\" of policy `...)
+		buf = appendJSONText(buf, p.Policy)
+		buf = append(buf, " can never admit this request"...)
+	}
+	buf = append(buf, '"')
+	if p.Policy != "" {
+		buf = append(buf, `,"policy":"`...)
+		buf = appendJSONText(buf, p.Policy)
+		buf = append(buf, '"')
+	}
+	if p.Limit != "" {
+		buf = append(buf, `,"limit":"`...)
+		buf = appendJSONText(buf, p.Limit)
+		buf = append(buf, '"')
+	}
+	if retry >= 0 {
+		buf = append(buf, `,"retryAfter":`...)
+		buf = strconv.AppendInt(buf, retry, 10)
+	}
+	buf = append(buf, "}\n"...)
+	w.Header()["Content-Type"] = problemContentType
+	w.WriteHeader(status)
+	_, _ = w.Write(buf)
+	return buf
+}
+
+// appendJSONText appends s escaped for the inside of a JSON string. Names
+// here are DNS labels and fixed texts; anything else is escaped safely.
+func appendJSONText(buf []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20:
+			buf = append(buf, `\u00`...)
+			buf = append(buf, hexDigits[c>>4], hexDigits[c&15])
+		default:
+			buf = append(buf, c)
 		}
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(p)
+	return buf
 }
+
+const hexDigits = "0123456789abcdef"
 
 func (s *Server) badRequest(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -191,6 +191,8 @@ func (c *Checker) currentSet() *policy.Set {
 		if c.seenSet != nil && c.denials != nil {
 			c.denials.clear() // limits changed: old denials may no longer hold
 		}
+		c.counts.byPtr.Clear() // the old set's limits are gone
+
 		c.seenSet, c.seenRevision = set, set.Revision
 		if c.metrics != nil {
 			c.metrics.revision.Set(float64(set.Revision))
@@ -202,13 +204,23 @@ func (c *Checker) currentSet() *policy.Set {
 
 // Check decides in.
 func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
+	out := &Outcome{}
+	if err := c.CheckInto(ctx, in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CheckInto decides in and fills out, reusing its slices: the hot path
+// pools Outcomes so a check allocates almost nothing.
+func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	start := c.now()
 	set := c.currentSet()
 	var candidates []*policy.Policy
 	if in.Policy != "" {
 		p := set.Get(in.Namespace, in.Policy)
 		if p == nil {
-			return nil, fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, in.Namespace, in.Policy)
+			return fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, in.Namespace, in.Policy)
 		}
 		candidates = []*policy.Policy{p}
 	} else {
@@ -223,7 +235,7 @@ func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
 	sc.owners = sc.owners[:0]
 	sc.limitOf = sc.limitOf[:0]
 
-	out := &Outcome{Allowed: true, Reason: ReasonNoPolicy, Tightest: -1}
+	out.reset()
 	for _, p := range candidates {
 		matched, werr := sc.eval.Match(p)
 		if werr != nil {
@@ -258,42 +270,62 @@ func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
 	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
-		return out, nil
+		return nil
 	}
 	if len(sc.req.Entries) == 0 {
-		return out, nil
+		return nil
 	}
 	out.Reason = ReasonAllowed
 
 	out.dryRun = in.DryRun
 	if c.answerFromCache(sc, out, start) {
-		return out, nil
+		return nil
 	}
 	if !c.breaker.Allow() {
-		c.failureAnswer(out, errors.New("circuit breaker open: Redis failed repeatedly"))
-		return out, nil
+		c.failureAnswer(out, errBreakerOpen)
+		return nil
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	sent := c.now()
-	err := c.store.Check(callCtx, &sc.req, &sc.dec)
-	cancel()
+	err := c.callStore(ctx, sc)
 	if c.metrics != nil {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidRequest) {
-			return nil, err // a programming error, not Redis being away
+			return err // a programming error, not Redis being away
 		}
 		c.breaker.Failure()
 		if c.metrics != nil {
 			c.metrics.storeErrors.Inc()
 		}
 		c.failureAnswer(out, err)
-		return out, nil
+		return nil
 	}
 	c.breaker.Success()
 	c.applyDecision(sc, out, sent)
-	return out, nil
+	return nil
+}
+
+var errBreakerOpen = errors.New("circuit breaker open: Redis failed repeatedly")
+
+// inMemory is implemented by stores that answer without I/O; they need no
+// deadline (and the context and timer a deadline costs).
+type inMemory interface{ InMemory() bool }
+
+func (c *Checker) callStore(ctx context.Context, sc *scratch) error {
+	if m, ok := c.store.(inMemory); ok && m.InMemory() {
+		return c.store.Check(ctx, &sc.req, &sc.dec)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.store.Check(callCtx, &sc.req, &sc.dec)
+}
+
+// reset empties o for reuse, keeping its slices' storage.
+func (o *Outcome) reset() {
+	clear(o.Policies)
+	clear(o.Limits)
+	*o = Outcome{Allowed: true, Reason: ReasonNoPolicy, Tightest: -1, Policies: o.Policies[:0], Limits: o.Limits[:0]}
 }
 
 func (c *Checker) observeLatency(start time.Time) {
@@ -326,7 +358,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = 0
 		out.RetryAfter = d.until.Sub(now)
 		if !out.dryRun {
-			c.counts.add(p.Namespace, p.Name, l.Name, "cached_denied")
+			c.counts.add(p, l, "cached_denied")
 		}
 		if c.metrics != nil && !out.dryRun {
 			c.metrics.cacheHits.Inc()
@@ -379,7 +411,7 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 			result = "denied"
 		}
 		if !sc.req.DryRun {
-			c.counts.add(p.Namespace, p.Name, l.Name, result)
+			c.counts.add(p, l, result)
 			if c.metrics != nil {
 				c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, result).Inc()
 			}

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // LimitCount is how one limit has decided since the process started.
@@ -17,7 +19,8 @@ type LimitCount struct {
 // counts keeps live decision counts per limit for the dashboard; the
 // Prometheus counters carry the same numbers for monitoring.
 type counts struct {
-	m sync.Map // "ns/policy/limit" -> *limitCounter
+	m     sync.Map // "ns/policy/limit" -> *limitCounter
+	byPtr sync.Map // *policy.Limit -> *limitCounter: no key to build per request
 }
 
 type limitCounter struct {
@@ -34,8 +37,16 @@ func (c *counts) counter(ns, policy, limit string) *limitCounter {
 	return v.(*limitCounter)
 }
 
-func (c *counts) add(ns, policy, limit, result string) {
-	lc := c.counter(ns, policy, limit)
+func (c *counts) add(p *policy.Policy, l *policy.Limit, result string) {
+	var lc *limitCounter
+	if v, ok := c.byPtr.Load(l); ok {
+		lc = v.(*limitCounter)
+	} else {
+		// A compiled limit is new (a policy changed): find its counter by
+		// name, so counts survive policy edits.
+		lc = c.counter(p.Namespace, p.Name, l.Name)
+		c.byPtr.Store(l, lc)
+	}
 	switch result {
 	case "allowed":
 		lc.allowed.Add(1)

@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +46,13 @@ type Limit struct {
 	// RateLimit-Policy header's "w" parameter: the window, or the time a
 	// bucket takes to refill from empty.
 	Window time.Duration
+
+	// Header values that never change for this limit, rendered once here
+	// rather than for every answer. Each slice has capacity 1, so a
+	// handler that appends to a header cannot write into a shared array.
+	QuotaID      string   // `"<policy>/<limit>"`, the IETF headers' identifier
+	PolicyHeader []string // RateLimit-Policy: `"<policy>/<limit>";q=<quota>;w=<seconds>`
+	LimitHeader  []string // X-RateLimit-Limit: the quota
 }
 
 // Compile turns a spec into a Policy. Every problem is reported, each
@@ -132,6 +141,7 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 			errs = append(errs, field.Invalid(specPath.Child("cost"), p.Cost,
 				fmt.Sprintf("must not exceed limit %q's capacity %d: such a request could never be allowed", l.Name, compiled.Limit.Capacity)))
 		}
+		compiled.renderHeaders(name)
 		p.Limits = append(p.Limits, compiled)
 		summary = append(summary, string(l.Name)+"="+desc)
 	}
@@ -289,6 +299,17 @@ func compileLimit(l *ratelimitv1alpha1.Limit, path *field.Path) (Limit, string, 
 	}
 	out.Window = quotaWindow(out.Limit)
 	return out, desc, nil
+}
+
+// renderHeaders fills the limit's constant header values.
+func (l *Limit) renderHeaders(policyName string) {
+	l.QuotaID = strconv.Quote(policyName + "/" + l.Name)
+	w := int64(math.Ceil(l.Window.Seconds()))
+	if w < 1 {
+		w = 1
+	}
+	l.PolicyHeader = []string{l.QuotaID + ";q=" + strconv.FormatInt(l.Limit.Capacity, 10) + ";w=" + strconv.FormatInt(w, 10)}
+	l.LimitHeader = []string{strconv.FormatInt(l.Limit.Capacity, 10)}
 }
 
 // quotaWindow is the span the IETF RateLimit-Policy "w" parameter names:

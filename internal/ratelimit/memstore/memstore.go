@@ -221,6 +221,10 @@ func (s *Store) sweeper() {
 	}
 }
 
+// InMemory reports that Check does no I/O, so callers need not put a
+// deadline on it.
+func (s *Store) InMemory() bool { return true }
+
 // Close stops the sweeper. The store still answers afterwards, without
 // sweeping.
 func (s *Store) Close() error {
