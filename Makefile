@@ -9,7 +9,9 @@ K8S_VERSION ?= 1.37.2
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 # Go test flags; override for a narrower run: make test TEST_FLAGS='-run Foo'.
-TEST_FLAGS ?= -timeout 40m
+# Packages run one at a time: several start real servers and bound answer
+# times under faults, which a second package's load on 2 cores would blur.
+TEST_FLAGS ?= -p 1 -timeout 60m
 TEST_PKGS  ?= ./...
 
 .DEFAULT_GOAL := help
@@ -65,6 +67,16 @@ run: build ## Local mode: serve config/samples on $(LISTEN) with the in-memory s
 	@echo "  curl -s localhost$(LISTEN)/v1/check -d '{\"namespace\":\"default\",\"request\":{\"method\":\"GET\",\"path\":\"/api/items\",\"clientIP\":\"192.0.2.1\"},\"dryRun\":true}'"
 	@echo
 	$(BIN)/manager local --policies config/samples --listen $(LISTEN)
+
+##@ Benchmark
+
+BENCH_ROUNDS ?= 3
+BENCH_DURATION ?= 5s
+.PHONY: bench
+bench: build ## Load the check path side by side with wrk (bare HTTP, naive EVALSHA, Sluice); BENCH_SAVE=1 writes bench/<date>.md.
+	hack/install-deps.sh wrk=wrk redis-server=redis-server
+	$(GO) build -o $(BIN)/bench ./hack/bench
+	$(BIN)/bench -manager $(BIN)/manager -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_SAVE),-save bench)
 
 ##@ Build and test
 

@@ -100,8 +100,15 @@ func New(o Options) (*Server, error) {
 // Handle adds a route (the dashboard, in local mode and the check process).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. Checks, nearly every request this
+// server sees, skip the mux's pattern matching.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/check/") {
+		s.handleCheck(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func ok(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

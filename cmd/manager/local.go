@@ -26,9 +26,11 @@ func runLocal(args []string) error {
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
 	cfg.Redis.BindFlags(fs)
+	pprofAddr := fs.String("pprof-listen", "", "serve net/http/pprof on this address (profiling; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	servePprof(*pprofAddr)
 	p, err := webhook.ParseProfile(profile)
 	if err != nil {
 		return fmt.Errorf("--profile: %w", err)

@@ -1,0 +1,330 @@
+// Command bench measures the check path side by side on this machine: a
+// bare net/http handler (the ceiling), a naive one-EVALSHA-per-request
+// checker (the baseline), and Sluice's check endpoint in three
+// configurations, interleaved over several rounds so that a noisy machine
+// affects all alike. It reports medians and ratios, never absolute targets
+// alone. `make bench` runs it; BENCH_SAVE=1 writes bench/<date>.md.
+//
+//	bench -manager bin/manager [-rounds 3] [-duration 5s] [-save bench]
+//	bench serve-bare | serve-naive    (the comparison servers, started by bench)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	var err error
+	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") {
+		switch os.Args[1] {
+		case "serve-bare":
+			err = serveBare(os.Args[2:])
+		case "serve-naive":
+			err = serveNaive(os.Args[2:])
+		default:
+			err = fmt.Errorf("unknown command %q", os.Args[1])
+		}
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// config is one server under test.
+type config struct {
+	name     string
+	path     string // the check URL's path
+	pid      int
+	url      string
+	rounds   []sample
+	policies string // YAML for Sluice configurations
+}
+
+type sample struct {
+	wrkResult
+	serverCPU, redisCPU time.Duration
+	// redisCmds counts every command Redis ran, those run inside scripts
+	// included; redisCalls only the script calls (FCALL, EVALSHA, EVAL),
+	// the commands that cost a client a round trip.
+	redisCmds, redisCalls int64
+}
+
+const (
+	allowOne = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: allow, namespace: bench}
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: burst
+    tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}
+`
+	denyAll = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: deny, namespace: bench}
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: daily
+    fixedWindow: {limit: 1, window: 24h}
+`
+	allowThree = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: three, namespace: bench}
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: burst
+    tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}
+  - name: minute
+    fixedWindow: {limit: 1000000000, window: 1m}
+  - name: day
+    fixedWindow: {limit: 1000000000, window: 24h}
+`
+)
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	manager := fs.String("manager", "bin/manager", "the Sluice binary")
+	rounds := fs.Int("rounds", 3, "interleaved rounds (medians are reported)")
+	duration := fs.Duration("duration", 5*time.Second, "wrk duration per configuration per round")
+	save := fs.String("save", "", "folder to write <date>.md into")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, bin := range []string{"wrk", "redis-server"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s not found: run `make bench` (it installs it) or apt-get install %s", bin, bin)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_, _ = p.Process.Wait()
+		}
+	}()
+	start := func(name string, args ...string) (*exec.Cmd, error) {
+		cmd := exec.Command(name, args...)
+		log, err := os.Create(filepath.Join(dir, filepath.Base(name)+"-"+strconv.Itoa(len(procs))+".log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = log, log
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		procs = append(procs, cmd)
+		return cmd, nil
+	}
+
+	redisAddr := freeAddr()
+	redisDir := filepath.Join(dir, "redis")
+	_ = os.MkdirAll(redisDir, 0o755)
+	_, port, _ := net.SplitHostPort(redisAddr)
+	redisProc, err := start("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", redisDir)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	if err := waitFor(func() error { return rdb.Ping(context.Background()).Err() }); err != nil {
+		return fmt.Errorf("redis-server did not start: %w", err)
+	}
+
+	configs := []*config{
+		{name: "bare HTTP 200 (ceiling)", path: "/"},
+		{name: "naive EVALSHA per request (baseline)", path: "/"},
+		{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
+		{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
+		{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
+	}
+	for i, c := range configs {
+		addr := freeAddr()
+		c.url = "http://" + addr + c.path
+		var cmd *exec.Cmd
+		switch i {
+		case 0:
+			cmd, err = start(self, "serve-bare", "--listen", addr)
+		case 1:
+			cmd, err = start(self, "serve-naive", "--listen", addr, "--redis", redisAddr)
+		default:
+			pdir := filepath.Join(dir, "policies"+strconv.Itoa(i))
+			_ = os.MkdirAll(pdir, 0o755)
+			if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(c.policies), 0o644); err != nil {
+				return err
+			}
+			cmd, err = start(*manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr)
+		}
+		if err != nil {
+			return fmt.Errorf("start %s: %w", c.name, err)
+		}
+		c.pid = cmd.Process.Pid
+		if err := waitFor(func() error { return probe("http://" + addr + "/healthz") }); err != nil {
+			return fmt.Errorf("%s did not start: %w (logs in %s)", c.name, err, dir)
+		}
+	}
+
+	fmt.Fprintf(os.Stderr, "bench: %d rounds × %d configurations × %s, wrk -t2 -c50, 10,000 client IPs\n", *rounds, len(configs), *duration)
+	for round := 1; round <= *rounds; round++ {
+		for _, c := range configs {
+			s, err := measure(dir, c, redisProc.Process.Pid, rdb, *duration)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			c.rounds = append(c.rounds, s)
+			fmt.Fprintf(os.Stderr, "  round %d  %-40s %9.0f req/s\n", round, c.name, s.rps)
+		}
+	}
+
+	// Latency at half the allowing throughput, from a fixed-rate client
+	// that measures from each request's scheduled time.
+	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
+	halfRate := int(allowRPS / 2)
+	fixed, err := fixedRate(configs[2].url, halfRate, *duration)
+	if err != nil {
+		return fmt.Errorf("fixed-rate load: %w", err)
+	}
+
+	mem, err := measureMemory(redisAddr)
+	if err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+
+	report := renderReport(configs, halfRate, fixed, mem, *rounds, *duration)
+	fmt.Print(report)
+	if *save != "" {
+		if err := os.MkdirAll(*save, 0o755); err != nil {
+			return err
+		}
+		name := filepath.Join(*save, time.Now().Format("2006-01-02")+".md")
+		if err := os.WriteFile(name, []byte(report), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "bench: saved", name)
+	}
+	return nil
+}
+
+func measure(dir string, c *config, redisPid int, rdb *redis.Client, d time.Duration) (sample, error) {
+	cpu0, err := processCPU(c.pid)
+	if err != nil {
+		return sample{}, err
+	}
+	rcpu0, _ := processCPU(redisPid)
+	cmds0, calls0, err := redisCommands(rdb)
+	if err != nil {
+		return sample{}, err
+	}
+	w, err := runWrk(dir, c.url, 2, 50, d)
+	if err != nil {
+		return sample{}, err
+	}
+	cpu1, _ := processCPU(c.pid)
+	rcpu1, _ := processCPU(redisPid)
+	cmds1, calls1, _ := redisCommands(rdb)
+	// INFO itself is a command: take it out.
+	return sample{wrkResult: w, serverCPU: cpu1 - cpu0, redisCPU: rcpu1 - rcpu0, redisCmds: cmds1 - cmds0 - 1, redisCalls: calls1 - calls0}, nil
+}
+
+// redisCommands reads the commands Redis has run and, of those, the script calls.
+func redisCommands(rdb *redis.Client) (commands, scriptCalls int64, err error) {
+	info, err := rdb.Info(context.Background(), "stats", "commandstats").Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	found := false
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			commands, _ = strconv.ParseInt(v, 10, 64)
+			found = true
+		}
+		for _, cmd := range []string{"cmdstat_fcall:", "cmdstat_fcall_ro:", "cmdstat_evalsha:", "cmdstat_eval:"} {
+			if v, ok := strings.CutPrefix(line, cmd+"calls="); ok {
+				n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				scriptCalls += n
+			}
+		}
+	}
+	if !found {
+		return 0, 0, errors.New("no total_commands_processed in INFO")
+	}
+	return commands, scriptCalls, nil
+}
+
+func median(ss []sample, f func(sample) float64) float64 {
+	vals := make([]float64, len(ss))
+	for i, s := range ss {
+		vals[i] = f(s)
+	}
+	sort.Float64s(vals)
+	if len(vals) == 0 {
+		return 0
+	}
+	return vals[len(vals)/2]
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func probe(url string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %d", url, resp.StatusCode)
+	}
+	return nil
+}
+
+func waitFor(f func() error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+)
+
+type fixedResult struct {
+	sent     int
+	p50, p99 time.Duration
+	errors   int
+}
+
+// fixedRate sends rate requests per second for d, open loop, and measures
+// each latency from the moment the request was due, so a stall counts
+// against every request it delayed (no coordinated omission).
+func fixedRate(url string, rate int, d time.Duration) (fixedResult, error) {
+	if rate < 1 {
+		return fixedResult{}, fmt.Errorf("rate %d", rate)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	defer tr.CloseIdleConnections()
+	total := int(float64(rate) * d.Seconds())
+	due := make(chan time.Time, 1024)
+	lat := make([]time.Duration, 0, total)
+	var mu sync.Mutex
+	errs := 0
+	do := func(r *http.Request) (int, error) {
+		resp, err := client.Do(r)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 128; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			ip := "10.200." + strconv.Itoa(w) + "."
+			n := 0
+			for t := range due {
+				n++
+				req, _ := http.NewRequest("GET", url, nil)
+				req.Header.Set("X-Original-URL", "http://shop.example.com/api/items?page=2")
+				req.Header.Set("X-Original-Method", "GET")
+				req.Header.Set("X-Real-IP", ip+strconv.Itoa(n%250))
+				status, err := do(req)
+				l := time.Since(t)
+				mu.Lock()
+				if err != nil || status != http.StatusOK {
+					errs++
+				}
+				lat = append(lat, l)
+				mu.Unlock()
+			}
+		}(w)
+	}
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := 0; i < total; i++ {
+		t := start.Add(time.Duration(i) * interval)
+		if wait := time.Until(t); wait > 0 {
+			time.Sleep(wait)
+		}
+		due <- t
+	}
+	close(due)
+	wg.Wait()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) == 0 {
+		return fixedResult{}, fmt.Errorf("no requests")
+	}
+	return fixedResult{sent: len(lat), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], errors: errs}, nil
+}
+
+type memoryResult struct {
+	memstoreBytesPerKey float64
+	redisBytesPerKey    map[ratelimit.Algorithm]float64
+}
+
+// measureMemory fills the memory store with 1,000,000 live keys, and
+// Redis with 100,000 live keys of each algorithm, and reports the bytes
+// each key costs.
+func measureMemory(redisAddr string) (memoryResult, error) {
+	res := memoryResult{redisBytesPerKey: map[ratelimit.Algorithm]float64{}}
+	limit := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 100, Rate: 1, Interval: time.Hour}
+
+	const memKeys = 1_000_000
+	store := memstore.New()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	req := ratelimit.Request{Entries: make([]ratelimit.Entry, 1)}
+	var dec ratelimit.Decision
+	for i := 0; i < memKeys; i++ {
+		req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", strconv.Itoa(i), "l"), Limit: limit, Cost: 1}
+		if err := store.Check(context.Background(), &req, &dec); err != nil {
+			return res, err
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if store.Len() != memKeys {
+		return res, fmt.Errorf("memory store holds %d keys, want %d", store.Len(), memKeys)
+	}
+	res.memstoreBytesPerKey = float64(after.HeapAlloc-before.HeapAlloc) / memKeys
+	store.Close()
+
+	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{redisAddr}})
+	defer client.Close()
+	rs, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		return res, err
+	}
+	defer rs.Close()
+	const redisKeys = 100_000
+	for _, alg := range ratelimit.Algorithms {
+		l := ratelimit.Limit{Algorithm: alg, Capacity: 100, Interval: time.Hour}
+		if alg == ratelimit.TokenBucket || alg == ratelimit.LeakyBucket || alg == ratelimit.GCRA {
+			l.Rate = 1
+		}
+		if err := client.FlushAll(context.Background()).Err(); err != nil {
+			return res, err
+		}
+		used0, err := usedMemory(client)
+		if err != nil {
+			return res, err
+		}
+		var wg sync.WaitGroup
+		errc := make(chan error, 16)
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				req := ratelimit.Request{Entries: make([]ratelimit.Entry, 1)}
+				var dec ratelimit.Decision
+				for i := w; i < redisKeys; i += 16 {
+					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1}
+					if err := rs.Check(context.Background(), &req, &dec); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}(w)
+		}
+		wg.Wait()
+		close(errc)
+		if err := <-errc; err != nil {
+			return res, err
+		}
+		used1, err := usedMemory(client)
+		if err != nil {
+			return res, err
+		}
+		res.redisBytesPerKey[alg] = float64(used1-used0) / redisKeys
+	}
+	return res, client.FlushAll(context.Background()).Err()
+}
+
+func usedMemory(c redis.UniversalClient) (int64, error) {
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no used_memory in INFO")
+}
+
+func renderReport(configs []*config, halfRate int, fixed fixedResult, mem memoryResult, rounds int, d time.Duration) string {
+	var b strings.Builder
+	redisVersion, _ := exec.Command("redis-server", "--version").Output()
+	fmt.Fprintf(&b, "# Sluice check-path benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "Machine: %d CPUs, %s, %s; wrk, the servers and Redis share the CPUs.\n", runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)))
+	fmt.Fprintf(&b, "Load: wrk -t2 -c50, %s per configuration, %d interleaved rounds (medians), ingress-nginx auth-url headers, 10,000 client IPs.\n\n", d, rounds)
+	fmt.Fprintln(&b, "| configuration | req/s | p50 | p99 | server CPU µs/req | Redis CPU µs/req | Redis calls/decision | Redis cmds/decision (incl. in scripts) | × ceiling | × baseline |")
+	fmt.Fprintln(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	med := func(c *config, f func(sample) float64) float64 { return median(c.rounds, f) }
+	rps := func(c *config) float64 { return med(c, func(s sample) float64 { return s.rps }) }
+	ceiling, baseline := rps(configs[0]), rps(configs[1])
+	for _, c := range configs {
+		cpu := med(c, func(s sample) float64 { return float64(s.serverCPU.Microseconds()) / float64(s.requests) })
+		rcpu := med(c, func(s sample) float64 { return float64(s.redisCPU.Microseconds()) / float64(s.requests) })
+		cmds := med(c, func(s sample) float64 { return float64(s.redisCmds) / float64(s.requests) })
+		calls := med(c, func(s sample) float64 { return float64(s.redisCalls) / float64(s.requests) })
+		p50 := time.Duration(med(c, func(s sample) float64 { return float64(s.p50) }))
+		p99 := time.Duration(med(c, func(s sample) float64 { return float64(s.p99) }))
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %.1f | %.1f | %.3f | %.3f | %.2f | %.2f |\n",
+			c.name, rps(c), round(p50), round(p99), cpu, rcpu, calls, cmds, rps(c)/ceiling, rps(c)/baseline)
+	}
+	allow, deny, three := configs[2], configs[3], configs[4]
+	denyCmds := med(deny, func(s sample) float64 { return float64(s.redisCalls) / float64(s.requests) })
+	fmt.Fprintf(&b, "\nFixed rate at half the allowing throughput (%d req/s, open loop, latency from each request's due time): p50 %s, p99 %s, %d requests, %d errors.\n",
+		halfRate, round(fixed.p50), round(fixed.p99), fixed.sent, fixed.errors)
+
+	fmt.Fprintf(&b, "\nMemory: the in-memory store holds 1,000,000 live token-bucket keys at %.0f bytes each. Redis, per live key (100,000 keys each): ", mem.memstoreBytesPerKey)
+	var parts []string
+	for _, alg := range ratelimit.Algorithms {
+		parts = append(parts, fmt.Sprintf("%s %.0f B", alg, mem.redisBytesPerKey[alg]))
+	}
+	fmt.Fprintf(&b, "%s.\n", strings.Join(parts, ", "))
+
+	target := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	fmt.Fprintln(&b, "\n## Targets (ratios from this run)")
+	fmt.Fprintf(&b, "- Allowing, one limit ≥ 1.3 × baseline: %.2f × — %s\n", rps(allow)/baseline, target(rps(allow) >= 1.3*baseline))
+	fmt.Fprintf(&b, "- Allowing, one limit ≥ 0.55 × ceiling: %.2f × — %s\n", rps(allow)/ceiling, target(rps(allow) >= 0.55*ceiling))
+	fmt.Fprintf(&b, "- Three limits ≥ 0.9 × one limit: %.2f × — %s\n", rps(three)/rps(allow), target(rps(three) >= 0.9*rps(allow)))
+	fmt.Fprintf(&b, "- Denial flood ≥ 0.85 × ceiling: %.2f × — %s; Redis calls per denied request %.4f (< 0.05) — %s\n",
+		rps(deny)/ceiling, target(rps(deny) >= 0.85*ceiling), denyCmds, target(denyCmds < 0.05))
+	fmt.Fprintf(&b, "- p99 at half the allowing throughput < 2 ms: %s — %s\n", round(fixed.p99), target(fixed.p99 < 2*time.Millisecond))
+	return b.String()
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
