@@ -1,7 +1,10 @@
 package controller_test
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,5 +301,54 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		Expect(condition(p, ratelimitv1alpha1.ConditionReconciling)).To(BeNil())
 		kstatusRulesHold(p)
 		Expect(kstatus(p)).To(Equal(status.CurrentStatus))
+	})
+})
+
+var _ = Describe("RateLimitPolicy controller under load", func() {
+	It("makes 500 policies created at once Ready within 60s, with one table write each", func() {
+		ns := newNamespace()
+		hsets := func() int64 {
+			stats, err := redisServer.Client().Info(ctx, "commandstats").Result()
+			Expect(err).NotTo(HaveOccurred())
+			for _, line := range strings.Split(stats, "\r\n") {
+				if v, ok := strings.CutPrefix(line, "cmdstat_hset:calls="); ok {
+					n, err := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+					Expect(err).NotTo(HaveOccurred())
+					return n
+				}
+			}
+			return 0
+		}
+		before := hsets()
+		start := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		for i := 0; i < 500; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				defer GinkgoRecover()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				Expect(k8sClient.Create(ctx, globalPolicy(ns, fmt.Sprintf("p-%03d", i), int64(10+i)))).To(Succeed())
+			}(i)
+		}
+		wg.Wait()
+		Eventually(func(g Gomega) {
+			var list ratelimitv1alpha1.RateLimitPolicyList
+			g.Expect(k8sClient.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			ready := 0
+			for i := range list.Items {
+				p := &list.Items[i]
+				if c := condition(p, ratelimitv1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue && p.Status.ObservedGeneration == p.Generation {
+					ready++
+				}
+			}
+			g.Expect(ready).To(Equal(500))
+		}, 60*time.Second, 250*time.Millisecond).Should(Succeed())
+		GinkgoWriter.Printf("500 policies Ready %s after the first create\n", time.Since(start))
+		// Let a table sync pass: it must find nothing to write.
+		time.Sleep(1500 * time.Millisecond)
+		Expect(hsets() - before).To(Equal(int64(500)), "one table write per policy")
 	})
 })
