@@ -349,6 +349,6 @@ var _ = Describe("RateLimitPolicy controller under load", func() {
 		GinkgoWriter.Printf("500 policies Ready %s after the first create\n", time.Since(start))
 		// Let a table sync pass: it must find nothing to write.
 		time.Sleep(1500 * time.Millisecond)
-		Expect(hsets() - before).To(Equal(int64(500)), "one table write per policy")
+		Expect(hsets()-before).To(Equal(int64(500)), "one table write per policy")
 	})
 })
