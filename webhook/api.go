@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -132,11 +133,11 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 		return nil, fmt.Errorf("request.path: must start with '/'")
 	}
 	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
-	p, err := normalizePath(escapedPath)
+	p, err := checkhttp.NormalizePath(escapedPath)
 	if err != nil {
 		return nil, fmt.Errorf("request.path: %v", err)
 	}
-	req := &policy.Request{Method: method, Host: normalizeHost(o.Host), Path: p, RawQuery: rawQuery, Header: http.Header{}}
+	req := &policy.Request{Method: method, Host: checkhttp.NormalizeHost(o.Host), Path: p, RawQuery: rawQuery, Header: http.Header{}}
 	for k, v := range o.Headers {
 		if !validToken(k) {
 			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", truncate(k))
@@ -172,7 +173,7 @@ func report(out *check.Outcome) CheckResponse {
 		resp.Error = out.StoreErr.Error()
 	}
 	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
-		secs := ceilSeconds(out.RetryAfter)
+		secs := checkhttp.CeilSeconds(out.RetryAfter)
 		resp.RetryAfterSeconds = &secs
 	}
 	index := map[*policy.Policy]int{}
@@ -192,10 +193,10 @@ func report(out *check.Outcome) CheckResponse {
 		l := LimitReport{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: lr.Key,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
-			ResetSeconds: ceilSeconds(lr.Reset), Cached: lr.Cached,
+			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached,
 		}
 		if !lr.Allowed && lr.RetryAfter > 0 && lr.RetryAfter != ratelimit.Never {
-			secs := ceilSeconds(lr.RetryAfter)
+			secs := checkhttp.CeilSeconds(lr.RetryAfter)
 			l.RetryAfterSeconds = &secs
 		}
 		i := index[lr.Policy]

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"net/url"
-	"path"
 	"strings"
 
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -133,7 +132,7 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 	if !validScheme(scheme) || !validURLText(authority) || !validURLText(rest) {
 		return badHeader(urlHeader(profile), "malformed URL: %q", truncate(scheme+"://"+authority+rest))
 	}
-	out.Host = normalizeHost(authority)
+	out.Host = checkhttp.NormalizeHost(authority)
 	if out.Host == "" {
 		return badHeader(urlHeader(profile), "no host in %q", truncate(scheme+"://"+authority+rest))
 	}
@@ -141,7 +140,7 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 		rest = rest[:i]
 	}
 	escapedPath, rawQuery, _ := strings.Cut(rest, "?")
-	p, err := normalizePath(escapedPath)
+	p, err := checkhttp.NormalizePath(escapedPath)
 	if err != nil {
 		return badHeader(urlHeader(profile), "%v", err)
 	}
@@ -235,73 +234,6 @@ func validMethod(m string) bool {
 	}
 	for i := 0; i < len(m); i++ {
 		if c := m[i]; c < 'A' || c > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-// normalizeHost lower-cases the host and drops the port and brackets.
-func normalizeHost(h string) string {
-	if strings.HasPrefix(h, "[") {
-		if end := strings.IndexByte(h, ']'); end > 0 {
-			h = h[1:end]
-		}
-	} else if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[:i], ':') < 0 {
-		h = h[:i]
-	}
-	h = strings.TrimSuffix(h, ".")
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(h)
-		}
-	}
-	return h
-}
-
-// normalizePath decodes percent-escapes and resolves "." and ".." segments
-// and repeated slashes, so "/a/../login", "//login" and "/%6Cogin" match a
-// policy for "/login" the way the upstream application will route them.
-// A trailing slash is kept.
-func normalizePath(escaped string) (string, error) {
-	if escaped == "" {
-		return "/", nil
-	}
-	decoded := escaped
-	if strings.IndexByte(escaped, '%') >= 0 {
-		var err error
-		if decoded, err = url.PathUnescape(escaped); err != nil {
-			return "", fmt.Errorf("malformed percent-encoding in the path")
-		}
-	}
-	if !strings.HasPrefix(decoded, "/") {
-		decoded = "/" + decoded
-	}
-	if isClean(decoded) {
-		return decoded, nil
-	}
-	cleaned := path.Clean(decoded)
-	if strings.HasSuffix(decoded, "/") && cleaned != "/" {
-		cleaned += "/"
-	}
-	return cleaned, nil
-}
-
-// isClean reports whether p has no empty, "." or ".." segments (a trailing
-// slash is fine), so path.Clean and its allocation can be skipped.
-func isClean(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] != '/' {
-			continue
-		}
-		seg := p[i+1:]
-		if j := strings.IndexByte(seg, '/'); j >= 0 {
-			seg = seg[:j]
-			if seg == "" {
-				return false // "//"
-			}
-		}
-		if seg == "." || seg == ".." {
 			return false
 		}
 	}

@@ -7,12 +7,9 @@
 package webhook
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // Options configure the check endpoint.
@@ -148,136 +145,26 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile,
 		return
 	}
 	out := &st.out
-	st.buf = setRateLimitHeaders(w.Header(), out, s.opts.Now(), st.buf)
+	st.buf = checkhttp.AppendHeaders(w.Header(), out, s.opts.Now(), st.buf)
 	if out.Allowed {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	st.buf = writeDenial(w, out, denyStatus(profile, out), st.buf)
+	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
 }
 
 // denyStatus is the policy's deny status, else 403 for nginx (nginx turns
 // any auth_request status other than 2xx, 401 and 403 into 500), else 429.
 func denyStatus(profile Profile, out *check.Outcome) int {
-	if out.Decider != nil && out.Decider.DenyStatus != 0 {
-		return out.Decider.DenyStatus
-	}
 	if profile == ProfileNginx {
-		return http.StatusForbidden
+		return checkhttp.DenyStatus(out, http.StatusForbidden)
 	}
-	return http.StatusTooManyRequests
+	return checkhttp.DenyStatus(out, http.StatusTooManyRequests)
 }
-
-// problem is an RFC 9457 problem details body.
-type problem struct {
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Status     int    `json:"status"`
-	Detail     string `json:"detail"`
-	Policy     string `json:"policy,omitempty"`
-	Limit      string `json:"limit,omitempty"`
-	RetryAfter *int64 `json:"retryAfter,omitempty"`
-}
-
-// problemContentType is shared by every denial (capacity 1: see policy.Limit).
-var problemContentType = []string{"application/problem+json"}
-
-// writeDenial answers a denial with an RFC 9457 problem, written by hand
-// into buf: the JSON encoder's reflection costs more than the check.
-func writeDenial(w http.ResponseWriter, out *check.Outcome, status int, buf []byte) []byte {
-	p := problem{Status: status}
-	if out.Decider != nil {
-		p.Policy = out.Decider.String()
-	}
-	var retry int64 = -1
-	if out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
-		retry = ceilSeconds(out.RetryAfter)
-	}
-	buf = buf[:0]
-	switch out.Reason {
-	case check.ReasonMissingKey:
-		p.Type, p.Title = "https://sluice.dev/problems/missing-key", "Request lacks the rate-limit key"
-		p.Detail = fmt.Sprintf("policy %s keys requests by %q and denies requests without it", p.Policy, out.Decider.KeyTemplate())
-	case check.ReasonStoreUnavailable:
-		p.Type, p.Title = "https://sluice.dev/problems/limiter-unavailable", "Rate limiter unavailable"
-		p.Detail = fmt.Sprintf("policy %s fails closed and its limits cannot be checked right now", p.Policy)
-	default:
-		p.Type, p.Title = "https://sluice.dev/problems/rate-limited", "Rate limit exceeded"
-		if out.Tightest >= 0 {
-			p.Limit = out.Limits[out.Tightest].Limit.Name
-		}
-	}
-	buf = append(buf, `{"type":`...)
-	buf = strconv.AppendQuote(buf, p.Type)
-	buf = append(buf, `,"title":`...)
-	buf = strconv.AppendQuote(buf, p.Title)
-	buf = append(buf, `,"status":`...)
-	buf = strconv.AppendInt(buf, int64(status), 10)
-	buf = append(buf, `,"detail":"`...)
-	if p.Detail != "" {
-		buf = appendJSONText(buf, p.Detail)
-	} else if retry >= 0 {
-		buf = append(buf, `limit \"`...)
-		buf = appendJSONText(buf, p.Limit)
-		buf = append(buf, `\" of policy `...)
-		buf = appendJSONText(buf, p.Policy)
-		buf = append(buf, " is exhausted; retry in "...)
-		buf = strconv.AppendInt(buf, retry, 10)
-		buf = append(buf, 's')
-	} else {
-		buf = append(buf, `limit \"`...)
-		buf = appendJSONText(buf, p.Limit)
-		buf = append(buf, `\" of policy `...)
-		buf = appendJSONText(buf, p.Policy)
-		buf = append(buf, " can never admit this request"...)
-	}
-	buf = append(buf, '"')
-	if p.Policy != "" {
-		buf = append(buf, `,"policy":"`...)
-		buf = appendJSONText(buf, p.Policy)
-		buf = append(buf, '"')
-	}
-	if p.Limit != "" {
-		buf = append(buf, `,"limit":"`...)
-		buf = appendJSONText(buf, p.Limit)
-		buf = append(buf, '"')
-	}
-	if retry >= 0 {
-		buf = append(buf, `,"retryAfter":`...)
-		buf = strconv.AppendInt(buf, retry, 10)
-	}
-	buf = append(buf, "}\n"...)
-	w.Header()["Content-Type"] = problemContentType
-	w.WriteHeader(status)
-	_, _ = w.Write(buf)
-	return buf
-}
-
-// appendJSONText appends s escaped for the inside of a JSON string. Names
-// here are DNS labels and fixed texts; anything else is escaped safely.
-func appendJSONText(buf []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			buf = append(buf, '\\', c)
-		case c < 0x20:
-			buf = append(buf, `\u00`...)
-			buf = append(buf, hexDigits[c>>4], hexDigits[c&15])
-		default:
-			buf = append(buf, c)
-		}
-	}
-	return buf
-}
-
-const hexDigits = "0123456789abcdef"
 
 func (s *Server) badRequest(w http.ResponseWriter, err error) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(http.StatusBadRequest)
-	_ = json.NewEncoder(w).Encode(problem{
-		Type: "https://sluice.dev/problems/bad-request", Title: "Bad check request",
+	checkhttp.WriteProblem(w, checkhttp.Problem{
+		Type: checkhttp.ProblemBadRequest, Title: "Bad check request",
 		Status: http.StatusBadRequest, Detail: err.Error(),
 	})
 }
@@ -290,7 +177,5 @@ func (s *Server) checkError(w http.ResponseWriter, err error) {
 	} else {
 		s.opts.Logger.Error("check failed", "err", err)
 	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(problem{Type: "https://sluice.dev/problems/check-failed", Title: title, Status: status, Detail: err.Error()})
+	checkhttp.WriteProblem(w, checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: title, Status: status, Detail: err.Error()})
 }

@@ -16,6 +16,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
@@ -218,7 +219,7 @@ func TestProxyProfiles(t *testing.T) {
 					if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
 						t.Errorf("deny Content-Type %q", ct)
 					}
-					var p problem
+					var p checkhttp.Problem
 					if err := json.Unmarshal([]byte(body), &p); err != nil || p.Status != w.status || p.Policy != ns+"/api" || p.Limit != "burst" || p.RetryAfter == nil || *p.RetryAfter != 10 {
 						t.Errorf("deny body %s (err %v)", body, err)
 					}

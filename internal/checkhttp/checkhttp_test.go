@@ -1,0 +1,109 @@
+package checkhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+func testPolicy(t *testing.T, style ratelimitv1alpha1.HeaderStyle) *policy.Policy {
+	t.Helper()
+	spec := ratelimitv1alpha1.RateLimitPolicySpec{
+		Key:      "global",
+		Response: ratelimitv1alpha1.Response{Headers: style},
+		Limits: []ratelimitv1alpha1.Limit{{Name: "burst",
+			TokenBucket: &ratelimitv1alpha1.TokenBucket{Capacity: 10, RefillRate: 1, RefillInterval: "1s"}}},
+	}
+	p, err := policy.Compile("shop", "api", &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func denied(p *policy.Policy, retry time.Duration) *check.Outcome {
+	return &check.Outcome{Allowed: false, Reason: check.ReasonLimited, Decider: p, Tightest: 0, RetryAfter: retry,
+		Limits: []check.LimitResult{{Policy: p, Limit: &p.Limits[0], Result: ratelimit.Result{Remaining: 0, Reset: 9500 * time.Millisecond, RetryAfter: retry}}}}
+}
+
+// The hand-written denial body is exactly what encoding DenialProblem gives.
+func TestAppendDenialMatchesTheEncoder(t *testing.T) {
+	p := testPolicy(t, ratelimitv1alpha1.HeaderStyleBoth)
+	for _, out := range []*check.Outcome{denied(p, 1500*time.Millisecond), denied(p, ratelimit.Never), denied(p, 0)} {
+		fast := httptest.NewRecorder()
+		AppendDenial(fast, out, 429, nil)
+		slow := httptest.NewRecorder()
+		WriteProblem(slow, DenialProblem(out, 429))
+		if fast.Body.String() != slow.Body.String() {
+			t.Errorf("hand-written %s\nencoder      %s", fast.Body, slow.Body)
+		}
+		var pr Problem
+		if err := json.Unmarshal(fast.Body.Bytes(), &pr); err != nil || fast.Code != 429 || fast.Header().Get("Content-Type") != ProblemContentType {
+			t.Errorf("body %s: %v, status %d", fast.Body, err, fast.Code)
+		}
+	}
+}
+
+func TestHeaders(t *testing.T) {
+	now := time.Unix(1_800_000_000, 250_000_000)
+	for _, tt := range []struct {
+		style ratelimitv1alpha1.HeaderStyle
+		want  map[string]string
+	}{
+		{ratelimitv1alpha1.HeaderStyleBoth, map[string]string{"Retry-After": "2", "RateLimit": `"api/burst";r=0;t=10`, "RateLimit-Policy": `"api/burst";q=10;w=10`,
+			"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1800000010"}},
+		{ratelimitv1alpha1.HeaderStyleIETF, map[string]string{"Retry-After": "2", "RateLimit": `"api/burst";r=0;t=10`, "RateLimit-Policy": `"api/burst";q=10;w=10`}},
+		{ratelimitv1alpha1.HeaderStyleLegacy, map[string]string{"Retry-After": "2", "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1800000010"}},
+		{ratelimitv1alpha1.HeaderStyleNone, map[string]string{"Retry-After": "2"}},
+	} {
+		h := http.Header{}
+		AppendHeaders(h, denied(testPolicy(t, tt.style), 1500*time.Millisecond), now, nil)
+		if len(h) != len(tt.want) {
+			t.Errorf("%s: headers %v, want %v", tt.style, h, tt.want)
+		}
+		for k, v := range tt.want {
+			if got := h[k]; len(got) != 1 || got[0] != v {
+				t.Errorf("%s: %s = %q, want %q", tt.style, k, got, v)
+			}
+		}
+		// A handler appending to one header must not change another.
+		h["RateLimit"] = append(h["RateLimit"], "x")
+		if tt.style == ratelimitv1alpha1.HeaderStyleBoth && h["X-RateLimit-Remaining"][0] != "0" {
+			t.Error("appending to RateLimit changed X-RateLimit-Remaining")
+		}
+	}
+}
+
+func TestNormalizePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/", "/": "/", "/a": "/a", "/a/": "/a/", "//a": "/a", "/a/./b": "/a/b", "/a/../b": "/b",
+		"/%61": "/a", "/a%2Fb": "/a/b", "/..": "/", "/a/.": "/a", "/a//b/": "/a/b/",
+	} {
+		got, err := NormalizePath(in)
+		if err != nil || got != want {
+			t.Errorf("NormalizePath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := NormalizePath("/%zz"); err == nil {
+		t.Error("malformed escape accepted")
+	}
+}
+
+func TestNormalizeHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"Example.COM": "example.com", "example.com:8080": "example.com", "example.com.": "example.com",
+		"[2001:db8::1]:443": "2001:db8::1", "2001:db8::1": "2001:db8::1", "10.0.0.1:80": "10.0.0.1",
+	} {
+		if got := NormalizeHost(in); got != want {
+			t.Errorf("NormalizeHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+

@@ -1,0 +1,314 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/source"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+// DefaultNamespace is the namespace of the policies unless WithNamespace
+// says otherwise.
+const DefaultNamespace = "default"
+
+// Limiter checks requests against rate-limit policies. Create it with New;
+// it is safe for concurrent use. Close releases what New created.
+type Limiter struct {
+	namespace string
+	trusted   *webhook.TrustedProxies
+	deny      DenyHandler
+	log       *slog.Logger
+	lastLog   atomic.Int64 // Unix ns of the last failure-mode log line
+
+	checker *check.Checker // in the process
+	remote  *remote        // or remotely
+	closers []func() error
+}
+
+// Reason says why a request was denied.
+type Reason string
+
+const (
+	// ReasonRateLimited: a limit is exhausted.
+	ReasonRateLimited Reason = "RateLimited"
+	// ReasonMissingKey: the request lacks its key's value and the policy's
+	// onMissingKey is Deny.
+	ReasonMissingKey Reason = "MissingKey"
+	// ReasonUnavailable: Redis or the check endpoint could not answer and
+	// the failure mode is Closed.
+	ReasonUnavailable Reason = "Unavailable"
+)
+
+// Decision describes a denial to a DenyHandler.
+type Decision struct {
+	Reason Reason
+	// Status is what the default answer uses: the policy's
+	// response.denyStatus, else 429.
+	Status int
+	// Policy is the denying policy as "namespace/name" (empty when the
+	// check endpoint could not be asked).
+	Policy string
+	// Limit is the exhausted limit's name (ReasonRateLimited).
+	Limit string
+	// RetryAfter is how long the client should wait; never earlier than
+	// the moment the same request could pass. 0 when no wait will do (a
+	// missing key, or a cost above the limit's capacity).
+	RetryAfter time.Duration
+	// Err is the store's or the check endpoint's error (ReasonUnavailable).
+	Err error
+}
+
+// DenyHandler answers a denied request; see WithDenyHandler.
+type DenyHandler func(w http.ResponseWriter, r *http.Request, d Decision)
+
+// New builds a Limiter. A policy that does not compile, or options that
+// contradict each other, are an error naming the policy and field.
+func New(opts ...Option) (*Limiter, error) {
+	c := &config{}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.namespace == "" {
+		c.namespace = DefaultNamespace
+	}
+	if msgs := validation.IsDNS1123Label(c.namespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("middleware: namespace %q: %s", c.namespace, strings.Join(msgs, "; "))
+	}
+	if len(c.stores) > 1 {
+		return nil, fmt.Errorf("middleware: %s exclude each other; choose one", strings.Join(c.stores, " and "))
+	}
+	if c.trusted == nil {
+		t, err := webhook.ParseTrustedProxies(webhook.DefaultTrustedProxies)
+		if err != nil {
+			return nil, err
+		}
+		c.trusted = t
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	l := &Limiter{namespace: c.namespace, trusted: c.trusted, deny: c.deny, log: c.logger}
+
+	if c.remote != nil {
+		if len(c.specs) > 0 || len(c.yamlTexts) > 0 {
+			return nil, errors.New("middleware: WithRemote uses the check endpoint's policies: WithPolicy and WithPolicyYAML cannot be combined with it")
+		}
+		rm, err := newRemote(c.remote, c.namespace)
+		if err != nil {
+			return nil, err
+		}
+		l.remote = rm
+		l.closers = append(l.closers, rm.close)
+		return l, nil
+	}
+
+	policies, err := compilePolicies(c)
+	if err != nil {
+		return nil, err
+	}
+	var store ratelimit.Store
+	kind := "WithMemoryStore"
+	if len(c.stores) == 1 {
+		kind = c.stores[0]
+	}
+	switch {
+	case kind == "WithRedis" && c.redisClient == nil:
+		return nil, errors.New("middleware: WithRedis: the client is nil")
+	case kind == "WithRedisURL" && c.redisURL == "":
+		return nil, errors.New("middleware: WithRedisURL: the URL is empty")
+	case kind == "WithRedis" || kind == "WithRedisURL":
+		st, closers, err := newRedisStore(c)
+		if err != nil {
+			return nil, err
+		}
+		store, l.closers = st, closers
+	default:
+		ms := memstore.New()
+		store = ms
+		l.closers = append(l.closers, ms.Close)
+	}
+	var metrics *check.Metrics
+	if c.registerer != nil {
+		metrics = check.NewMetrics(c.registerer)
+	}
+	l.checker = check.New(check.Options{
+		Store:   store,
+		Source:  source.NewStatic(policies...),
+		Timeout: c.storeTimeout,
+		Metrics: metrics,
+	})
+	return l, nil
+}
+
+// Close stops the memory store's sweeper, the Redis store's pipelines and
+// a Redis client that WithRedisURL created (not one given to WithRedis).
+// Serve no more requests through the limiter's handlers after Close.
+func (l *Limiter) Close() error {
+	var errs []error
+	for _, c := range l.closers {
+		errs = append(errs, c())
+	}
+	l.closers = nil
+	return errors.Join(errs...)
+}
+
+// compilePolicies compiles the policies of WithPolicy and WithPolicyYAML.
+func compilePolicies(c *config) ([]*policy.Policy, error) {
+	specs := append([]namedSpec(nil), c.specs...)
+	for _, text := range c.yamlTexts {
+		docs, err := parsePolicyYAML(text, c.namespace)
+		if err != nil {
+			return nil, fmt.Errorf("middleware: WithPolicyYAML: %w", err)
+		}
+		specs = append(specs, docs...)
+	}
+	if len(specs) == 0 {
+		return nil, errors.New("middleware: no policies: add WithPolicy or WithPolicyYAML, or use WithRemote")
+	}
+	seen := map[string]bool{}
+	var policies []*policy.Policy
+	var errs []error
+	for _, s := range specs {
+		if msgs := validation.IsDNS1123Subdomain(s.name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("policy %q: name: %s", s.name, strings.Join(msgs, "; ")))
+			continue
+		}
+		if seen[s.name] {
+			errs = append(errs, fmt.Errorf("policy %q: defined twice", s.name))
+			continue
+		}
+		seen[s.name] = true
+		p, err := policy.Compile(c.namespace, s.name, s.spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", s.name, err))
+			continue
+		}
+		policies = append(policies, p)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("middleware: %w", errors.Join(errs...))
+	}
+	return policies, nil
+}
+
+// Handler returns next guarded by the limiter. Its method value,
+// l.Handler, is a func(http.Handler) http.Handler.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	if l.remote != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveRemote(w, r, next) })
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveLocal(w, r, next) })
+}
+
+// clientIP is the address {client_ip} keys use: the peer's, or the one a
+// trusted proxy forwarded.
+func (l *Limiter) clientIP(r *http.Request) netip.Addr {
+	var peer netip.Addr
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		peer = ap.Addr()
+	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
+		peer = a
+	}
+	return l.trusted.ClientIP(peer, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
+}
+
+// policyRequest describes r the way the check endpoint describes the
+// request a proxy asks about: host without port, path decoded and
+// cleaned, so a spelling cannot skip a policy.
+func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
+	p, err := checkhttp.NormalizePath(r.URL.EscapedPath())
+	if err != nil {
+		return nil, err
+	}
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
+	return &policy.Request{
+		Method:   r.Method,
+		Host:     checkhttp.NormalizeHost(host),
+		Path:     p,
+		RawQuery: r.URL.RawQuery,
+		Header:   r.Header,
+		ClientIP: l.clientIP(r),
+	}, nil
+}
+
+func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	req, err := l.policyRequest(r)
+	if err != nil {
+		checkhttp.WriteProblem(w, checkhttp.Problem{
+			Type: checkhttp.ProblemBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error(),
+		})
+		return
+	}
+	out, err := l.checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})
+	if err != nil {
+		// Not Redis being away (the failure mode covers that): a bug.
+		l.log.Error("rate-limit check failed", "err", err)
+		checkhttp.WriteProblem(w, checkhttp.Problem{
+			Type: checkhttp.ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error(),
+		})
+		return
+	}
+	if out.Degraded {
+		l.logFailure("rate-limit store unavailable; the failure mode answered", out.Allowed, out.StoreErr)
+	}
+	checkhttp.SetHeaders(w.Header(), out, time.Now())
+	if out.Allowed {
+		next.ServeHTTP(w, r)
+		return
+	}
+	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)
+	if l.deny != nil {
+		l.deny(w, r, localDecision(out, status))
+		return
+	}
+	checkhttp.WriteDenial(w, out, status)
+}
+
+func localDecision(out *check.Outcome, status int) Decision {
+	d := Decision{Reason: ReasonRateLimited, Status: status, RetryAfter: out.RetryAfter, Err: out.StoreErr}
+	if d.RetryAfter == ratelimit.Never {
+		d.RetryAfter = 0
+	}
+	if out.Decider != nil {
+		d.Policy = out.Decider.String()
+	}
+	switch out.Reason {
+	case check.ReasonMissingKey:
+		d.Reason = ReasonMissingKey
+	case check.ReasonStoreUnavailable:
+		d.Reason = ReasonUnavailable
+	default:
+		if out.Tightest >= 0 {
+			d.Limit = out.Limits[out.Tightest].Limit.Name
+		}
+	}
+	return d
+}
+
+// logFailure logs a failure-mode answer, at most once a second: while
+// Redis or the endpoint is down every request would log otherwise.
+func (l *Limiter) logFailure(msg string, allowed bool, err error) {
+	now := time.Now().UnixNano()
+	last := l.lastLog.Load()
+	if now-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	l.log.Warn(msg, "allowed", allowed, "err", err)
+}
