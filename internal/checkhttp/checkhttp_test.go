@@ -106,4 +106,3 @@ func TestNormalizeHost(t *testing.T) {
 		}
 	}
 }
-
