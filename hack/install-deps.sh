@@ -6,7 +6,7 @@
 set -euo pipefail
 
 if [[ $# -eq 0 ]]; then
-  set -- redis-server=redis-server redis-cli=redis-tools redis-sentinel=redis-sentinel
+  set -- redis-server=redis-server redis-cli=redis-tools redis-sentinel=redis-sentinel nginx=nginx caddy=caddy chromium=chromium
 fi
 
 missing=()

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -92,6 +93,12 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The dashboard is read-only here: the RateLimitPolicy objects are the truth.
+	dash, err := dashboard.New(dashboard.Options{Checker: checker, Table: reader})
+	if err != nil {
+		return nil, err
+	}
+	dash.Register(srv)
 	return &checkServer{reader: reader, handler: srv, listen: cfg.Listen, log: log}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -38,7 +39,7 @@ type Config struct {
 }
 
 // App is local mode assembled: the policy files, the store, the checker
-// and the check endpoint.
+// and the check endpoint, with the dashboard at / (see internal/dashboard).
 type App struct {
 	Files     *source.Files
 	Checker   *check.Checker
@@ -103,6 +104,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
+	dash, err := dashboard.New(dashboard.Options{Checker: a.Checker, Files: files})
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	dash.Register(a.Handler)
 	return a, nil
 }
 

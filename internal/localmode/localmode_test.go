@@ -177,3 +177,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestDashboardEditsApplyToTheCheckEndpoint(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "api.yaml", limitPolicy(2))
+	_, base := startLocal(t, dir)
+
+	resp, err := http.Get(base + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+
+	if n := countAllowed(t, base); n != 2 {
+		t.Fatalf("limit 2 allowed %d", n)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/dashboard/policies/default/api/limits",
+		strings.NewReader(`{"limits":[{"name":"window","params":{"limit":"4"}}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("edit: %s", resp.Status)
+	}
+	// In force at once, with no wait for the folder poll: 2 of 4 used.
+	if n := countAllowed(t, base); n != 2 {
+		t.Fatalf("after raising the limit to 4 from the dashboard: %d more allowed, want 2", n)
+	}
+}

@@ -35,9 +35,23 @@ type PolicyStatus struct {
 	// Message explains a version that is not in force; the last good
 	// version (if any) stays in force meanwhile.
 	Message string
-	// Spec is the latest version read (also when it does not compile).
+	// Spec is the latest version read (also when it does not compile), or
+	// the edited version while the policy is Edited.
 	Spec *ratelimitv1alpha1.RateLimitPolicySpec
+	// Edited is set while an in-memory edit (see Files.Edit) is in force
+	// in place of the file's version; EditedAt is when it was made.
+	Edited   bool
+	EditedAt time.Time
 }
+
+// ErrUnknownPolicy is returned by Edit and Revert for a policy that no
+// readable file defines.
+var ErrUnknownPolicy = errors.New("no such policy in the policy files")
+
+// ErrInvalidEdit wraps the reason an edit was rejected: a value that is
+// not a number or duration, or the compile errors of the edited spec,
+// each naming its field.
+var ErrInvalidEdit = errors.New("edit rejected")
 
 // FileError is a file that could not be read as RateLimitPolicy YAML.
 type FileError struct {
@@ -48,6 +62,11 @@ type FileError struct {
 // Files serves the RateLimitPolicies in the YAML files under a folder and
 // follows edits. A file or policy that does not parse or compile is
 // reported and the last good version of each of its policies stays in force.
+//
+// Besides the files, a policy can be edited in memory (Edit, used by the
+// dashboard): the edited spec is in force instead of the file's version
+// until that file changes on disk (written, replaced or removed), when the
+// file wins again, or until Revert. The files themselves are never written.
 type Files struct {
 	dir      string
 	interval time.Duration
@@ -63,6 +82,26 @@ type Files struct {
 	statuses   []PolicyStatus
 	fileErrors []FileError
 	onChange   []func()
+
+	fileHash map[string]string  // file -> hash of the contents last compiled
+	used     map[string]usedDoc // "ns/name" -> the document in use
+	edits    map[string]*edit   // "ns/name" -> in-memory edit in force
+	now      func() time.Time
+}
+
+// usedDoc is the document a policy's status comes from.
+type usedDoc struct {
+	file string
+	spec *ratelimitv1alpha1.RateLimitPolicySpec
+}
+
+// edit is an in-memory version of a policy that replaces its file's
+// version while the file's contents stay as they were when it was made.
+type edit struct {
+	file     string
+	fileHash string
+	spec     *ratelimitv1alpha1.RateLimitPolicySpec
+	at       time.Time
 }
 
 // NewFiles reads dir once; Run follows it.
@@ -80,7 +119,8 @@ func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, err
 	if !st.IsDir() {
 		return nil, fmt.Errorf("policies folder: %s is not a folder", dir)
 	}
-	f := &Files{dir: dir, interval: interval, log: log, good: map[string]*policy.Policy{}, goodFile: map[string]string{}}
+	f := &Files{dir: dir, interval: interval, log: log, good: map[string]*policy.Policy{}, goodFile: map[string]string{},
+		fileHash: map[string]string{}, used: map[string]usedDoc{}, edits: map[string]*edit{}, now: time.Now}
 	f.set.Store(policy.NewSet(0, nil))
 	if err := f.Reload(); err != nil {
 		return nil, err
@@ -140,7 +180,61 @@ type document struct {
 
 // Reload reads the folder and, when anything changed, compiles it and
 // swaps the policy set.
-func (f *Files) Reload() error {
+func (f *Files) Reload() error { return f.reload(false) }
+
+// Edit changes the policy namespace/name in memory: fn gets a copy of the
+// spec in force (the file's, or the previous edit) and changes it. The
+// result is compiled; if fn fails or the result does not compile, the
+// error (wrapping ErrInvalidEdit, naming the fields) is returned and
+// nothing changes. Otherwise the edited version is in force at once, and
+// stays until the policy's file changes on disk or Revert is called.
+func (f *Files) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimitPolicySpec) error) error {
+	id := namespace + "/" + name
+	f.mu.Lock()
+	doc, ok := f.used[id]
+	if !ok {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrUnknownPolicy, id)
+	}
+	spec := doc.spec.DeepCopy()
+	if err := fn(spec); err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrInvalidEdit, err)
+	}
+	if _, err := policy.Compile(namespace, name, spec); err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrInvalidEdit, err)
+	}
+	// Tied to the contents this process last read: if the file has changed
+	// since, the next reload finds a different hash and the file wins.
+	f.edits[id] = &edit{file: doc.file, fileHash: f.fileHash[doc.file], spec: spec, at: f.now()}
+	f.mu.Unlock()
+	f.log.Info("policy edited in memory; the file wins again when it changes", "policy", id, "file", doc.file)
+	return f.reload(true)
+}
+
+// Revert drops the in-memory edit of namespace/name, putting its file's
+// version back in force. Reverting a policy without an edit does nothing.
+func (f *Files) Revert(namespace, name string) error {
+	id := namespace + "/" + name
+	f.mu.Lock()
+	_, edited := f.edits[id]
+	_, known := f.used[id]
+	delete(f.edits, id)
+	f.mu.Unlock()
+	if !edited {
+		if !known {
+			return fmt.Errorf("%w: %s", ErrUnknownPolicy, id)
+		}
+		return nil
+	}
+	f.log.Info("in-memory edit reverted; the file's version is in force", "policy", id)
+	return f.reload(true)
+}
+
+// reload reads the folder and compiles it when anything changed, or always
+// when force is set (after an edit).
+func (f *Files) reload(force bool) error {
 	files, err := policyFiles(f.dir)
 	if err != nil {
 		return err
@@ -163,10 +257,22 @@ func (f *Files) Reload() error {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if sig == f.signature {
+	if sig == f.signature && !force {
 		return nil
 	}
 	f.signature = sig
+
+	fileHash := make(map[string]string, len(contents))
+	for name, b := range contents {
+		sum := sha256.Sum256(b)
+		fileHash[name] = string(sum[:])
+	}
+	for id, e := range f.edits {
+		if fileHash[e.file] != e.fileHash {
+			delete(f.edits, id)
+			f.log.Info("policy file changed; it replaces the in-memory edit", "policy", id, "file", e.file)
+		}
+	}
 
 	var (
 		docs       []document
@@ -188,6 +294,7 @@ func (f *Files) Reload() error {
 
 	next := map[string]*policy.Policy{}
 	seen := map[string]string{}
+	used := map[string]usedDoc{}
 	for _, d := range docs {
 		ns := d.spec.Namespace
 		if ns == "" {
@@ -201,7 +308,11 @@ func (f *Files) Reload() error {
 			continue
 		}
 		seen[id] = d.file
-		p, err := policy.Compile(ns, d.spec.Name, &d.spec.Spec)
+		if e := f.edits[id]; e != nil && e.file == d.file {
+			st.Spec, st.Edited, st.EditedAt = e.spec, true, e.at
+		}
+		used[id] = usedDoc{file: d.file, spec: st.Spec}
+		p, err := policy.Compile(ns, d.spec.Name, st.Spec)
 		if err != nil {
 			st.Message = err.Error()
 			if old := f.good[id]; old != nil {
@@ -224,10 +335,14 @@ func (f *Files) Reload() error {
 		for id, old := range f.good {
 			if _, present := next[id]; !present && f.goodFile[id] == fe.File {
 				next[id], nextFile[id] = old, fe.File
+				statuses = append(statuses, PolicyStatus{Namespace: old.Namespace, Name: old.Name, File: fe.File,
+					Message: fmt.Sprintf("its file does not parse: %v (the last good version stays in force)", fe.Err)})
 			}
 		}
 	}
-	sort.Slice(statuses, func(i, j int) bool {
+	// Stable: a policy's status from the document in use (the first read)
+	// stays ahead of its duplicates'.
+	sort.SliceStable(statuses, func(i, j int) bool {
 		if statuses[i].Namespace != statuses[j].Namespace {
 			return statuses[i].Namespace < statuses[j].Namespace
 		}
@@ -235,6 +350,7 @@ func (f *Files) Reload() error {
 	})
 
 	f.good, f.goodFile = next, nextFile
+	f.fileHash, f.used = fileHash, used
 	f.statuses = statuses
 	f.fileErrors = fileErrors
 	list := make([]*policy.Policy, 0, len(next))

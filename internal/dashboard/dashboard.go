@@ -1,0 +1,225 @@
+// Package dashboard serves Sluice's web page: the policies in force with
+// their limits and Ready state, live decision counts, a form that tries a
+// request in dry run, a burst that shows a limit draining and refilling,
+// and, in local mode, editing a policy's numbers. The page is plain HTML,
+// CSS and one small script embedded in the binary; it asks the check
+// endpoint's own POST /v1/check for decisions and this package's JSON
+// routes for the rest.
+package dashboard
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/source"
+)
+
+//go:embed static
+var static embed.FS
+
+// maxEditBody bounds an edit request's body.
+const maxEditBody = 64 << 10
+
+// Options configure the dashboard. Set Files in local mode (policies can
+// be edited) or Table in the cluster check process (read-only).
+type Options struct {
+	Checker *check.Checker
+	// Files is local mode's policy folder: statuses, file errors and edits.
+	Files *source.Files
+	// Table is the check process's view of the policy table in Redis.
+	Table *policytable.Reader
+	Now   func() time.Time
+}
+
+// Dashboard is the page and its JSON routes.
+type Dashboard struct {
+	opts   Options
+	assets http.Handler
+}
+
+// New builds the dashboard.
+func New(o Options) (*Dashboard, error) {
+	if o.Checker == nil {
+		return nil, errors.New("dashboard: a Checker is required")
+	}
+	if o.Files != nil && o.Table != nil {
+		return nil, errors.New("dashboard: set Files (local mode) or Table (cluster), not both")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		return nil, err
+	}
+	return &Dashboard{opts: o, assets: http.StripPrefix("/dashboard/", http.FileServerFS(sub))}, nil
+}
+
+// Mux is where the routes go: the check endpoint's *webhook.Server or an
+// *http.ServeMux.
+type Mux interface {
+	Handle(pattern string, h http.Handler)
+}
+
+// Register adds the dashboard's routes:
+//
+//	GET /                                                  the page
+//	GET /dashboard/{file}                                  its script and style sheet
+//	GET /api/dashboard/state                               policies, statuses and live counts
+//	POST /api/dashboard/policies/{namespace}/{name}/limits  edit limit numbers (local mode)
+//	DELETE /api/dashboard/policies/{namespace}/{name}/edit  revert to the file (local mode)
+func (d *Dashboard) Register(m Mux) {
+	m.Handle("GET /{$}", http.HandlerFunc(d.page))
+	m.Handle("GET /dashboard/{file}", http.HandlerFunc(d.asset))
+	m.Handle("GET /api/dashboard/state", http.HandlerFunc(d.state))
+	m.Handle("POST /api/dashboard/policies/{namespace}/{name}/limits", http.HandlerFunc(d.edit))
+	m.Handle("DELETE /api/dashboard/policies/{namespace}/{name}/edit", http.HandlerFunc(d.revert))
+}
+
+// securityHeaders keep the page's script the only script that runs (the
+// page shows user data: policy names, keys, header values), and the page
+// out of other sites' frames.
+func securityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-cache")
+}
+
+func (d *Dashboard) page(w http.ResponseWriter, _ *http.Request) {
+	b, err := static.ReadFile("static/index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	securityHeaders(w.Header())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
+func (d *Dashboard) asset(w http.ResponseWriter, r *http.Request) {
+	securityHeaders(w.Header())
+	d.assets.ServeHTTP(w, r)
+}
+
+func (d *Dashboard) state(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, d.snapshot())
+}
+
+// EditRequest is the body of POST /api/dashboard/policies/{ns}/{name}/limits:
+// new values for some parameters of some limits, by the API's field names
+// ("capacity", "refillInterval", ...), as the page's inputs hold them.
+type EditRequest struct {
+	Limits []LimitEdit `json:"limits"`
+}
+
+// LimitEdit is new values for one limit's parameters.
+type LimitEdit struct {
+	Name   string            `json:"name"`
+	Params map[string]string `json:"params"`
+}
+
+func (d *Dashboard) edit(w http.ResponseWriter, r *http.Request) {
+	if !d.mayChange(w, r) {
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		// Also keeps plain cross-site form posts out: a JSON body needs a
+		// CORS preflight, which this server never grants.
+		problemJSON(w, http.StatusUnsupportedMediaType, "Edit rejected", "the body must be JSON (Content-Type: application/json)")
+		return
+	}
+	var req EditRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEditBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		problemJSON(w, http.StatusBadRequest, "Edit rejected", "body: "+err.Error())
+		return
+	}
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	err := d.opts.Files.Edit(ns, name, func(spec *ratelimitv1alpha1.RateLimitPolicySpec) error {
+		return applyEdits(spec, req.Limits)
+	})
+	if err != nil {
+		d.editError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d.snapshot())
+}
+
+func (d *Dashboard) revert(w http.ResponseWriter, r *http.Request) {
+	if !d.mayChange(w, r) {
+		return
+	}
+	if err := d.opts.Files.Revert(r.PathValue("namespace"), r.PathValue("name")); err != nil {
+		d.editError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, d.snapshot())
+}
+
+// mayChange answers the requests that may not change policies: in the
+// cluster the RateLimitPolicy objects are the truth, and no other site's
+// page may edit them through a browser.
+func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
+	if d.opts.Files == nil {
+		problemJSON(w, http.StatusForbidden, "Read-only",
+			"policies come from RateLimitPolicy objects here: edit them with kubectl (kubectl edit rlp NAME -n NAMESPACE)")
+		return false
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return true
+	}
+	problemJSON(w, http.StatusForbidden, "Edit rejected", "cross-site requests may not edit policies")
+	return false
+}
+
+func (d *Dashboard) editError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, source.ErrUnknownPolicy):
+		problemJSON(w, http.StatusNotFound, "No such policy", err.Error())
+	case errors.Is(err, source.ErrInvalidEdit):
+		problemJSON(w, http.StatusUnprocessableEntity, "Edit rejected; the policy in force is unchanged", err.Error())
+	default:
+		problemJSON(w, http.StatusInternalServerError, "Edit failed", err.Error())
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// problem is an RFC 9457 problem details body, as the check endpoint's.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func problemJSON(w http.ResponseWriter, status int, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+}
+
+// relFile names a policy file relative to the policies folder.
+func relFile(dir, file string) string {
+	if rel, err := filepath.Rel(dir, file); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return file
+}

@@ -1,0 +1,411 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/source"
+	"github.com/sluice-dev/sluice/webhook"
+)
+
+const apiPolicy = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: burst
+    tokenBucket: {capacity: 5, refillRate: 1, refillInterval: 10s}
+  - name: hour
+    fixedWindow: {limit: 100, window: 1h}
+`
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serveLocal assembles what local mode serves: files, checker, check
+// endpoint and dashboard, over the policy files given.
+func serveLocal(t *testing.T, files map[string]string) (*httptest.Server, *source.Files) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := source.NewFiles(dir, 0, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New()
+	t.Cleanup(func() { _ = store.Close() })
+	checker := check.New(check.Options{Store: store, Source: f})
+	srv, err := webhook.New(webhook.Options{Checker: checker, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Checker: checker, Files: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Register(srv)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return ts, f
+}
+
+func getState(t *testing.T, base string) State {
+	t.Helper()
+	resp, err := http.Get(base + "/api/dashboard/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("state: %s", resp.Status)
+	}
+	var st State
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func findPolicy(t *testing.T, st State, ns, name string) PolicyView {
+	t.Helper()
+	for _, p := range st.Policies {
+		if p.Namespace == ns && p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("policy %s/%s not in the state: %+v", ns, name, st.Policies)
+	return PolicyView{}
+}
+
+func param(l LimitView, name string) string {
+	for _, p := range l.Params {
+		if p.Name == name {
+			return p.Value
+		}
+	}
+	return "(none)"
+}
+
+// do sends a request with an optional JSON body and returns the status and body.
+func do(t *testing.T, method, url, contentType, body string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// tryRequest asks POST /v1/check as the page's script does.
+func tryRequest(t *testing.T, base string, dryRun bool) webhook.CheckResponse {
+	t.Helper()
+	body, _ := json.Marshal(webhook.CheckRequest{Namespace: "default",
+		Request: webhook.OriginalRequest{Method: "GET", Path: "/", ClientIP: "192.0.2.7"}, DryRun: dryRun})
+	code, out := do(t, "POST", base+"/v1/check", "application/json", string(body))
+	if code != http.StatusOK {
+		t.Fatalf("/v1/check: %d %s", code, out)
+	}
+	var r webhook.CheckResponse
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestPageAndAssets(t *testing.T) {
+	ts, _ := serveLocal(t, map[string]string{"api.yaml": apiPolicy})
+	for _, c := range []struct{ path, contentType, contains string }{
+		{"/", "text/html", `<script src="/dashboard/app.js"`},
+		{"/dashboard/app.js", "javascript", "/v1/check"},
+		{"/dashboard/style.css", "text/css", "#chart"},
+	} {
+		resp, err := http.Get(ts.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), c.contentType) || !strings.Contains(string(b), c.contains) {
+			t.Errorf("GET %s: %s %q, body has %q: %v", c.path, resp.Status, resp.Header.Get("Content-Type"), c.contains, strings.Contains(string(b), c.contains))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("GET %s: Content-Security-Policy %q", c.path, csp)
+		}
+	}
+	// The page is served at / only; other paths are not the page.
+	if code, _ := do(t, "GET", ts.URL+"/nothing-here", "", ""); code != http.StatusNotFound {
+		t.Errorf("GET /nothing-here: %d, want 404", code)
+	}
+	// The check endpoint's routes are still there.
+	if code, _ := do(t, "GET", ts.URL+"/healthz", "", ""); code != http.StatusOK {
+		t.Errorf("GET /healthz: %d", code)
+	}
+}
+
+func TestAssetsFetchNothingFromOutside(t *testing.T) {
+	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		text := strings.ReplaceAll(string(b), "http://www.w3.org/2000/svg", "") // a namespace name, not a fetch
+		for _, bad := range []string{"http://", "https://", "//cdn", "@import", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
+			if strings.Contains(text, bad) {
+				t.Errorf("%s contains %q", p, bad)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStateShowsPoliciesAndLiveCounts(t *testing.T) {
+	ts, _ := serveLocal(t, map[string]string{"api.yaml": apiPolicy})
+	st := getState(t, ts.URL)
+	if st.Mode != "local" || !st.Editable || len(st.Problems) != 0 || !strings.Contains(st.Notice, "in memory") {
+		t.Fatalf("state: %+v", st)
+	}
+	p := findPolicy(t, st, "default", "api")
+	if !p.Ready || !p.InForce || !p.Editable || p.File != "api.yaml" || p.Key != "{client_ip}" || p.Mode != "Enforce" || p.Edited {
+		t.Fatalf("policy: %+v", p)
+	}
+	if len(p.Limits) != 2 {
+		t.Fatalf("limits: %+v", p.Limits)
+	}
+	burst, hour := p.Limits[0], p.Limits[1]
+	if burst.Name != "burst" || burst.Algorithm != "tokenBucket" || param(burst, "capacity") != "5" ||
+		param(burst, "refillRate") != "1" || param(burst, "refillInterval") != "10s" {
+		t.Errorf("burst: %+v", burst)
+	}
+	if hour.Algorithm != "fixedWindow" || param(hour, "limit") != "100" || param(hour, "window") != "1h" {
+		t.Errorf("hour: %+v", hour)
+	}
+
+	// Real checks are counted; dry runs are not.
+	for i := 0; i < 7; i++ {
+		tryRequest(t, ts.URL, false)
+	}
+	tryRequest(t, ts.URL, true)
+	counts := map[string]CountView{}
+	for _, c := range getState(t, ts.URL).Counts {
+		counts[c.Namespace+"/"+c.Policy+"/"+c.Limit] = c
+	}
+	if c := counts["default/api/burst"]; c.Allowed != 5 || c.Denied != 2 {
+		t.Errorf("burst counts: %+v, want 5 allowed, 2 denied", c)
+	}
+	// The hour window admitted what it evaluated (a denial answered from
+	// the cache of denials evaluates no limit) and denied nothing.
+	if c := counts["default/api/hour"]; c.Allowed < 5 || c.Denied != 0 {
+		t.Errorf("hour counts: %+v, want at least 5 allowed, 0 denied", c)
+	}
+}
+
+func TestStateReportsProblems(t *testing.T) {
+	ts, _ := serveLocal(t, map[string]string{
+		"api.yaml":    apiPolicy,
+		"broken.yaml": "kind: RateLimitPolicy\nspec: [",
+		"bad.yaml":    strings.NewReplacer("name: api", "name: bad", "window: 1h", "window: 1 hour").Replace(apiPolicy),
+		"dup.yaml":    apiPolicy, // defines default/api again: api.yaml, read first, is used
+	})
+	st := getState(t, ts.URL)
+	if len(st.Problems) != 1 || !strings.HasPrefix(st.Problems[0], "broken.yaml: ") {
+		t.Errorf("problems: %q", st.Problems)
+	}
+	if api := findPolicy(t, st, "default", "api"); !api.Ready || api.File != "api.yaml" {
+		t.Errorf("a policy defined twice shows the version in use: %+v", api)
+	}
+	bad := findPolicy(t, st, "default", "bad")
+	if bad.Ready || bad.InForce || !strings.Contains(bad.Message, "spec.limits[1].fixedWindow.window") {
+		t.Errorf("a policy that does not compile: %+v", bad)
+	}
+}
+
+func edit(t *testing.T, base, policy, body string, header ...string) (int, string) {
+	t.Helper()
+	return do(t, "POST", base+"/api/dashboard/policies/default/"+policy+"/limits", "application/json", body, header...)
+}
+
+func TestEditFromThePage(t *testing.T) {
+	ts, files := serveLocal(t, map[string]string{"api.yaml": apiPolicy})
+
+	code, out := edit(t, ts.URL, "api", `{"limits":[{"name":"burst","params":{"capacity":"10","refillInterval":"2s"}}]}`)
+	if code != http.StatusOK {
+		t.Fatalf("edit: %d %s", code, out)
+	}
+	var st State
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	p := findPolicy(t, st, "default", "api")
+	if !p.Ready || !p.Edited || p.EditedAt == nil || param(p.Limits[0], "capacity") != "10" || param(p.Limits[0], "refillInterval") != "2s" {
+		t.Fatalf("after the edit: %+v", p)
+	}
+	// In force at once: the check endpoint answers with the new capacity.
+	if r := tryRequest(t, ts.URL, true); r.Policies[0].Limits[0].Limit != 10 || r.Policies[0].Limits[0].Remaining != 9 {
+		t.Fatalf("check after the edit: %+v", r.Policies[0].Limits[0])
+	}
+
+	// Bad edits are rejected, naming the field; the last good version stays.
+	for _, c := range []struct{ body, want string }{
+		{`{"limits":[{"name":"burst","params":{"capacity":"0"}}]}`, "spec.limits[0].tokenBucket.capacity: Invalid value: 0"},
+		{`{"limits":[{"name":"burst","params":{"capacity":"ten"}}]}`, `spec.limits[0].tokenBucket.capacity: Invalid value: "ten": must be a whole number`},
+		{`{"limits":[{"name":"hour","params":{"window":"1 hour"}}]}`, "spec.limits[1].fixedWindow.window"},
+		{`{"limits":[{"name":"burst","params":{"limit":"3"}}]}`, `spec.limits[0].tokenBucket.limit: Unsupported value: "limit"`},
+		{`{"limits":[{"name":"day","params":{"limit":"3"}}]}`, `spec.limits: Not found: "day"`},
+	} {
+		code, out := edit(t, ts.URL, "api", c.body)
+		var pr problem
+		_ = json.Unmarshal([]byte(out), &pr)
+		if code != http.StatusUnprocessableEntity || !strings.Contains(pr.Detail, c.want) {
+			t.Errorf("edit %s: %d %s, want 422 naming %q", c.body, code, out, c.want)
+		}
+	}
+	if got := files.Policies().Get("default", "api").Limits[0].Limit.Capacity; got != 10 {
+		t.Fatalf("capacity after rejected edits: %d, want the last good 10", got)
+	}
+	if p := findPolicy(t, getState(t, ts.URL), "default", "api"); !p.Ready || p.Message != "" || param(p.Limits[0], "capacity") != "10" {
+		t.Fatalf("state after rejected edits: %+v", p)
+	}
+
+	// Requests that may not edit.
+	if code, out := edit(t, ts.URL, "missing", `{"limits":[]}`); code != http.StatusNotFound {
+		t.Errorf("unknown policy: %d %s", code, out)
+	}
+	if code, _ := do(t, "POST", ts.URL+"/api/dashboard/policies/default/api/limits", "text/plain", `{"limits":[]}`); code != http.StatusUnsupportedMediaType {
+		t.Errorf("a non-JSON body: %d, want 415", code)
+	}
+	if code, _ := edit(t, ts.URL, "api", `{"limits":[{"name":"burst","params":{"capacity":"3"}}]}`, "Sec-Fetch-Site", "cross-site"); code != http.StatusForbidden {
+		t.Errorf("a cross-site edit: %d, want 403", code)
+	}
+	if code, _ := edit(t, ts.URL, "api", `{"limit":[]}`); code != http.StatusBadRequest {
+		t.Errorf("an unknown field: %d, want 400", code)
+	}
+
+	// Revert puts the file's version back.
+	code, out = do(t, "DELETE", ts.URL+"/api/dashboard/policies/default/api/edit", "", "")
+	if code != http.StatusOK {
+		t.Fatalf("revert: %d %s", code, out)
+	}
+	if p := findPolicy(t, getState(t, ts.URL), "default", "api"); p.Edited || param(p.Limits[0], "capacity") != "5" {
+		t.Fatalf("after revert: %+v", p)
+	}
+}
+
+func TestClusterDashboardIsReadOnly(t *testing.T) {
+	f, err := source.NewFiles(t.TempDir(), 0, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memstore.New()
+	defer store.Close()
+	checker := check.New(check.Options{Store: store, Source: f})
+	// A reader that has not read the table yet (no Redis is contacted).
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	reader := policytable.NewReader(policytable.New(client), time.Second, quiet)
+	d, err := New(Options{Checker: checker, Table: reader})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	d.Register(mux)
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+
+	st := getState(t, ts.URL)
+	if st.Mode != "cluster" || st.Editable || !strings.Contains(st.Notice, "kubectl") ||
+		len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "not been read") {
+		t.Fatalf("state: %+v", st)
+	}
+	code, out := edit(t, ts.URL, "api", `{"limits":[]}`)
+	if code != http.StatusForbidden || !strings.Contains(out, "kubectl") {
+		t.Fatalf("edit in the cluster: %d %s, want 403 pointing to kubectl", code, out)
+	}
+	if code, _ := do(t, "DELETE", ts.URL+"/api/dashboard/policies/default/api/edit", "", ""); code != http.StatusForbidden {
+		t.Fatalf("revert in the cluster: %d, want 403", code)
+	}
+}
+
+func TestNewRejectsBothSources(t *testing.T) {
+	store := memstore.New()
+	defer store.Close()
+	f, _ := source.NewFiles(t.TempDir(), 0, quiet)
+	checker := check.New(check.Options{Store: store, Source: f})
+	if _, err := New(Options{Checker: checker, Files: f, Table: &policytable.Reader{}}); err == nil {
+		t.Fatal("Files and Table together must be refused")
+	}
+	if _, err := New(Options{}); err == nil {
+		t.Fatal("a missing Checker must be refused")
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{10 * time.Second, "10s"},
+		{time.Minute, "1m"},
+		{90 * time.Second, "1m30s"},
+		{24 * time.Hour, "24h"},
+		{1500 * time.Millisecond, "1s500ms"},
+		{250 * time.Millisecond, "250ms"},
+		{time.Hour + time.Millisecond, "1h1ms"},
+		{1500 * time.Microsecond, "1.5ms"},
+	} {
+		if got := formatDuration(c.d); got != c.want {
+			t.Errorf("formatDuration(%s) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+// The JSON the page gets keeps its field names: the script reads them.
+func TestStateJSONNames(t *testing.T) {
+	b, err := json.Marshal(State{Policies: []PolicyView{{Limits: []LimitView{{Params: []ParamView{{Duration: true}}}}}}, Counts: []CountView{{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{`"mode"`, `"editable"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
+		`"ready"`, `"limits"`, `"algorithm"`, `"params"`, `"duration"`, `"counts"`, `"shadowDenied"`} {
+		if !bytes.Contains(b, []byte(name)) {
+			t.Errorf("state JSON lacks %s: %s", name, b)
+		}
+	}
+}
