@@ -37,7 +37,7 @@ ${SUDO} apt-get update -qq >&2
 ${SUDO} apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 # Debian starts packaged servers as system services; the tests run their own
 # private instances on free ports, so stop those where a service manager runs.
-for svc in redis-server redis-sentinel; do
+for svc in redis-server redis-sentinel nginx caddy; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "${svc}" 2>/dev/null; then
     ${SUDO} systemctl stop "${svc}" >/dev/null 2>&1 || true
   fi
