@@ -96,6 +96,10 @@ envtest: ## Build the envtest binaries (kube-apiserver, etcd, kubectl) into bin/
 test: deps envtest ## Install what the tests need, then run every test.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
+.PHONY: test-e2e
+test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envtest, redis-server, nginx, Caddy) with their log.
+	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test -count=1 -v ./test/e2e/
+
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN)/.tmp-controller-gen $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 	mv $(BIN)/.tmp-controller-gen/controller-gen $@ && rm -rf $(BIN)/.tmp-controller-gen

@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The Service address the examples under config/examples use; the tests
+// put the check process's loopback address in its place.
+const exampleCheckAddr = "sluice-check.sluice-system.svc.cluster.local:8080"
+
+// ingressExample is an Ingress from config/examples/ingress-nginx.
+type ingressExample struct {
+	authURL         string
+	responseHeaders []string
+	configSnippet   string
+	serverSnippet   string
+}
+
+func readIngressExample(t *testing.T, file string) ingressExample {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ing struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := yaml.Unmarshal(b, &ing); err != nil {
+		t.Fatal(err)
+	}
+	a := ing.Metadata.Annotations
+	ex := ingressExample{
+		authURL:       a["nginx.ingress.kubernetes.io/auth-url"],
+		configSnippet: a["nginx.ingress.kubernetes.io/configuration-snippet"],
+		serverSnippet: a["nginx.ingress.kubernetes.io/server-snippet"],
+	}
+	if ex.authURL == "" {
+		t.Fatalf("%s: no auth-url annotation", file)
+	}
+	if !strings.Contains(ex.authURL, exampleCheckAddr) {
+		t.Fatalf("%s: auth-url %q does not call %s", file, ex.authURL, exampleCheckAddr)
+	}
+	if h := a["nginx.ingress.kubernetes.io/auth-response-headers"]; h != "" {
+		for _, name := range strings.Split(h, ",") {
+			ex.responseHeaders = append(ex.responseHeaders, strings.TrimSpace(name))
+		}
+	}
+	return ex
+}
+
+// nginxServer is one server block, configured the way ingress-nginx
+// renders an Ingress with the example's annotations.
+type nginxServer struct {
+	port      int
+	namespace string // the Ingress's namespace: ingress-nginx's $namespace
+	upstream  string // host:port of the application
+	example   ingressExample
+	// clientHeaders copies the check's rate-limit headers to the client
+	// (add_header ... always), for examples without a snippet that does.
+	clientHeaders bool
+}
+
+// The headers the check endpoint answers with.
+var rateLimitHeaders = []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+
+func nginxVar(header string) string {
+	return "$upstream_http_" + strings.ReplaceAll(strings.ToLower(header), "-", "_")
+}
+
+// render follows ingress-nginx's template for auth-url: an internal
+// location that proxies to the auth URL without the body, with the original
+// request in headers; auth_request in the Ingress's location;
+// auth-response-headers as auth_request_set + proxy_set_header; the
+// snippets where ingress-nginx puts them.
+func (s nginxServer) render(checkAddr string) string {
+	var b strings.Builder
+	authURL := strings.Replace(s.example.authURL, exampleCheckAddr, checkAddr, 1)
+	fmt.Fprintf(&b, `
+	server {
+		listen 127.0.0.1:%d;
+		server_name _;
+
+		location = /_external-auth-Lw-Prefix {
+			internal;
+			proxy_pass_request_body     off;
+			proxy_set_header            Content-Length          "";
+			proxy_set_header            X-Forwarded-Proto       "";
+			proxy_set_header            X-Request-ID            $request_id;
+			proxy_set_header            Host                    %s;
+			proxy_set_header            X-Original-URL          $scheme://$http_host$request_uri;
+			proxy_set_header            X-Original-Method       $request_method;
+			proxy_set_header            X-Sent-From             "nginx-ingress-controller";
+			proxy_set_header            X-Real-IP               $remote_addr;
+			proxy_set_header            X-Forwarded-For         $remote_addr;
+			proxy_set_header            X-Auth-Request-Redirect $request_uri;
+			proxy_buffering             off;
+			proxy_buffer_size           4k;
+			proxy_buffers               4 4k;
+			proxy_request_buffering     on;
+			proxy_http_version          1.1;
+			proxy_pass_request_headers  on;
+			client_max_body_size        1m;
+			set $target %s;
+			proxy_pass $target;
+		}
+
+		location / {
+			set $namespace %q;
+			auth_request /_external-auth-Lw-Prefix;
+`, s.port, checkAddr, authURL, s.namespace)
+	for i, h := range s.example.responseHeaders {
+		fmt.Fprintf(&b, "\t\t\tauth_request_set $authHeader%d %s;\n\t\t\tproxy_set_header '%s' $authHeader%d;\n", i, nginxVar(h), h, i)
+	}
+	if s.clientHeaders {
+		for i, h := range rateLimitHeaders {
+			fmt.Fprintf(&b, "\t\t\tauth_request_set $client_rl%d %s;\n\t\t\tadd_header %s $client_rl%d always;\n", i, nginxVar(h), h, i)
+		}
+	}
+	if s.example.configSnippet != "" {
+		b.WriteString("\t\t\t# configuration-snippet\n" + indent(s.example.configSnippet, "\t\t\t"))
+	}
+	fmt.Fprintf(&b, "\t\t\tproxy_pass http://%s;\n\t\t}\n", s.upstream)
+	if s.example.serverSnippet != "" {
+		b.WriteString("\t\t# server-snippet\n" + indent(s.example.serverSnippet, "\t\t"))
+	}
+	b.WriteString("\t}\n")
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(prefix + line + "\n")
+	}
+	return b.String()
+}
+
+// startNginx runs a private nginx (master and one worker, in the
+// foreground) with the servers, on loopback.
+func startNginx(t *testing.T, dir, checkAddr string, servers ...nginxServer) *proc {
+	t.Helper()
+	bin := requireCommand(t, "nginx", "nginx")
+	prefix := filepath.Join(dir, "nginx")
+	if err := os.MkdirAll(prefix, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var conf strings.Builder
+	if os.Geteuid() == 0 {
+		// Workers would switch to nobody, who cannot enter the test's
+		// private temporary directory.
+		conf.WriteString("user root;\n")
+	}
+	fmt.Fprintf(&conf, `worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log stderr notice;
+events { worker_connections 256; }
+http {
+	access_log %[1]s/access.log;
+	client_body_temp_path %[1]s/client_body;
+	proxy_temp_path %[1]s/proxy;
+	fastcgi_temp_path %[1]s/fastcgi;
+	uwsgi_temp_path %[1]s/uwsgi;
+	scgi_temp_path %[1]s/scgi;
+	server_tokens off;
+`, prefix)
+	for _, s := range servers {
+		conf.WriteString(s.render(checkAddr))
+	}
+	conf.WriteString("}\n")
+	confFile := filepath.Join(prefix, "nginx.conf")
+	if err := os.WriteFile(confFile, []byte(conf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nginx.conf:\n%s", conf.String())
+	p := startProc(t, dir, "nginx", nil, bin, "-e", "stderr", "-p", prefix, "-c", confFile)
+	for _, s := range servers {
+		waitTCP(t, p, "127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second)
+	}
+	return p
+}
+
+// startCaddy runs config/examples/caddy/Caddyfile as it is, its
+// placeholders filled from the environment, behind global options that
+// keep Caddy private: no admin endpoint, no HTTPS, loopback only, its
+// state in the test's directory.
+func startCaddy(t *testing.T, root, dir string, port int, checkAddr, namespace, upstreamAddr string) *proc {
+	t.Helper()
+	bin := requireCommand(t, "caddy", "caddy")
+	example, err := os.ReadFile(filepath.Join(root, "config", "examples", "caddy", "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "caddy")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caddyfile := filepath.Join(home, "Caddyfile")
+	global := "{\n\tadmin off\n\tauto_https off\n\tdefault_bind 127.0.0.1\n}\n\n"
+	if err := os.WriteFile(caddyfile, append([]byte(global), example...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{
+		"HOME=" + home, "XDG_CONFIG_HOME=" + home, "XDG_DATA_HOME=" + home,
+		"SITE_ADDRESS=http://:" + strconv.Itoa(port),
+		"SLUICE_CHECK=" + checkAddr,
+		"SLUICE_NAMESPACE=" + namespace,
+		"UPSTREAM=" + upstreamAddr,
+	}
+	p := startProc(t, dir, "caddy", env, bin, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	waitTCP(t, p, "127.0.0.1:"+strconv.Itoa(port), 15*time.Second)
+	return p
+}
