@@ -41,7 +41,18 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*item
+	// peak is the most keys m has held since it was last rebuilt. A Go map
+	// never shrinks, so after a spike of distinct keys has expired, Sweep
+	// moves the survivors into a new map and the memory goes back.
+	peak int
 }
+
+// shrinkBelow: a shard whose map holds fewer than 1/shrinkRatio of its peak
+// (and had at least shrinkMinPeak keys) is rebuilt by Sweep.
+const (
+	shrinkRatio   = 4
+	shrinkMinPeak = 1024
+)
 
 // item is one key's state and the µs at which it becomes untouched again
 // (its TTL end); from then on it is ignored and may be swept.
@@ -160,6 +171,9 @@ func (s *Store) commit(sh uint8, key string, st model.State, exp int64) {
 		return
 	}
 	m[key] = &item{st: st, exp: exp}
+	if shard := &s.shards[sh]; len(m) > shard.peak {
+		shard.peak = len(m)
+	}
 }
 
 // insertSorted adds v to the ascending set s.
@@ -201,6 +215,13 @@ func (s *Store) Sweep() int {
 				delete(sh.m, k)
 				removed++
 			}
+		}
+		if sh.peak >= shrinkMinPeak && len(sh.m)*shrinkRatio < sh.peak {
+			m := make(map[string]*item, len(sh.m))
+			for k, it := range sh.m {
+				m[k] = it
+			}
+			sh.m, sh.peak = m, len(m)
 		}
 		sh.mu.Unlock()
 	}

@@ -10,11 +10,22 @@ import (
 // ErrClosed is returned by Check after Close.
 var ErrClosed = errors.New("redisstore: store closed")
 
-// job is one Check's commands (one per Cluster slot group), sent together.
+// job is one Check's calls (one per Cluster slot group), sent together.
+// The flusher signals done when every call has its reply or error, and
+// touches nothing of the job afterwards.
 type job struct {
 	ctx   context.Context
 	calls []*call
-	done  chan struct{}
+	done  chan struct{} // buffered (1), empty when the job is submitted
+}
+
+// signal wakes the job's owner. It never blocks a flusher: done has room
+// for the one signal a job gets.
+func (j *job) signal() {
+	select {
+	case j.done <- struct{}{}:
+	default:
+	}
 }
 
 // batcher pipelines concurrent calls. Calls queue; a few flushers each
@@ -110,7 +121,7 @@ func (b *batcher) close() {
 		for _, c := range j.calls {
 			c.err = ErrClosed
 		}
-		close(j.done)
+		j.signal()
 	}
 }
 

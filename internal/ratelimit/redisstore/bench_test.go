@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +33,10 @@ func benchRequest(value string, n int) *ratelimit.Request {
 
 // BenchmarkCheck: one request of one or three limits against a local
 // redis-server, sequential (one round trip per op: latency) and from many
-// goroutines (pipelined by the store: throughput).
+// goroutines (pipelined and merged by the store: throughput). Besides time
+// and allocations it reports the server's own time in the library per
+// decision (redis-µs/op, from INFO commandstats: FCALL, inner commands
+// included), calls per pipeline and calls per command (merging).
 func BenchmarkCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
@@ -48,14 +53,17 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
 			req := benchRequest("seq", n)
 			var dec ratelimit.Decision
+			resetStats(b, srv)
 			for b.Loop() {
 				if err := s.Check(context.Background(), req, &dec); err != nil {
 					b.Fatal(err)
 				}
 			}
+			reportRedisTime(b, srv)
 		})
 		b.Run(fmt.Sprintf("entries=%d/parallel", n), func(b *testing.B) {
 			before := s.Stats()
+			resetStats(b, srv)
 			var next atomic.Int64
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {
@@ -71,10 +79,41 @@ func BenchmarkCheck(b *testing.B) {
 					}
 				}
 			})
+			reportRedisTime(b, srv)
 			st := s.Stats()
 			if p := st.Pipelines - before.Pipelines; p > 0 {
 				b.ReportMetric(float64(st.Calls-before.Calls)/float64(p), "calls/pipeline")
 			}
+			if c := st.Commands - before.Commands; c > 0 {
+				b.ReportMetric(float64(st.Calls-before.Calls)/float64(c), "calls/command")
+			}
 		})
+	}
+}
+
+func resetStats(b *testing.B, srv *redistest.Server) {
+	if err := srv.Client().ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// reportRedisTime reports the time Redis spent in FCALL (the library and
+// the commands it runs) per op since resetStats.
+func reportRedisTime(b *testing.B, srv *redistest.Server) {
+	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		stats, ok := strings.CutPrefix(line, "cmdstat_fcall:")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				usec, _ := strconv.ParseFloat(v, 64)
+				b.ReportMetric(usec/float64(b.N), "redis-µs/op")
+			}
+		}
 	}
 }

@@ -36,7 +36,7 @@ func NewClient(o *redis.UniversalOptions) redis.UniversalClient {
 // noRetryCmd is a go-redis command that go-redis never replays after it
 // may have reached the server (pipelines holding one are not retried on
 // network errors either). A call of the library must run at most once.
-type noRetryCmd struct{ *redis.Cmd }
+type noRetryCmd struct{ *redis.IntSliceCmd }
 
 // NoRetry implements the go-redis Cmder hook.
 func (noRetryCmd) NoRetry() bool { return true }

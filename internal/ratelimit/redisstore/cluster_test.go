@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +110,52 @@ func TestCluster(t *testing.T) {
 		cfg := ratelimittest.DiffConfig{Requests: 800, Algorithms: ratelimit.Algorithms, Keys: 12, MaxEntries: 6}
 		st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(3, ratelimittest.Seed(t, 3))), cfg, ref, ratelimittest.Target{Name: "cluster", Store: s})
 		t.Log(st)
+	})
+
+	t.Run("concurrent requests merged per slot", func(t *testing.T) {
+		// Many callers on few key values over one flusher: requests of one
+		// slot share commands, requests of other slots never do (that would
+		// be CROSSSLOT), and admission stays exact per key value.
+		m := storeOver(t, client, redisstore.Options{Flushers: 1})
+		once := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 50, Interval: time.Hour}
+		big := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 1000, Rate: 1, Interval: time.Hour}
+		values := []string{"m-a", "m-b", "m-c", "m-d"}
+		var admitted [4]atomic.Int64
+		var wg sync.WaitGroup
+		before := m.Stats()
+		for w := range 48 {
+			wg.Go(func() {
+				var dec ratelimit.Decision
+				for i := range 25 {
+					v := (w + i) % len(values)
+					req := ratelimit.Request{Entries: []ratelimit.Entry{
+						{Key: ratelimit.Key("ns", "merged", values[v], "once"), Limit: once, Cost: 1},
+						{Key: ratelimit.Key("ns", "merged", values[v], "big"), Limit: big, Cost: 1},
+					}}
+					if err := m.Check(ctx, &req, &dec); err != nil {
+						t.Error(err)
+						return
+					}
+					if dec.Allowed {
+						admitted[v].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		st := m.Stats()
+		calls, cmds := st.Calls-before.Calls, st.Commands-before.Commands
+		t.Logf("%d calls in %d commands, %d pipelines", calls, cmds, st.Pipelines-before.Pipelines)
+		for v, value := range values {
+			peek := ratelimit.Request{DryRun: true, Entries: []ratelimit.Entry{{Key: ratelimit.Key("ns", "merged", value, "big"), Limit: big}}}
+			left := check(t, m, peek).Results[0].Remaining
+			if admitted[v].Load() != 50 || left != 950 {
+				t.Fatalf("%s: admitted %d (want 50), big bucket has %d left (want 950)", value, admitted[v].Load(), left)
+			}
+		}
+		if calls != 48*25 || cmds >= calls {
+			t.Fatalf("%d calls in %d commands: none merged", calls, cmds)
+		}
 	})
 
 	t.Run("EnsureLoaded on the master that lacks it", func(t *testing.T) {

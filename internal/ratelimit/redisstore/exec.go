@@ -2,15 +2,38 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// exec runs one batch: a pipeline of every call of the jobs still wanted,
-// then, for the calls the server refused because the library was missing,
-// a load and one resend.
+// command is one library invocation (FCALL or EVALSHA) carrying one or
+// more calls: numkeys, every call's keys in order, then every call's
+// arguments in the same order. The reply holds per call its ordinal in the
+// command (1-based), its decision and six values per entry; deliver checks
+// the whole layout before handing any call its segment, so a reply can
+// never be attributed to the wrong call.
+type command struct {
+	calls []*call
+	nkeys int
+	cmd   noRetryCmd
+	err   error
+}
+
+const (
+	// maxMerge bounds Options.MaxMerge.
+	maxMerge = 1024
+	// maxMergeKeys bounds the keys of a merged command; a single call of
+	// up to ratelimit.MaxEntries keys always goes alone. The library
+	// accepts up to 8192.
+	maxMergeKeys = 1024
+)
+
+// exec runs one batch: the calls of the jobs still wanted, merged into
+// commands, in one pipeline; then, for the commands the server refused
+// because the library was missing, a load and one resend.
 func (s *Store) exec(batch []*job) {
 	live := make([]*job, 0, len(batch))
 	for _, j := range batch {
@@ -18,7 +41,7 @@ func (s *Store) exec(batch []*job) {
 			for _, c := range j.calls {
 				c.err = err
 			}
-			close(j.done)
+			j.signal()
 			continue
 		}
 		live = append(live, j)
@@ -28,60 +51,169 @@ func (s *Store) exec(batch []*job) {
 	}
 	ctx, cancel := batchContext(live)
 	defer cancel()
-	var calls []*call
-	for _, j := range live {
-		calls = append(calls, j.calls...)
-	}
+	cmds := s.merge(live)
 
 	gen := s.gen.Load()
-	sent := s.send(ctx, calls)
-	var again []*call
+	sent := s.send(ctx, cmds)
+	s.refreshSlotsAfterNetworkErrors(cmds)
+	var again []*command
 	switchMode := false
-	for _, c := range calls {
+	for _, m := range cmds {
 		switch {
-		case needsLoad(c.err):
-			again = append(again, c)
-		case unknownCommand(c.err) && s.opts.Mode == ModeAuto && sent == ModeFunctions:
-			again = append(again, c)
+		case needsLoad(m.err):
+			again = append(again, m)
+		case unknownCommand(m.err) && s.opts.Mode == ModeAuto && sent == ModeFunctions:
+			again = append(again, m)
 			switchMode = true
 		}
 	}
 	if len(again) > 0 {
 		if err := s.reload(ctx, gen, switchMode); err != nil {
-			for _, c := range again {
-				c.err = fmt.Errorf("load library %s: %w (after: %w)", LibraryName, err, c.err)
+			for _, m := range again {
+				m.err = fmt.Errorf("load library %s: %w (after: %w)", LibraryName, err, m.err)
 			}
 		} else {
 			s.send(ctx, again)
 		}
 	}
+	for _, m := range cmds {
+		m.deliver()
+	}
 	for _, j := range live {
-		close(j.done)
+		j.signal()
+	}
+}
+
+// refreshSlotsAfterNetworkErrors asks a Cluster client to re-read the slot
+// map when a node did not answer. go-redis refreshes it only on MOVED/ASK
+// replies (a dead master sends none) or once a minute, so without this,
+// calls keep going to a dead master long after its replica took over.
+// LazyReload runs at most one refresh at a time.
+func (s *Store) refreshSlotsAfterNetworkErrors(cmds []*command) {
+	if s.cluster == nil {
+		return
+	}
+	for _, m := range cmds {
+		if m.err != nil && serverError(m.err) == "" && !errors.Is(m.err, context.Canceled) {
+			s.cluster.ReloadState(context.Background())
+			return
+		}
+	}
+}
+
+// merge groups the jobs' calls into commands, in queue order: on a single
+// server any calls, in Cluster only calls of one slot (a command's keys
+// must share a slot), up to MaxMerge calls and maxMergeKeys keys each.
+func (s *Store) merge(live []*job) []*command {
+	n := 0
+	for _, j := range live {
+		n += len(j.calls)
+	}
+	cmds := make([]*command, 0, 1+n/s.opts.MaxMerge)
+	var cur *command
+	var open map[int]*command // Cluster: the command being filled per slot
+	for _, j := range live {
+		for _, c := range j.calls {
+			if s.cluster != nil {
+				if open == nil {
+					open = make(map[int]*command, n)
+				}
+				cur = open[c.slot]
+			}
+			if cur == nil || len(cur.calls) == s.opts.MaxMerge || cur.nkeys+len(c.keys) > maxMergeKeys {
+				cur = &command{calls: make([]*call, 0, min(n, s.opts.MaxMerge))}
+				cmds = append(cmds, cur)
+				if open != nil {
+					open[c.slot] = cur
+				}
+			}
+			cur.calls = append(cur.calls, c)
+			cur.nkeys += len(c.keys)
+		}
+	}
+	return cmds
+}
+
+// args returns the command's arguments, with the command and function
+// (or script) name in front.
+func (m *command) args(name, fn any) []any {
+	n := 3 + m.nkeys
+	for _, c := range m.calls {
+		n += len(c.args)
+	}
+	args := make([]any, 0, n)
+	args = append(args, name, fn, m.nkeys)
+	for _, c := range m.calls {
+		for k := range c.keys {
+			args = append(args, &c.keys[k])
+		}
+	}
+	for _, c := range m.calls {
+		for k := range c.args {
+			args = append(args, &c.args[k])
+		}
+	}
+	return args
+}
+
+// deliver hands every call its segment of the reply, or the command's
+// error. The layout is checked in full first: the reply must hold exactly
+// one segment per call, each starting with that call's ordinal.
+func (m *command) deliver() {
+	err := m.err
+	var val []int64
+	if err == nil {
+		val = m.cmd.Val()
+		pos := 0
+		for i, c := range m.calls {
+			if pos >= len(val) || val[pos] != int64(i+1) {
+				err = fmt.Errorf("unexpected reply: call %d of %d not found at value %d of %d", i+1, len(m.calls), pos, len(val))
+				break
+			}
+			pos += 2 + 6*len(c.keys)
+		}
+		if err == nil && pos != len(val) {
+			err = fmt.Errorf("unexpected reply of %d values for %d calls of %d entries", len(val), len(m.calls), m.nkeys)
+		}
+	}
+	pos := 0
+	for _, c := range m.calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		end := pos + 2 + 6*len(c.keys)
+		c.reply = val[pos+1 : end : end]
+		pos = end
 	}
 }
 
 // Boxed once: boxing a string variable allocates.
 var functionNameArg, scriptSHAArg any = FunctionName, scriptSHA
 
-// send pipelines calls in the current mode, records each one's error, and
-// returns the mode it used.
-func (s *Store) send(ctx context.Context, calls []*call) Mode {
+// send pipelines the commands in the current mode, records each one's
+// error, and returns the mode it used.
+func (s *Store) send(ctx context.Context, cmds []*command) Mode {
 	mode := Mode(s.mode.Load())
 	name, fn := any("fcall"), functionNameArg
 	if mode == ModeScripts {
 		name, fn = "evalsha", scriptSHAArg
 	}
 	pipe := s.client.Pipeline()
-	for _, c := range calls {
-		c.args[0], c.args[1] = name, fn
-		c.cmd = noRetryCmd{redis.NewCmd(ctx, c.args...)}
-		_ = pipe.Process(ctx, c.cmd)
+	calls := 0
+	for _, m := range cmds {
+		cmd := redis.NewIntSliceCmd(ctx, m.args(name, fn)...)
+		cmd.SetFirstKeyPos(3)
+		m.cmd = noRetryCmd{cmd}
+		_ = pipe.Process(ctx, m.cmd)
+		calls += len(m.calls)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 	s.pipelines.Add(1)
-	s.calls.Add(uint64(len(calls)))
-	for _, c := range calls {
-		c.err = c.cmd.Err()
+	s.commands.Add(uint64(len(cmds)))
+	s.calls.Add(uint64(calls))
+	for _, m := range cmds {
+		m.err = m.cmd.Err()
 	}
 	return mode
 }

@@ -7,33 +7,21 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
 )
 
-// parseReply reads one call's reply, a flat array of integers: the
-// decision, then six values per entry of idx (see lua/sluice.lua). It
-// fills verdicts[i] for i in idx and returns the call's decision. Anything
-// unexpected is an error, never a panic.
-func parseReply(val any, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
-	vals, ok := val.([]any)
-	if !ok {
-		return false, fmt.Errorf("unexpected reply %T, want an array", val)
-	}
+// parseReply reads one call's segment of a reply (see command.deliver):
+// the decision, then six integers per entry of idx (see lua/sluice.lua).
+// It fills verdicts[i] for i in idx and returns the call's decision.
+// Anything unexpected is an error, never a panic.
+func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
 	if len(vals) != 1+6*len(idx) {
 		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), len(idx))
 	}
-	ints := make([]int64, len(vals))
-	for k, v := range vals {
-		n, ok := v.(int64)
-		if !ok {
-			return false, fmt.Errorf("unexpected reply value %d: %T", k, v)
-		}
-		ints[k] = n
-	}
-	decision, err := boolOf(ints[0])
+	decision, err := boolOf(vals[0])
 	if err != nil {
 		return false, fmt.Errorf("unexpected decision: %w", err)
 	}
 	want := true
 	for k, i := range idx {
-		f := ints[1+6*k : 7+6*k]
+		f := vals[1+6*k : 7+6*k]
 		v := model.Verdict{Remaining: f[1], Reset: f[2], RetryAfter: f[3], RemainingAfter: f[4], ResetAfter: f[5]}
 		if v.Allowed, err = boolOf(f[0]); err != nil {
 			return false, fmt.Errorf("unexpected reply for %s: %w", req.Entries[i].Key, err)

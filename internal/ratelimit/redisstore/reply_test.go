@@ -1,9 +1,14 @@
 package redisstore
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
@@ -13,7 +18,7 @@ func TestParseReply(t *testing.T) {
 	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Second}
 	req := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 1, Shadow: true}}}
 	idx := []int{0, 1}
-	ok := []any{int64(1), int64(1), int64(4), int64(100), int64(0), int64(3), int64(200), int64(0), int64(0), int64(5), int64(-1), int64(0), int64(5)}
+	ok := []int64{1, 1, 4, 100, 0, 3, 200, 0, 0, 5, -1, 0, 5}
 	verdicts := make([]model.Verdict, 2)
 	allowed, err := parseReply(ok, req, idx, verdicts)
 	if err != nil || !allowed {
@@ -27,34 +32,91 @@ func TestParseReply(t *testing.T) {
 		t.Fatalf("verdicts %+v, want %+v", verdicts, want)
 	}
 
-	with := func(i int, v any) []any {
-		r := append([]any(nil), ok...)
+	with := func(i int, v int64) []int64 {
+		r := append([]int64(nil), ok...)
 		r[i] = v
 		return r
 	}
 	for name, c := range map[string]struct {
-		val  any
+		val  []int64
 		want string
 	}{
-		"nil":              {nil, "want an array"},
-		"string":           {"OK", "want an array"},
+		"nil":              {nil, "0 values for 2 entries"},
 		"short":            {ok[:7], "7 values for 2 entries"},
-		"long":             {append(append([]any(nil), ok...), int64(0)), "14 values"},
-		"string value":     {with(3, "4"), "value 3"},
-		"nested":           {with(3, []any{}), "value 3"},
-		"float":            {with(3, 4.0), "value 3"},
-		"decision 2":       {with(0, int64(2)), "decision"},
-		"allowed 7":        {with(1, int64(7)), "not 0 or 1"},
-		"negative left":    {with(2, int64(-3)), "remaining"},
-		"negative reset":   {with(3, int64(-1)), "reset"},
-		"retry on allowed": {with(4, int64(10)), "retry-after"},
-		"denied, no retry": {with(10, int64(0)), "retry-after"},
-		"denied, retry -5": {with(10, int64(-5)), "retry-after"},
-		"wrong decision":   {with(0, int64(0)), "disagrees"},
+		"long":             {append(append([]int64(nil), ok...), 0), "14 values"},
+		"decision 2":       {with(0, 2), "decision"},
+		"allowed 7":        {with(1, 7), "not 0 or 1"},
+		"negative left":    {with(2, -3), "remaining"},
+		"negative reset":   {with(3, -1), "reset"},
+		"retry on allowed": {with(4, 10), "retry-after"},
+		"denied, no retry": {with(10, 0), "retry-after"},
+		"denied, retry -5": {with(10, -5), "retry-after"},
+		"wrong decision":   {with(0, 0), "disagrees"},
 	} {
 		_, err := parseReply(c.val, req, idx, make([]model.Verdict, 2))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", name, err, c.want)
+		}
+	}
+}
+
+// TestDeliver: a merged command's reply reaches its calls only when its
+// layout is exactly one segment per call, in order, each with its tag.
+func TestDeliver(t *testing.T) {
+	newCommand := func(sizes ...int) *command {
+		m := &command{}
+		for _, n := range sizes {
+			m.calls = append(m.calls, &call{keys: make([]string, n)})
+			m.nkeys += n
+		}
+		return m
+	}
+	segment := func(tag int64, n int, fill int64) []int64 {
+		s := []int64{tag, 1}
+		for range n {
+			s = append(s, 1, fill, fill, 0, fill, fill)
+		}
+		return s
+	}
+	good := slices.Concat(segment(1, 1, 11), segment(2, 3, 22), segment(3, 2, 33))
+
+	m := newCommand(1, 3, 2)
+	m.cmd = noRetryCmd{redis.NewIntSliceCmd(context.Background())}
+	m.cmd.SetVal(good)
+	m.deliver()
+	for i, c := range m.calls {
+		fill := int64(11 * (i + 1))
+		if c.err != nil || len(c.reply) != 1+6*len(c.keys) || c.reply[0] != 1 || c.reply[len(c.reply)-1] != fill {
+			t.Fatalf("call %d: reply %v, err %v", i+1, c.reply, c.err)
+		}
+	}
+
+	for name, val := range map[string][]int64{
+		"empty":         nil,
+		"short":         good[:len(good)-1],
+		"long":          append(slices.Clone(good), 0),
+		"tags swapped":  slices.Concat(segment(2, 1, 11), segment(1, 3, 22), segment(3, 2, 33)),
+		"tag missing":   slices.Concat(segment(1, 1, 11), segment(3, 2, 33)),
+		"sizes shifted": slices.Concat(segment(1, 3, 11), segment(2, 1, 22), segment(3, 2, 33)),
+		"one call more": slices.Concat(good, segment(4, 1, 44)),
+	} {
+		m := newCommand(1, 3, 2)
+		m.cmd = noRetryCmd{redis.NewIntSliceCmd(context.Background())}
+		m.cmd.SetVal(val)
+		m.deliver()
+		for i, c := range m.calls {
+			if c.err == nil || c.reply != nil || !strings.Contains(c.err.Error(), "unexpected reply") {
+				t.Errorf("%s: call %d got reply %v, err %v", name, i+1, c.reply, c.err)
+			}
+		}
+	}
+
+	m = newCommand(1, 2)
+	m.err = errors.New("boom")
+	m.deliver()
+	for i, c := range m.calls {
+		if c.err != m.err {
+			t.Errorf("failed command: call %d err %v", i+1, c.err)
 		}
 	}
 }

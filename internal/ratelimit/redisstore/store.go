@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,11 +48,18 @@ func (m Mode) String() string {
 // Options configures a Store. The zero value is ready for production.
 type Options struct {
 	Mode Mode
-	// Flushers is how many pipelines may be in flight at once (default 4);
-	// it also bounds the connections the store uses per node.
+	// Flushers is how many pipelines may be in flight at once (default 2);
+	// it also bounds the connections the store uses per node. Fewer
+	// flushers make larger pipelines and merged commands under load: less
+	// CPU per decision in Redis and here (a system call per pipeline).
 	Flushers int
-	// MaxBatch bounds the commands in one pipeline (default 512).
+	// MaxBatch bounds the calls in one pipeline (default 512).
 	MaxBatch int
+	// MaxMerge bounds how many calls (one request's entries in one slot)
+	// share one library command (default 64; 1 sends every call as a
+	// command of its own). Merged calls stay independent: each is all or
+	// nothing and gets the result it would get alone, in queue order.
+	MaxMerge int
 	// Clock, when set, is sent with every call as the time the library
 	// uses instead of Redis TIME. Tests only: it drives a simulated clock.
 	// It must not lag the server's clock, since expiry deadlines are
@@ -64,6 +72,10 @@ type Options struct {
 // Atomicity: the entries of a request that share a Cluster slot (all limits
 // of one key value, by the key encoding) are evaluated and consumed in one
 // library call, all or nothing. Without Cluster every request is one call.
+// Calls queued together are merged into few library commands (Options.
+// MaxMerge): any calls on a single server or Sentinel, calls of one slot in
+// Cluster. A merged command evaluates its calls one after the other, each
+// all or nothing, at one instant (one reading of the server's TIME).
 // In Cluster mode a request spanning several slots is first evaluated as a
 // dry run in every slot; only if all allow are the consuming calls sent.
 // Between the two rounds another request may consume in some slot: then
@@ -72,10 +84,12 @@ type Options struct {
 // for the window — a small over-count, never an over-admission.
 //
 // Retries: a call is sent at most once, except when the server answered
-// that the library is missing (NOSCRIPT, "Function not found"): then it did
-// not run, the library is loaded again (on every master) and only those
-// calls are resent. A call that failed any other way, network errors and
-// timeouts included, is never resent, since it may have run.
+// that the library is missing (NOSCRIPT, "Function not found"): then the
+// command, with every call merged into it, did not run, the library is
+// loaded again (on every master) and only those commands are resent. A
+// command that failed any other way, network errors and timeouts included,
+// is never resent, since it may have run; its error goes to every call it
+// carried.
 type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient
@@ -87,22 +101,23 @@ type Store struct {
 
 	b *batcher
 
-	pipelines, calls, loads atomic.Uint64
+	pipelines, commands, calls, loads atomic.Uint64
 }
 
 // Stats counts the store's traffic since New.
 type Stats struct {
-	// Pipelines is how many pipelines were sent, Calls how many library
-	// calls they carried (resends after a load included): Calls/Pipelines
-	// is the batching factor.
-	Pipelines, Calls uint64
+	// Pipelines is how many pipelines were sent, Commands how many library
+	// commands (FCALL or EVALSHA) they carried, and Calls how many calls
+	// those merged (resends after a load included): Calls/Pipelines is the
+	// batching factor, Calls/Commands the merging factor.
+	Pipelines, Commands, Calls uint64
 	// Loads is how many times the library was loaded (Load included).
 	Loads uint64
 }
 
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Pipelines: s.pipelines.Load(), Calls: s.calls.Load(), Loads: s.loads.Load()}
+	return Stats{Pipelines: s.pipelines.Load(), Commands: s.commands.Load(), Calls: s.calls.Load(), Loads: s.loads.Load()}
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -131,11 +146,15 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: unknown mode %d", opts.Mode)
 	}
 	if s.opts.Flushers <= 0 {
-		s.opts.Flushers = 4
+		s.opts.Flushers = 2
 	}
 	if s.opts.MaxBatch <= 0 {
 		s.opts.MaxBatch = 512
 	}
+	if s.opts.MaxMerge <= 0 {
+		s.opts.MaxMerge = 64
+	}
+	s.opts.MaxMerge = min(s.opts.MaxMerge, maxMerge)
 	s.b = newBatcher(s.opts.Flushers, s.opts.MaxBatch, s.exec)
 	return s, nil
 }
@@ -150,36 +169,45 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// call is one library invocation: the command arguments, with the command
-// name and function name or SHA filled in at send time (the mode can
-// change between a first try and a resend). Keys and numbers are passed to
-// go-redis by pointer into the call's own storage, which boxes them
-// without allocating.
+// call is one request's share of a library call: the entries of one
+// group (one Cluster slot) of one Check. Flushers merge the calls queued
+// together into few commands (see command), so it holds only its own part
+// of the arguments: its keys, its header and its entries (see
+// lua/sluice.lua). Everything is copied into the call's own storage at
+// build time: a caller that gives up may reuse its Request while a flusher
+// still sends the call. Keys and arguments are passed to go-redis by
+// pointer into that storage, which boxes them without allocating.
 type call struct {
-	args []any
 	keys []string
-	nums []int64
-	cmd  noRetryCmd
-	err  error
+	args []string // the header, then one per entry
+	slot int      // Cluster slot of the keys; 0 outside Cluster
+
+	// Set by the flusher before the job is done: the call's segment of
+	// the reply (decision, then six per entry), or the error.
+	reply []int64
+	err   error
 
 	// Inline storage for calls of up to inlineEntries entries.
-	argBuf [3 + inlineEntries + 1 + 6*inlineEntries + 1]any
-	keyBuf [inlineEntries]string
-	numBuf [5*inlineEntries + 1]int64
+	keyBuf  [inlineEntries]string
+	argBuf  [1 + inlineEntries]string
+	textBuf [24 + 64*inlineEntries]byte
 }
 
 const inlineEntries = 4
 
 // checkState is one Check's working memory in one allocation for small
-// requests. It is never reused: a flusher may still hold its calls after
-// the caller gave up.
+// requests. It is pooled, but only once the flusher has signalled done for
+// every job it submitted: a Check that gave up (its context ended) drops
+// its state, since a flusher may still hold its calls.
 type checkState struct {
-	params   []model.Params
-	verdicts []model.Verdict
-	groups   [][]int
-	consumed []bool
-	job      job
-	call     call // the only call of a single-slot round
+	done      chan struct{} // the job's; kept across uses (buffered, 1)
+	abandoned bool
+	params    []model.Params
+	verdicts  []model.Verdict
+	groups    [][]int
+	consumed  []bool
+	job       job
+	call      call // the only call of a single-slot round
 
 	paramBuf   [8]model.Params
 	verdictBuf [8]model.Verdict
@@ -189,22 +217,28 @@ type checkState struct {
 	callPtrBuf [1]*call
 }
 
+var checkStates = sync.Pool{New: func() any { return new(checkState) }}
+
 // Check implements ratelimit.Store.
 func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("redisstore check: %w", err)
 	}
-	n := len(req.Entries)
-	cs := &checkState{}
-	cs.params, cs.verdicts = cs.paramBuf[:0], cs.verdictBuf[:0]
-	if n > len(cs.paramBuf) {
-		cs.params, cs.verdicts = make([]model.Params, 0, n), make([]model.Verdict, 0, n)
+	cs := checkStates.Get().(*checkState)
+	done := cs.done
+	if done == nil {
+		done = make(chan struct{}, 1)
 	}
-	for i := range req.Entries {
-		cs.params = append(cs.params, model.CompileValid(req.Entries[i].Limit))
+	*cs = checkState{done: done}
+	err := s.check(ctx, req, dec, cs)
+	if !cs.abandoned {
+		checkStates.Put(cs)
 	}
-	cs.verdicts = cs.verdicts[:n]
-	s.group(req, cs)
+	return err
+}
+
+func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision, cs *checkState) error {
+	s.compile(req, cs)
 
 	// One slot, or not a Cluster: one call decides and consumes.
 	// Several slots: a dry run everywhere first.
@@ -227,6 +261,20 @@ func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	return nil
 }
 
+// compile fills cs's parameters and groups for req.
+func (s *Store) compile(req *ratelimit.Request, cs *checkState) {
+	n := len(req.Entries)
+	cs.params, cs.verdicts = cs.paramBuf[:0], cs.verdictBuf[:0]
+	if n > len(cs.paramBuf) {
+		cs.params, cs.verdicts = make([]model.Params, 0, n), make([]model.Verdict, 0, n)
+	}
+	for i := range req.Entries {
+		cs.params = append(cs.params, model.CompileValid(req.Entries[i].Limit))
+	}
+	cs.verdicts = cs.verdicts[:n]
+	s.group(req, cs)
+}
+
 // round sends one call per group, waits, and parses the replies into
 // cs.verdicts and each group's decision into cs.consumed.
 func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkState, dry bool) error {
@@ -234,8 +282,26 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 	if s.opts.Clock != nil {
 		now = s.opts.Clock().UnixMicro()
 	}
+	j := s.prepare(ctx, req, cs, dry, now)
+	if err := s.b.submit(j); err != nil {
+		return fmt.Errorf("redisstore check: %w", err)
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		// The call may still run: its outcome is unknown, and the flusher
+		// may still use cs.
+		cs.abandoned = true
+		return fmt.Errorf("redisstore check: %w", context.Cause(ctx))
+	}
+	return finish(req, cs)
+}
+
+// prepare builds cs's job: one call per group, at time now (µs; -1: the
+// server's TIME).
+func (s *Store) prepare(ctx context.Context, req *ratelimit.Request, cs *checkState, dry bool, now int64) *job {
 	j := &cs.job
-	*j = job{ctx: ctx, done: make(chan struct{})}
+	*j = job{ctx: ctx, done: cs.done}
 	if len(cs.groups) == 1 {
 		cs.call = call{}
 		cs.callPtrBuf[0] = &cs.call
@@ -247,22 +313,19 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 		}
 	}
 	for g, idx := range cs.groups {
-		j.calls[g].build(req, cs.params, idx, dry, now)
+		j.calls[g].build(req, cs.params, idx, dry, now, s.cluster != nil)
 	}
-	if err := s.b.submit(j); err != nil {
-		return fmt.Errorf("redisstore check: %w", err)
-	}
-	select {
-	case <-j.done:
-	case <-ctx.Done():
-		// The call may still run: its outcome is unknown.
-		return fmt.Errorf("redisstore check: %w", context.Cause(ctx))
-	}
-	for g, c := range j.calls {
+	return j
+}
+
+// finish parses the replies of cs's job, done, into cs.verdicts and each
+// group's decision into cs.consumed.
+func finish(req *ratelimit.Request, cs *checkState) error {
+	for g, c := range cs.job.calls {
 		if c.err != nil {
 			return fmt.Errorf("redisstore check: %w", c.err)
 		}
-		ok, err := parseReply(c.cmd.Val(), req, cs.groups[g], cs.verdicts)
+		ok, err := parseReply(c.reply, req, cs.groups[g], cs.verdicts)
 		if err != nil {
 			return fmt.Errorf("redisstore check: %w", err)
 		}
@@ -271,41 +334,90 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 	return nil
 }
 
-// build fills the command: placeholders for the command and function,
-// numkeys, keys, then the library's arguments (see lua/sluice.lua).
-func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, dry bool, now int64) {
+// checkBatch evaluates reqs exactly as flushers do when the requests are
+// queued together: their calls merged into as few commands as MaxMerge
+// allows, in one pipeline, request i at time at[i] (µs; -1: the server's
+// TIME). Tests use it to drive merged commands deterministically. Every
+// request must be single-round (one Cluster slot).
+func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []int64, decs []ratelimit.Decision) error {
+	states := make([]*checkState, len(reqs))
+	jobs := make([]*job, len(reqs))
+	for i, req := range reqs {
+		if err := req.Validate(); err != nil {
+			return fmt.Errorf("redisstore check: %w", err)
+		}
+		cs := &checkState{done: make(chan struct{}, 1)}
+		s.compile(req, cs)
+		if len(cs.groups) != 1 {
+			return fmt.Errorf("redisstore check batch: request %d spans %d slots", i, len(cs.groups))
+		}
+		states[i], jobs[i] = cs, s.prepare(ctx, req, cs, req.DryRun, at[i])
+	}
+	s.exec(jobs)
+	for i, cs := range states {
+		<-cs.done
+		if err := finish(reqs[i], cs); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		fill(&decs[i], cs.consumed[0], cs) // one group: its decision is the request's
+	}
+	return nil
+}
+
+// build fills the call: its keys, its header "n:dryRun:time" and its
+// entries "algorithm:capacity:rate:interval:cost:shadow", formatted into
+// one string that the arguments slice.
+func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, dry bool, now int64, cluster bool) {
 	n := len(idx)
-	c.args, c.keys, c.nums = c.argBuf[:0], c.keyBuf[:0], c.numBuf[:0]
+	c.keys, c.args = c.keyBuf[:0], c.argBuf[:0]
+	buf := c.textBuf[:0]
 	if n > inlineEntries {
-		c.args, c.keys, c.nums = make([]any, 0, 3+n+1+6*n+1), make([]string, 0, n), make([]int64, 0, 5*n+1)
+		c.keys, c.args, buf = make([]string, 0, n), make([]string, 0, 1+n), make([]byte, 0, 24+64*n)
 	}
+	var ends [1 + inlineEntries]int
+	end := ends[:0]
+	if n > inlineEntries {
+		end = make([]int, 0, 1+n)
+	}
+	buf = strconv.AppendInt(buf, int64(n), 10)
+	buf = append(buf, ':', flag(dry), ':')
+	if now >= 0 {
+		buf = strconv.AppendInt(buf, now, 10)
+	} else {
+		buf = append(buf, '-')
+	}
+	end = append(end, len(buf))
 	for _, i := range idx {
-		c.keys = append(c.keys, req.Entries[i].Key)
 		p, e := &params[i], &req.Entries[i]
-		c.nums = append(c.nums, int64(p.Alg), p.Capacity, p.Rate, p.Interval, e.Cost)
+		c.keys = append(c.keys, e.Key)
+		buf = strconv.AppendInt(buf, int64(p.Alg), 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Capacity, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Rate, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Interval, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, e.Cost, 10)
+		buf = append(buf, ':', flag(e.Shadow))
+		end = append(end, len(buf))
 	}
-	if now >= 0 {
-		c.nums = append(c.nums, now)
+	all, from := string(buf), 0
+	for _, to := range end {
+		c.args = append(c.args, all[from:to])
+		from = to
 	}
-	c.args = append(c.args, nil, nil, n)
-	for k := range c.keys {
-		c.args = append(c.args, &c.keys[k])
-	}
-	c.args = append(c.args, flag(dry))
-	for k, i := range idx {
-		f := c.nums[5*k : 5*k+5]
-		c.args = append(c.args, &f[0], &f[1], &f[2], &f[3], &f[4], flag(req.Entries[i].Shadow))
-	}
-	if now >= 0 {
-		c.args = append(c.args, &c.nums[len(c.nums)-1])
+	c.slot = 0
+	if cluster {
+		c.slot = int(ratelimit.HashSlot(c.keys[0]))
 	}
 }
 
-func flag(b bool) string {
+func flag(b bool) byte {
 	if b {
-		return "1"
+		return '1'
 	}
-	return "0"
+	return '0'
 }
 
 // group splits the entries by Cluster slot, in order of first appearance;

@@ -1,167 +1,215 @@
 -- Sluice rate-limit library: six algorithms and one entry point, check(),
--- that evaluates every limit of a request atomically. It mirrors the Go
--- reference in internal/ratelimit/model exactly; read that package's docs
--- for the semantics and the arithmetic rules. In short: all values are
--- integers in microseconds below 2^53 (exact in doubles), except the
--- sliding window counter's weight, computed as floor((n*(w-e))/w) in the
--- same operation order as Go.
+-- that evaluates one or more requests, each of them all of its limits
+-- atomically. It mirrors the Go reference in internal/ratelimit/model
+-- exactly; read that package's docs for the semantics and the arithmetic
+-- rules. In short: all values are integers in microseconds below 2^53
+-- (exact in doubles), except the sliding window counter's weight, computed
+-- as floor((n*(w-e))/w) in the same operation order as Go.
 --
 -- check(keys, args)
---   keys: one key per entry (all in one Cluster slot, distinct).
---   args: dryRun ('0'|'1'), then per entry six values:
---         algorithm (1..6), capacity, rate, interval (µs), cost, shadow ('0'|'1'),
---         then optionally the time in µs (tests only; production omits it
---         and the library reads TIME). An explicit time must not be behind
---         the server clock: expiry deadlines are absolute.
---   reply: a flat array of integers:
---         decision (1 allowed, 0 denied), then per entry six values:
---         allowed, remaining, reset µs, retry-after µs (-1 never, 0 when
---         allowed), remaining after consuming, reset after consuming.
--- A denied or dry-run call writes nothing. Every key written gets an
+--   Several independent requests share one call to amortize the cost of
+--   entering a script; each keeps its own all-or-nothing semantics and gets
+--   exactly the result it would get as a call of its own, the requests
+--   taken in order (a later request sees what an earlier one consumed).
+--   keys: the requests' keys, request after request; distinct within a
+--         request, and all in one Cluster slot.
+--   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
+--         dryRun 0|1, time in µs or '-' for the server's TIME), then n
+--         entries "algorithm:capacity:rate:interval:cost:shadow"
+--         (algorithm 1..6, interval in µs, shadow 0|1), all in decimal.
+--         An explicit time is for tests (a simulated clock); it must not
+--         be behind the server clock: expiry deadlines are absolute.
+--         Requests that read TIME share one reading: they are evaluated as
+--         if they arrived in the same microsecond, in order.
+--   reply: a flat array of integers, per request:
+--           its ordinal (1, 2, ...: the caller checks the layout with it),
+--           decision (1 allowed, 0 denied), then per entry six values:
+--           allowed, remaining, reset µs, retry-after µs (-1 never, 0 when
+--           allowed), remaining after consuming, reset after consuming.
+--   Arguments are all checked before anything is evaluated: a malformed
+--   call is an error reply and writes nothing.
+-- A denied or dry-run request writes nothing. Every key written gets an
 -- absolute expiry (PEXPIREAT, rounded up to the ms) at the moment its state
 -- equals untouched. A key holding another algorithm's state, or anything
 -- unreadable, counts as untouched and is replaced on write.
+--
+-- Cost per call matters (this runs for every request a cluster serves):
+-- the hot path creates no closures and no tables (scratch arrays and the
+-- reply table are reused from call to call; every slot read is written
+-- earlier in the same call), parsed arguments are memoized, globals are
+-- looked up once, and a hash holding valid state of the same algorithm
+-- gets only its changed fields written. What remains is mostly the
+-- redis.call round trips: TIME once per call, then per entry a read, a
+-- write and the expiry.
 
 local NEVER = -1
 local MAXU = 4503599627370496      -- 2^52: bound of stored values and times
 local MAXCOUNT = 1000000000
 local LOGMOD = 1125899906842624    -- 2^50: sliding log cumulative counters wrap here
-local MAXENTRIES = 256
+local MAXENTRIES = 256             -- per request
+local MAXKEYS = 8192               -- per call
 
-local function fmt(n)
-  return string.format('%d', n)
+-- Functions see the standard library and the redis API only when called,
+-- not while the library loads: init() binds them on the first call.
+local call, pcall_, floor, ceil, tonum, format, match, typeof
+
+local function init()
+  call, pcall_ = redis.call, redis.pcall
+  floor, ceil = math.floor, math.ceil
+  tonum, format, match, typeof = tonumber, string.format, string.match, type
 end
+
+-- Scratch, reused by every call (indexes: request r, entry j = key index).
+-- R_HDR[r]: request r's parsed header; E_REC[j]: entry j's parsed
+-- arguments (shared, read-only records: see header and entry); E_OK[j]:
+-- whether entry j allows.
+local R_HDR, E_REC, E_OK = {}, {}, {}
+-- Pending writes of allowed entries: how (W_MODE), the expiry (µs), and
+-- the values to store (per algorithm, see commit).
+local W_MODE, W_EXP, W_A, W_B, W_C, W_D, W_M = {}, {}, {}, {}, {}, {}, {}
+-- W_MODE of a hash: REPLACE (delete a foreign key, then write every field
+-- and the tag), FULL (write every field and the tag), or the key holds this
+-- algorithm's valid state and only what changed is written: PRIMARY (the
+-- field every consumption changes) or ALL (every field, not the tag).
+local REPLACE, FULL, PRIMARY, ALL = 0, 1, 2, 3
+local SEEN = {}
+local OUT = {}
+
+-- Numbers go to redis.call formatted as integers by format('%d'): exact
+-- whatever the server's own conversion (Lua's %.14g loses digits above
+-- 1e14), and cheaper than Redis' %.17g conversion of a Lua number.
 
 -- toint parses an integer in [lo, hi]; nil otherwise.
 local function toint(s, lo, hi)
-  local n = tonumber(s)
-  if n == nil or n ~= math.floor(n) or n < lo or n > hi then
+  local n = tonum(s)
+  if n == nil or n ~= floor(n) or n < lo or n > hi then
     return nil
   end
   return n
 end
 
--- expire_at sets key to expire at time t µs (rounded up to the ms).
-local function expire_at(key, t)
-  redis.call('PEXPIREAT', key, fmt(math.ceil(t / 1000)))
-end
-
--- A verdict: {allowed, remaining, reset, retry, remainingAfter, resetAfter}.
-local function verdict(remaining, reset)
-  return {false, remaining, reset, 0, remaining, reset}
-end
-
-local function allow(v, remaining_after, reset_after)
-  v[1] = true
-  v[5] = remaining_after
-  v[6] = reset_after
-end
-
-local function deny(v, retry)
-  v[4] = retry
-end
-
--- Hash-backed state: field 'a' tags the algorithm; the named fields hold
--- integers in [0, 2^52]. Returns the values (nil: untouched) and whether
--- the key holds something else that a write must delete first.
-local function read_hash(key, tag, names)
-  local r = redis.pcall('HMGET', key, 'a', unpack(names))
-  if type(r) ~= 'table' or r.err then
-    return nil, true
+-- num parses a stored value: an integer in [0, 2^52], else nil.
+local function num(s)
+  local n = tonum(s)
+  if n == nil or n ~= floor(n) or n < 0 or n > MAXU then
+    return nil
   end
-  if not r[1] then
-    return nil, false
-  end
-  if r[1] ~= tag then
-    return nil, true
-  end
-  local vals = {}
-  for i = 1, #names do
-    local n = toint(r[i + 1], 0, MAXU)
-    if n == nil then
-      return nil, true
-    end
-    vals[i] = n
-  end
-  return vals, false
+  return n
 end
 
-local function write_hash(key, foreign, tag, expire, ...)
-  if foreign then
-    redis.call('DEL', key)
-  end
-  redis.call('HSET', key, 'a', tag, ...)
-  expire_at(key, expire)
+-- A verdict occupies OUT[o+1..o+6]: allowed, remaining, reset, retry,
+-- remainingAfter, resetAfter.
+local function allow(o, remaining, reset, remaining_after, reset_after)
+  OUT[o + 1], OUT[o + 2], OUT[o + 3] = 1, remaining, reset
+  OUT[o + 4], OUT[o + 5], OUT[o + 6] = 0, remaining_after, reset_after
+  return true
 end
 
--- Each algorithm: (key, capacity, rate, interval, now, cost) -> verdict,
--- write function (called only when the entry is consumed).
+local function deny(o, remaining, reset, retry)
+  OUT[o + 1], OUT[o + 2], OUT[o + 3] = 0, remaining, reset
+  OUT[o + 4], OUT[o + 5], OUT[o + 6] = retry, remaining, reset
+  return false
+end
 
-local function token_bucket(key, cap, rate, iv, now, cost)
-  local st, foreign = read_hash(key, '1', {'t', 'l'})
+-- Each algorithm: (j, key, capacity, rate, interval, now, cost, o) fills
+-- the verdict at o, records entry j's pending write when it allows, and
+-- returns whether it allows.
+--
+-- Hash-backed state: field 'a' tags the algorithm; the other fields hold
+-- integers in [0, 2^52]. HMGET through pcall: a key of another type is an
+-- error reply, i.e. foreign. A hash without 'a' is untouched, not foreign.
+
+local function token_bucket(j, key, cap, rate, iv, now, cost, o)
+  local r = pcall_('HMGET', key, 'a', 't', 'l')
+  local mode, stored = FULL, nil
   local tokens, last = cap, now
-  if st then
-    tokens, last = math.min(st[1], cap), st[2]
-    if tokens < cap and now > last then
-      local steps = math.floor((now - last) / iv)
-      if steps > 0 then
-        if steps >= math.ceil((cap - tokens) / rate) then
-          tokens = cap
-        else
-          tokens = tokens + steps * rate
-          last = last + steps * iv
+  if r.err then
+    mode = REPLACE
+  elseif r[1] then
+    local t, l = num(r[2]), num(r[3])
+    if r[1] ~= '1' or t == nil or l == nil then
+      mode = REPLACE
+    else
+      mode, stored = PRIMARY, l
+      tokens, last = t, l
+      if tokens > cap then
+        tokens = cap
+      end
+      if tokens < cap and now > last then
+        local steps = floor((now - last) / iv)
+        if steps > 0 then
+          if steps >= ceil((cap - tokens) / rate) then
+            tokens = cap
+          else
+            tokens = tokens + steps * rate
+            last = last + steps * iv
+          end
         end
       end
-    end
-    if tokens >= cap then
-      last = now
+      if tokens >= cap then
+        last = now
+      end
     end
   end
-  local function full_in(t)
-    if t >= cap then
-      return 0
-    end
-    return last + math.ceil((cap - t) / rate) * iv - now
+  local reset = 0
+  if tokens < cap then
+    reset = last + ceil((cap - tokens) / rate) * iv - now
   end
-  local v = verdict(tokens, full_in(tokens))
   if cost > cap then
-    deny(v, NEVER)
+    return deny(o, tokens, reset, NEVER)
   elseif cost <= tokens then
     local left = tokens - cost
-    allow(v, left, full_in(left))
-    return v, function()
-      write_hash(key, foreign, '1', now + v[6], 't', fmt(left), 'l', fmt(last))
+    local reset_after = 0
+    if left < cap then
+      reset_after = last + ceil((cap - left) / rate) * iv - now
     end
-  else
-    deny(v, last + math.ceil((cost - tokens) / rate) * iv - now)
+    if mode == PRIMARY and last ~= stored then
+      mode = ALL
+    end
+    W_MODE[j], W_EXP[j], W_A[j], W_B[j] = mode, now + reset_after, left, last
+    return allow(o, tokens, reset, left, reset_after)
   end
-  return v, nil
+  return deny(o, tokens, reset, last + ceil((cost - tokens) / rate) * iv - now)
 end
 
-local function fixed_window(key, limit, _, window, now, cost)
-  local st, foreign = read_hash(key, '2', {'n', 's'})
+local function fixed_window(j, key, limit, _, window, now, cost, o)
+  local r = pcall_('HMGET', key, 'a', 'n', 's')
+  local mode, stored = FULL, nil
   local count, start = 0, now
-  if st and st[1] > 0 and now < st[2] + window then
-    count, start = st[1], st[2]
-  end
-  local function ends_in(c)
-    if c == 0 then
-      return 0
+  if r.err then
+    mode = REPLACE
+  elseif r[1] then
+    local n, s = num(r[2]), num(r[3])
+    if r[1] ~= '2' or n == nil or s == nil then
+      mode = REPLACE
+    else
+      mode, stored = PRIMARY, s
+      if n > 0 and now < s + window then
+        count, start = n, s
+      end
     end
-    return start + window - now
   end
-  local v = verdict(math.max(limit - count, 0), ends_in(count))
+  local remaining, reset = limit - count, 0
+  if remaining < 0 then
+    remaining = 0
+  end
+  if count > 0 then
+    reset = start + window - now
+  end
   if cost > limit then
-    deny(v, NEVER)
+    return deny(o, remaining, reset, NEVER)
   elseif count + cost <= limit then
-    allow(v, limit - count - cost, ends_in(count + cost))
-    return v, function()
-      write_hash(key, foreign, '2', start + window, 'n', fmt(count + cost), 's', fmt(start))
+    local reset_after = 0
+    if count + cost > 0 then
+      reset_after = start + window - now
     end
-  else
-    deny(v, start + window - now)
+    if mode == PRIMARY and start ~= stored then
+      mode = ALL
+    end
+    W_MODE[j], W_EXP[j], W_A[j], W_B[j] = mode, start + window, count + cost, start
+    return allow(o, remaining, reset, limit - count - cost, reset_after)
   end
-  return v, nil
+  return deny(o, remaining, reset, start + window - now)
 end
 
 -- Sliding window log: a sorted set scored by admission time; the member is
@@ -170,10 +218,10 @@ end
 -- search by rank. Requests admitted in the same µs share one member
 -- (scores stay unique, so rank order is time order).
 local function parse_member(m)
-  if type(m) ~= 'string' then
+  if typeof(m) ~= 'string' then
     return nil
   end
-  local c, n = string.match(m, '^(%d+):(%d+)$')
+  local c, n = match(m, '^(%d+):(%d+)$')
   c, n = toint(c, 0, LOGMOD - 1), toint(n, 1, MAXU)
   if c == nil or n == nil then
     return nil
@@ -181,15 +229,15 @@ local function parse_member(m)
   return c, n
 end
 
-local function sliding_log(key, limit, _, window, now, cost)
+local function sliding_log(j, key, limit, _, window, now, cost, o)
   local cut = now - window
-  local first = redis.pcall('ZRANGEBYSCORE', key, string.format('(%d', cut), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first = pcall_('ZRANGEBYSCORE', key, format('(%d', cut), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local foreign, live = false, false
   local total, base, last_at, last_cum, last_cost, last_member = 0, 0, 0, nil, 0, nil
-  if type(first) ~= 'table' or first.err then
+  if typeof(first) ~= 'table' or first.err then
     foreign = true
   else
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
     if #last > 0 then
       local lc, ln = parse_member(last[1])
       local lat = toint(last[2], 0, MAXU)
@@ -216,59 +264,55 @@ local function sliding_log(key, limit, _, window, now, cost)
   if live then
     reset = last_at + window - now
   end
-  local v = verdict(math.max(limit - total, 0), reset)
-  if cost > limit then
-    deny(v, NEVER)
-  elseif total + cost <= limit then
-    local at = math.max(now, last_at)
-    allow(v, limit - total - cost, at + window - now)
-    return v, function()
-      if foreign then
-        redis.call('DEL', key)
-      else
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(cut))
-      end
-      local cum, n = cost, cost
-      if last_cum then
-        cum = (last_cum + cost) % LOGMOD
-      end
-      if live and at == last_at then
-        redis.call('ZREM', key, last_member)
-        n = last_cost + cost
-      end
-      redis.call('ZADD', key, fmt(at), fmt(cum) .. ':' .. fmt(n))
-      expire_at(key, at + window)
-    end
-  else
-    -- The oldest entries must leave until total-left+cost <= limit: find
-    -- the first whose cumulative cost since base reaches need.
-    local need = total + cost - limit
-    local lo = redis.call('ZCOUNT', key, '-inf', fmt(cut))
-    local hi = redis.call('ZCARD', key) - 1
-    local ok = true
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      local c = parse_member(redis.call('ZRANGE', key, mid, mid)[1])
-      if c == nil then
-        ok = false
-        break
-      end
-      if (c - base) % LOGMOD >= need then
-        hi = mid
-      else
-        lo = mid + 1
-      end
-    end
-    local at = nil
-    if ok then
-      at = toint(redis.call('ZRANGE', key, lo, lo, 'WITHSCORES')[2], 0, MAXU)
-    end
-    if at == nil then
-      at = last_at -- unreadable entry: fall back to when the log empties (never early)
-    end
-    deny(v, at + window - now)
+  local remaining = limit - total
+  if remaining < 0 then
+    remaining = 0
   end
-  return v, nil
+  if cost > limit then
+    return deny(o, remaining, reset, NEVER)
+  elseif total + cost <= limit then
+    local at = now
+    if last_at > at then
+      at = last_at
+    end
+    local cum, n, drop = cost, cost, false
+    if last_cum then
+      cum = (last_cum + cost) % LOGMOD
+    end
+    if live and at == last_at then
+      drop, n = last_member, last_cost + cost
+    end
+    W_MODE[j] = foreign and REPLACE or FULL
+    W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
+    return allow(o, remaining, reset, limit - total - cost, at + window - now)
+  end
+  -- The oldest entries must leave until total-left+cost <= limit: find
+  -- the first whose cumulative cost since base reaches need.
+  local need = total + cost - limit
+  local lo = call('ZCOUNT', key, '-inf', format('%d', cut))
+  local hi = call('ZCARD', key) - 1
+  local ok = true
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local c = parse_member(call('ZRANGE', key, mid, mid)[1])
+    if c == nil then
+      ok = false
+      break
+    end
+    if (c - base) % LOGMOD >= need then
+      hi = mid
+    else
+      lo = mid + 1
+    end
+  end
+  local at = nil
+  if ok then
+    at = toint(call('ZRANGE', key, lo, lo, 'WITHSCORES')[2], 0, MAXU)
+  end
+  if at == nil then
+    at = last_at -- unreadable entry: fall back to when the log empties (never early)
+  end
+  return deny(o, remaining, reset, at + window - now)
 end
 
 -- Sliding window counter: floor(prev*(window-elapsed)/window) in doubles.
@@ -276,14 +320,14 @@ local function weighted(n, window, elapsed)
   if n == 0 then
     return 0
   end
-  return math.floor((n * (window - elapsed)) / window)
+  return floor((n * (window - elapsed)) / window)
 end
 
 -- first_at_most: smallest e in [lo, hi] with weighted(n, window, e) <= room,
 -- given that it holds at hi (weighted is non-increasing in e).
 local function first_at_most(lo, hi, room, n, window)
   while lo < hi do
-    local mid = lo + math.floor((hi - lo) / 2)
+    local mid = lo + floor((hi - lo) / 2)
     if weighted(n, window, mid) <= room then
       hi = mid
     else
@@ -293,66 +337,94 @@ local function first_at_most(lo, hi, room, n, window)
   return lo
 end
 
-local function sliding_counter(key, limit, _, window, now, cost)
-  local st, foreign = read_hash(key, '4', {'k', 'c', 'p'})
-  local k = math.floor(now / window)
+local function sliding_counter(j, key, limit, _, window, now, cost, o)
+  local r = pcall_('HMGET', key, 'a', 'k', 'c', 'p')
+  local mode, sk, sp = FULL, nil, nil
+  local k = floor(now / window)
   local curr, prev = 0, 0
-  if st then
-    local sk = st[1]
-    if k == sk then
-      curr, prev = st[2], st[3]
-    elseif k == sk + 1 then
-      prev = st[2]
-    elseif k < sk then
-      k, curr, prev = sk, st[2], st[3]
+  if r.err then
+    mode = REPLACE
+  elseif r[1] then
+    local sc
+    sk, sc, sp = num(r[2]), num(r[3]), num(r[4])
+    if r[1] ~= '4' or sk == nil or sc == nil or sp == nil then
+      mode = REPLACE
+    else
+      mode = PRIMARY
+      if k == sk then
+        curr, prev = sc, sp
+      elseif k == sk + 1 then
+        prev = sc
+      elseif k < sk then
+        k, curr, prev = sk, sc, sp
+      end
     end
   end
   local start = k * window
-  local elapsed = math.max(now - start, 0)
+  local elapsed = now - start
+  if elapsed < 0 then
+    elapsed = 0
+  end
   local est = weighted(prev, window, elapsed) + curr
-  local function reset_of(c)
-    if c > 0 then
-      return start + 2 * window - now
-    elseif prev > 0 then
-      return start + window - now
-    end
-    return 0
+  local remaining, reset = limit - est, 0
+  if remaining < 0 then
+    remaining = 0
   end
-  local v = verdict(math.max(limit - est, 0), reset_of(curr))
+  if curr > 0 then
+    reset = start + 2 * window - now
+  elseif prev > 0 then
+    reset = start + window - now
+  end
   if cost > limit then
-    deny(v, NEVER)
+    return deny(o, remaining, reset, NEVER)
   elseif est + cost <= limit then
-    allow(v, math.max(limit - est - cost, 0), reset_of(curr + cost))
-    return v, function()
-      write_hash(key, foreign, '4', start + 2 * window, 'k', fmt(k), 'c', fmt(curr + cost), 'p', fmt(prev))
+    local left, reset_after = limit - est - cost, 0
+    if left < 0 then
+      left = 0
     end
-  else
-    local at
-    local room = limit - curr - cost
-    if room >= 0 and weighted(prev, window, window - 1) <= room then
-      at = start + first_at_most(elapsed + 1, window - 1, room, prev, window)
-    elseif weighted(curr, window, window - 1) <= limit - cost then
-      at = start + window + first_at_most(0, window - 1, limit - cost, curr, window)
-    else
-      at = start + 2 * window
+    if curr + cost > 0 then
+      reset_after = start + 2 * window - now
+    elseif prev > 0 then
+      reset_after = start + window - now
     end
-    deny(v, at - now)
+    if mode == PRIMARY and (k ~= sk or prev ~= sp) then
+      mode = ALL
+    end
+    W_MODE[j], W_EXP[j], W_A[j], W_B[j], W_C[j] = mode, start + 2 * window, curr + cost, k, prev
+    return allow(o, remaining, reset, left, reset_after)
   end
-  return v, nil
+  local at
+  local room = limit - curr - cost
+  if room >= 0 and weighted(prev, window, window - 1) <= room then
+    at = start + first_at_most(elapsed + 1, window - 1, room, prev, window)
+  elseif weighted(curr, window, window - 1) <= limit - cost then
+    at = start + window + first_at_most(0, window - 1, limit - cost, curr, window)
+  else
+    at = start + 2 * window
+  end
+  return deny(o, remaining, reset, at - now)
 end
 
--- Leaky bucket (policing) and GCRA: one meter. The level is in scaled
--- units: a unit of cost is `iv` of them and `rate` drain per µs (rate and
--- iv are already divided by their gcd). GCRA's TAT is time + level/rate.
-local function meter(tag)
-  return function(key, cap, rate, iv, now, cost)
-    local st, foreign = read_hash(key, tag, {'v', 't'})
-    local level, at = 0, now
-    if st then
-      level, at = st[1], st[2]
+-- Leaky bucket (policing) and GCRA: one meter, told apart by the state tag.
+-- The level is in scaled units: a unit of cost is `iv` of them and `rate`
+-- drain per µs (rate and iv are already divided by their gcd). GCRA's TAT
+-- is time + level/rate.
+local function meter(tag, j, key, cap, rate, iv, now, cost, o)
+  local r = pcall_('HMGET', key, 'a', 'v', 't')
+  local mode, stored = FULL, nil
+  local level, at = 0, now
+  if r.err then
+    mode = REPLACE
+  elseif r[1] then
+    local v, t = num(r[2]), num(r[3])
+    if r[1] ~= tag or v == nil or t == nil then
+      mode = REPLACE
+    else
+      mode, stored = PRIMARY, t
+      level, at = v, t
       if now > at then
         local elapsed = now - at
-        if elapsed >= math.ceil(level / rate) then
+        if elapsed >= ceil(level / rate) then
           level = 0
         else
           level = level - elapsed * rate
@@ -360,94 +432,277 @@ local function meter(tag)
         at = now
       end
     end
-    local full = cap * iv
-    local function drained_in(l)
-      if l == 0 then
-        return 0
-      end
-      return at + math.ceil(l / rate) - now
-    end
-    local v = verdict(math.floor(math.max(full - level, 0) / iv), drained_in(level))
-    if cost > cap then
-      deny(v, NEVER)
-    elseif level + cost * iv <= full then
-      local after = level + cost * iv
-      allow(v, math.floor((full - after) / iv), drained_in(after))
-      return v, function()
-        write_hash(key, foreign, tag, now + v[6], 'v', fmt(after), 't', fmt(at))
-      end
-    else
-      deny(v, at + math.ceil((level - (cap - cost) * iv) / rate) - now)
-    end
-    return v, nil
   end
+  local full = cap * iv
+  local room, reset = full - level, 0
+  if room < 0 then
+    room = 0
+  end
+  if level ~= 0 then
+    reset = at + ceil(level / rate) - now
+  end
+  local remaining = floor(room / iv)
+  if cost > cap then
+    return deny(o, remaining, reset, NEVER)
+  elseif level + cost * iv <= full then
+    local after = level + cost * iv
+    local reset_after = 0
+    if after ~= 0 then
+      reset_after = at + ceil(after / rate) - now
+    end
+    if mode == PRIMARY and at ~= stored then
+      mode = ALL
+    end
+    W_MODE[j], W_EXP[j], W_A[j], W_B[j] = mode, now + reset_after, after, at
+    return allow(o, remaining, reset, floor((full - after) / iv), reset_after)
+  end
+  return deny(o, remaining, reset, at + ceil((level - (cap - cost) * iv) / rate) - now)
 end
 
-local ALGORITHMS = {token_bucket, fixed_window, sliding_log, sliding_counter, meter('5'), meter('6')}
+-- evaluate runs the algorithm of entry j, whose arguments are e.
+local function evaluate(e, j, key, now, o)
+  local alg = e[1]
+  if alg == 1 then
+    return token_bucket(j, key, e[2], e[3], e[4], now, e[5], o)
+  elseif alg == 2 then
+    return fixed_window(j, key, e[2], e[3], e[4], now, e[5], o)
+  elseif alg == 3 then
+    return sliding_log(j, key, e[2], e[3], e[4], now, e[5], o)
+  elseif alg == 4 then
+    return sliding_counter(j, key, e[2], e[3], e[4], now, e[5], o)
+  elseif alg == 5 then
+    return meter('5', j, key, e[2], e[3], e[4], now, e[5], o)
+  end
+  return meter('6', j, key, e[2], e[3], e[4], now, e[5], o)
+end
 
-local function sluice_check(keys, args)
-  local n = #keys
-  if n < 1 or n > MAXENTRIES then
-    return redis.error_reply('ERR sluice: want 1..' .. MAXENTRIES .. ' keys, got ' .. n)
-  end
-  if #args ~= 1 + 6 * n and #args ~= 2 + 6 * n then
-    return redis.error_reply('ERR sluice: want ' .. (1 + 6 * n) .. ' or ' .. (2 + 6 * n) .. ' arguments, got ' .. #args)
-  end
-  if args[1] ~= '0' and args[1] ~= '1' then
-    return redis.error_reply('ERR sluice: bad dry-run flag')
-  end
-  local dry = args[1] == '1'
-  local now
-  if #args == 2 + 6 * n then
-    now = toint(args[#args], 0, MAXU - 1)
-    if now == nil then
-      return redis.error_reply('ERR sluice: bad time')
+-- commit writes entry j's pending state and its expiry. Hash fields: A is
+-- the primary one (changed by every consumption), B and C the others.
+local FIELDS = {{'t', 'l'}, {'n', 's'}, nil, {'c', 'k', 'p'}, {'v', 't'}, {'v', 't'}}
+local TAGS = {'1', '2', '3', '4', '5', '6'}
+
+local function commit(alg, j, key)
+  local mode = W_MODE[j]
+  if alg == 3 then
+    if mode == REPLACE then
+      call('DEL', key)
+    else
+      call('ZREMRANGEBYSCORE', key, '-inf', format('%d', W_A[j]))
     end
+    if W_M[j] then
+      call('ZREM', key, W_M[j])
+    end
+    call('ZADD', key, format('%d', W_B[j]), format('%d:%d', W_C[j], W_D[j]))
   else
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-
-  local seen, verdicts, writes, costs = {}, {}, {}, {}
-  local allowed = true
-  for i = 1, n do
-    local b = 1 + (i - 1) * 6
-    local alg = toint(args[b + 1], 1, #ALGORITHMS)
-    local cap = toint(args[b + 2], 1, MAXCOUNT)
-    local rate = toint(args[b + 3], 0, MAXCOUNT)
-    local iv = toint(args[b + 4], 1, MAXU)
-    local cost = toint(args[b + 5], 0, MAXCOUNT)
-    local shadow = args[b + 6]
-    if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or (shadow ~= '0' and shadow ~= '1')
-      or ((alg == 1 or alg >= 5) and rate < 1) then
-      return redis.error_reply('ERR sluice: bad arguments for entry ' .. i)
-    end
-    if seen[keys[i]] then
-      return redis.error_reply('ERR sluice: duplicate key in entry ' .. i)
-    end
-    seen[keys[i]] = true
-    local v, w = ALGORITHMS[alg](keys[i], cap, rate, iv, now, cost)
-    verdicts[i], writes[i], costs[i] = v, w, cost
-    if not v[1] and shadow == '0' then
-      allowed = false
+    local f = FIELDS[alg]
+    if mode == PRIMARY then
+      call('HSET', key, f[1], format('%d', W_A[j]))
+    elseif alg == 4 then
+      if mode == ALL then
+        call('HSET', key, 'c', format('%d', W_A[j]), 'k', format('%d', W_B[j]), 'p', format('%d', W_C[j]))
+      else
+        if mode == REPLACE then
+          call('DEL', key)
+        end
+        call('HSET', key, 'a', '4', 'c', format('%d', W_A[j]), 'k', format('%d', W_B[j]), 'p', format('%d', W_C[j]))
+      end
+    elseif mode == ALL then
+      call('HSET', key, f[1], format('%d', W_A[j]), f[2], format('%d', W_B[j]))
+    else
+      if mode == REPLACE then
+        call('DEL', key)
+      end
+      call('HSET', key, 'a', TAGS[alg], f[1], format('%d', W_A[j]), f[2], format('%d', W_B[j]))
     end
   end
+  call('PEXPIREAT', key, format('%d', ceil(W_EXP[j] / 1000)))
+end
 
-  if allowed and not dry then
-    for i = 1, n do
-      if writes[i] and costs[i] > 0 then
-        writes[i]()
+local function fail(msg)
+  return redis.error_reply('ERR sluice: ' .. msg)
+end
+
+-- duplicate returns the position (1..n) of the first key among keys[j0+1..
+-- j0+n] that repeats an earlier one, or nil. Few keys: compared pairwise.
+-- Many: marked in SEEN with this check's generation, so marks left by a call
+-- that was interrupted can never be mistaken for this one's.
+local seen_gen = 0
+local function duplicate(keys, j0, n)
+  if n <= 16 then
+    for a = j0 + 2, j0 + n do
+      local k = keys[a]
+      for b = j0 + 1, a - 1 do
+        if keys[b] == k then
+          return a - j0
+        end
       end
     end
+    return nil
   end
-
-  local out = {allowed and 1 or 0}
-  for i = 1, n do
-    local v = verdicts[i]
-    out[#out + 1] = v[1] and 1 or 0
-    for j = 2, 6 do
-      out[#out + 1] = v[j]
+  seen_gen = seen_gen + 1
+  local dup = nil
+  for j = j0 + 1, j0 + n do
+    local k = keys[j]
+    if SEEN[k] == seen_gen then
+      dup = dup or j - j0
     end
+    SEEN[k] = seen_gen
   end
-  return out
+  for j = j0 + 1, j0 + n do
+    SEEN[keys[j]] = nil
+  end
+  return dup
+end
+
+-- Parsed arguments are memoized: the same few strings (one per limit of a
+-- policy, one header per request size) come with almost every call, and a
+-- table lookup of an interned string costs far less than parsing it. Only
+-- valid arguments are remembered, headers and entries apart; MEMOMAX
+-- bounds the memory.
+local MEMOMAX = 4096
+local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
+
+-- header parses "n:dryRun:time" into {n, dry, time or false}; nil if malformed.
+local function header(s)
+  local rec = hmemo[s]
+  if rec then
+    return rec
+  end
+  if typeof(s) ~= 'string' then
+    return nil
+  end
+  local n, dry, t = match(s, '^(%d+):([01]):([%d%-]+)$')
+  n = toint(n, 1, MAXENTRIES)
+  if n == nil then
+    return nil
+  end
+  if t == '-' then
+    rec = {n, dry == '1', false}
+    if hmemo_n >= MEMOMAX then
+      hmemo, hmemo_n = {}, 0
+    end
+    hmemo[s], hmemo_n = rec, hmemo_n + 1
+    return rec
+  end
+  t = toint(t, 0, MAXU - 1)
+  if t == nil then
+    return nil
+  end
+  return {n, dry == '1', t} -- an explicit time: not worth remembering
+end
+
+-- entry parses "algorithm:capacity:rate:interval:cost:shadow" into
+-- {alg, cap, rate, iv, cost, shadow}; nil if malformed.
+local function entry(s)
+  local rec = ememo[s]
+  if rec then
+    return rec
+  end
+  if typeof(s) ~= 'string' then
+    return nil
+  end
+  local alg, cap, rate, iv, cost, shadow = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([01])$')
+  alg, cap, rate = toint(alg, 1, 6), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+  iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
+  if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg >= 5) and rate < 1) then
+    return nil
+  end
+  rec = {alg, cap, rate, iv, cost, shadow == '1'}
+  if ememo_n >= MEMOMAX then
+    ememo, ememo_n = {}, 0
+  end
+  ememo[s], ememo_n = rec, ememo_n + 1
+  return rec
+end
+
+-- parse checks every request's arguments into the scratch arrays. It
+-- returns the number of requests, or nil and an error message.
+local function parse(keys, args)
+  local nk, na = #keys, #args
+  if nk < 1 or nk > MAXKEYS then
+    return nil, 'want 1..' .. MAXKEYS .. ' keys, got ' .. nk
+  end
+  local p, j0, r = 1, 0, 0
+  while p <= na do
+    r = r + 1
+    local h = header(args[p])
+    if h == nil then
+      return nil, 'bad header for request ' .. r
+    end
+    local n = h[1]
+    if p + n > na or j0 + n > nk then
+      return nil, 'request ' .. r .. ' wants ' .. n .. ' entries: too few keys or arguments'
+    end
+    R_HDR[r] = h
+    for j = j0 + 1, j0 + n do
+      local e = entry(args[p + j - j0])
+      if e == nil then
+        return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
+      end
+      E_REC[j] = e
+    end
+    if n > 1 then
+      local dup = duplicate(keys, j0, n)
+      if dup then
+        return nil, 'duplicate key in request ' .. r .. ' entry ' .. dup
+      end
+    end
+    j0, p = j0 + n, p + 1 + n
+  end
+  if r == 0 or j0 ~= nk then
+    return nil, 'want arguments for ' .. nk .. ' keys'
+  end
+  return r
+end
+
+local function sluice_check(keys, args)
+  if not call then
+    init()
+  end
+  local nreq, err = parse(keys, args)
+  if not nreq then
+    return fail(err)
+  end
+  local server_now = nil
+  local o, j0 = 0, 0
+  for r = 1, nreq do
+    local h = R_HDR[r]
+    local n, now = h[1], h[3]
+    if not now then
+      if not server_now then
+        local t = call('TIME')
+        server_now = tonum(t[1]) * 1000000 + tonum(t[2])
+      end
+      now = server_now
+    end
+    OUT[o + 1] = r
+    local d = o + 2
+    o = d
+    local allowed = true
+    for j = j0 + 1, j0 + n do
+      local e = E_REC[j]
+      local ok = evaluate(e, j, keys[j], now, o)
+      E_OK[j] = ok
+      if not ok and not e[6] then
+        allowed = false
+      end
+      o = o + 6
+    end
+    if allowed then
+      OUT[d] = 1
+      if not h[2] then
+        for j = j0 + 1, j0 + n do
+          local e = E_REC[j]
+          if E_OK[j] and e[5] > 0 then
+            commit(e[1], j, keys[j])
+          end
+        end
+      end
+    else
+      OUT[d] = 0
+    end
+    j0 = j0 + n
+  end
+  OUT[o + 1] = nil -- the reply ends here (OUT may be longer from an earlier call)
+  return OUT
 end
