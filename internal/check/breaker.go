@@ -31,17 +31,26 @@ func (s BreakerState) String() string {
 // Breaker stops calls to a store that keeps failing, so that a frozen or
 // dead Redis costs each request nothing but the failure-mode answer, and
 // Redis sees at most one probe per cooldown until it answers again.
+//
+// Failures closer together than failureSpacing count once: one lost
+// connection fails every request it carried at the same instant (the
+// store merges concurrent requests into one command), and that is one
+// event, not a Redis that keeps failing.
 type Breaker struct {
 	threshold int
 	cooldown  time.Duration
 	now       func() time.Time
 	onChange  func(BreakerState)
 
-	mu        sync.Mutex
-	state     BreakerState
-	failures  int
-	openUntil time.Time
+	mu          sync.Mutex
+	state       BreakerState
+	failures    int
+	lastFailure time.Time
+	openUntil   time.Time
 }
+
+// failureSpacing is the least time between two failures that count apart.
+const failureSpacing = 5 * time.Millisecond
 
 // NewBreaker opens after threshold consecutive failures and probes once
 // every cooldown while open.
@@ -89,9 +98,14 @@ func (b *Breaker) Success() {
 func (b *Breaker) Failure() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := b.now()
+	if b.state == BreakerClosed && b.failures > 0 && now.Sub(b.lastFailure) < failureSpacing {
+		return // the same event as the last counted failure
+	}
 	b.failures++
+	b.lastFailure = now
 	if b.state == BreakerHalfOpen || b.failures >= b.threshold {
-		b.openUntil = b.now().Add(b.cooldown)
+		b.openUntil = now.Add(b.cooldown)
 		if b.state != BreakerOpen {
 			b.setState(BreakerOpen)
 		}

@@ -192,7 +192,9 @@ func TestFailureModesAndBreaker(t *testing.T) {
 	)
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
+		clock.Advance(6 * time.Millisecond) // failures 6ms apart count apart
 		o, _ := c.Check(ctx, Input{Namespace: "open", Request: request()})
+		clock.Advance(6 * time.Millisecond)
 		k, _ := c.Check(ctx, Input{Namespace: "closed", Request: request()})
 		if !o.Allowed || !o.Degraded || k.Allowed || k.Reason != ReasonStoreUnavailable {
 			t.Fatalf("check %d: open %+v closed %+v", i, o, k)
@@ -218,6 +220,11 @@ func TestBreakerProbesOncePerCooldown(t *testing.T) {
 	if !b.Allow() {
 		t.Fatal("one failure below the threshold opened the breaker")
 	}
+	b.Failure() // the same instant: one lost connection failing many calls
+	if !b.Allow() {
+		t.Fatal("failures of one instant counted apart")
+	}
+	clock.Advance(10 * time.Millisecond)
 	b.Failure()
 	if b.Allow() {
 		t.Fatal("open breaker allowed a call before the cooldown")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sort"
 	"sync"
 )
 
@@ -27,7 +28,9 @@ type Publisher struct {
 	mu sync.Mutex
 }
 
-// Apply loads the library if needed and writes e.
+// Apply loads the library if needed and writes e. When the table was lost
+// it fails with ErrTableMissing: the next Sync writes the table back whole,
+// and the caller retries.
 func (p *Publisher) Apply(ctx context.Context, e *Entry) (revision int64, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -53,8 +56,9 @@ type SyncResult struct {
 }
 
 // Sync makes the table hold exactly desired (keyed by Entry.ID) and the
-// library present. desired is computed under the same lock by the caller's
-// function, so it reflects the newest state any Apply has seen.
+// library present, in one step (see Replace). desired is computed under the
+// same lock by the caller's function, so it reflects the newest state any
+// Apply has seen.
 func (p *Publisher) Sync(ctx context.Context, desired func(current map[string]Entry) map[string]*Entry) (SyncResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -62,40 +66,38 @@ func (p *Publisher) Sync(ctx context.Context, desired func(current map[string]En
 	if err := p.Library.EnsureLoaded(ctx); err != nil {
 		return res, fmt.Errorf("load the rate-limit library: %w", err)
 	}
-	entries, rev, err := p.Table.Load(ctx)
+	entries, _, err := p.Table.Load(ctx)
 	if err != nil {
 		return res, err
 	}
-	res.Revision = rev
 	current := make(map[string]Entry, len(entries))
 	for _, e := range entries {
 		current[e.ID()] = e
 	}
 	want := desired(current)
-	for id, e := range current {
+	var puts []*Entry
+	var deletes []string
+	for id := range current {
 		if _, keep := want[id]; !keep {
-			r, changed, err := p.Table.Delete(ctx, e.Namespace, e.Name)
-			if err != nil {
-				return res, err
-			}
-			if changed {
-				res.Removed++
-				res.Revision = r
-			}
+			deletes = append(deletes, id)
 		}
 	}
 	for id, e := range want {
 		if cur, ok := current[id]; ok && reflect.DeepEqual(&cur, e) {
-			continue // already there: no call, no revision
+			continue // already there
 		}
-		r, changed, err := p.Table.Put(ctx, e)
-		if err != nil {
-			return res, err
-		}
-		if changed {
-			res.Written++
-			res.Revision = r
-		}
+		puts = append(puts, e)
+	}
+	// Stable order: the same sync writes the same command.
+	sort.Slice(puts, func(i, j int) bool { return puts[i].ID() < puts[j].ID() })
+	sort.Strings(deletes)
+	rev, changed, err := p.Table.Replace(ctx, puts, deletes)
+	if err != nil {
+		return res, err
+	}
+	res.Revision = rev
+	if changed {
+		res.Written, res.Removed = len(puts), len(deletes)
 	}
 	return res, nil
 }

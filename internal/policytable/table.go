@@ -11,13 +11,21 @@
 // Every change bumps the revision to max(old+1, Redis time in µs), so a
 // revision is never reused, even after FLUSHALL empties the table and it is
 // written anew: a reader that compares revisions cannot miss a change.
+//
+// A table without a revision is missing (never written, or lost to
+// FLUSHALL, a restart or a failover to an empty replica). Only Replace, the
+// controller's full sync, writes a missing table, and it writes it whole in
+// one step: a reader never sees a table that holds some policies and not
+// yet the others, which would let requests skip the missing ones.
 package policytable
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -51,48 +59,98 @@ type Table struct {
 // New returns a Table over client.
 func New(client redis.UniversalClient) *Table { return &Table{client: client} }
 
-// putScript sets a field unless it already holds the value, and on a change
-// bumps the revision and announces it. It returns {revision, changed}.
-var putScript = redis.NewScript(`
-local old = redis.call('HGET', KEYS[1], ARGV[1])
-local rev = tonumber(redis.call('GET', KEYS[2]) or '0')
-if old == ARGV[2] then return {rev, 0} end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+// ErrTableMissing is returned by Put when the table has no revision: it
+// was lost, and only the controller's full sync (Replace) may write it back.
+var ErrTableMissing = errors.New("policy table missing in Redis (emptied by FLUSHALL, a restart or a failover); the controller's table sync writes it back whole")
+
+// bumpRevision ends the scripts that changed the table: the new revision is
+// above the old one and above any earlier one (server time), written as an
+// integer, and announced.
+const bumpRevision = `
 local t = redis.call('TIME')
 rev = math.max(rev + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('SET', KEYS[2], rev)
-redis.call('PUBLISH', ARGV[3], rev)
+redis.call('SET', KEYS[2], string.format('%d', rev))
+redis.call('PUBLISH', ARGV[1], string.format('%d', rev))
 return {rev, 1}
-`)
+`
 
-// deleteScript removes a field; on a change it bumps and announces the revision.
+// putScript sets one field of an existing table unless it already holds
+// the value. ARGV: channel, id, value. It returns {revision, changed}.
+var putScript = redis.NewScript(`
+local revs = redis.call('GET', KEYS[2])
+if not revs then return redis.error_reply('SLUICE_TABLE_MISSING') end
+local rev = tonumber(revs)
+if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] then return {rev, 0} end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+` + bumpRevision)
+
+// deleteScript removes a field. ARGV: channel, id.
 var deleteScript = redis.NewScript(`
 local rev = tonumber(redis.call('GET', KEYS[2]) or '0')
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return {rev, 0} end
-local t = redis.call('TIME')
-rev = math.max(rev + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('SET', KEYS[2], rev)
-redis.call('PUBLISH', ARGV[2], rev)
-return {rev, 1}
-`)
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then return {rev, 0} end
+` + bumpRevision)
 
-// Put writes e. A write that changes nothing costs no revision.
+// replaceScript applies a full sync in one step: it sets the changed
+// fields, deletes the removed ones, and creates the revision of a missing
+// table even when nothing else changes. ARGV: channel, the number of
+// fields to set, then id and value pairs, then the ids to delete.
+var replaceScript = redis.NewScript(`
+local revs = redis.call('GET', KEYS[2])
+local changed = not revs
+local rev = tonumber(revs or '0')
+local n = tonumber(ARGV[2])
+for i = 0, n - 1 do
+  local id, v = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
+  if redis.call('HGET', KEYS[1], id) ~= v then
+    redis.call('HSET', KEYS[1], id, v)
+    changed = true
+  end
+end
+for i = 3 + 2 * n, #ARGV do
+  if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then changed = true end
+end
+if not changed then return {rev, 0} end
+` + bumpRevision)
+
+// Put writes e into the table. A write that changes nothing costs no
+// revision. It fails with ErrTableMissing when the table was lost.
 func (t *Table) Put(ctx context.Context, e *Entry) (revision int64, changed bool, err error) {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return 0, false, fmt.Errorf("encode %s: %w", e.ID(), err)
 	}
-	return runChange(ctx, putScript, t.client, e.ID(), string(b), Channel)
+	return runChange(ctx, putScript, t.client, Channel, e.ID(), string(b))
 }
 
 // Delete removes a policy.
 func (t *Table) Delete(ctx context.Context, namespace, name string) (revision int64, changed bool, err error) {
-	return runChange(ctx, deleteScript, t.client, namespace+"/"+name, Channel)
+	return runChange(ctx, deleteScript, t.client, Channel, namespace+"/"+name)
+}
+
+// Replace writes puts and removes deletes in one step, and creates a
+// missing table (with no entries when both are empty).
+func (t *Table) Replace(ctx context.Context, puts []*Entry, deletes []string) (revision int64, changed bool, err error) {
+	args := make([]any, 0, 2+2*len(puts)+len(deletes))
+	args = append(args, Channel, len(puts))
+	for _, e := range puts {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return 0, false, fmt.Errorf("encode %s: %w", e.ID(), err)
+		}
+		args = append(args, e.ID(), string(b))
+	}
+	for _, id := range deletes {
+		args = append(args, id)
+	}
+	return runChange(ctx, replaceScript, t.client, args...)
 }
 
 func runChange(ctx context.Context, s *redis.Script, c redis.UniversalClient, args ...any) (int64, bool, error) {
 	res, err := s.Run(ctx, c, []string{HashKey, RevisionKey}, args...).Int64Slice()
 	if err != nil {
+		if strings.Contains(err.Error(), "SLUICE_TABLE_MISSING") {
+			return 0, false, ErrTableMissing
+		}
 		return 0, false, fmt.Errorf("policy table: %w", err)
 	}
 	if len(res) != 2 {

@@ -21,11 +21,43 @@ func entry(ns, name string, limit int64) *Entry {
 	}}
 }
 
+// newTable starts Redis with an empty table, as the controller's first
+// sync leaves it.
 func newTable(t *testing.T) (*redistest.Server, *Table) {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { client.Close() })
-	return srv, New(client)
+	table := New(client)
+	if _, _, err := table.Replace(context.Background(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	return srv, table
+}
+
+func TestAMissingTableIsWrittenOnlyWhole(t *testing.T) {
+	ctx := context.Background()
+	srv, table := newTable(t)
+	table.Put(ctx, entry("ns", "a", 1))
+	table.Put(ctx, entry("ns", "b", 1))
+	srv.Client().FlushAll(ctx)
+	if _, _, err := table.Put(ctx, entry("ns", "a", 1)); err != ErrTableMissing {
+		t.Fatalf("put into a lost table: %v, want ErrTableMissing", err)
+	}
+	rev, changed, err := table.Replace(ctx, []*Entry{entry("ns", "a", 1), entry("ns", "b", 2)}, []string{"ns/gone"})
+	if err != nil || !changed {
+		t.Fatalf("replace: %v %v", changed, err)
+	}
+	entries, got, err := table.Load(ctx)
+	if err != nil || got != rev || len(entries) != 2 {
+		t.Fatalf("after replace: %d entries at %d (want 2 at %d), %v", len(entries), got, rev, err)
+	}
+	// A replace that changes nothing costs no revision; one that deletes does.
+	if r, changed, _ := table.Replace(ctx, nil, nil); changed || r != rev {
+		t.Fatalf("empty replace: %d %v", r, changed)
+	}
+	if r, changed, _ := table.Replace(ctx, nil, []string{"ns/b"}); !changed || r <= rev {
+		t.Fatalf("deleting replace: %d %v", r, changed)
+	}
 }
 
 func TestPutDeleteAndRevisions(t *testing.T) {
@@ -58,7 +90,7 @@ func TestPutDeleteAndRevisions(t *testing.T) {
 	if err := srv.Client().FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r5, _, _ := table.Put(ctx, entry("ns", "b", 1))
+	r5, _, _ := table.Replace(ctx, []*Entry{entry("ns", "b", 1)}, nil)
 	if r5 <= r4 {
 		t.Fatalf("revision after FLUSHALL %d, not above %d", r5, r4)
 	}
@@ -93,7 +125,9 @@ func TestReaderFollowsTheTable(t *testing.T) {
 	waitFor(t, "delete by pub/sub", func() bool { return r.Policies().Get("ns", "a") == nil })
 
 	// The table vanishing (FLUSHALL) does not lift the limits in force.
-	table.Put(ctx, entry("ns", "kept", 3))
+	if _, _, err := table.Put(ctx, entry("ns", "kept", 3)); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "put", func() bool { return r.Policies().Get("ns", "kept") != nil })
 	srv.Client().FlushAll(ctx)
 	srv.Client().Publish(ctx, Channel, "0") // wake the reader

@@ -1,8 +1,10 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server on a free loopback port, or a Cluster of several masters, each in
-// the test's temporary directory and stopped when the test ends. It also
-// offers the faults later tests need: kill, restart on the same port,
-// freeze and thaw.
+// server on a free loopback port, a Cluster of several masters (with
+// replicas if asked), or a master with a replica watched by three
+// Sentinels, each in the test's temporary directory and stopped when the
+// test ends. It also offers the faults later tests need: kill, restart on
+// the same port, freeze and thaw of any node, and a proxy that counts the
+// commands reaching a server and can lose a reply.
 package redistest
 
 import (
@@ -33,6 +35,11 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	// conf, when set, is a config file in dir given to redis-server as its
+	// first argument (Sentinel requires one it can rewrite); sentinel
+	// starts the process in Sentinel mode.
+	conf     string
+	sentinel bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -47,6 +54,11 @@ type config struct {
 	args []string
 	// busPort: the port + 10000 must also be free (Cluster bus).
 	busPort bool
+	// conf is the text of a config file written into the server's
+	// directory and passed first; "{port}" in it is replaced by the port.
+	conf string
+	// sentinel runs redis-server --sentinel.
+	sentinel bool
 }
 
 // WithArgs adds redis-server command-line arguments, e.g.
@@ -93,7 +105,14 @@ func start(t testing.TB, c config) *Server {
 			lastErr = err
 			continue
 		}
-		s := &Server{t: t, dir: dir, port: port, args: c.args}
+		s := &Server{t: t, dir: dir, port: port, args: c.args, sentinel: c.sentinel}
+		if c.conf != "" {
+			s.conf = filepath.Join(dir, "redis.conf")
+			text := strings.ReplaceAll(c.conf, "{port}", strconv.Itoa(port))
+			if err := os.WriteFile(s.conf, []byte(text), 0o644); err != nil {
+				t.Fatalf("redistest: write config: %v", err)
+			}
+		}
 		if err := s.launch(); err != nil {
 			lastErr = err // most likely the port was taken meanwhile
 			continue
@@ -129,11 +148,18 @@ func canBind(port int) bool {
 
 // launch starts the process and waits until it answers PING.
 func (s *Server) launch() error {
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		args = append(args, s.conf)
+	}
+	if s.sentinel {
+		args = append(args, "--sentinel")
+	}
+	args = append(args,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--daemonize", "no", "--logfile", "",
-	}, s.args...)
+		"--daemonize", "no", "--logfile", "")
+	args = append(args, s.args...)
 	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("open log: %w", err)
@@ -306,4 +332,42 @@ func (s *Server) cleanup() {
 		_ = cmd.Process.Kill()
 		s.waitExit(10 * time.Second)
 	}
+}
+
+// Running reports whether the process runs (it may be frozen).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Info returns the fields of INFO section (all sections when empty) as a
+// map, e.g. Info(ctx, "memory")["used_memory"].
+func (s *Server) Info(ctx context.Context, section string) (map[string]string, error) {
+	var cmd *redis.StringCmd
+	if section == "" {
+		cmd = s.Client().Info(ctx)
+	} else {
+		cmd = s.Client().Info(ctx, section)
+	}
+	text, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	return ParseInfo(text), nil
+}
+
+// ParseInfo splits the text of an INFO reply into its fields.
+func ParseInfo(text string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +88,41 @@ func TestCluster(t *testing.T) {
 	}
 	if masters < 2 {
 		t.Fatalf("keys on %d masters", masters)
+	}
+}
+
+func TestProxyCountsAndLosesReplies(t *testing.T) {
+	s := redistest.Start(t)
+	p := redistest.StartProxy(t, s.Addr())
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, DisableIdentity: true})
+	defer c.Close()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("get through the proxy: %q", v)
+	}
+	var names []string
+	for _, cmd := range p.Commands() {
+		names = append(names, cmd.Name)
+	}
+	if got := strings.Join(names, " "); !strings.HasSuffix(got, "SET GET") {
+		t.Fatalf("commands %q", got)
+	}
+
+	lost := p.LoseReply("incr", 0)
+	if err := c.Incr(ctx, "n").Err(); err == nil {
+		t.Fatal("INCR answered although its reply was lost")
+	}
+	<-lost
+	if n := s.Client().Get(ctx, "n").Val(); n != "1" {
+		t.Fatalf("counter after a lost reply: %q, want 1 (ran once, not replayed)", n)
+	}
+	if err := c.Incr(ctx, "n").Err(); err != nil { // a new connection
+		t.Fatal(err)
+	}
+	if p.Accepted() != 2 {
+		t.Fatalf("%d connections, want 2", p.Accepted())
 	}
 }
