@@ -96,6 +96,10 @@ envtest: ## Build the envtest binaries (kube-apiserver, etcd, kubectl) into bin/
 test: deps envtest ## Install what the tests need, then run every test.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
+.PHONY: test-reliability
+test-reliability: deps ## Run only the reliability tests (Redis killed, frozen, flushed, failed over under load) with their figures.
+	$(GO) test -count=1 -v ./test/reliability/
+
 .PHONY: test-e2e
 test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envtest, redis-server, nginx, Caddy) with their log.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test -count=1 -v ./test/e2e/

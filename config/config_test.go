@@ -1,6 +1,6 @@
 // Package config tests the kustomize manifests: every kustomization
 // renders, config/default holds together (selectors, ports, probes,
-// security settings, the Redis Secret), and a real API server accepts all
+// security settings, the Redis Secrets), and a real API server accepts all
 // of it with `kubectl apply` (for real on an empty cluster, then as a
 // server-side dry run), the samples and the integration examples included.
 package config
@@ -300,19 +300,35 @@ func TestDefaultHoldsTogether(t *testing.T) {
 		t.Fatalf("want Deployments sluice-controller and sluice-check, have %v", slices.Sorted(maps.Keys(m.deployments)))
 	}
 
-	redis := m.secrets["sluice-redis"]
-	if redis == nil {
-		t.Fatal("no Secret sluice-redis")
-	}
-	for _, key := range []string{"url", "password"} {
-		if _, ok := redis.StringData[key]; !ok {
-			t.Errorf("Secret sluice-redis has no %q key", key)
+	// Each Deployment logs in to Redis as its own ACL user (redis/users.acl),
+	// from a Secret of its own.
+	aclUsers := aclUserNames(t)
+	for dep, name := range redisSecrets {
+		s := m.secrets[name]
+		if s == nil {
+			t.Errorf("no Secret %s (how %s reaches Redis)", name, dep)
+			continue
 		}
+		for _, key := range []string{"url", "username", "password"} {
+			if _, ok := s.StringData[key]; !ok {
+				t.Errorf("Secret %s has no %q key", name, key)
+			}
+		}
+		if u := s.StringData["username"]; u != redisUsers[dep] || !slices.Contains(aclUsers, u) {
+			t.Errorf("Secret %s: username %q, want %q, a user of redis/users.acl (%v)", name, u, redisUsers[dep], aclUsers)
+		}
+	}
+	if m.secrets["sluice-redis"] != nil {
+		t.Errorf("a shared Secret sluice-redis: each Deployment has its own Redis user and Secret")
 	}
 
 	for name, d := range m.deployments {
 		t.Run(name, func(t *testing.T) {
 			spec := d.Spec.Template.Spec
+			secret := redisSecrets[name]
+			if secret == "" {
+				t.Fatalf("no Redis Secret known for Deployment %s", name)
+			}
 			sel, err := metaSelector(d.Spec.Selector.MatchLabels)
 			if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
 				t.Errorf("the selector does not select the pod template's labels")
@@ -332,8 +348,13 @@ func TestDefaultHoldsTogether(t *testing.T) {
 			}
 			mounts := map[string]string{}
 			for _, v := range spec.Volumes {
-				if v.Secret != nil && v.Secret.SecretName == "sluice-redis" {
+				if v.Secret == nil {
+					continue
+				}
+				if v.Secret.SecretName == secret {
 					mounts[v.Name] = ""
+				} else if strings.HasPrefix(v.Secret.SecretName, "sluice-redis") {
+					t.Errorf("volume %s mounts Secret %s, another process's Redis credentials", v.Name, v.Secret.SecretName)
 				}
 			}
 			for _, c := range spec.Containers {
@@ -358,9 +379,11 @@ func TestDefaultHoldsTogether(t *testing.T) {
 						t.Errorf("container %s: %s probe port %q is not a named container port", c.Name, what, p.HTTPGet.Port.String())
 					}
 				}
-				if e, ok := envValue(c, "SLUICE_REDIS_URL"); !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
-					e.ValueFrom.SecretKeyRef.Name != "sluice-redis" || e.ValueFrom.SecretKeyRef.Key != "url" {
-					t.Errorf("container %s: SLUICE_REDIS_URL must come from Secret sluice-redis, key url", c.Name)
+				for env, key := range map[string]string{"SLUICE_REDIS_URL": "url", "SLUICE_REDIS_USERNAME": "username"} {
+					if e, ok := envValue(c, env); !ok || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+						e.ValueFrom.SecretKeyRef.Name != secret || e.ValueFrom.SecretKeyRef.Key != key {
+						t.Errorf("container %s: %s must come from Secret %s, key %s", c.Name, env, secret, key)
+					}
 				}
 				for _, fileEnv := range []string{"SLUICE_REDIS_PASSWORD_FILE", "SLUICE_REDIS_CA_FILE"} {
 					e, ok := envValue(c, fileEnv)
@@ -377,7 +400,7 @@ func TestDefaultHoldsTogether(t *testing.T) {
 						}
 					}
 					if !mounted {
-						t.Errorf("container %s: %s=%s is not inside the mounted sluice-redis Secret", c.Name, fileEnv, e.Value)
+						t.Errorf("container %s: %s=%s is not inside the mounted Secret %s", c.Name, fileEnv, e.Value, secret)
 					}
 				}
 			}
@@ -509,6 +532,36 @@ func TestDefaultHoldsTogether(t *testing.T) {
 			}
 		}
 	})
+}
+
+// redisSecrets is each Deployment's Redis Secret, redisUsers the Redis ACL
+// user it logs in as.
+var (
+	redisSecrets = map[string]string{"sluice-controller": "sluice-redis-controller", "sluice-check": "sluice-redis-check"}
+	redisUsers   = map[string]string{"sluice-controller": "sluice-controller", "sluice-check": "sluice-check"}
+)
+
+// aclUserNames are the users redis/users.acl defines. Redis reads ACL files
+// without comments: every line that is not blank is a user.
+func aclUserNames(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("redis", "users.acl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) < 2 || fields[0] != "user" {
+			t.Errorf("redis/users.acl:%d: want `user <name> <rules>` (Redis reads no comments there): %q", i+1, line)
+			continue
+		}
+		names = append(names, fields[1])
+	}
+	return names
 }
 
 func metaSelector(ml map[string]string) (labels.Selector, error) {

@@ -31,6 +31,9 @@ func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig
 		ns = "sluice-system"
 	}
 	fs.StringVar(&cfg.LeaderElectionNamespace, "leader-election-namespace", ns, "namespace of the leader-election Lease (env POD_NAMESPACE)")
+	fs.DurationVar(&cfg.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before it takes over")
+	fs.DurationVar(&cfg.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew its lease before it steps down (below the lease duration)")
+	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often the leader renews and a standby tries to take the lease")
 	fs.DurationVar(&cfg.SyncInterval, "sync-interval", 3*time.Second, "how often the Redis policy table is compared with the cluster and repaired")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 }

@@ -28,6 +28,13 @@ type ControllerConfig struct {
 	LeaderElection          bool
 	LeaderElectionNamespace string
 	LeaderElectionID        string
+	// LeaseDuration is how long a standby waits after the leader's last
+	// renewal before it takes over (kill -9, node loss); RenewDeadline how
+	// long the leader keeps trying to renew before it steps down; RetryPeriod
+	// how often both try. Zero: controller-runtime's defaults (15s, 10s, 2s).
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 	// SyncInterval is how often the whole table is compared with the cluster.
 	SyncInterval time.Duration
 	// RESTConfig reaches the API server (default: in-cluster or KUBECONFIG).
@@ -75,6 +82,9 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		// Step down at once on shutdown, so a rolling update hands over
 		// without waiting for the lease to expire.
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 positive(cfg.LeaseDuration),
+		RenewDeadline:                 positive(cfg.RenewDeadline),
+		RetryPeriod:                   positive(cfg.RetryPeriod),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
@@ -102,6 +112,14 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// positive is &d, or nil (the default) when d is not above zero.
+func positive(d time.Duration) *time.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return &d
 }
 
 // RunController runs the controller process until ctx ends.

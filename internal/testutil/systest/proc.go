@@ -1,0 +1,212 @@
+// Package systest holds what tests of the whole system share: the manager
+// binary built from this tree and run as child processes (each in its own
+// process group, logging to a file, stopped or killed with its group, its
+// log shown when the test fails), a client of the check endpoint's JSON API,
+// and RateLimitPolicy builders and waits against an API server.
+package systest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+)
+
+// Manager builds cmd/manager of this tree once per test binary into Dir, a
+// directory the caller owns and removes after all tests (TestMain, as in
+// test/security). The source it is built from becomes an input of the
+// test's cached result.
+type Manager struct {
+	Dir string
+
+	once sync.Once
+	path string
+	err  error
+}
+
+// Path builds the binary on first use and returns its path.
+func (m *Manager) Path(t testing.TB) string {
+	t.Helper()
+	root := kubetest.RepoRoot(t)
+	var inputs []string
+	for _, p := range []string{"go.mod", "go.sum", "api", "cmd", "internal", "webhook"} {
+		inputs = append(inputs, filepath.Join(root, p))
+	}
+	kubetest.TrackFiles(t, inputs...)
+	m.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			m.err = fmt.Errorf("go is not on PATH: the test builds cmd/manager with the Go toolchain that runs it")
+			return
+		}
+		out := filepath.Join(m.Dir, "manager")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/manager")
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			m.err = fmt.Errorf("go build ./cmd/manager: %v\n%s", err, b)
+			return
+		}
+		m.path = out
+	})
+	if m.err != nil {
+		t.Fatal(m.err)
+	}
+	return m.path
+}
+
+// FreePort is a loopback port nothing listens on right now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Proc is a child process in its own process group.
+type Proc struct {
+	Name string
+	Log  string // the file holding its stdout and stderr
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start runs bin with args in dir; env adds to the test's environment. The
+// process is stopped when the test ends, and the end of its log is shown
+// if the test failed.
+func Start(t testing.TB, dir, name string, env []string, bin string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	logFile, err := os.Create(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Dir = dir
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// Its own process group; killed with the test binary if that dies first.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Stop()
+		if t.Failed() {
+			t.Logf("--- last lines of %s (%s) ---\n%s", name, p.Log, p.Tail(40))
+		}
+	})
+	return p
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Stop sends SIGTERM to the process group, SIGKILL after 5 s, and waits.
+func (p *Proc) Stop() {
+	pgid := p.cmd.Process.Pid
+	select {
+	case <-p.done:
+	default:
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// Kill ends the process group at once (SIGKILL: no cleanup, no lease
+// release) and waits for the process.
+func (p *Proc) Kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// Exited reports whether the process has ended, with its error.
+func (p *Proc) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Tail is the last n lines of the log.
+func (p *Proc) Tail(n int) string {
+	f, err := os.Open(p.Log)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LogContains reports whether the log holds s.
+func (p *Proc) LogContains(s string) bool {
+	b, err := os.ReadFile(p.Log)
+	return err == nil && strings.Contains(string(b), s)
+}
+
+// WaitHTTP polls url until it answers 200; it fails the test when the
+// process exits or the timeout passes.
+func (p *Proc) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: time.Second}
+	var last error
+	for time.Now().Before(deadline) {
+		if done, err := p.Exited(); done {
+			t.Fatalf("%s exited while starting (%v):\n%s", p.Name, err, p.Tail(40))
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s not ready after %s: %v\n%s", p.Name, url, timeout, last, p.Tail(40))
+}

@@ -1,0 +1,289 @@
+package security
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+// keyedArgs builds a valid command line for each command the Lua sources
+// run, on the key given; nil for commands without a key.
+var keyedArgs = map[string]func(key string) []any{
+	// The rate-limit library (internal/ratelimit/redisstore/lua/sluice.lua).
+	"HMGET":            func(k string) []any { return []any{"HMGET", k, "a", "t"} },
+	"HSET":             func(k string) []any { return []any{"HSET", k, "a", "1"} },
+	"DEL":              func(k string) []any { return []any{"DEL", k} },
+	"PEXPIREAT":        func(k string) []any { return []any{"PEXPIREAT", k, "1"} },
+	"ZRANGEBYSCORE":    func(k string) []any { return []any{"ZRANGEBYSCORE", k, "0", "+inf"} },
+	"ZRANGE":           func(k string) []any { return []any{"ZRANGE", k, "0", "-1"} },
+	"ZADD":             func(k string) []any { return []any{"ZADD", k, "1", "m"} },
+	"ZREM":             func(k string) []any { return []any{"ZREM", k, "m"} },
+	"ZREMRANGEBYSCORE": func(k string) []any { return []any{"ZREMRANGEBYSCORE", k, "-inf", "1"} },
+	"ZCOUNT":           func(k string) []any { return []any{"ZCOUNT", k, "-inf", "1"} },
+	"ZCARD":            func(k string) []any { return []any{"ZCARD", k} },
+	"TIME":             nil,
+	// The policy table's scripts (internal/policytable/table.go).
+	"HGET": func(k string) []any { return []any{"HGET", k, "f"} },
+	"HDEL": func(k string) []any { return []any{"HDEL", k, "f"} },
+	"GET":  func(k string) []any { return []any{"GET", k} },
+	"SET":  func(k string) []any { return []any{"SET", k, "1"} },
+	// PUBLISH names a channel, not a key: checked apart.
+	"PUBLISH": nil,
+}
+
+// dangerous are commands neither process may run: flushing, configuring,
+// listing keys, loading or deleting code (for the check user), managing
+// users, replication, persistence, debugging.
+var dangerous = [][]any{
+	{"FLUSHALL"}, {"FLUSHDB"},
+	{"CONFIG", "SET", "maxmemory", "1"}, {"CONFIG", "GET", "*"}, {"CONFIG", "REWRITE"},
+	{"KEYS", "*"}, {"SCAN", "0"}, {"RANDOMKEY"},
+	{"FUNCTION", "FLUSH"}, {"FUNCTION", "DELETE", "x"}, {"FUNCTION", "RESTORE", "x"}, {"FUNCTION", "DUMP"}, {"FUNCTION", "KILL"},
+	{"SCRIPT", "FLUSH"}, {"SCRIPT", "KILL"},
+	{"ACL", "SETUSER", "x"}, {"ACL", "LIST"}, {"ACL", "LOG"}, {"ACL", "DELUSER", "x"},
+	{"DEBUG", "SLEEP", "0"}, {"SHUTDOWN"}, {"MONITOR"}, {"CLIENT", "KILL", "ID", "1"}, {"CLIENT", "LIST"},
+	{"REPLICAOF", "127.0.0.1", "1"}, {"MODULE", "LOAD", "/x"}, {"SAVE"}, {"BGSAVE"}, {"BGREWRITEAOF"},
+	{"SELECT", "1"}, {"SWAPDB", "0", "1"}, {"INFO"}, {"SLOWLOG", "GET"}, {"CLUSTER", "RESET"}, {"FAILOVER"},
+}
+
+// TestACLRules asks Redis itself (ACL DRYRUN) what each shipped user may
+// run, command by command and key by key: the commands the Lua sources call
+// are read from those sources, so a new command in the library or a table
+// script fails here until the ACL grants it.
+func TestACLRules(t *testing.T) {
+	ctx := context.Background()
+	users := loadACLUsers(t)
+	srv := redistest.Start(t, redistest.WithArgs("--aclfile", users.File))
+	admin := srv.Client()
+	root := kubetest.RepoRoot(t)
+
+	dry := func(user string, args ...any) string {
+		t.Helper()
+		res, err := admin.ACLDryRun(ctx, user, args...).Result()
+		if err != nil {
+			t.Fatalf("ACL DRYRUN %s %v: %v", user, args, err)
+		}
+		return res
+	}
+	allow := func(user string, args ...any) {
+		t.Helper()
+		if res := dry(user, args...); res != "OK" {
+			t.Errorf("%s may not run %v: %s", user, args, res)
+		}
+	}
+	refuse := func(user string, args ...any) {
+		t.Helper()
+		if res := dry(user, args...); res == "OK" {
+			t.Errorf("%s may run %v", user, args)
+		}
+	}
+
+	// Counter keys as the check endpoint builds them, hostile values
+	// included: separators are escaped, long values hashed.
+	counters := []string{
+		ratelimit.Key("shop", "api", "203.0.113.7", "burst"),
+		ratelimit.Key("shop", "api", "}:{policies}/x", "day"),
+		ratelimit.Key("shop", "api", strings.Repeat("v", 500), "burst"),
+		ratelimit.Key("ns", "p", "", "l"),
+	}
+	table := []string{policytable.HashKey, policytable.RevisionKey}
+	others := []string{"app:session:1", "sluice:other", "sluice:{shop/api}:x", "sluice:{policies}:other", "sluice:{policies}x"}
+
+	library := scriptCommands(t, filepath.Join(root, "internal", "ratelimit", "redisstore", "lua", "sluice.lua"))
+	tableScripts := scriptCommands(t, filepath.Join(root, "internal", "policytable", "table.go"))
+	t.Logf("the library runs %v; the table scripts run %v", library, tableScripts)
+	if len(library) < 5 || len(tableScripts) < 5 {
+		t.Fatalf("found too few commands in the Lua sources (%v, %v): has the way they call Redis changed?", library, tableScripts)
+	}
+
+	t.Run("check user runs the library on counter keys only", func(t *testing.T) {
+		for _, cmd := range library {
+			args, known := keyedArgs[cmd]
+			if !known {
+				t.Errorf("the library calls %s, which this test does not know: grant it to %s in config/redis/users.acl (on counter keys) and add it to keyedArgs", cmd, checkUser)
+				continue
+			}
+			if args == nil {
+				allow(checkUser, cmd)
+				continue
+			}
+			for _, k := range counters {
+				allow(checkUser, args(k)...)
+				refuse(controllerUser, args(k)...)
+			}
+			for _, k := range append(append([]string{}, table...), others...) {
+				refuse(checkUser, args(k)...)
+			}
+		}
+		for _, k := range counters {
+			allow(checkUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
+			allow(checkUser, "EVALSHA", strings.Repeat("0", 40), 1, k, "1:0:-")
+			refuse(checkUser, "HGETALL", k) // counters only through the library
+			refuse(checkUser, "GET", k)
+		}
+		for _, k := range append(append([]string{}, table...), others...) {
+			refuse(checkUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
+			refuse(checkUser, "EVALSHA", strings.Repeat("0", 40), 1, k, "1:0:-")
+		}
+		refuse(checkUser, "FCALL_RO", redisstore.FunctionName, 1, counters[0], "1:0:-")
+	})
+
+	t.Run("check user reads the table, read-only", func(t *testing.T) {
+		allow(checkUser, "HGETALL", policytable.HashKey)
+		allow(checkUser, "GET", policytable.RevisionKey)
+		allow(checkUser, "MULTI")
+		allow(checkUser, "EXEC")
+		allow(checkUser, "SUBSCRIBE", policytable.Channel)
+		allow(checkUser, "PING")
+		refuse(checkUser, "SUBSCRIBE", "other")
+		refuse(checkUser, "PSUBSCRIBE", "*")
+		refuse(checkUser, "PUBLISH", "other", "x")
+		for _, k := range table {
+			for _, args := range [][]any{{"HSET", k, "ns/p", "{}"}, {"HDEL", k, "ns/p"}, {"DEL", k}, {"SET", k, "1"}, {"EXPIRE", k, "1"}, {"RENAME", k, "x"}} {
+				refuse(checkUser, args...)
+			}
+			refuse(checkUser, "EVALSHA", strings.Repeat("0", 40), 2, policytable.HashKey, policytable.RevisionKey)
+		}
+		for _, k := range others {
+			refuse(checkUser, "GET", k)
+			refuse(checkUser, "HGETALL", k)
+		}
+	})
+
+	t.Run("check user cannot load code", func(t *testing.T) {
+		refuse(checkUser, "EVAL", "return 1", 0)
+		refuse(checkUser, "EVAL_RO", "return 1", 0)
+		refuse(checkUser, "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
+		refuse(checkUser, "FUNCTION", "LIST")
+		refuse(checkUser, "SCRIPT", "LOAD", "return 1")
+		refuse(checkUser, "SCRIPT", "EXISTS", strings.Repeat("0", 40))
+	})
+
+	t.Run("controller user keeps the library and writes the table", func(t *testing.T) {
+		for _, cmd := range tableScripts {
+			args, known := keyedArgs[cmd]
+			if !known {
+				t.Errorf("a table script calls %s, which this test does not know: grant it to %s in config/redis/users.acl (on the table keys) and add it to keyedArgs", cmd, controllerUser)
+				continue
+			}
+			if cmd == "PUBLISH" {
+				allow(controllerUser, "PUBLISH", policytable.Channel, "1")
+				refuse(controllerUser, "PUBLISH", "other", "1")
+				continue
+			}
+			if args == nil {
+				allow(controllerUser, cmd)
+				continue
+			}
+			for _, k := range table {
+				allow(controllerUser, args(k)...)
+			}
+			for _, k := range append(append([]string{}, counters...), others...) {
+				refuse(controllerUser, args(k)...)
+			}
+		}
+		allow(controllerUser, "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
+		allow(controllerUser, "FUNCTION", "LIST")
+		allow(controllerUser, "SCRIPT", "LOAD", "return 1")
+		allow(controllerUser, "SCRIPT", "EXISTS", strings.Repeat("0", 40))
+		allow(controllerUser, "EVALSHA", strings.Repeat("0", 40), 2, policytable.HashKey, policytable.RevisionKey)
+		allow(controllerUser, "EVAL", "return 1", 2, policytable.HashKey, policytable.RevisionKey)
+		allow(controllerUser, "MULTI")
+		allow(controllerUser, "EXEC")
+		allow(controllerUser, "HGETALL", policytable.HashKey)
+		allow(controllerUser, "PING")
+		for _, k := range append(append([]string{}, counters...), others...) {
+			refuse(controllerUser, "EVAL", "return 1", 1, k)
+			refuse(controllerUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
+			refuse(controllerUser, "HGETALL", k)
+		}
+	})
+
+	t.Run("neither may flush, configure, list keys or manage users", func(t *testing.T) {
+		for _, user := range []string{checkUser, controllerUser} {
+			for _, args := range dangerous {
+				refuse(user, args...)
+			}
+		}
+	})
+
+	// config/redis/README.md gives the rules of one user for `manager all`:
+	// the controller's, then SUBSCRIBE and the check user's counter rules
+	// as a selector.
+	t.Run("one user for manager all, as config/redis/README.md gives it", func(t *testing.T) {
+		doc, err := os.ReadFile(filepath.Join(root, "config", "redis", "README.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		extra := regexp.MustCompile("`([^`]*\\(~sluice:[^`]*\\))`").FindStringSubmatch(string(doc))
+		if extra == nil {
+			t.Fatal("config/redis/README.md gives no rules for `manager all`")
+		}
+		rules := append(aclRules(t, root, controllerUser), splitRules(extra[1])...)
+		rules = append(rules, ">pw")
+		if err := admin.ACLSetUser(ctx, "sluice-all", rules...).Err(); err != nil {
+			t.Fatalf("ACL SETUSER sluice-all %v: %v", rules, err)
+		}
+		for _, cmd := range library {
+			if args := keyedArgs[cmd]; args != nil {
+				allow("sluice-all", args(counters[0])...)
+			}
+		}
+		allow("sluice-all", "FCALL", redisstore.FunctionName, 1, counters[0], "1:0:-")
+		allow("sluice-all", "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
+		allow("sluice-all", "HSET", policytable.HashKey, "ns/p", "{}")
+		allow("sluice-all", "SUBSCRIBE", policytable.Channel)
+		refuse("sluice-all", "GET", others[0])
+		refuse("sluice-all", "FLUSHALL")
+	})
+
+	// The same rules are what a live connection gets (DRYRUN and a real
+	// command agree): one example each way.
+	t.Run("live connection agrees", func(t *testing.T) {
+		c := users.client(t, srv.Addr(), checkUser, nil)
+		if err := c.HGetAll(ctx, policytable.HashKey).Err(); err != nil {
+			t.Errorf("%s: HGETALL the table: %v", checkUser, err)
+		}
+		if err := c.FlushAll(ctx).Err(); !refused(err) {
+			t.Errorf("%s: FLUSHALL: %v, want NOPERM", checkUser, err)
+		}
+		if n := len(aclLog(t, admin)); n != 1 {
+			t.Errorf("ACL LOG holds %d entries, want the one FLUSHALL:%s", n, describeLog(aclLog(t, admin)))
+		}
+	})
+}
+
+// aclRules are a user's rules in config/redis/users.acl (the line after
+// `user <name>`), split as ACL SETUSER takes them: a selector in
+// parentheses is one argument.
+func aclRules(t *testing.T, root, user string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "config", "redis", "users.acl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "user "+user+" ")
+		if !ok {
+			continue
+		}
+		return splitRules(rest)
+	}
+	t.Fatalf("config/redis/users.acl has no user %s", user)
+	return nil
+}
+
+// splitRules splits ACL rules as ACL SETUSER takes them: a selector in
+// parentheses is one argument.
+func splitRules(rules string) []string {
+	return regexp.MustCompile(`\([^)]*\)|\S+`).FindAllString(rules, -1)
+}
