@@ -78,7 +78,7 @@ return {rev, 1}
 // the value. ARGV: channel, id, value. It returns {revision, changed}.
 var putScript = redis.NewScript(`
 local revs = redis.call('GET', KEYS[2])
-if not revs then return redis.error_reply('SLUICE_TABLE_MISSING') end
+if not revs then return redis.error_reply("SLUICE_TABLE_MISSING") end
 local rev = tonumber(revs)
 if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] then return {rev, 0} end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])

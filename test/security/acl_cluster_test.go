@@ -59,6 +59,10 @@ func TestACLUsersInCluster(t *testing.T) {
 
 	_, ctrlStore, ctrlTable := connect(t, redisconn.Config{ClusterAddrs: cl.Addrs(), Username: controllerUser, PasswordFile: users.PasswordFile[controllerUser]})
 	pub := &policytable.Publisher{Table: ctrlTable, Library: storeLibrary{ctrlStore}}
+	// The controller's first sync creates the (empty) table; single writes follow.
+	if _, _, err := ctrlTable.Replace(ctx, nil, nil); err != nil {
+		t.Fatalf("create the policy table: %v", err)
+	}
 	policies := testPolicies()
 	for _, p := range policies {
 		p.Spec.Mode = ratelimitv1alpha1.ModeEnforce // what the API server defaults

@@ -123,6 +123,10 @@ func TestRedisOverTLS(t *testing.T) {
 	// The controller's side: write a policy over TLS as the controller user.
 	_, ctrlStore, ctrlTable := connect(t, redisconn.Config{URL: url, CAFile: ca.File, Username: controllerUser, PasswordFile: users.PasswordFile[controllerUser]})
 	pub := &policytable.Publisher{Table: ctrlTable, Library: storeLibrary{ctrlStore}}
+	// The controller's first sync creates the (empty) table; single writes follow.
+	if _, _, err := ctrlTable.Replace(ctx, nil, nil); err != nil {
+		t.Fatalf("create the policy table: %v", err)
+	}
 	p := systest.Policy("tls", "api", "/api", ratelimitv1alpha1.FailureModeClosed, systest.FixedWindow("hour", burst, "1h"))
 	p.Spec.Mode = ratelimitv1alpha1.ModeEnforce
 	if _, err := pub.Apply(ctx, &policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: 1, Spec: p.Spec}); err != nil {
