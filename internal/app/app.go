@@ -33,7 +33,11 @@ type CheckConfig struct {
 	Timeout time.Duration
 	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// NoLibraryLoad: never load the rate-limit library (the Redis user may
+	// not load code); while it is missing, checks get the failure mode
+	// until the controller restores it.
+	NoLibraryLoad bool
+	Logger        *slog.Logger
 }
 
 // redisParts is what both processes build from the Redis settings.
@@ -43,7 +47,7 @@ type redisParts struct {
 	table  *policytable.Table
 }
 
-func connectRedis(cfg *redisconn.Config) (*redisParts, error) {
+func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisParts, error) {
 	if !cfg.Enabled() {
 		return nil, errors.New("redis: no connection configured; set --redis-url, --redis-sentinel-addrs or --redis-cluster-addrs")
 	}
@@ -52,7 +56,7 @@ func connectRedis(cfg *redisconn.Config) (*redisParts, error) {
 		return nil, err
 	}
 	client := redisstore.NewClient(opts)
-	store, err := redisstore.New(client, redisstore.Options{})
+	store, err := redisstore.New(client, storeOpts)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -128,7 +132,7 @@ func (c *checkServer) run(ctx context.Context) error {
 
 // RunCheck runs the check endpoint process until ctx ends.
 func RunCheck(ctx context.Context, cfg CheckConfig, redisCfg *redisconn.Config) error {
-	parts, err := connectRedis(redisCfg)
+	parts, err := connectRedis(redisCfg, redisstore.Options{NoLoad: cfg.NoLibraryLoad})
 	if err != nil {
 		return err
 	}

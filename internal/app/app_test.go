@@ -9,13 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 )
 
 // The check process serves the dashboard read-only. Nothing here reaches
 // Redis: the table reader is not started and no check is made.
 func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
-	parts, err := connectRedis(&redisconn.Config{URL: "redis://127.0.0.1:1/0"})
+	parts, err := connectRedis(&redisconn.Config{URL: "redis://127.0.0.1:1/0"}, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

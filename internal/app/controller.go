@@ -124,7 +124,7 @@ func positive(d time.Duration) *time.Duration {
 
 // RunController runs the controller process until ctx ends.
 func RunController(ctx context.Context, cfg ControllerConfig, redisCfg *redisconn.Config) error {
-	parts, err := connectRedis(redisCfg)
+	parts, err := connectRedis(redisCfg, redisstore.Options{})
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,8 @@ func RunController(ctx context.Context, cfg ControllerConfig, redisCfg *rediscon
 // RunAll runs the controller and the check endpoint in one process over one
 // Redis connection.
 func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisCfg *redisconn.Config) error {
-	parts, err := connectRedis(redisCfg)
+	// One store for both: the controller loads the library whatever NoLoad says.
+	parts, err := connectRedis(redisCfg, redisstore.Options{NoLoad: kcfg.NoLibraryLoad})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/argohealth"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // env is the running system under test.
@@ -88,7 +89,7 @@ func TestEndToEnd(t *testing.T) {
 		inputs = append(inputs, filepath.Join(e.root, p))
 	}
 	kubetest.TrackFiles(t, inputs...)
-	manager := buildManager(t, e.root, e.dir)
+	manager := (&systest.Manager{Dir: e.dir}).Path(t)
 
 	// The cluster: install Sluice the way the README says.
 	e.kube = kubetest.Start(t, kubetest.Options{})
@@ -105,19 +106,19 @@ func TestEndToEnd(t *testing.T) {
 	// The controller runs as the sluice-controller ServiceAccount: the
 	// ClusterRoleBinding from config/default is all the access it has.
 	saKubeconfig := e.kube.ServiceAccountKubeconfig("sluice-system", "sluice-controller")
-	probePort := freePort(t)
-	ctrlProc := startProc(t, e.dir, "controller", []string{"POD_NAMESPACE=sluice-system"}, manager, "controller",
+	probePort := systest.FreePort(t)
+	ctrlProc := systest.Start(t, e.dir, "controller", []string{"POD_NAMESPACE=sluice-system"}, manager, "controller",
 		"--kubeconfig", saKubeconfig,
 		"--redis-url", redisURL,
-		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(freePort(t)),
+		"--metrics-bind-address", "127.0.0.1:"+strconv.Itoa(systest.FreePort(t)),
 		"--health-probe-bind-address", "127.0.0.1:"+strconv.Itoa(probePort),
 		"--leader-elect=true",
 	)
-	checkPort := freePort(t)
+	checkPort := systest.FreePort(t)
 	e.checkAddr = "127.0.0.1:" + strconv.Itoa(checkPort)
-	checkProc := startProc(t, e.dir, "check", nil, manager, "check", "--listen", e.checkAddr, "--redis-url", redisURL)
-	waitHTTP(t, ctrlProc, fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort), 30*time.Second)
-	waitHTTP(t, checkProc, "http://"+e.checkAddr+"/readyz", 30*time.Second)
+	checkProc := systest.Start(t, e.dir, "check", nil, manager, "check", "--listen", e.checkAddr, "--redis-url", redisURL)
+	ctrlProc.WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort), 30*time.Second)
+	checkProc.WaitHTTP(t, "http://"+e.checkAddr+"/readyz", 30*time.Second)
 	t.Logf("set-up done in %s", time.Since(start).Round(time.Millisecond))
 
 	t.Run("samples", func(t *testing.T) { testSamples(t, e) })
@@ -143,12 +144,12 @@ func TestEndToEnd(t *testing.T) {
 	plain := readIngressExample(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress.yaml"))
 	with429 := readIngressExample(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress-429.yaml"))
 	servers := []nginxServer{
-		{port: freePort(t), namespace: "e2e-nginx", upstream: addr["nginx"], example: plain, clientHeaders: true},
-		{port: freePort(t), namespace: "e2e-nginx-429", upstream: addr["nginx-429"], example: with429},
-		{port: freePort(t), namespace: "e2e-edit", upstream: addr["edit"], example: plain, clientHeaders: true},
+		{port: systest.FreePort(t), namespace: "e2e-nginx", upstream: addr["nginx"], example: plain, clientHeaders: true},
+		{port: systest.FreePort(t), namespace: "e2e-nginx-429", upstream: addr["nginx-429"], example: with429},
+		{port: systest.FreePort(t), namespace: "e2e-edit", upstream: addr["edit"], example: plain, clientHeaders: true},
 	}
 	startNginx(t, e.dir, e.checkAddr, servers...)
-	caddyPort := freePort(t)
+	caddyPort := systest.FreePort(t)
 	startCaddy(t, e.root, e.dir, caddyPort, e.checkAddr, "e2e-caddy", addr["caddy"])
 
 	t.Run("nginx auth_request: 403 with the rate-limit headers", func(t *testing.T) {

@@ -1,20 +1,14 @@
 package e2e
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -28,169 +22,6 @@ func requireCommand(t *testing.T, name, pkg string) string {
 		t.Fatalf("%s is not on PATH: run `make test` (hack/install-deps.sh installs the packages the tests run) or `apt-get install %s`", name, pkg)
 	}
 	return path
-}
-
-// buildManager builds cmd/manager into dir, so the suite tests the code of
-// this tree whatever bin/manager holds.
-func buildManager(t *testing.T, root, dir string) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal("go is not on PATH: the suite builds cmd/manager with the Go toolchain that runs it")
-	}
-	out := filepath.Join(dir, "manager")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/manager")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manager: %v\n%s", err, b)
-	}
-	return out
-}
-
-// freePort is a loopback port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// proc is a child process in its own process group, logging to a file,
-// stopped with its whole group when the test ends.
-type proc struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-// startProc starts bin with args; env adds to the test's environment.
-func startProc(t *testing.T, dir, name string, env []string, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{name: name, log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	logFile, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Dir = dir
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
-	// Its own process group, so cleanup reaches its children (nginx
-	// workers); killed with the test binary if that dies first.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("--- last lines of %s (%s) ---\n%s", name, p.log, tail(p.log, 40))
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM to the process group, then SIGKILL after 5 s, and
-// finally SIGKILL to whatever is left of the group.
-func (p *proc) stop() {
-	pgid := p.cmd.Process.Pid
-	select {
-	case <-p.done:
-	default:
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-p.done
-		}
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-}
-
-// exited reports whether the process has ended, with its error.
-func (p *proc) exited() (bool, error) {
-	select {
-	case <-p.done:
-		return true, p.err
-	default:
-		return false, nil
-	}
-}
-
-func tail(file string, n int) string {
-	f, err := os.Open(file)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-// waitHTTP polls url until it answers 200, failing when the process exits
-// or the timeout passes.
-func waitHTTP(t *testing.T, p *proc, url string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
-	var last error
-	for time.Now().Before(deadline) {
-		if done, err := p.exited(); done {
-			t.Fatalf("%s exited while starting (%v):\n%s", p.name, err, tail(p.log, 40))
-		}
-		resp, err := client.Get(url)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
-		}
-		last = err
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %s not ready after %s: %v\n%s", p.name, url, timeout, last, tail(p.log, 40))
-}
-
-// waitTCP polls until addr accepts connections.
-func waitTCP(t *testing.T, p *proc, addr string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if done, err := p.exited(); done {
-			t.Fatalf("%s exited while starting (%v):\n%s", p.name, err, tail(p.log, 40))
-		}
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: %s not listening after %s\n%s", p.name, addr, timeout, tail(p.log, 40))
 }
 
 // upstream is the application behind a proxy: it counts the requests that

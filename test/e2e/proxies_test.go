@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // The Service address the examples under config/examples use; the tests
@@ -147,7 +149,7 @@ func indent(s, prefix string) string {
 
 // startNginx runs a private nginx (master and one worker, in the
 // foreground) with the servers, on loopback.
-func startNginx(t *testing.T, dir, checkAddr string, servers ...nginxServer) *proc {
+func startNginx(t *testing.T, dir, checkAddr string, servers ...nginxServer) *systest.Proc {
 	t.Helper()
 	bin := requireCommand(t, "nginx", "nginx")
 	prefix := filepath.Join(dir, "nginx")
@@ -183,9 +185,9 @@ http {
 		t.Fatal(err)
 	}
 	t.Logf("nginx.conf:\n%s", conf.String())
-	p := startProc(t, dir, "nginx", nil, bin, "-e", "stderr", "-p", prefix, "-c", confFile)
+	p := systest.Start(t, dir, "nginx", nil, bin, "-e", "stderr", "-p", prefix, "-c", confFile)
 	for _, s := range servers {
-		waitTCP(t, p, "127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second)
+		p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second)
 	}
 	return p
 }
@@ -194,7 +196,7 @@ http {
 // placeholders filled from the environment, behind global options that
 // keep Caddy private: no admin endpoint, no HTTPS, loopback only, its
 // state in the test's directory.
-func startCaddy(t *testing.T, root, dir string, port int, checkAddr, namespace, upstreamAddr string) *proc {
+func startCaddy(t *testing.T, root, dir string, port int, checkAddr, namespace, upstreamAddr string) *systest.Proc {
 	t.Helper()
 	bin := requireCommand(t, "caddy", "caddy")
 	example, err := os.ReadFile(filepath.Join(root, "config", "examples", "caddy", "Caddyfile"))
@@ -217,7 +219,7 @@ func startCaddy(t *testing.T, root, dir string, port int, checkAddr, namespace, 
 		"SLUICE_NAMESPACE=" + namespace,
 		"UPSTREAM=" + upstreamAddr,
 	}
-	p := startProc(t, dir, "caddy", env, bin, "run", "--config", caddyfile, "--adapter", "caddyfile")
-	waitTCP(t, p, "127.0.0.1:"+strconv.Itoa(port), 15*time.Second)
+	p := systest.Start(t, dir, "caddy", env, bin, "run", "--config", caddyfile, "--adapter", "caddyfile")
+	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 15*time.Second)
 	return p
 }

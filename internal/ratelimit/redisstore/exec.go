@@ -60,6 +60,8 @@ func (s *Store) exec(batch []*job) {
 	switchMode := false
 	for _, m := range cmds {
 		switch {
+		case needsLoad(m.err) && s.opts.NoLoad:
+			m.err = fmt.Errorf("%w: %w", ErrLibraryMissing, m.err)
 		case needsLoad(m.err):
 			again = append(again, m)
 		case unknownCommand(m.err) && s.opts.Mode == ModeAuto && sent == ModeFunctions:
@@ -231,8 +233,16 @@ func (s *Store) reload(ctx context.Context, gen uint64, switchMode bool) error {
 	if switchMode {
 		s.mode.Store(int32(ModeScripts))
 	}
+	if s.opts.NoLoad {
+		s.gen.Add(1) // resend in the new mode; the scripts are another process's to load
+		return nil
+	}
 	return s.loadLocked(ctx)
 }
+
+// ErrLibraryMissing: the library is not loaded where the call went, and
+// the store was told not to load it (Options.NoLoad).
+var ErrLibraryMissing = errors.New("the rate-limit library is not loaded in Redis (another process loads it)")
 
 // EnsureLoaded makes sure the library is loaded on every master, loading
 // it only where it is missing (FUNCTION LIST, or SCRIPT EXISTS in script

@@ -60,6 +60,12 @@ type Options struct {
 	// command of its own). Merged calls stay independent: each is all or
 	// nothing and gets the result it would get alone, in queue order.
 	MaxMerge int
+	// NoLoad: the store never loads the library itself. When the library
+	// is missing, calls fail (ErrLibraryMissing) until another process
+	// loads it. For a process whose Redis user may not load code, as the
+	// check process under config/redis/users.acl, where the controller
+	// restores the library after a flush or failover within its sync.
+	NoLoad bool
 	// Clock, when set, is sent with every call as the time the library
 	// uses instead of Redis TIME. Tests only: it drives a simulated clock.
 	// It must not lag the server's clock, since expiry deadlines are

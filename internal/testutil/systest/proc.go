@@ -185,6 +185,25 @@ func (p *Proc) LogContains(s string) bool {
 	return err == nil && strings.Contains(string(b), s)
 }
 
+// WaitTCP polls until addr accepts connections; it fails the test when the
+// process exits or the timeout passes.
+func (p *Proc) WaitTCP(t testing.TB, addr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if done, err := p.Exited(); done {
+			t.Fatalf("%s exited while starting (%v):\n%s", p.Name, err, p.Tail(40))
+		}
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s not listening after %s\n%s", p.Name, addr, timeout, p.Tail(40))
+}
+
 // WaitHTTP polls url until it answers 200; it fails the test when the
 // process exits or the timeout passes.
 func (p *Proc) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
