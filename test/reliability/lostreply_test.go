@@ -43,7 +43,10 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 		{name: "merged calls, FCALL", mode: redisstore.ModeAuto, checks: 16, skip: 1, flushers: 1},
 		{name: "resent after FUNCTION FLUSH", mode: redisstore.ModeAuto, flush: "FUNCTION FLUSH", checks: 1},
 		{name: "one call, EVALSHA", mode: redisstore.ModeScripts, checks: 1},
-		{name: "resent after SCRIPT FLUSH", mode: redisstore.ModeScripts, flush: "SCRIPT FLUSH", checks: 4},
+		// One flusher: with two, two commands can be refused at once and the
+		// second refusal's reply would be the one lost (a call that never
+		// ran, rightly not resent), not a resent call's.
+		{name: "resent after SCRIPT FLUSH", mode: redisstore.ModeScripts, flush: "SCRIPT FLUSH", checks: 4, flushers: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
