@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -113,21 +114,8 @@ func (c *checkServer) run(ctx context.Context) error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	go c.reader.Run(ctx)
-	httpSrv := &http.Server{Handler: c.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, ln, c.handler)
 }
 
 // RunCheck runs the check endpoint process until ctx ends.

@@ -4,11 +4,9 @@ package localmode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -123,22 +122,9 @@ func (a *App) Close() {
 // Serve follows the policy folder and serves ln until ctx ends, then
 // shuts down gracefully.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	httpSrv := &http.Server{Handler: a.Handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
 	go a.Files.Run(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Serve(ctx, ln, a.Handler)
 }
 
 // Run assembles local mode, listens on cfg.Listen and serves until ctx ends.

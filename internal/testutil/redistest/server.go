@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -188,8 +189,18 @@ func (s *Server) launch() error {
 }
 
 func (s *Server) waitReady(exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, DisableIdentity: true, Protocol: 2})
+	return waitPing(s.Addr(), nil, exited)
+}
+
+// waitPing waits until the server at addr answers PING (over TLS when
+// tlsCfg is set), failing if exited closes first or StartTimeout passes.
+func waitPing(addr string, tlsCfg *tls.Config, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tlsCfg, MaxRetries: -1, DialTimeout: time.Second, DisableIdentity: true, Protocol: 2})
 	defer c.Close()
+	over := ""
+	if tlsCfg != nil {
+		over = " over TLS"
+	}
 	deadline := time.Now().Add(StartTimeout)
 	for {
 		select {
@@ -204,7 +215,7 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer PING within %s: %w", s.Addr(), StartTimeout, err)
+			return fmt.Errorf("redis-server on %s did not answer PING%s within %s: %w", addr, over, StartTimeout, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -1,10 +1,8 @@
 package redistest
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -115,26 +113,7 @@ func (s *TLSServer) waitReady() error {
 	if err != nil {
 		return err
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: cfg, MaxRetries: -1, DialTimeout: time.Second, DisableIdentity: true, Protocol: 2})
-	defer c.Close()
-	deadline := time.Now().Add(StartTimeout)
-	for {
-		select {
-		case <-s.exited:
-			return errors.New("redis-server exited during start")
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer PING over TLS within %s: %w", s.Addr(), StartTimeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return waitPing(s.Addr(), cfg, s.exited)
 }
 
 // TLSConfig verifies the server with the CA of its files.
