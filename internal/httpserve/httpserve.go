@@ -1,19 +1,53 @@
 // Package httpserve runs an HTTP server until its context ends and then
 // drains it, with the settings every Sluice listener shares.
+//
+// The server is fasthttp, not net/http: the check endpoint answers a
+// proxy's auth hook for every request a cluster serves, and net/http's
+// per-request allocations, header maps and background-read goroutine cost
+// about as much CPU as the decision itself. Handlers stay net/http
+// handlers: the check routes reach them through a pooled adapter that
+// allocates one string per request (front.go), every other route through
+// fasthttp's general adapter.
 package httpserve
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
+
+// Options tune a server; the zero value is the default.
+type Options struct {
+	// HotPrefixes are the path prefixes served through the pooled adapter
+	// (default DefaultHotPrefixes).
+	HotPrefixes []string
+	// Logger receives the server's connection errors at debug level.
+	Logger *slog.Logger
+}
+
+// DefaultHotPrefixes are the check endpoint's routes.
+var DefaultHotPrefixes = []string{"/check/", "/envoy/"}
+
+// MaxHeaderBytes bounds a request's header section; larger ones get 431.
+// Proxies forward the original request's headers to the check endpoint:
+// nginx accepts up to 4 × 8 KiB by default, Envoy 60 KiB.
+const MaxHeaderBytes = 64 << 10
 
 // Serve serves h on ln until ctx ends, then shuts down gracefully (up to
 // 10 s for requests in flight).
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 1 << 20}
+	return ServeWith(ctx, ln, h, Options{})
+}
+
+// ServeWith is Serve with options.
+func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o Options) error {
+	srv := NewServer(h, o)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -23,8 +57,50 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.ShutdownWithContext(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+// NewServer is the fasthttp server Serve runs, for callers that manage
+// the listener's life themselves (tests).
+func NewServer(h http.Handler, o Options) *fasthttp.Server {
+	if o.HotPrefixes == nil {
+		o.HotPrefixes = DefaultHotPrefixes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &fasthttp.Server{
+		Handler: newFront(h, o.HotPrefixes, o.Logger).serve,
+		// A slow client cannot hold a connection with a half-sent request;
+		// idle keep-alive connections stay open as long as a proxy's pool
+		// keeps them (Envoy: 1 h).
+		ReadTimeout:  10 * time.Second,
+		IdleTimeout:  time.Hour,
+		WriteTimeout: 10 * time.Second,
+		// The read buffer is the header limit. Idle connections hand their
+		// buffers back, so thousands of pooled proxy connections do not each
+		// hold 64 KiB.
+		ReadBufferSize:    MaxHeaderBytes,
+		ReduceMemoryUsage: true,
+		// Header names are canonicalized as net/http does (front.go), and
+		// response names are sent as the handler spells them: the drafts'
+		// "RateLimit", not "Ratelimit".
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		Logger:                        debugLogger{o.Logger},
+	}
+}
+
+// debugLogger routes fasthttp's connection errors (clients that hang up,
+// malformed requests, already answered with 400) to debug level.
+type debugLogger struct{ log *slog.Logger }
+
+func (l debugLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("http server", "msg", fmt.Sprintf(format, args...))
+	}
 }
