@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,77 +16,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 )
-
-type fixedResult struct {
-	sent     int
-	p50, p99 time.Duration
-	errors   int
-}
-
-// fixedRate sends rate requests per second for d, open loop, and measures
-// each latency from the moment the request was due, so a stall counts
-// against every request it delayed (no coordinated omission).
-func fixedRate(url string, rate int, d time.Duration) (fixedResult, error) {
-	if rate < 1 {
-		return fixedResult{}, fmt.Errorf("rate %d", rate)
-	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}
-	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	defer tr.CloseIdleConnections()
-	total := int(float64(rate) * d.Seconds())
-	due := make(chan time.Time, 1024)
-	lat := make([]time.Duration, 0, total)
-	var mu sync.Mutex
-	errs := 0
-	do := func(r *http.Request) (int, error) {
-		resp, err := client.Do(r)
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	var wg sync.WaitGroup
-	for w := 0; w < 128; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			ip := "10.200." + strconv.Itoa(w) + "."
-			n := 0
-			for t := range due {
-				n++
-				req, _ := http.NewRequest("GET", url, nil)
-				req.Header.Set("X-Original-URL", "http://shop.example.com/api/items?page=2")
-				req.Header.Set("X-Original-Method", "GET")
-				req.Header.Set("X-Real-IP", ip+strconv.Itoa(n%250))
-				status, err := do(req)
-				l := time.Since(t)
-				mu.Lock()
-				if err != nil || status != http.StatusOK {
-					errs++
-				}
-				lat = append(lat, l)
-				mu.Unlock()
-			}
-		}(w)
-	}
-	start := time.Now()
-	interval := time.Second / time.Duration(rate)
-	for i := 0; i < total; i++ {
-		t := start.Add(time.Duration(i) * interval)
-		if wait := time.Until(t); wait > 0 {
-			time.Sleep(wait)
-		}
-		due <- t
-	}
-	close(due)
-	wg.Wait()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	if len(lat) == 0 {
-		return fixedResult{}, fmt.Errorf("no requests")
-	}
-	return fixedResult{sent: len(lat), p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], errors: errs}, nil
-}
 
 type memoryResult struct {
 	memstoreBytesPerKey float64
@@ -210,8 +137,8 @@ func renderReport(configs []*config, halfRate int, fixed fixedResult, mem memory
 	}
 	allow, deny, three := configs[2], configs[3], configs[4]
 	denyCmds := med(deny, func(s sample) float64 { return float64(s.redisCalls) / float64(s.requests) })
-	fmt.Fprintf(&b, "\nFixed rate at half the allowing throughput (%d req/s, open loop, latency from each request's due time): p50 %s, p99 %s, %d requests, %d errors.\n",
-		halfRate, round(fixed.p50), round(fixed.p99), fixed.sent, fixed.errors)
+	fmt.Fprintf(&b, "\nFixed rate at half the allowing throughput (%d req/s over %d connections, open loop, latency from each request's due time): p50 %s, p99 %s, %d requests, %d errors.\n",
+		halfRate, fixed.conns, round(fixed.p50), round(fixed.p99), fixed.sent, fixed.errors)
 
 	fmt.Fprintf(&b, "\nMemory: the in-memory store holds 1,000,000 live token-bucket keys at %.0f bytes each. Redis, per live key (100,000 keys each): ", mem.memstoreBytesPerKey)
 	var parts []string
