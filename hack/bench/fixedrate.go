@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,7 +24,7 @@ type fixedResult struct {
 // fixedConns is the fixed-rate generator's connection count: enough that
 // a connection's schedule (one request every conns/rate) leaves room for a
 // slow answer, as a proxy's pool of upstream connections would.
-const fixedConns = 64
+var fixedConns = envInt("FIXED_CONNS", 64)
 
 // fixedRate sends rate requests per second for d, open loop, in the manner
 // of wrk2: connection k owns requests k, k+conns, ..., request i is due at
@@ -93,6 +95,25 @@ func fixedRate(rawURL string, rate int, d time.Duration) (fixedResult, error) {
 	return res, nil
 }
 
+// runFixedRate is `bench fixed-rate`: the open-loop run on its own, to
+// compare servers' latency at a rate of one's choosing.
+func runFixedRate(args []string) error {
+	fs := flag.NewFlagSet("fixed-rate", flag.ContinueOnError)
+	target := fs.String("url", "", "check URL, e.g. http://127.0.0.1:8080/check/default")
+	rate := fs.Int("rate", 10000, "requests per second")
+	d := fs.Duration("duration", 5*time.Second, "how long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	res, err := fixedRate(*target, *rate, *d)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d req/s over %d connections: p50 %s, p99 %s, %d requests, %d errors\n",
+		*rate, res.conns, res.p50, res.p99, res.sent, res.errors)
+	return nil
+}
+
 // exchange writes one request and reads its response, returning the
 // status. It understands what the check endpoint sends: a status line,
 // headers with a Content-Length, and that many bytes of body.
@@ -130,4 +151,11 @@ func exchange(c net.Conn, r *bufio.Reader, req []byte) (int, error) {
 		return 0, err
 	}
 	return status, nil
+}
+
+func envInt(k string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return def
 }

@@ -7,6 +7,7 @@
 //
 //	bench -manager bin/manager [-rounds 3] [-duration 5s] [-save bench]
 //	bench serve-bare | serve-naive    (the comparison servers, started by bench)
+//	bench fixed-rate -url URL -rate N [-duration 5s]   (the open-loop latency run alone)
 package main
 
 import (
@@ -37,6 +38,8 @@ func main() {
 			err = serveBare(os.Args[2:])
 		case "serve-naive":
 			err = serveNaive(os.Args[2:])
+		case "fixed-rate":
+			err = runFixedRate(os.Args[2:])
 		default:
 			err = fmt.Errorf("unknown command %q", os.Args[1])
 		}

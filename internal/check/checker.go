@@ -316,9 +316,19 @@ func (c *Checker) callStore(ctx context.Context, sc *scratch) error {
 	if m, ok := c.store.(inMemory); ok && m.InMemory() {
 		return c.store.Check(ctx, &sc.req, &sc.dec)
 	}
+	if ds, ok := c.store.(deadlineStore); ok {
+		return ds.CheckBy(ctx, time.Now().Add(c.timeout), &sc.req, &sc.dec)
+	}
 	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	return c.store.Check(callCtx, &sc.req, &sc.dec)
+}
+
+// deadlineStore takes a check's deadline as a time (the Redis store),
+// sparing the context and timer context.WithTimeout allocates on every
+// check.
+type deadlineStore interface {
+	CheckBy(ctx context.Context, deadline time.Time, req *ratelimit.Request, dec *ratelimit.Decision) error
 }
 
 // reset empties o for reuse, keeping its slices' storage.

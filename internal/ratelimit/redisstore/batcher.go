@@ -14,9 +14,21 @@ var ErrClosed = errors.New("redisstore: store closed")
 // The flusher signals done when every call has its reply or error, and
 // touches nothing of the job afterwards.
 type job struct {
-	ctx   context.Context
-	calls []*call
-	done  chan struct{} // buffered (1), empty when the job is submitted
+	ctx      context.Context
+	deadline time.Time // zero: none
+	calls    []*call
+	done     chan struct{} // buffered (1), empty when the job is submitted
+}
+
+// givenUp is why the job's owner no longer waits for it, or nil.
+func (j *job) givenUp(now time.Time) error {
+	if err := j.ctx.Err(); err != nil {
+		return err
+	}
+	if !j.deadline.IsZero() && !now.Before(j.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // signal wakes the job's owner. It never blocks a flusher: done has room
@@ -133,12 +145,11 @@ func (b *batcher) close() {
 func batchContext(jobs []*job) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, j := range jobs {
-		d, ok := j.ctx.Deadline()
-		if !ok {
+		if j.deadline.IsZero() {
 			return context.Background(), func() {}
 		}
-		if d.After(latest) {
-			latest = d
+		if j.deadline.After(latest) {
+			latest = j.deadline
 		}
 	}
 	return context.WithDeadline(context.Background(), latest)

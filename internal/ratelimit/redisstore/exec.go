@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,8 +37,9 @@ const (
 // because the library was missing, a load and one resend.
 func (s *Store) exec(batch []*job) {
 	live := make([]*job, 0, len(batch))
+	now := time.Now()
 	for _, j := range batch {
-		if err := j.ctx.Err(); err != nil { // given up before sending: never sent
+		if err := j.givenUp(now); err != nil { // given up before sending: never sent
 			for _, c := range j.calls {
 				c.err = err
 			}

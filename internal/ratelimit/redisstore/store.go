@@ -207,6 +207,8 @@ const inlineEntries = 4
 // its state, since a flusher may still hold its calls.
 type checkState struct {
 	done      chan struct{} // the job's; kept across uses (buffered, 1)
+	timer     *time.Timer   // bounds the wait; kept across uses
+	deadline  time.Time     // zero: none
 	abandoned bool
 	params    []model.Params
 	verdicts  []model.Verdict
@@ -225,17 +227,25 @@ type checkState struct {
 
 var checkStates = sync.Pool{New: func() any { return new(checkState) }}
 
-// Check implements ratelimit.Store.
+// Check implements ratelimit.Store. A deadline of ctx bounds the wait.
 func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
+	deadline, _ := ctx.Deadline()
+	return s.CheckBy(ctx, deadline, req, dec)
+}
+
+// CheckBy is Check with its deadline as a time (zero: none). The wait
+// uses a timer kept with the pooled check state, so a check allocates no
+// context and no timer: the checker calls it for every request.
+func (s *Store) CheckBy(ctx context.Context, deadline time.Time, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("redisstore check: %w", err)
 	}
 	cs := checkStates.Get().(*checkState)
-	done := cs.done
+	done, timer := cs.done, cs.timer
 	if done == nil {
 		done = make(chan struct{}, 1)
 	}
-	*cs = checkState{done: done}
+	*cs = checkState{done: done, timer: timer, deadline: deadline}
 	err := s.check(ctx, req, dec, cs)
 	if !cs.abandoned {
 		checkStates.Put(cs)
@@ -292,13 +302,28 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 	if err := s.b.submit(j); err != nil {
 		return fmt.Errorf("redisstore check: %w", err)
 	}
+	var expired <-chan time.Time
+	if !cs.deadline.IsZero() {
+		if cs.timer == nil {
+			cs.timer = time.NewTimer(time.Until(cs.deadline))
+		} else {
+			cs.timer.Reset(time.Until(cs.deadline))
+		}
+		expired = cs.timer.C
+	}
+	// Given up (the context ended or the deadline passed): the call may
+	// still run, its outcome is unknown, and the flusher may still use cs.
 	select {
 	case <-j.done:
+		if expired != nil {
+			cs.timer.Stop()
+		}
 	case <-ctx.Done():
-		// The call may still run: its outcome is unknown, and the flusher
-		// may still use cs.
 		cs.abandoned = true
 		return fmt.Errorf("redisstore check: %w", context.Cause(ctx))
+	case <-expired:
+		cs.abandoned = true
+		return fmt.Errorf("redisstore check: %w", context.DeadlineExceeded)
 	}
 	return finish(req, cs)
 }
@@ -307,7 +332,7 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 // server's TIME).
 func (s *Store) prepare(ctx context.Context, req *ratelimit.Request, cs *checkState, dry bool, now int64) *job {
 	j := &cs.job
-	*j = job{ctx: ctx, done: cs.done}
+	*j = job{ctx: ctx, deadline: cs.deadline, done: cs.done}
 	if len(cs.groups) == 1 {
 		cs.call = call{}
 		cs.callPtrBuf[0] = &cs.call
@@ -353,6 +378,7 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 			return fmt.Errorf("redisstore check: %w", err)
 		}
 		cs := &checkState{done: make(chan struct{}, 1)}
+		cs.deadline, _ = ctx.Deadline()
 		s.compile(req, cs)
 		if len(cs.groups) != 1 {
 			return fmt.Errorf("redisstore check batch: request %d spans %d slots", i, len(cs.groups))

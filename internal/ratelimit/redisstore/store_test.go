@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -373,6 +374,39 @@ func TestContextDeadline(t *testing.T) {
 		t.Fatalf("frozen server: err %v after %s", err, took)
 	}
 	check(t, s, req)
+}
+
+// TestCheckByDeadline: CheckBy's deadline bounds the wait on a frozen
+// server with context.DeadlineExceeded, repeatedly (the timer is reused
+// with the pooled state), and checks that answer in time are not cut
+// short by an earlier check's timer.
+func TestCheckByDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv, redisstore.Options{})
+	req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimittest.NoRefillLimits(1000)[0], Cost: 1}}}
+	var dec ratelimit.Decision
+	for range 50 { // warm states whose timers were set and stopped
+		if err := s.CheckBy(context.Background(), time.Now().Add(time.Second), &req, &dec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Freeze()
+	for i := range 3 {
+		start := time.Now()
+		err := s.CheckBy(context.Background(), start.Add(30*time.Millisecond), &req, &dec)
+		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took < 30*time.Millisecond || took > time.Second {
+			t.Fatalf("frozen server, attempt %d: err %v after %s, want DeadlineExceeded after 30ms", i, err, took)
+		}
+	}
+	srv.Thaw()
+	for range 50 {
+		if err := s.CheckBy(context.Background(), time.Now().Add(time.Second), &req, &dec); err != nil {
+			t.Fatalf("after thaw: %v", err)
+		}
+	}
+	if err := s.CheckBy(context.Background(), time.Time{}, &req, &dec); err != nil {
+		t.Fatalf("no deadline: %v", err)
+	}
 }
 
 func TestNewRejectsRing(t *testing.T) {
