@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -24,7 +23,7 @@ type fixedResult struct {
 // fixedConns is the fixed-rate generator's connection count: enough that
 // a connection's schedule (one request every conns/rate) leaves room for a
 // slow answer, as a proxy's pool of upstream connections would.
-var fixedConns = envInt("FIXED_CONNS", 64)
+const fixedConns = 64
 
 // fixedRate sends rate requests per second for d, open loop, in the manner
 // of wrk2: connection k owns requests k, k+conns, ..., request i is due at
@@ -95,6 +94,40 @@ func fixedRate(rawURL string, rate int, d time.Duration) (fixedResult, error) {
 	return res, nil
 }
 
+// halfLoad is the latency at half the allowing throughput, measured the
+// two ways the targets allow: wrk closed loop with the fewest connections
+// that reach the rate, and open loop at exactly the rate, where the bare
+// HTTP server under the same generator shows the floor the machine and
+// the generator set.
+type halfLoad struct {
+	rate       int
+	closed     wrkResult
+	closedConn int
+	open, bare fixedResult
+}
+
+func measureHalfLoad(dir string, bare, sluice *config, rate float64, d time.Duration) (halfLoad, error) {
+	h := halfLoad{rate: int(rate)}
+	for c := 1; ; c *= 2 {
+		w, err := runWrk(dir, sluice.url, 1, c, d)
+		if err != nil {
+			return h, fmt.Errorf("closed-loop latency: %w", err)
+		}
+		h.closed, h.closedConn = w, c
+		if w.rps >= rate || c >= 64 {
+			break
+		}
+	}
+	var err error
+	if h.open, err = fixedRate(sluice.url, h.rate, d); err != nil {
+		return h, fmt.Errorf("fixed-rate load: %w", err)
+	}
+	if h.bare, err = fixedRate(bare.url, h.rate, d); err != nil {
+		return h, fmt.Errorf("fixed-rate load (bare): %w", err)
+	}
+	return h, nil
+}
+
 // runFixedRate is `bench fixed-rate`: the open-loop run on its own, to
 // compare servers' latency at a rate of one's choosing.
 func runFixedRate(args []string) error {
@@ -151,11 +184,4 @@ func exchange(c net.Conn, r *bufio.Reader, req []byte) (int, error) {
 		return 0, err
 	}
 	return status, nil
-}
-
-func envInt(k string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
-		return v
-	}
-	return def
 }

@@ -209,13 +209,11 @@ func run(args []string) error {
 		}
 	}
 
-	// Latency at half the allowing throughput, from a fixed-rate client
-	// that measures from each request's scheduled time.
+	// Latency at half the allowing throughput, two ways (see halfLoad).
 	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
-	halfRate := int(allowRPS / 2)
-	fixed, err := fixedRate(configs[2].url, halfRate, *duration)
+	half, err := measureHalfLoad(dir, configs[0], configs[2], allowRPS/2, *duration)
 	if err != nil {
-		return fmt.Errorf("fixed-rate load: %w", err)
+		return err
 	}
 
 	mem, err := measureMemory(redisAddr)
@@ -223,7 +221,7 @@ func run(args []string) error {
 		return fmt.Errorf("memory: %w", err)
 	}
 
-	report := renderReport(configs, halfRate, fixed, mem, *rounds, *duration)
+	report := renderReport(configs, half, mem, *rounds, *duration)
 	fmt.Print(report)
 	if *save != "" {
 		if err := os.MkdirAll(*save, 0o755); err != nil {
