@@ -62,9 +62,9 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 		return fixed, nil
 	}
 	switch {
-	case r.Header.Get("X-Original-URL") != "":
+	case headerValue(r.Header, "X-Original-Url") != "":
 		return ProfileNginx, nil
-	case r.Header.Get("X-Forwarded-Uri") != "" || r.Header.Get("X-Forwarded-Method") != "":
+	case headerValue(r.Header, "X-Forwarded-Uri") != "" || headerValue(r.Header, "X-Forwarded-Method") != "":
 		return ProfileForwardAuth, nil
 	}
 	return "", badHeader("X-Original-URL", "missing: the check endpoint needs the original request, as ingress-nginx auth-url (X-Original-URL, X-Original-Method) or ForwardAuth (X-Forwarded-Method, X-Forwarded-Uri, X-Forwarded-Host) send it")

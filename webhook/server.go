@@ -45,9 +45,10 @@ type Server struct {
 
 // requestState is the per-request memory of a check, pooled.
 type requestState struct {
-	req policy.Request
-	out check.Outcome
-	buf []byte
+	req     policy.Request
+	out     check.Outcome
+	headers checkhttp.HeaderScratch
+	buf     []byte
 }
 
 // New builds the endpoint. Routes:
@@ -145,7 +146,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile,
 		return
 	}
 	out := &st.out
-	st.buf = checkhttp.AppendHeaders(w.Header(), out, s.opts.Now(), st.buf)
+	checkhttp.AppendHeaders(w.Header(), out, s.opts.Now(), &st.headers)
 	if out.Allowed {
 		w.WriteHeader(http.StatusOK)
 		return

@@ -62,15 +62,25 @@ func CeilSeconds(d time.Duration) int64 {
 //
 // and Retry-After on a denial (whole seconds, rounded up).
 func SetHeaders(h http.Header, out *check.Outcome, now time.Time) {
-	AppendHeaders(h, out, now, nil)
+	AppendHeaders(h, out, now, new(HeaderScratch))
+}
+
+// HeaderScratch is AppendHeaders' reusable memory: the buffer values are
+// rendered in, and the slices the header map is given. A server reads a
+// response's header map when it writes the response, so the next answer
+// may reuse them.
+type HeaderScratch struct {
+	buf  []byte
+	vals [4]string
 }
 
 // AppendHeaders is SetHeaders for the hot path: the values that change per
-// answer are rendered into buf (returned for reuse) and become one string;
-// the rest were rendered when the policy was compiled. Header names are
-// set as written in the drafts, not in Go's canonical "Ratelimit".
-func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, buf []byte) []byte {
-	buf = buf[:0]
+// answer are rendered into sc's buffer and become one string (the one
+// allocation); the rest were rendered when the policy was compiled. Header
+// names are set as written in the drafts, not in Go's canonical
+// "Ratelimit".
+func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderScratch) {
+	buf := sc.buf[:0]
 	var ends [4]int // ends of RateLimit, Remaining, Reset, Retry-After in buf
 	var have [4]bool
 	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
@@ -106,11 +116,12 @@ func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, buf []byte)
 		buf = strconv.AppendInt(buf, unix, 10)
 		ends[2], have[2] = len(buf), true
 	}
+	sc.buf = buf
 	if len(buf) == 0 {
-		return buf
+		return
 	}
 	all := string(buf) // the one allocation for every per-answer value
-	vals := make([]string, 4)
+	vals := sc.vals[:]
 	set := func(i int, name string, from, to int) {
 		vals[i] = all[from:to]
 		h[name] = vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbour
@@ -127,7 +138,6 @@ func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, buf []byte)
 		set(2, "X-RateLimit-Reset", ends[1], ends[2])
 		h["X-RateLimit-Limit"] = lr.Limit.LimitHeader
 	}
-	return buf
 }
 
 // DenyStatus is the deciding policy's deny status, else fallback.

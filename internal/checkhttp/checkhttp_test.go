@@ -64,7 +64,7 @@ func TestHeaders(t *testing.T) {
 		{ratelimitv1alpha1.HeaderStyleNone, map[string]string{"Retry-After": "2"}},
 	} {
 		h := http.Header{}
-		AppendHeaders(h, denied(testPolicy(t, tt.style), 1500*time.Millisecond), now, nil)
+		AppendHeaders(h, denied(testPolicy(t, tt.style), 1500*time.Millisecond), now, new(HeaderScratch))
 		if len(h) != len(tt.want) {
 			t.Errorf("%s: headers %v, want %v", tt.style, h, tt.want)
 		}

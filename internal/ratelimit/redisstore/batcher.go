@@ -46,7 +46,7 @@ func (j *job) signal() {
 // while all flushers wait on Redis go out together in the next pipeline,
 // so throughput grows with load while connections stay few.
 type batcher struct {
-	exec     func([]*job)
+	exec     func(*flushScratch, []*job)
 	maxBatch int
 
 	mu     sync.Mutex
@@ -58,7 +58,7 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
-func newBatcher(flushers, maxBatch int, exec func([]*job)) *batcher {
+func newBatcher(flushers, maxBatch int, exec func(*flushScratch, []*job)) *batcher {
 	b := &batcher{exec: exec, maxBatch: maxBatch, wake: make(chan struct{}, flushers), stop: make(chan struct{})}
 	for range flushers {
 		b.wg.Go(b.flusher)
@@ -82,8 +82,9 @@ func (b *batcher) submit(j *job) error {
 	return nil
 }
 
-// take removes up to maxBatch calls' worth of jobs from the queue.
-func (b *batcher) take() []*job {
+// take moves up to maxBatch calls' worth of jobs from the queue into
+// batch (reused), and returns it; nil when the queue is empty.
+func (b *batcher) take(batch []*job) []*job {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, calls := 0, 0
@@ -94,8 +95,7 @@ func (b *batcher) take() []*job {
 	if n == 0 {
 		return nil
 	}
-	batch := make([]*job, n)
-	copy(batch, b.queue)
+	batch = append(batch[:0], b.queue[:n]...)
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]
@@ -103,14 +103,17 @@ func (b *batcher) take() []*job {
 }
 
 func (b *batcher) flusher() {
+	scratch := new(flushScratch)
+	var batch []*job
 	for {
 		select {
 		case <-b.stop:
 			return
 		case <-b.wake:
 		}
-		for batch := b.take(); batch != nil; batch = b.take() {
-			b.exec(batch)
+		for batch = b.take(batch); batch != nil; batch = b.take(batch) {
+			b.exec(scratch, batch)
+			clear(batch) // do not keep finished jobs reachable
 		}
 	}
 }
@@ -137,20 +140,31 @@ func (b *batcher) close() {
 	}
 }
 
-// batchContext is the context a pipeline of jobs runs under: no
-// cancellation (a caller that gives up stops waiting, the others still get
-// their answers) and the latest of their deadlines, so no call is cut short
-// by another's shorter deadline. Without any deadline, the client's
-// timeouts apply.
-func batchContext(jobs []*job) (context.Context, context.CancelFunc) {
-	var latest time.Time
+// batchDeadline is the context a flusher's pipeline runs under, reused
+// batch after batch so that a batch allocates none: never canceled (a
+// caller that gives up stops waiting, the others still get their answers)
+// and with the latest of the jobs' deadlines, so no call is cut short by
+// another's shorter deadline. go-redis takes its socket deadlines from it.
+// Without a deadline on every job, the client's timeouts apply.
+type batchDeadline struct {
+	context.Context // Background: no Done channel, no values
+	deadline        time.Time
+	ok              bool
+}
+
+func (c *batchDeadline) Deadline() (time.Time, bool) { return c.deadline, c.ok }
+
+// set makes c the context for jobs.
+func (c *batchDeadline) set(jobs []*job) context.Context {
+	c.Context, c.deadline, c.ok = context.Background(), time.Time{}, true
 	for _, j := range jobs {
 		if j.deadline.IsZero() {
-			return context.Background(), func() {}
+			c.deadline, c.ok = time.Time{}, false
+			break
 		}
-		if j.deadline.After(latest) {
-			latest = j.deadline
+		if j.deadline.After(c.deadline) {
+			c.deadline = j.deadline
 		}
 	}
-	return context.WithDeadline(context.Background(), latest)
+	return c
 }

@@ -21,6 +21,28 @@ type command struct {
 	nkeys int
 	cmd   noRetryCmd
 	err   error
+	args  []any // the command's arguments, reused with the command
+}
+
+// flushScratch is one flusher's memory, reused batch after batch: the
+// jobs still wanted, the merged commands, the pipeline and its context.
+// go-redis is done with all of it when the pipeline's Exec returns.
+type flushScratch struct {
+	live     []*job
+	cmds     []*command
+	commands []*command // every command made so far, for reuse
+	pipe     redis.Pipeliner
+	ctx      batchDeadline
+}
+
+// command returns a cleared command, reusing an earlier one.
+func (f *flushScratch) command(used int) *command {
+	if used == len(f.commands) {
+		f.commands = append(f.commands, &command{})
+	}
+	m := f.commands[used]
+	*m = command{calls: m.calls[:0], args: m.args[:0]}
+	return m
 }
 
 const (
@@ -35,8 +57,9 @@ const (
 // exec runs one batch: the calls of the jobs still wanted, merged into
 // commands, in one pipeline; then, for the commands the server refused
 // because the library was missing, a load and one resend.
-func (s *Store) exec(batch []*job) {
-	live := make([]*job, 0, len(batch))
+func (s *Store) exec(f *flushScratch, batch []*job) {
+	live := f.live[:0]
+	defer func() { f.live = live; clear(live) }()
 	now := time.Now()
 	for _, j := range batch {
 		if err := j.givenUp(now); err != nil { // given up before sending: never sent
@@ -51,12 +74,11 @@ func (s *Store) exec(batch []*job) {
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := batchContext(live)
-	defer cancel()
-	cmds := s.merge(live)
+	ctx := f.ctx.set(live)
+	cmds := s.merge(f, live)
 
 	gen := s.gen.Load()
-	sent := s.send(ctx, cmds)
+	sent := s.send(ctx, f, cmds)
 	s.refreshSlotsAfterNetworkErrors(cmds)
 	var again []*command
 	switchMode := false
@@ -77,7 +99,7 @@ func (s *Store) exec(batch []*job) {
 				m.err = fmt.Errorf("load library %s: %w (after: %w)", LibraryName, err, m.err)
 			}
 		} else {
-			s.send(ctx, again)
+			s.send(ctx, f, again)
 		}
 	}
 	for _, m := range cmds {
@@ -108,12 +130,13 @@ func (s *Store) refreshSlotsAfterNetworkErrors(cmds []*command) {
 // merge groups the jobs' calls into commands, in queue order: on a single
 // server any calls, in Cluster only calls of one slot (a command's keys
 // must share a slot), up to MaxMerge calls and maxMergeKeys keys each.
-func (s *Store) merge(live []*job) []*command {
+func (s *Store) merge(f *flushScratch, live []*job) []*command {
 	n := 0
 	for _, j := range live {
 		n += len(j.calls)
 	}
-	cmds := make([]*command, 0, 1+n/s.opts.MaxMerge)
+	cmds := f.cmds[:0]
+	defer func() { f.cmds = cmds }()
 	var cur *command
 	var open map[int]*command // Cluster: the command being filled per slot
 	for _, j := range live {
@@ -125,7 +148,7 @@ func (s *Store) merge(live []*job) []*command {
 				cur = open[c.slot]
 			}
 			if cur == nil || len(cur.calls) == s.opts.MaxMerge || cur.nkeys+len(c.keys) > maxMergeKeys {
-				cur = &command{calls: make([]*call, 0, min(n, s.opts.MaxMerge))}
+				cur = f.command(len(cmds))
 				cmds = append(cmds, cur)
 				if open != nil {
 					open[c.slot] = cur
@@ -140,13 +163,8 @@ func (s *Store) merge(live []*job) []*command {
 
 // args returns the command's arguments, with the command and function
 // (or script) name in front.
-func (m *command) args(name, fn any) []any {
-	n := 3 + m.nkeys
-	for _, c := range m.calls {
-		n += len(c.args)
-	}
-	args := make([]any, 0, n)
-	args = append(args, name, fn, m.nkeys)
+func (m *command) fillArgs(name, fn any) []any {
+	args := append(m.args[:0], name, fn, m.nkeys)
 	for _, c := range m.calls {
 		for k := range c.keys {
 			args = append(args, &c.keys[k])
@@ -157,6 +175,7 @@ func (m *command) args(name, fn any) []any {
 			args = append(args, &c.args[k])
 		}
 	}
+	m.args = args
 	return args
 }
 
@@ -193,20 +212,23 @@ func (m *command) deliver() {
 }
 
 // Boxed once: boxing a string variable allocates.
-var functionNameArg, scriptSHAArg any = FunctionName, scriptSHA
+var functionNameArg, scriptSHAArg, fcallArg, evalshaArg any = FunctionName, scriptSHA, "fcall", "evalsha"
 
 // send pipelines the commands in the current mode, records each one's
 // error, and returns the mode it used.
-func (s *Store) send(ctx context.Context, cmds []*command) Mode {
+func (s *Store) send(ctx context.Context, f *flushScratch, cmds []*command) Mode {
 	mode := Mode(s.mode.Load())
-	name, fn := any("fcall"), functionNameArg
+	name, fn := fcallArg, functionNameArg
 	if mode == ModeScripts {
-		name, fn = "evalsha", scriptSHAArg
+		name, fn = evalshaArg, scriptSHAArg
 	}
-	pipe := s.client.Pipeline()
+	if f.pipe == nil {
+		f.pipe = s.client.Pipeline()
+	}
+	pipe := f.pipe
 	calls := 0
 	for _, m := range cmds {
-		cmd := redis.NewIntSliceCmd(ctx, m.args(name, fn)...)
+		cmd := redis.NewIntSliceCmd(ctx, m.fillArgs(name, fn)...)
 		cmd.SetFirstKeyPos(3)
 		m.cmd = noRetryCmd{cmd}
 		_ = pipe.Process(ctx, m.cmd)

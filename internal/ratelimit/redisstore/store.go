@@ -385,7 +385,7 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 		}
 		states[i], jobs[i] = cs, s.prepare(ctx, req, cs, req.DryRun, at[i])
 	}
-	s.exec(jobs)
+	s.exec(new(flushScratch), jobs)
 	for i, cs := range states {
 		<-cs.done
 		if err := finish(reqs[i], cs); err != nil {
