@@ -1,6 +1,7 @@
 package httpserve
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -55,7 +56,7 @@ func (f *front) serve(ctx *fasthttp.RequestCtx) {
 	x.load(ctx, method)
 	f.h.ServeHTTP(&x.w, &x.req)
 	x.w.finish()
-	x.req = http.Request{} // keep nothing of this request alive in the pool
+	x.req = http.Request{} // the pool keeps the last request's text (in x.url, x.hdr) until reused, nothing more
 }
 
 // recoverPanic answers 500 and closes the connection when the handler
@@ -75,14 +76,36 @@ func (f *front) recoverPanic(ctx *fasthttp.RequestCtx) {
 }
 
 // netHTTPShape makes fasthttpadaptor's request read as net/http's: Host
-// out of the header map, and an unknown length for a chunked body.
+// out of the header map, an unknown length for a chunked body, strings of
+// its own (the adaptor's point into fasthttp's buffers, reused after the
+// request), and a context that server shutdown does not cancel (the
+// adaptor's is the RequestCtx, done as soon as shutdown begins), so a
+// request in flight finishes while the server drains. These are the
+// routes off the hot path: the copies cost little.
 func netHTTPShape(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		delete(r.Header, "Host")
-		if slices.Contains(r.TransferEncoding, "chunked") {
-			r.ContentLength = -1
+		own := r.WithContext(context.WithoutCancel(r.Context()))
+		own.Method = strings.Clone(r.Method)
+		own.Host = strings.Clone(r.Host)
+		own.RequestURI = strings.Clone(r.RequestURI)
+		if u, err := url.ParseRequestURI(own.RequestURI); err == nil {
+			own.URL = u
 		}
-		h.ServeHTTP(w, r)
+		own.Header = make(http.Header, len(r.Header))
+		for k, vs := range r.Header {
+			if k == "Host" {
+				continue
+			}
+			c := make([]string, len(vs))
+			for i, v := range vs {
+				c[i] = strings.Clone(v)
+			}
+			own.Header[strings.Clone(k)] = c
+		}
+		if slices.Contains(r.TransferEncoding, "chunked") {
+			own.ContentLength = -1
+		}
+		h.ServeHTTP(w, own)
 	})
 }
 
@@ -180,12 +203,17 @@ type span struct {
 	from, to int
 }
 
-// maxNames bounds the header names an exchange remembers, so a client
-// sending random names cannot grow it.
-const maxNames = 128
+// maxNames and maxNameLen bound the header names an exchange remembers,
+// so a client sending many or long names cannot grow it.
+const (
+	maxNames   = 128
+	maxNameLen = 64
+)
 
 func (x *exchange) load(ctx *fasthttp.RequestCtx, method string) {
 	rh := &ctx.Request.Header
+	// AllInOrder below joins folded header lines in place: it is run once
+	// per request.
 	x.text = append(x.text[:0], rh.RequestURI()...)
 	uriEnd := len(x.text)
 	x.text = append(x.text, rh.Host()...)
@@ -246,7 +274,7 @@ func (x *exchange) canonical(raw []byte) string {
 		return c
 	}
 	c := textproto.CanonicalMIMEHeaderKey(string(raw))
-	if len(x.names) < maxNames {
+	if len(x.names) < maxNames && len(raw) <= maxNameLen {
 		x.names[string(raw)] = c
 	}
 	return c
@@ -285,6 +313,9 @@ func (w *responseWriter) WriteHeader(code int) {
 	}
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code)) // as net/http
+	}
+	if code < 200 {
+		return // an informational answer: not sent on this path (no handler here sends one)
 	}
 	w.wrote = true
 	w.ctx.SetStatusCode(code)

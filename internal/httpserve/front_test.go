@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -71,22 +72,31 @@ func startFront(t *testing.T, h http.Handler) string {
 // roundTrip sends raw on a new connection and reads one response.
 func roundTrip(t *testing.T, addr, raw string) (*http.Response, string) {
 	t.Helper()
+	resp, body, err := tryRoundTrip(addr, raw)
+	if err != nil {
+		t.Fatalf("%q: %v", raw, err)
+	}
+	return resp, body
+}
+
+// tryRoundTrip is roundTrip for other goroutines than the test's.
+func tryRoundTrip(addr, raw string) (*http.Response, string, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: strings.Fields(raw)[0]})
 	if err != nil {
-		t.Fatalf("read response to %q: %v", raw, err)
+		return nil, "", fmt.Errorf("read response: %w", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return resp, string(body)
+	return resp, string(body), nil
 }
 
 // TestFrontMatchesNetHTTP sends the same bytes to the handler behind
@@ -284,5 +294,74 @@ func BenchmarkFront(b *testing.B) {
 	for b.Loop() {
 		ctx.Response.Reset()
 		f.serve(&ctx)
+	}
+}
+
+// TestServeEndedBeforeStart: a context that ends before the server took
+// its listener still stops it; nothing serves after Serve returned.
+func TestServeEndedBeforeStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Serve(ctx, ln, http.NotFoundHandler()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("still accepting connections after Serve returned")
+	}
+}
+
+// TestDrain: requests in flight when shutdown begins finish, on both
+// paths, with contexts shutdown does not cancel, and their answers say
+// Connection: close so the proxy does not reuse the connection.
+func TestDrain(t *testing.T) {
+	for _, raw := range []string{
+		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n",                         // pooled
+		"POST /v1/check HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}", // adaptor
+	} {
+		started, release := make(chan struct{}), make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			<-release
+			if err := r.Context().Err(); err != nil {
+				http.Error(w, "context ended: "+err.Error(), http.StatusInternalServerError)
+			}
+		})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- Serve(ctx, ln, h) }()
+		answered, failed := make(chan *http.Response, 1), make(chan error, 1)
+		go func() {
+			resp, _, err := tryRoundTrip(ln.Addr().String(), raw)
+			if err != nil {
+				failed <- err
+				return
+			}
+			answered <- resp
+		}()
+		<-started
+		cancel()
+		time.Sleep(50 * time.Millisecond) // shutdown under way
+		close(release)
+		var resp *http.Response
+		select {
+		case resp = <-answered:
+		case err := <-failed:
+			t.Fatalf("%q: %v", strings.Fields(raw)[1], err)
+		}
+		if resp.StatusCode != http.StatusOK || !resp.Close {
+			t.Errorf("%q: status %d, close %v; want 200 and Connection: close", strings.Fields(raw)[1], resp.StatusCode, resp.Close)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

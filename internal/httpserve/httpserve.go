@@ -57,10 +57,15 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o Options) 
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.ShutdownWithContext(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	err := srv.ShutdownWithContext(shutdownCtx)
+	// Serve may not have taken the listener yet when ctx ended, and then
+	// Shutdown found nothing to close: closing it here ends Serve either way.
+	_ = ln.Close()
+	<-errc
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return nil
+	return nil // past the deadline, the connections still open end with the process
 }
 
 // NewServer is the fasthttp server Serve runs, for callers that manage
@@ -91,7 +96,10 @@ func NewServer(h http.Handler, o Options) *fasthttp.Server {
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
-		Logger:                        debugLogger{o.Logger},
+		// While draining, answers say Connection: close, so a proxy does not
+		// send its next request on a connection about to close.
+		CloseOnShutdown: true,
+		Logger:          debugLogger{o.Logger},
 	}
 }
 
