@@ -28,14 +28,15 @@ import (
 // through fasthttpadaptor, which handles all of HTTP's cases.
 type front struct {
 	h    http.Handler
-	hot  []string
 	cold fasthttp.RequestHandler
-	log  *slog.Logger
 	pool sync.Pool // *exchange
 }
 
-func newFront(h http.Handler, hot []string, log *slog.Logger) *front {
-	f := &front{h: h, hot: hot, cold: fasthttpadaptor.NewFastHTTPHandler(netHTTPShape(h)), log: log}
+// hotPrefixes are the check endpoint's routes, served by the pooled path.
+var hotPrefixes = []string{"/check/", "/envoy/"}
+
+func newFront(h http.Handler) *front {
+	f := &front{h: h, cold: fasthttpadaptor.NewFastHTTPHandler(netHTTPShape(h))}
 	f.pool.New = func() any {
 		x := &exchange{hdr: make(http.Header, 16), names: make(map[string]string, 16), vals: make([]string, 0, 32)}
 		x.w.hdr = make(http.Header, 8)
@@ -68,7 +69,7 @@ func (f *front) recoverPanic(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if rec != http.ErrAbortHandler {
-		f.log.Error("panic serving request", "uri", string(ctx.RequestURI()), "panic", fmt.Sprint(rec), "stack", string(debug.Stack()))
+		slog.Error("panic serving request", "uri", string(ctx.RequestURI()), "panic", fmt.Sprint(rec), "stack", string(debug.Stack()))
 	}
 	ctx.Response.Reset()
 	ctx.SetStatusCode(http.StatusInternalServerError)
@@ -125,7 +126,7 @@ func (f *front) pooledMethod(ctx *fasthttp.RequestCtx) (string, bool) {
 	if !plainTarget(target) {
 		return "", false
 	}
-	for _, p := range f.hot {
+	for _, p := range hotPrefixes {
 		if len(target) >= len(p) && string(target[:len(p)]) == p {
 			return method, true
 		}

@@ -56,14 +56,14 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// startFront serves h through NewServer on loopback.
+// startFront serves h through newServer on loopback.
 func startFront(t *testing.T, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(h, Options{})
+	srv := newServer(h)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()
@@ -154,7 +154,7 @@ func TestFrontMatchesNetHTTP(t *testing.T) {
 // TestFrontPooledPath: the check routes take the pooled path; whatever
 // net/http would parse differently goes through the general adapter.
 func TestFrontPooledPath(t *testing.T) {
-	f := newFront(http.NotFoundHandler(), DefaultHotPrefixes, nil)
+	f := newFront(http.NotFoundHandler())
 	cases := map[string]bool{
 		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n":                        true,
 		"GET /check/ns/p?x=1&y=a:b@c HTTP/1.1\r\nHost: h\r\n\r\n":          true,
@@ -191,7 +191,7 @@ func TestFrontAllocations(t *testing.T) {
 	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sawUser = r.Header.Get("X-User")
 		w.Header()["RateLimit"] = value
-	}), DefaultHotPrefixes, nil)
+	}))
 	var req fasthttp.Request
 	req.Header.DisableNormalizing()
 	raw := "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-Original-URL: http://a/b\r\nX-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-User: alice\r\n\r\n"
@@ -279,7 +279,7 @@ func BenchmarkFront(b *testing.B) {
 	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["RateLimit"] = value
 		w.WriteHeader(http.StatusOK)
-	}), DefaultHotPrefixes, nil)
+	}))
 	var req fasthttp.Request
 	req.Header.DisableNormalizing()
 	raw := "GET /check/ns HTTP/1.1\r\nHost: sluice:8080\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n" +

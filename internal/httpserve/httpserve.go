@@ -22,18 +22,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Options tune a server; the zero value is the default.
-type Options struct {
-	// HotPrefixes are the path prefixes served through the pooled adapter
-	// (default DefaultHotPrefixes).
-	HotPrefixes []string
-	// Logger receives the server's connection errors at debug level.
-	Logger *slog.Logger
-}
-
-// DefaultHotPrefixes are the check endpoint's routes.
-var DefaultHotPrefixes = []string{"/check/", "/envoy/"}
-
 // MaxHeaderBytes bounds a request's header section; larger ones get 431.
 // Proxies forward the original request's headers to the check endpoint:
 // nginx accepts up to 4 × 8 KiB by default, Envoy 60 KiB.
@@ -42,12 +30,7 @@ const MaxHeaderBytes = 64 << 10
 // Serve serves h on ln until ctx ends, then shuts down gracefully (up to
 // 10 s for requests in flight).
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	return ServeWith(ctx, ln, h, Options{})
-}
-
-// ServeWith is Serve with options.
-func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o Options) error {
-	srv := NewServer(h, o)
+	srv := newServer(h)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -68,17 +51,10 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o Options) 
 	return nil // past the deadline, the connections still open end with the process
 }
 
-// NewServer is the fasthttp server Serve runs, for callers that manage
-// the listener's life themselves (tests).
-func NewServer(h http.Handler, o Options) *fasthttp.Server {
-	if o.HotPrefixes == nil {
-		o.HotPrefixes = DefaultHotPrefixes
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
+// newServer is the fasthttp server Serve runs.
+func newServer(h http.Handler) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler: newFront(h, o.HotPrefixes, o.Logger).serve,
+		Handler: newFront(h).serve,
 		// A slow client cannot hold a connection with a half-sent request;
 		// idle keep-alive connections stay open as long as a proxy's pool
 		// keeps them (Envoy: 1 h).
@@ -99,16 +75,16 @@ func NewServer(h http.Handler, o Options) *fasthttp.Server {
 		// While draining, answers say Connection: close, so a proxy does not
 		// send its next request on a connection about to close.
 		CloseOnShutdown: true,
-		Logger:          debugLogger{o.Logger},
+		Logger:          debugLogger{},
 	}
 }
 
 // debugLogger routes fasthttp's connection errors (clients that hang up,
 // malformed requests, already answered with 400) to debug level.
-type debugLogger struct{ log *slog.Logger }
+type debugLogger struct{}
 
-func (l debugLogger) Printf(format string, args ...any) {
-	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("http server", "msg", fmt.Sprintf(format, args...))
+func (debugLogger) Printf(format string, args ...any) {
+	if log := slog.Default(); log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug("http server", "msg", fmt.Sprintf(format, args...))
 	}
 }
