@@ -63,7 +63,7 @@ func startFront(t *testing.T, h http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(h)
+	srv := newServer(h, DefaultIdleTimeout)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()

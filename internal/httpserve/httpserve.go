@@ -8,6 +8,11 @@
 // handlers: the check routes reach them through a pooled adapter that
 // allocates one string per request (front.go), every other route through
 // fasthttp's general adapter.
+//
+// What clients may hold is bounded (Config): connections per process and
+// per peer address, the time an idle keep-alive connection stays open;
+// and running out of file descriptors pauses accepting instead of ending
+// the server (listener.go).
 package httpserve
 
 import (
@@ -27,12 +32,21 @@ import (
 // nginx accepts up to 4 × 8 KiB by default, Envoy 60 KiB.
 const MaxHeaderBytes = 64 << 10
 
-// Serve serves h on ln until ctx ends, then shuts down gracefully (up to
-// 10 s for requests in flight).
+// Serve serves h on ln with the default Config until ctx ends, then shuts
+// down gracefully (up to 10 s for requests in flight).
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := newServer(h)
+	return Config{}.Serve(ctx, ln, h)
+}
+
+// Serve serves h on ln within c's bounds until ctx ends, then shuts down
+// gracefully (up to 10 s for requests in flight). Accept errors that a
+// pause may cure (out of file descriptors) are retried, never returned.
+func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	lim := c.resolve(openFileLimit())
+	lln := newLimitListener(ln, lim, newConnMetrics(c.Registerer))
+	srv := newServer(h, lim.idle)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(lln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -43,7 +57,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	err := srv.ShutdownWithContext(shutdownCtx)
 	// Serve may not have taken the listener yet when ctx ended, and then
 	// Shutdown found nothing to close: closing it here ends Serve either way.
-	_ = ln.Close()
+	_ = lln.Close()
 	<-errc
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -52,15 +66,17 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 }
 
 // newServer is the fasthttp server Serve runs.
-func newServer(h http.Handler) *fasthttp.Server {
+func newServer(h http.Handler, idle time.Duration) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler: newFront(h).serve,
-		// A slow client cannot hold a connection with a half-sent request;
-		// idle keep-alive connections stay open as long as a proxy's pool
-		// keeps them (Envoy: 1 h).
+		// A slow client cannot hold a connection with a half-sent request
+		// (nor a new one without a request); an idle keep-alive connection
+		// is closed after idle (DefaultIdleTimeout says why 2 min).
 		ReadTimeout:  10 * time.Second,
-		IdleTimeout:  time.Hour,
+		IdleTimeout:  idle,
 		WriteTimeout: 10 * time.Second,
+		// The connection caps are the listener's (limitListener); the
+		// worker pool's own (Concurrency, 256 Ki) stays above them.
 		// The read buffer is the header limit. Idle connections hand their
 		// buffers back, so thousands of pooled proxy connections do not each
 		// hold 64 KiB.

@@ -1,0 +1,326 @@
+package httpserve
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// failingListener fails its first failures accepts with err (all of them
+// when failures is negative), then accepts from the listener it wraps.
+type failingListener struct {
+	net.Listener
+	err      error
+	failures int64
+	calls    atomic.Int64
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if n := l.calls.Add(1); l.failures < 0 || n <= l.failures {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// acceptErr is the error Go's net package returns when accept(2) fails
+// with errno.
+func acceptErr(errno syscall.Errno) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// TestServeRetriesAcceptErrors: out of file descriptors, Serve pauses and
+// accepts again instead of returning (and ending the process).
+func TestServeRetriesAcceptErrors(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			ln := &failingListener{Listener: listenLoopback(t), err: acceptErr(errno), failures: 4}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- Serve(ctx, ln, http.NotFoundHandler()) }()
+			resp, _, err := tryRoundTrip(ln.Addr().String(), "GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+			select {
+			case err := <-done:
+				t.Fatalf("Serve returned after %d accepts, %d of them failing: %v", ln.calls.Load(), ln.failures, err)
+			default:
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if n := ln.calls.Load(); n <= ln.failures {
+				t.Fatalf("%d accepts, want more than the %d failures", n, ln.failures)
+			}
+		})
+	}
+}
+
+// TestAcceptErrors: which errors are retried, which returned, and that a
+// listener closed while waiting to retry ends Accept.
+func TestAcceptErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err   error
+		retry bool
+	}{
+		{acceptErr(syscall.EMFILE), true},
+		{acceptErr(syscall.ENFILE), true},
+		{acceptErr(syscall.ENOBUFS), true},
+		{acceptErr(syscall.ENOMEM), true},
+		{acceptErr(syscall.ECONNABORTED), true},
+		{acceptErr(syscall.EINTR), true},
+		{fmt.Errorf("wrapped: %w", syscall.EMFILE), true},
+		{&net.OpError{Op: "accept", Net: "tcp", Err: net.ErrClosed}, false},
+		{acceptErr(syscall.EBADF), false},
+		{acceptErr(syscall.EINVAL), false},
+		{io.EOF, false},
+	} {
+		if got := retryableAccept(tc.err); got != tc.retry {
+			t.Errorf("retryableAccept(%v) = %v, want %v", tc.err, got, tc.retry)
+		}
+	}
+
+	boom := errors.New("boom")
+	ll := newLimitListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, limits{}, nil)
+	if _, err := ll.Accept(); err != boom {
+		t.Fatalf("permanent error: got %v, want %v", err, boom)
+	}
+
+	inner := &failingListener{Listener: listenLoopback(t), err: acceptErr(syscall.EMFILE), failures: -1}
+	ll = newLimitListener(inner, limits{}, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ll.Accept()
+		done <- err
+	}()
+	for inner.calls.Load() < 3 { // retried at least twice
+		select {
+		case err := <-done:
+			t.Fatalf("Accept returned on a temporary error: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	_ = ll.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still waiting to retry after Close")
+	}
+}
+
+// capTest accepts from a limitListener and reports, for each connection
+// dialed, whether it was admitted or closed at once.
+type capTest struct {
+	t        *testing.T
+	ll       *limitListener
+	accepted chan net.Conn
+	server   map[string]net.Conn // admitted, by client address
+}
+
+func newCapTest(t *testing.T, l limits, reg prometheus.Registerer) *capTest {
+	ct := &capTest{t: t, ll: newLimitListener(listenLoopback(t), l, newConnMetrics(reg)),
+		accepted: make(chan net.Conn, 16), server: map[string]net.Conn{}}
+	go func() {
+		for {
+			c, err := ct.ll.Accept()
+			if err != nil {
+				close(ct.accepted)
+				return
+			}
+			ct.accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ct.ll.Close()
+		for c := range ct.accepted {
+			c.Close()
+		}
+		for _, c := range ct.server {
+			c.Close()
+		}
+	})
+	return ct
+}
+
+// dial connects from the loopback address from and reports whether the
+// listener admitted the connection (Accept returned it) or closed it.
+func (ct *capTest) dial(from string) (net.Conn, bool) {
+	ct.t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", ct.ll.Addr().String())
+	if err != nil {
+		ct.t.Fatal(err)
+	}
+	ct.t.Cleanup(func() { c.Close() })
+	closed := make(chan struct{})
+	go func() {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			close(closed)
+		}
+	}()
+	select {
+	case sc := <-ct.accepted:
+		if sc.RemoteAddr().String() != c.LocalAddr().String() {
+			ct.t.Fatalf("accepted %s, dialed from %s", sc.RemoteAddr(), c.LocalAddr())
+		}
+		ct.server[c.LocalAddr().String()] = sc
+		return c, true
+	case <-closed:
+		return c, false
+	case <-time.After(10 * time.Second):
+		ct.t.Fatalf("connection from %s neither accepted nor closed", from)
+		return nil, false
+	}
+}
+
+// serverClose closes the server side of an admitted connection.
+func (ct *capTest) serverClose(c net.Conn) {
+	sc := ct.server[c.LocalAddr().String()]
+	delete(ct.server, c.LocalAddr().String())
+	if err := sc.Close(); err != nil {
+		ct.t.Fatal(err)
+	}
+	_ = sc.Close() // a second Close gives nothing back twice
+}
+
+// TestConnectionCaps: a connection over the process cap or its peer's cap
+// is closed at once; closing an admitted one makes room.
+func TestConnectionCaps(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ct := newCapTest(t, limits{maxConns: 3, perPeer: 2}, reg)
+	metric := func(name, reason string) float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() != name || (reason != "" && m.GetLabel()[0].GetValue() != reason) {
+					continue
+				}
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s %s", name, reason)
+		return 0
+	}
+	want := func(from string, admitted bool) net.Conn {
+		t.Helper()
+		c, ok := ct.dial(from)
+		if ok != admitted {
+			t.Fatalf("connection from %s: admitted %v, want %v", from, ok, admitted)
+		}
+		return c
+	}
+	a1 := want("127.0.0.2", true)
+	want("127.0.0.2", true)
+	want("127.0.0.2", false) // peer cap
+	b1 := want("127.0.0.3", true)
+	want("127.0.0.4", false) // process cap
+	want("127.0.0.3", false) // process cap first
+	if got := metric("sluice_http_open_connections", ""); got != 3 {
+		t.Errorf("open connections %v, want 3", got)
+	}
+	if p, c := metric("sluice_http_rejected_connections_total", rejectPerPeer), metric("sluice_http_rejected_connections_total", rejectMaxConns); p != 1 || c != 2 {
+		t.Errorf("rejected: per peer %v, process %v; want 1 and 2", p, c)
+	}
+
+	ct.serverClose(b1)
+	want("127.0.0.4", true)
+	want("127.0.0.2", false) // its peer is still full
+	ct.serverClose(a1)
+	want("127.0.0.2", true)
+	if got := metric("sluice_http_open_connections", ""); got != 3 {
+		t.Errorf("open connections %v, want 3", got)
+	}
+}
+
+// TestConnectionCapsOff: with no caps, every connection is admitted.
+func TestConnectionCapsOff(t *testing.T) {
+	ct := newCapTest(t, limits{}, nil)
+	for range 20 {
+		if _, ok := ct.dial("127.0.0.2"); !ok {
+			t.Fatal("connection closed with no cap")
+		}
+	}
+}
+
+// TestConfigResolve: defaults, "no cap", and the process cap lowered to
+// fit the open-file limit.
+func TestConfigResolve(t *testing.T) {
+	for _, tc := range []struct {
+		c      Config
+		nofile uint64
+		want   limits
+	}{
+		{Config{}, 0, limits{DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
+		{Config{}, 1 << 20, limits{DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
+		{Config{}, 256, limits{192, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
+		{Config{MaxConns: 100, MaxConnsPerPeer: 10, IdleTimeout: time.Second}, 256, limits{100, 10, time.Second}},
+		{Config{MaxConns: 1000}, 1024, limits{768, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
+		{Config{MaxConns: -1, MaxConnsPerPeer: -1, IdleTimeout: -time.Second}, 256, limits{0, 0, DefaultIdleTimeout}},
+	} {
+		if got := tc.c.resolve(tc.nofile); got != tc.want {
+			t.Errorf("%+v with open-file limit %d: %+v, want %+v", tc.c, tc.nofile, got, tc.want)
+		}
+	}
+}
+
+// TestIdleTimeout: an idle keep-alive connection is closed after the idle
+// timeout.
+func TestIdleTimeout(t *testing.T) {
+	ln := listenLoopback(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = Config{IdleTimeout: 200 * time.Millisecond}.Serve(ctx, ln, http.NotFoundHandler()) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Close {
+		t.Fatal("the server closed after one request; want keep-alive")
+	}
+	// Nothing more is sent: the server must close the connection (EOF)
+	// well before this read's own deadline.
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
+	}
+}
