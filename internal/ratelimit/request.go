@@ -90,6 +90,12 @@ type Store interface {
 // ErrInvalidRequest is wrapped by every error Validate returns.
 var ErrInvalidRequest = errors.New("invalid request")
 
+// ErrCapacity is wrapped by the error of a store that cannot hold the state
+// a request needs (a key it does not hold yet) because it is full. The
+// store is available: its keys are still decided, and nothing of the
+// request was applied.
+var ErrCapacity = errors.New("store full")
+
 // Validate checks the entries: count, keys (non-empty, distinct), limits
 // and costs. Stores call it before evaluating anything.
 func (r *Request) Validate() error {

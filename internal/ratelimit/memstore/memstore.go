@@ -1,15 +1,19 @@
 // Package memstore is an in-process ratelimit.Store built on the model:
 // exact for one process, safe for concurrent use, with memory bounded by
-// the keys whose state is still live (a sweeper drops expired state).
+// the keys whose state is still live (a sweeper drops expired state) and,
+// optionally, by a cap on those keys (WithMaxKeys).
 // It backs `manager local` when no Redis is configured, and serves as a
 // second implementation in the differential tests.
 package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -22,6 +26,15 @@ const numShards = 64
 // DefaultSweepInterval is how often expired state is removed.
 const DefaultSweepInterval = 10 * time.Second
 
+// DefaultMaxKeys is the cap `manager local` puts on the keys it holds:
+// about 175 MB at about 175 bytes per key.
+const DefaultMaxKeys = 1_000_000
+
+// reclaimEvery is the least time between two sweeps of one shard to make
+// room for new keys while the store is full: a store full of live keys
+// does not scan its shards for every request that brings a new key.
+const reclaimEvery = 100 * time.Millisecond
+
 // Store is the in-memory Store. A call locks the shards of all its keys in
 // ascending shard order (so calls never deadlock), reads the clock, then
 // evaluates and commits every entry under those locks: the call is atomic
@@ -31,6 +44,12 @@ type Store struct {
 	seed   maphash.Seed
 	now    func() time.Time
 	sweep  time.Duration
+
+	// keys counts the keys the maps hold, expired or not; a new key is
+	// counted before it is added, so maxKeys is never exceeded.
+	keys    atomic.Int64
+	maxKeys int64 // 0: no cap
+	errFull error
 
 	scratch   sync.Pool
 	stop      chan struct{}
@@ -45,6 +64,11 @@ type shard struct {
 	// never shrinks, so after a spike of distinct keys has expired, Sweep
 	// moves the survivors into a new map and the memory goes back.
 	peak int
+	// minExp is at most the earliest expiry in m (µs; MaxInt64 when
+	// empty): before it, the shard has nothing to reclaim.
+	minExp int64
+	// swept is when the shard was last swept (µs).
+	swept int64
 }
 
 // shrinkBelow: a shard whose map holds fewer than 1/shrinkRatio of its peak
@@ -71,6 +95,13 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // disables the sweeper (expired state is then only replaced on use).
 func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweep = d } }
 
+// WithMaxKeys caps the keys the store holds (0 or less: no cap, the
+// default). When it holds n keys and expired ones cannot be reclaimed, a
+// request that needs a key it does not hold gets an error wrapping
+// ratelimit.ErrCapacity and changes nothing; requests on the keys it holds
+// are decided as always.
+func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = int64(max(n, 0)) } }
+
 // New returns a Store and starts its sweeper; Close stops it.
 func New(opts ...Option) *Store {
 	s := &Store{seed: maphash.MakeSeed(), now: time.Now, sweep: DefaultSweepInterval, stop: make(chan struct{}), done: make(chan struct{})}
@@ -79,7 +110,9 @@ func New(opts ...Option) *Store {
 	}
 	for i := range s.shards {
 		s.shards[i].m = make(map[string]*item)
+		s.shards[i].minExp = math.MaxInt64
 	}
+	s.errFull = fmt.Errorf("memstore: %w: it holds %d keys, its maximum", ratelimit.ErrCapacity, s.maxKeys)
 	s.scratch.New = func() any { return new(scratch) }
 	if s.sweep > 0 {
 		go s.sweeper()
@@ -98,6 +131,7 @@ type scratch struct {
 	locked   []uint8
 	verdicts []model.Verdict
 	nexts    []model.State
+	absent   []bool // the key is not in its shard's map
 }
 
 func (sc *scratch) reset(n int) {
@@ -105,6 +139,7 @@ func (sc *scratch) reset(n int) {
 	sc.shardOf = grow(sc.shardOf, n)
 	sc.verdicts = grow(sc.verdicts, n)
 	sc.nexts = grow(sc.nexts, n)
+	sc.absent = grow(sc.absent, n)
 	sc.locked = sc.locked[:0]
 }
 
@@ -133,6 +168,22 @@ func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 		sc.shardOf[i] = uint8(maphash.String(s.seed, e.Key) % numShards)
 		sc.locked = insertSorted(sc.locked, sc.shardOf[i])
 	}
+	err := s.check(req, dec, sc)
+	if errors.Is(err, errNoRoom) && s.reclaim() {
+		err = s.check(req, dec, sc) // decided again: time and state may have moved
+	}
+	if errors.Is(err, errNoRoom) {
+		return s.errFull
+	}
+	return err
+}
+
+// errNoRoom: the request needs new keys and the store holds its maximum.
+var errNoRoom = errors.New("no room")
+
+// check evaluates and commits req under the locks of its shards, or
+// returns errNoRoom having changed nothing.
+func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scratch) error {
 	for _, i := range sc.locked {
 		s.shards[i].mu.Lock()
 	}
@@ -146,17 +197,35 @@ func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	for i := range req.Entries {
 		e := &req.Entries[i]
 		var st *model.State
-		if it := s.shards[sc.shardOf[i]].m[e.Key]; it != nil && now < it.exp {
+		it := s.shards[sc.shardOf[i]].m[e.Key]
+		if it != nil && now < it.exp {
 			st = &it.st
 		}
+		sc.absent[i] = it == nil
 		sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, e.Cost)
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
+	commit := dec.Allowed && !req.DryRun
+	if commit {
+		var added int64
+		for i := range req.Entries {
+			if sc.absent[i] && sc.verdicts[i].Allowed && req.Entries[i].Cost > 0 {
+				added++
+			}
+		}
+		if added > 0 {
+			if total := s.keys.Add(added); s.maxKeys > 0 && total > s.maxKeys {
+				s.keys.Add(-added)
+				clear(sc.nexts)
+				return errNoRoom
+			}
+		}
+	}
 	dec.Results = dec.Results[:0]
 	for i := range req.Entries {
 		v := &sc.verdicts[i]
 		dec.Results = append(dec.Results, v.Result(dec.Allowed))
-		if dec.Allowed && !req.DryRun && v.Allowed && req.Entries[i].Cost > 0 {
+		if commit && v.Allowed && req.Entries[i].Cost > 0 {
 			s.commit(sc.shardOf[i], req.Entries[i].Key, sc.nexts[i], now+v.ResetAfter)
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
@@ -164,16 +233,34 @@ func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	return nil
 }
 
+// commit stores a key's state; a new key was counted in s.keys already.
 func (s *Store) commit(sh uint8, key string, st model.State, exp int64) {
-	m := s.shards[sh].m
-	if it := m[key]; it != nil {
+	shard := &s.shards[sh]
+	shard.minExp = min(shard.minExp, exp)
+	if it := shard.m[key]; it != nil {
 		it.st, it.exp = st, exp
 		return
 	}
-	m[key] = &item{st: st, exp: exp}
-	if shard := &s.shards[sh]; len(m) > shard.peak {
-		shard.peak = len(m)
+	shard.m[key] = &item{st: st, exp: exp}
+	if len(shard.m) > shard.peak {
+		shard.peak = len(shard.m)
 	}
+}
+
+// reclaim sweeps the shards that may hold expired keys and were not swept
+// in the last reclaimEvery, and reports whether it removed any.
+func (s *Store) reclaim() bool {
+	removed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now := s.now().UnixMicro()
+		if now >= sh.minExp && now-sh.swept >= reclaimEvery.Microseconds() {
+			removed += s.sweepLocked(sh, now)
+		}
+		sh.mu.Unlock()
+	}
+	return removed > 0
 }
 
 // insertSorted adds v to the ascending set s.
@@ -191,7 +278,8 @@ func insertSorted(s []uint8, v uint8) []uint8 {
 	return s
 }
 
-// Len returns how many keys hold state, expired or not (until swept).
+// Len returns how many keys hold state, expired or not (until swept): the
+// keys WithMaxKeys caps.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -209,21 +297,32 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		now := s.now().UnixMicro()
-		for k, it := range sh.m {
-			if now >= it.exp {
-				delete(sh.m, k)
-				removed++
-			}
-		}
-		if sh.peak >= shrinkMinPeak && len(sh.m)*shrinkRatio < sh.peak {
-			m := make(map[string]*item, len(sh.m))
-			for k, it := range sh.m {
-				m[k] = it
-			}
-			sh.m, sh.peak = m, len(m)
-		}
+		removed += s.sweepLocked(sh, s.now().UnixMicro())
 		sh.mu.Unlock()
+	}
+	return removed
+}
+
+// sweepLocked removes sh's expired state; sh is locked.
+func (s *Store) sweepLocked(sh *shard, now int64) int {
+	removed := 0
+	minExp := int64(math.MaxInt64)
+	for k, it := range sh.m {
+		if now >= it.exp {
+			delete(sh.m, k)
+			removed++
+		} else {
+			minExp = min(minExp, it.exp)
+		}
+	}
+	sh.minExp, sh.swept = minExp, now
+	s.keys.Add(int64(-removed))
+	if sh.peak >= shrinkMinPeak && len(sh.m)*shrinkRatio < sh.peak {
+		m := make(map[string]*item, len(sh.m))
+		for k, it := range sh.m {
+			m[k] = it
+		}
+		sh.m, sh.peak = m, len(m)
 	}
 	return removed
 }
