@@ -294,6 +294,14 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		if errors.Is(err, ratelimit.ErrInvalidRequest) {
 			return err // a programming error, not Redis being away
 		}
+		if errors.Is(err, ratelimit.ErrCapacity) {
+			// The store answered, full: the failure mode answers this
+			// check, but the store is not away, so the breaker stays
+			// closed for the keys it holds.
+			c.breaker.Success()
+			c.failureAnswer(out, err)
+			return nil
+		}
 		c.breaker.Failure()
 		if c.metrics != nil {
 			c.metrics.storeErrors.Inc()
@@ -380,10 +388,14 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 }
 
 // failureAnswer applies the failure modes: any enforced matching policy
-// with failureMode Closed denies; otherwise the request is allowed.
+// with failureMode Closed denies; otherwise the request is allowed. A
+// full store (ratelimit.ErrCapacity) is answered the same way.
 func (c *Checker) failureAnswer(out *Outcome, err error) {
 	out.Degraded, out.StoreErr = true, err
 	out.Reason = ReasonStoreUnavailable
+	if c.metrics != nil && errors.Is(err, ratelimit.ErrCapacity) {
+		c.metrics.storeFull.Inc()
+	}
 	for _, pr := range out.Policies {
 		if pr.Policy.FailClosed && !pr.Policy.Shadow && !pr.MissingKey {
 			out.Allowed, out.Decider = false, pr.Policy

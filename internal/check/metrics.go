@@ -11,6 +11,7 @@ type Metrics struct {
 	storeLatency prometheus.Histogram
 	storeErrors  prometheus.Counter
 	failureMode  *prometheus.CounterVec
+	storeFull    prometheus.Counter
 	breakerState prometheus.Gauge
 	cacheHits    prometheus.Counter
 	revision     prometheus.Gauge
@@ -39,8 +40,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_failure_mode_decisions_total",
-			Help: "Checks answered by a failure mode because Redis could not answer (mode: open allowed, closed denied).",
+			Help: "Checks answered by a failure mode because the store could not answer: Redis unavailable, or the store full (mode: open allowed, closed denied).",
 		}, []string{"mode"}),
+		storeFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_full_total",
+			Help: "Checks answered by a failure mode because they needed a new key and the store holds its maximum (in-memory store: --memory-max-keys); also counted in sluice_failure_mode_decisions_total.",
+		}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",
 			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
@@ -54,6 +59,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Revision of the policy set in force.",
 		}),
 	}
-	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.breakerState, m.cacheHits, m.revision)
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, m.breakerState, m.cacheHits, m.revision)
 	return m
 }
