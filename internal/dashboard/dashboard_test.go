@@ -42,12 +42,31 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // endpoint and dashboard, over the policy files given.
 func serveLocal(t *testing.T, files map[string]string) (*httptest.Server, *source.Files) {
 	t.Helper()
+	return serveDir(t, writeFiles(t, files))
+}
+
+// writeFiles writes policy files into a new folder, dated an hour ago so
+// that they apply at once (a file written just now is read again after
+// the poll interval, in case its writer is not done).
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
 	dir := t.TempDir()
+	written := time.Now().Add(-time.Hour)
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, written, written); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dir
+}
+
+// serveDir is serveLocal over a folder already laid out.
+func serveDir(t *testing.T, dir string) (*httptest.Server, *source.Files) {
+	t.Helper()
 	f, err := source.NewFiles(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -245,10 +264,13 @@ func TestStateReportsProblems(t *testing.T) {
 		"dup.yaml":    apiPolicy, // defines default/api again: api.yaml, read first, is used
 	})
 	st := getState(t, ts.URL)
-	if len(st.Problems) != 1 || !strings.HasPrefix(st.Problems[0], "broken.yaml: ") {
+	if len(st.Problems) != 2 || !strings.HasPrefix(st.Problems[0], "broken.yaml: ") ||
+		st.Problems[1] != "dup.yaml: policy default/api is also defined in api.yaml, whose definition is in force; this one is not applied" {
 		t.Errorf("problems: %q", st.Problems)
 	}
-	if api := findPolicy(t, st, "default", "api"); !api.Ready || api.File != "api.yaml" {
+	// In force from api.yaml, not Ready while it is defined twice.
+	if api := findPolicy(t, st, "default", "api"); api.Ready || !api.InForce || api.File != "api.yaml" ||
+		!strings.Contains(api.Message, "also defined in dup.yaml") {
 		t.Errorf("a policy defined twice shows the version in use: %+v", api)
 	}
 	bad := findPolicy(t, st, "default", "bad")

@@ -113,8 +113,8 @@ func (d *Dashboard) snapshot() State {
 				v = &PolicyView{Namespace: s.Namespace, Name: s.Name, Limits: []LimitView{}}
 				views[id] = v
 			}
-			if v.File != "" {
-				continue // a duplicate's status; the one in use came first
+			if s.Duplicate {
+				continue // not applied; the file's error says so
 			}
 			v.File = relFile(dir, s.File)
 			v.Ready, v.Message = s.Ready, s.Message

@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
@@ -42,7 +43,18 @@ type PolicyStatus struct {
 	// in place of the file's version; EditedAt is when it was made.
 	Edited   bool
 	EditedAt time.Time
+	// Duplicate is set on a definition that is not applied because another
+	// one of the same policy is (see FileErrors); the status of the
+	// definition applied comes first.
+	Duplicate bool
 }
+
+// policyID names a policy. A struct rather than "namespace/name": names
+// are checked as the API server checks them, and the key does not depend
+// on that.
+type policyID struct{ namespace, name string }
+
+func (id policyID) String() string { return id.namespace + "/" + id.name }
 
 // ErrUnknownPolicy is returned by Edit and Revert for a policy that no
 // readable file defines.
@@ -53,7 +65,10 @@ var ErrUnknownPolicy = errors.New("no such policy in the policy files")
 // each naming its field.
 var ErrInvalidEdit = errors.New("edit rejected")
 
-// FileError is a file that could not be read as RateLimitPolicy YAML.
+// FileError is a file that could not be read as RateLimitPolicy YAML, or
+// whose policies are not all applied: not readable, skipped (not a regular
+// file), not parsed, an invalid name, a policy another file also defines,
+// or a file that keeps changing.
 type FileError struct {
 	File string
 	Err  error
@@ -62,6 +77,16 @@ type FileError struct {
 // Files serves the RateLimitPolicies in the YAML files under a folder and
 // follows edits. A file or policy that does not parse or compile is
 // reported and the last good version of each of its policies stays in force.
+//
+// Each file stands on its own: one that cannot be read (a symlink loop or
+// a dangling symlink), is not a regular file (a FIFO, socket or device:
+// skipped, never opened), or names a policy as the API server would not
+// is reported in FileErrors, keeps its policies' last good versions, and
+// the other files go on following their edits. A policy defined in two
+// places is applied from one of them (see owner) and reported on both. A
+// new version of a file applies once the file has stayed unchanged for
+// the settle time (the poll interval, at most 1s), so a file caught while
+// a writer is between writes is not applied.
 //
 // Besides the files, a policy can be edited in memory (Edit, used by the
 // dashboard): the edited spec is in force instead of the file's version
@@ -75,17 +100,29 @@ type Files struct {
 	set      atomic.Pointer[policy.Set]
 	revision atomic.Int64
 
+	// reloadMu makes reloads one at a time; files is theirs.
+	reloadMu sync.Mutex
+	files    map[string]*fileState
+	// settle is how long a file must stay unchanged before a new version
+	// of it applies.
+	settle time.Duration
+	// afterRead, when set (by tests), runs between reading a file and the
+	// stat that checks it did not change meanwhile.
+	afterRead func(path string)
+
 	mu         sync.Mutex
 	signature  string
-	good       map[string]*policy.Policy // "ns/name" -> last good version
-	goodFile   map[string]string         // "ns/name" -> the file it came from
+	good       map[policyID]*policy.Policy // last good version
+	goodFile   map[policyID]string         // the file it came from
 	statuses   []PolicyStatus
 	fileErrors []FileError
-	onChange   []func()
+	// compileErrs are the compile errors last logged, so each is logged once.
+	compileErrs map[policyID]string
+	onChange    []func()
 
-	fileHash map[string]string  // file -> hash of the contents last compiled
-	used     map[string]usedDoc // "ns/name" -> the document in use
-	edits    map[string]*edit   // "ns/name" -> in-memory edit in force
+	fileHash map[string]string    // file -> hash of the contents last compiled
+	used     map[policyID]usedDoc // the document in use
+	edits    map[policyID]*edit   // in-memory edit in force
 	now      func() time.Time
 }
 
@@ -119,11 +156,23 @@ func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, err
 	if !st.IsDir() {
 		return nil, fmt.Errorf("policies folder: %s is not a folder", dir)
 	}
-	f := &Files{dir: dir, interval: interval, log: log, good: map[string]*policy.Policy{}, goodFile: map[string]string{},
-		fileHash: map[string]string{}, used: map[string]usedDoc{}, edits: map[string]*edit{}, now: time.Now}
+	f := &Files{dir: dir, interval: interval, log: log, files: map[string]*fileState{}, settle: min(interval, time.Second),
+		good: map[policyID]*policy.Policy{}, goodFile: map[policyID]string{},
+		fileHash: map[string]string{}, used: map[policyID]usedDoc{}, edits: map[policyID]*edit{}, now: time.Now}
 	f.set.Store(policy.NewSet(0, nil))
 	if err := f.Reload(); err != nil {
 		return nil, err
+	}
+	// Files written just before the start are given the settle time, so
+	// the process does not start on a half-written one.
+	for range 5 {
+		if !f.unsettled() {
+			break
+		}
+		time.Sleep(f.settle)
+		if err := f.Reload(); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -138,7 +187,8 @@ func (f *Files) Statuses() []PolicyStatus {
 	return append([]PolicyStatus(nil), f.statuses...)
 }
 
-// FileErrors reports files that could not be read.
+// FileErrors reports, per file, what keeps its policies from being applied
+// in full, sorted by file.
 func (f *Files) FileErrors() []FileError {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -157,25 +207,43 @@ func (f *Files) Dir() string { return f.dir }
 
 // Run polls the folder until ctx ends. Polling (rather than inotify)
 // follows editors that replace files, mounted ConfigMaps that swap
-// symlinks, and network filesystems alike.
+// symlinks, and network filesystems alike. A folder that cannot be read
+// is logged when that starts and when it ends, not at every poll.
 func (f *Files) Run(ctx context.Context) {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()
+	var failing string
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := f.Reload(); err != nil {
-				f.log.Error("reading policies", "dir", f.dir, "err", err)
+			err := f.Reload()
+			switch {
+			case err != nil && err.Error() != failing:
+				failing = err.Error()
+				f.log.Error("policies folder cannot be read; the policies in force stay", "dir", f.dir, "err", err)
+			case err == nil && failing != "":
+				failing = ""
+				f.log.Info("policies folder readable again", "dir", f.dir)
 			}
 		}
 	}
 }
 
 type document struct {
-	file string
-	spec *ratelimitv1alpha1.RateLimitPolicy
+	file  string
+	index int // 1-based, among the file's YAML documents
+	spec  *ratelimitv1alpha1.RateLimitPolicy
+}
+
+// id is the policy's name, the namespace defaulted as kubectl does.
+func (d document) id() policyID {
+	ns := d.spec.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return policyID{namespace: ns, name: d.spec.Name}
 }
 
 // Reload reads the folder and, when anything changed, compiles it and
@@ -189,7 +257,7 @@ func (f *Files) Reload() error { return f.reload(false) }
 // nothing changes. Otherwise the edited version is in force at once, and
 // stays until the policy's file changes on disk or Revert is called.
 func (f *Files) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimitPolicySpec) error) error {
-	id := namespace + "/" + name
+	id := policyID{namespace, name}
 	f.mu.Lock()
 	doc, ok := f.used[id]
 	if !ok {
@@ -209,14 +277,14 @@ func (f *Files) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimi
 	// since, the next reload finds a different hash and the file wins.
 	f.edits[id] = &edit{file: doc.file, fileHash: f.fileHash[doc.file], spec: spec, at: f.now()}
 	f.mu.Unlock()
-	f.log.Info("policy edited in memory; the file wins again when it changes", "policy", id, "file", doc.file)
+	f.log.Info("policy edited in memory; the file wins again when it changes", "policy", id.String(), "file", doc.file)
 	return f.reload(true)
 }
 
 // Revert drops the in-memory edit of namespace/name, putting its file's
 // version back in force. Reverting a policy without an edit does nothing.
 func (f *Files) Revert(namespace, name string) error {
-	id := namespace + "/" + name
+	id := policyID{namespace, name}
 	f.mu.Lock()
 	_, edited := f.edits[id]
 	_, known := f.used[id]
@@ -228,30 +296,32 @@ func (f *Files) Revert(namespace, name string) error {
 		}
 		return nil
 	}
-	f.log.Info("in-memory edit reverted; the file's version is in force", "policy", id)
+	f.log.Info("in-memory edit reverted; the file's version is in force", "policy", id.String())
 	return f.reload(true)
 }
 
 // reload reads the folder and compiles it when anything changed, or always
-// when force is set (after an edit).
+// when force is set (after an edit). Each file is read and reported on its
+// own: one that cannot be read keeps its policies' last good versions and
+// the others follow their edits.
 func (f *Files) reload(force bool) error {
-	files, err := policyFiles(f.dir)
+	f.reloadMu.Lock()
+	defer f.reloadMu.Unlock()
+	entries, dirErrs, err := listFiles(f.dir)
 	if err != nil {
 		return err
 	}
-	contents := make(map[string][]byte, len(files))
+	contents, readErrs := f.readAll(entries, f.now())
+	readErrs = append(dirErrs, readErrs...)
+
 	h := sha256.New()
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // removed between listing and reading
-			}
-			return err
+	for _, e := range entries {
+		if v := contents[e.path]; v != nil {
+			fmt.Fprintf(h, "%s\x00%x\x00", e.path, v.hash)
 		}
-		contents[name] = b
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
-		h.Write(b)
+	}
+	for _, fe := range readErrs {
+		fmt.Fprintf(h, "%s\x00error\x00%v\x00", fe.File, fe.Err)
 	}
 	sig := string(h.Sum(nil))
 
@@ -263,91 +333,167 @@ func (f *Files) reload(force bool) error {
 	f.signature = sig
 
 	fileHash := make(map[string]string, len(contents))
-	for name, b := range contents {
-		sum := sha256.Sum256(b)
-		fileHash[name] = string(sum[:])
+	for name, v := range contents {
+		fileHash[name] = string(v.hash[:])
 	}
 	for id, e := range f.edits {
 		if fileHash[e.file] != e.fileHash {
 			delete(f.edits, id)
-			f.log.Info("policy file changed; it replaces the in-memory edit", "policy", id, "file", e.file)
+			f.log.Info("policy file changed; it replaces the in-memory edit", "policy", id.String(), "file", e.file)
 		}
 	}
 
-	var (
-		docs       []document
-		fileErrors []FileError
-		statuses   []PolicyStatus
-	)
-	for _, name := range files {
-		b, ok := contents[name]
-		if !ok {
+	// Files whose policies cannot be known this time (not readable, not
+	// parsed) keep their policies' last good versions; why, for statuses.
+	kept := map[string]string{}
+	fileErrors := append([]FileError(nil), readErrs...)
+	for _, fe := range readErrs {
+		if contents[fe.File] == nil {
+			kept[fe.File] = fmt.Sprintf("its file cannot be read: %v", fe.Err)
+		}
+	}
+	keptWhy := func(file string) (string, bool) {
+		if why, ok := kept[file]; ok {
+			return why, true
+		}
+		for _, de := range dirErrs {
+			if strings.HasPrefix(file, de.File+string(filepath.Separator)) {
+				return fmt.Sprintf("its folder %s cannot be read: %v", f.rel(de.File), de.Err), true
+			}
+		}
+		return "", false
+	}
+
+	// Every definition of each policy, in file order.
+	defs := map[policyID][]document{}
+	var order []policyID
+	for _, e := range entries {
+		v := contents[e.path]
+		if v == nil {
 			continue
 		}
-		d, err := parseFile(name, b)
+		d, err := parseFile(e.path, v.data)
 		if err != nil {
-			fileErrors = append(fileErrors, FileError{File: name, Err: err})
-			f.log.Error("policy file not applied; the last good versions of its policies stay in force", "file", name, "err", err)
-		}
-		docs = append(docs, d...)
-	}
-
-	next := map[string]*policy.Policy{}
-	seen := map[string]string{}
-	used := map[string]usedDoc{}
-	for _, d := range docs {
-		ns := d.spec.Namespace
-		if ns == "" {
-			ns = "default"
-		}
-		id := ns + "/" + d.spec.Name
-		st := PolicyStatus{Namespace: ns, Name: d.spec.Name, File: d.file, Spec: &d.spec.Spec}
-		if other, dup := seen[id]; dup {
-			st.Message = fmt.Sprintf("policy %s is also defined in %s; that one is used", id, other)
-			statuses = append(statuses, st)
+			fileErrors = append(fileErrors, FileError{File: e.path, Err: err})
+			kept[e.path] = fmt.Sprintf("its file does not parse: %v", err)
 			continue
 		}
-		seen[id] = d.file
+		for _, doc := range d {
+			id := doc.id()
+			if defs[id] == nil {
+				order = append(order, id)
+			}
+			defs[id] = append(defs[id], doc)
+		}
+	}
+
+	var statuses []PolicyStatus
+	next := map[policyID]*policy.Policy{}
+	nextFile := map[policyID]string{}
+	used := map[policyID]usedDoc{}
+	dupNote := map[policyID]string{}
+	compileErrs := map[policyID]string{}
+	for _, id := range order {
+		ds := defs[id]
+		owner, keptOwner := f.owner(id, ds, keptWhy)
+		ownerFile := f.goodFile[id]
+		if !keptOwner {
+			ownerFile = ds[owner].file
+		}
+		var others []string
+		for i, d := range ds {
+			if i == owner && !keptOwner {
+				continue
+			}
+			others = append(others, f.rel(d.file))
+			var err error
+			switch {
+			case d.file == ownerFile && !keptOwner:
+				err = fmt.Errorf("policy %s is defined twice in this file (documents %d and %d); document %d is the one applied",
+					id, ds[owner].index, d.index, ds[owner].index)
+			case keptOwner:
+				err = fmt.Errorf("policy %s is also defined in %s, whose last good version stays in force; this definition is not applied",
+					id, f.rel(ownerFile))
+			default:
+				err = fmt.Errorf("policy %s is also defined in %s, whose definition is in force; this one is not applied",
+					id, f.rel(ownerFile))
+			}
+			fileErrors = append(fileErrors, FileError{File: d.file, Err: err})
+			statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file,
+				Spec: &d.spec.Spec, Duplicate: true, Message: err.Error()})
+		}
+		if len(others) > 0 {
+			dupNote[id] = fmt.Sprintf("also defined in %s, where it is not applied: keep one definition",
+				strings.Join(others, ", "))
+		}
+		if keptOwner {
+			continue // its status comes with the other kept policies below
+		}
+		d := ds[owner]
+		st := PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file, Spec: &d.spec.Spec}
 		if e := f.edits[id]; e != nil && e.file == d.file {
 			st.Spec, st.Edited, st.EditedAt = e.spec, true, e.at
 		}
 		used[id] = usedDoc{file: d.file, spec: st.Spec}
-		p, err := policy.Compile(ns, d.spec.Name, st.Spec)
+		p, err := policy.Compile(id.namespace, id.name, st.Spec)
 		if err != nil {
 			st.Message = err.Error()
 			if old := f.good[id]; old != nil {
-				next[id] = old
+				next[id], nextFile[id] = old, d.file
 				st.Message += " (the last good version stays in force)"
 			}
-			f.log.Error("policy not applied", "policy", id, "file", d.file, "err", err)
+			compileErrs[id] = err.Error()
+			if f.compileErrs[id] != err.Error() {
+				f.log.Error("policy not applied", "policy", id.String(), "file", d.file, "err", err)
+			}
 		} else {
 			st.Ready = true
-			next[id] = p
+			next[id], nextFile[id] = p, d.file
+		}
+		if note := dupNote[id]; note != "" {
+			// In force, but not Ready: which definition counts is in doubt.
+			st.Ready = false
+			st.Message = joinMessages(st.Message, note)
 		}
 		statuses = append(statuses, st)
 	}
-	// A file that failed to parse keeps its policies' last good versions.
-	nextFile := map[string]string{}
-	for id := range next {
-		nextFile[id] = seen[id]
+	for id, old := range f.good {
+		if _, present := next[id]; present {
+			continue
+		}
+		why, ok := keptWhy(f.goodFile[id])
+		if !ok {
+			continue
+		}
+		next[id], nextFile[id] = old, f.goodFile[id]
+		statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: f.goodFile[id],
+			Message: joinMessages(why+" (the last good version stays in force)", dupNote[id])})
+	}
+	// The status of the definition in use goes ahead of its duplicates'.
+	sort.SliceStable(statuses, func(i, j int) bool {
+		a, b := statuses[i], statuses[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return !a.Duplicate && b.Duplicate
+	})
+	sort.SliceStable(fileErrors, func(i, j int) bool { return fileErrors[i].File < fileErrors[j].File })
+	// Logged once, when it appears: not at every poll, nor again when
+	// another file changes.
+	logged := make(map[string]bool, len(f.fileErrors))
+	for _, fe := range f.fileErrors {
+		logged[fe.File+"\x00"+fe.Err.Error()] = true
 	}
 	for _, fe := range fileErrors {
-		for id, old := range f.good {
-			if _, present := next[id]; !present && f.goodFile[id] == fe.File {
-				next[id], nextFile[id] = old, fe.File
-				statuses = append(statuses, PolicyStatus{Namespace: old.Namespace, Name: old.Name, File: fe.File,
-					Message: fmt.Sprintf("its file does not parse: %v (the last good version stays in force)", fe.Err)})
-			}
+		if !logged[fe.File+"\x00"+fe.Err.Error()] {
+			f.log.Error("policy file not applied in full; the last good versions of its policies stay in force",
+				"file", fe.File, "err", fe.Err)
 		}
 	}
-	// Stable: a policy's status from the document in use (the first read)
-	// stays ahead of its duplicates'.
-	sort.SliceStable(statuses, func(i, j int) bool {
-		if statuses[i].Namespace != statuses[j].Namespace {
-			return statuses[i].Namespace < statuses[j].Namespace
-		}
-		return statuses[i].Name < statuses[j].Name
-	})
+	f.compileErrs = compileErrs
 
 	f.good, f.goodFile = next, nextFile
 	f.fileHash, f.used = fileHash, used
@@ -365,29 +511,43 @@ func (f *Files) reload(force bool) error {
 	return nil
 }
 
-// policyFiles lists the YAML and JSON files under dir, sorted.
-func policyFiles(dir string) ([]string, error) {
-	var files []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// owner picks the definition of id that is applied among ds (in file
+// order). A policy in force keeps coming from the file it came from while
+// that file still defines it, or while that file cannot be read or parsed
+// (keptOwner: its last good version stays); otherwise the first definition
+// wins. So adding a second definition never changes which one is enforced.
+func (f *Files) owner(id policyID, ds []document, keptWhy func(string) (string, bool)) (owner int, keptOwner bool) {
+	if f.good[id] == nil {
+		return 0, false
+	}
+	incumbent := f.goodFile[id]
+	if _, ok := keptWhy(incumbent); ok {
+		return -1, true
+	}
+	for i, d := range ds {
+		if d.file == incumbent {
+			return i, false
 		}
-		if d.IsDir() {
-			if p != dir && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir // editors' and ConfigMaps' hidden folders
-			}
-			return nil
-		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
-			if !strings.HasPrefix(d.Name(), ".") {
-				files = append(files, p)
-			}
-		}
-		return nil
-	})
-	sort.Strings(files)
-	return files, err
+	}
+	return 0, false
+}
+
+func joinMessages(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// rel names a file relative to the folder, as a person editing it would.
+func (f *Files) rel(file string) string {
+	if r, err := filepath.Rel(f.dir, file); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return file
 }
 
 // parseFile reads the RateLimitPolicy documents of one file; documents of
@@ -416,9 +576,30 @@ func parseFile(name string, b []byte) ([]document, error) {
 		if p.Name == "" {
 			return nil, fmt.Errorf("document %d: metadata.name: required", i+1)
 		}
-		docs = append(docs, document{file: name, spec: &p})
+		if err := validateNames(&p); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i+1, err)
+		}
+		docs = append(docs, document{file: name, index: i + 1, spec: &p})
 	}
 	return docs, nil
+}
+
+// validateNames checks metadata.name and metadata.namespace as the API
+// server does for a namespaced custom resource: the name a DNS subdomain,
+// the namespace a DNS label. A file must not hold a policy the cluster
+// would refuse (nor one whose name, holding a "/", reads as another's).
+func validateNames(p *ratelimitv1alpha1.RateLimitPolicy) error {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	for _, msg := range validation.IsDNS1123Subdomain(p.Name) {
+		errs = append(errs, field.Invalid(meta.Child("name"), p.Name, msg))
+	}
+	if p.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(p.Namespace) {
+			errs = append(errs, field.Invalid(meta.Child("namespace"), p.Namespace, msg))
+		}
+	}
+	return errs.ToAggregate()
 }
 
 // splitDocuments splits a YAML stream at "---" lines.

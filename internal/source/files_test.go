@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 )
@@ -24,15 +25,36 @@ spec:
     tokenBucket: {capacity: 5, refillRate: 1, refillInterval: 10s}
 `
 
+// written is the modification time writeFile gives: long enough ago that
+// a version applies at the next read (see Files.settle).
+var written = time.Now().Add(-time.Hour)
+
+// writeFile writes a policy file as a writer that finished a while ago.
+func writeFile(t *testing.T, dir, name, body string) {
+	t.Helper()
+	writeFileAt(t, dir, name, body, written)
+}
+
+func writeFileAt(t *testing.T, dir, name, body string, mtime time.Time) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newFiles(t *testing.T, files map[string]string) (*Files, string) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, dir, name, body)
 	}
-	f, err := NewFiles(dir, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f, err := NewFiles(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +129,7 @@ func TestEditAppliesAtOnceUntilTheFileChanges(t *testing.T) {
 	}
 
 	// The file changes on disk: it wins, and the edit is gone.
-	changed := strings.Replace(bucketPolicy, "capacity: 5", "capacity: 7", 1)
-	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(changed), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, dir, "api.yaml", strings.Replace(bucketPolicy, "capacity: 5", "capacity: 7", 1))
 	if err := f.Reload(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +202,7 @@ func TestRevertPutsTheFileBack(t *testing.T) {
 
 func TestPoliciesKeptFromABrokenFileHaveAStatus(t *testing.T) {
 	f, dir := newFiles(t, map[string]string{"api.yaml": bucketPolicy})
-	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte("kind: RateLimitPolicy\nspec: ["), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, dir, "api.yaml", "kind: RateLimitPolicy\nspec: [")
 	if err := f.Reload(); err != nil {
 		t.Fatal(err)
 	}
