@@ -21,9 +21,9 @@ func (e *Eval) Reset(r *Request) {
 }
 
 // Match reports whether p applies to the request. An error comes from the
-// policy's `when` expression (a missing map key, the cost limit); callers
-// treat the policy as matching so that an expression error never lets a
-// request skip a limit.
+// policy's `when` expression (a missing map key, its deadline, a request
+// larger than its cost was estimated for); callers treat the policy as
+// matching so that an expression error never lets a request skip a limit.
 func (e *Eval) Match(p *Policy) (bool, error) {
 	return p.match.matches(e.r, &e.vars)
 }
