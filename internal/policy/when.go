@@ -27,12 +27,13 @@ import (
 // endpoint accepts, and an expression above whenCostBudget does not compile.
 //
 // A cost unit is CEL's: about one operation, or ten characters of a string
-// traversed. The prices below keep a unit of any operation under about
-// 75 ns in the worst case (BenchmarkWhenWorstCase, on a busy machine), so
-// the budget is at most a millisecond or so of one core per check. It
-// admits header presence and equality, in lists, startsWith and endsWith,
-// three contains on a 64 KiB header, or a regex of up to about 90 program
-// instructions (a dozen bot names).
+// traversed. The prices below keep a unit of any operation within about
+// 100 ns in the worst case (BenchmarkWhenWorstCase on a busy shared 2-core
+// machine; loops cost the most per unit, regexes and contains less), so the
+// budget is at most about 2 ms of one core per check, well inside
+// whenDeadline. It admits header presence and equality, in lists,
+// startsWith and endsWith, three contains on a 64 KiB header, or a regex of
+// up to about 90 program instructions (a dozen bot names).
 const whenCostBudget = 20_000
 
 // The largest request a `when` expression is evaluated on. The check
