@@ -52,6 +52,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// Registerer, when set, receives the connection metrics.
 	Registerer prometheus.Registerer
+	// Logger logs what the caps and accept errors do (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // BindFlags binds the flags of the processes that serve HTTP:
@@ -100,6 +103,13 @@ type limits struct {
 	idle              time.Duration
 }
 
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
 // resolve applies the defaults and the open-file limit (nofile, 0 when
 // unknown).
 func (c Config) resolve(nofile uint64) limits {
@@ -111,7 +121,7 @@ func (c Config) resolve(nofile uint64) limits {
 		l.maxConns = 0
 	}
 	if fit := nofile / 4 * 3; l.maxConns > 0 && nofile > 0 && uint64(l.maxConns) > fit {
-		slog.Info("connection cap lowered to fit the open-file limit", "max_connections", fit, "asked", l.maxConns, "open_file_limit", nofile)
+		c.logger().Info("connection cap lowered to fit the open-file limit", "max_connections", fit, "asked", l.maxConns, "open_file_limit", nofile)
 		l.maxConns = int(max(fit, 1))
 	}
 	switch {

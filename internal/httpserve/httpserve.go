@@ -43,7 +43,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 // pause may cure (out of file descriptors) are retried, never returned.
 func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	lim := c.resolve(openFileLimit())
-	lln := newLimitListener(ln, lim, newConnMetrics(c.Registerer))
+	lln := newLimitListener(ln, lim, newConnMetrics(c.Registerer), c.logger())
 	srv := newServer(h, lim.idle)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lln) }()

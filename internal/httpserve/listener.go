@@ -28,6 +28,7 @@ type limitListener struct {
 	maxConns int // 0: no cap
 	perPeer  int // 0: no cap
 	metrics  *connMetrics
+	log      *slog.Logger
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -51,8 +52,8 @@ const (
 	acceptDelayMax = time.Second
 )
 
-func newLimitListener(ln net.Listener, l limits, m *connMetrics) *limitListener {
-	return &limitListener{Listener: ln, maxConns: l.maxConns, perPeer: l.perPeer, metrics: m,
+func newLimitListener(ln net.Listener, l limits, m *connMetrics, log *slog.Logger) *limitListener {
+	return &limitListener{Listener: ln, maxConns: l.maxConns, perPeer: l.perPeer, metrics: m, log: log,
 		done: make(chan struct{}), peers: make(map[netip.Addr]int)}
 }
 
@@ -70,7 +71,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
 			l.metrics.acceptError()
 			if n, ok := l.acceptLog.due(); ok {
-				slog.Warn("accept failed; retrying", "err", err, "retry_in", delay, "failures_since_last_log", n)
+				l.log.Warn("accept failed; retrying", "err", err, "retry_in", delay, "failures_since_last_log", n)
 			}
 			select {
 			case <-time.After(delay):
@@ -85,7 +86,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			l.metrics.rejected(reason)
 			if n, ok := l.rejectLog.due(); ok {
-				slog.Warn("connection closed: over the cap", "reason", reason, "peer", peer.String(),
+				l.log.Warn("connection closed: over the cap", "reason", reason, "peer", peer.String(),
 					"max_connections", l.maxConns, "max_connections_per_peer", l.perPeer, "closed_since_last_log", n)
 			}
 			continue

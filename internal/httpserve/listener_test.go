@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -103,13 +104,13 @@ func TestAcceptErrors(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	ll := newLimitListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, limits{}, nil)
+	ll := newLimitListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, limits{}, nil, slog.Default())
 	if _, err := ll.Accept(); err != boom {
 		t.Fatalf("permanent error: got %v, want %v", err, boom)
 	}
 
 	inner := &failingListener{Listener: listenLoopback(t), err: acceptErr(syscall.EMFILE), failures: -1}
-	ll = newLimitListener(inner, limits{}, nil)
+	ll = newLimitListener(inner, limits{}, nil, slog.Default())
 	done := make(chan error, 1)
 	go func() {
 		_, err := ll.Accept()
@@ -143,7 +144,7 @@ type capTest struct {
 }
 
 func newCapTest(t *testing.T, l limits, reg prometheus.Registerer) *capTest {
-	ct := &capTest{t: t, ll: newLimitListener(listenLoopback(t), l, newConnMetrics(reg)),
+	ct := &capTest{t: t, ll: newLimitListener(listenLoopback(t), l, newConnMetrics(reg), slog.Default()),
 		accepted: make(chan net.Conn, 16), server: map[string]net.Conn{}}
 	go func() {
 		for {
