@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/localmode"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -25,6 +26,8 @@ func runLocal(args []string) error {
 	fs.StringVar(&trusted, "trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
+	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most keys the in-memory store holds (about 175 B each); a check that needs a new key while it is full is answered by its policy's failureMode (0: no cap)")
+	cfg.HTTP.BindFlags(fs)
 	cfg.Redis.BindFlags(fs)
 	pprofAddr := fs.String("pprof-listen", "", "serve net/http/pprof on this address (profiling; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {

@@ -38,7 +38,9 @@ type CheckConfig struct {
 	// not load code); while it is missing, checks get the failure mode
 	// until the controller restores it.
 	NoLibraryLoad bool
-	Logger        *slog.Logger
+	// HTTP bounds the endpoint's client connections.
+	HTTP   httpserve.Config
+	Logger *slog.Logger
 }
 
 // redisParts is what both processes build from the Redis settings.
@@ -75,6 +77,7 @@ type checkServer struct {
 	reader  *policytable.Reader
 	handler http.Handler
 	listen  string
+	http    httpserve.Config
 	log     *slog.Logger
 }
 
@@ -104,7 +107,9 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		return nil, err
 	}
 	dash.Register(srv)
-	return &checkServer{reader: reader, handler: srv, listen: cfg.Listen, log: log}, nil
+	httpCfg := cfg.HTTP
+	httpCfg.Registerer, httpCfg.Logger = reg, log
+	return &checkServer{reader: reader, handler: srv, listen: cfg.Listen, http: httpCfg, log: log}, nil
 }
 
 // run serves until ctx ends, then drains connections.
@@ -115,7 +120,7 @@ func (c *checkServer) run(ctx context.Context) error {
 	}
 	go c.reader.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
-	return httpserve.Serve(ctx, ln, c.handler)
+	return c.http.Serve(ctx, ln, c.handler)
 }
 
 // RunCheck runs the check endpoint process until ctx ends.

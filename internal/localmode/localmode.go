@@ -34,7 +34,13 @@ type Config struct {
 	Timeout time.Duration
 	// PollInterval is how often the folder is checked for edits.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// MemoryMaxKeys caps the keys of the in-memory store (0: no cap); a
+	// check that needs a new key while it is full is answered by its
+	// policy's failureMode.
+	MemoryMaxKeys int
+	// HTTP bounds the endpoint's client connections.
+	HTTP   httpserve.Config
+	Logger *slog.Logger
 }
 
 // App is local mode assembled: the policy files, the store, the checker
@@ -47,6 +53,7 @@ type App struct {
 	closers   []func()
 	log       *slog.Logger
 	storeName string
+	http      httpserve.Config
 }
 
 // New assembles local mode from cfg.
@@ -55,7 +62,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &App{log: log}
+	a := &App{log: log, http: cfg.HTTP}
+	a.http.Logger = log
 	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
 		return nil, err
@@ -83,13 +91,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		cancel()
 		a.store, a.storeName = rs, "redis"
 	} else {
-		a.store, a.storeName = memstore.New(), "memory"
+		a.store, a.storeName = memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)), "memory"
 	}
 	a.closers = append([]func(){func() { _ = a.store.Close() }}, a.closers...)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.Checker = check.New(check.Options{Store: a.store, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	a.http.Registerer = reg
 
 	var trusted *webhook.TrustedProxies
 	if cfg.TrustedProxies != nil {
@@ -124,7 +133,7 @@ func (a *App) Close() {
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	go a.Files.Run(ctx)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
-	return httpserve.Serve(ctx, ln, a.Handler)
+	return a.http.Serve(ctx, ln, a.Handler)
 }
 
 // Run assembles local mode, listens on cfg.Listen and serves until ctx ends.
