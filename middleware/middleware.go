@@ -230,22 +230,21 @@ func (l *Limiter) clientIP(r *http.Request) netip.Addr {
 // request a proxy asks about: host without port, path decoded and
 // cleaned, so a spelling cannot skip a policy.
 func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
-	p, err := checkhttp.NormalizePath(r.URL.EscapedPath())
-	if err != nil {
-		return nil, err
-	}
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
 	}
-	return &policy.Request{
+	req := &policy.Request{
 		Method:   r.Method,
 		Host:     checkhttp.NormalizeHost(host),
-		Path:     p,
 		RawQuery: r.URL.RawQuery,
 		Header:   r.Header,
 		ClientIP: l.clientIP(r),
-	}, nil
+	}
+	if err := checkhttp.ReadPath(req, r.URL.EscapedPath()); err != nil {
+		return nil, err
+	}
+	return req, nil
 }
 
 func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.Handler) {

@@ -133,11 +133,15 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 		return nil, fmt.Errorf("request.path: must start with '/'")
 	}
 	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
-	p, err := checkhttp.NormalizePath(escapedPath)
-	if err != nil {
+	req := &policy.Request{Method: method, RawQuery: rawQuery, Header: http.Header{}}
+	if err := checkhttp.ReadPath(req, escapedPath); err != nil {
 		return nil, fmt.Errorf("request.path: %v", err)
 	}
-	req := &policy.Request{Method: method, Host: checkhttp.NormalizeHost(o.Host), Path: p, RawQuery: rawQuery, Header: http.Header{}}
+	if o.Host != "" {
+		if req.Host = checkhttp.NormalizeHost(o.Host); req.Host == "" {
+			return nil, fmt.Errorf("request.host: %q has no host name", truncate(o.Host))
+		}
+	}
 	for k, v := range o.Headers {
 		if !validToken(k) {
 			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", truncate(k))

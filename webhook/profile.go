@@ -61,10 +61,18 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 	if fixed != ProfileAuto && fixed != "" {
 		return fixed, nil
 	}
+	// Each proxy passes the client's own headers on beside the ones it
+	// sets, so a client behind Traefik can send X-Original-URL and one
+	// behind nginx X-Forwarded-Uri. Both kinds at once cannot be told
+	// apart: refuse rather than let the client choose its reading.
+	nginx := headerValue(r.Header, "X-Original-Url") != ""
+	forwardAuth := headerValue(r.Header, "X-Forwarded-Uri") != "" || headerValue(r.Header, "X-Forwarded-Method") != ""
 	switch {
-	case headerValue(r.Header, "X-Original-Url") != "":
+	case nginx && forwardAuth:
+		return "", badHeader("X-Original-URL", "sent together with X-Forwarded-Uri or X-Forwarded-Method: the proxy cannot be told from its client; start the check endpoint with --profile nginx or --profile forwardauth")
+	case nginx:
 		return ProfileNginx, nil
-	case headerValue(r.Header, "X-Forwarded-Uri") != "" || headerValue(r.Header, "X-Forwarded-Method") != "":
+	case forwardAuth:
 		return ProfileForwardAuth, nil
 	}
 	return "", badHeader("X-Original-URL", "missing: the check endpoint needs the original request, as ingress-nginx auth-url (X-Original-URL, X-Original-Method) or ForwardAuth (X-Forwarded-Method, X-Forwarded-Uri, X-Forwarded-Host) send it")
@@ -93,6 +101,15 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 		var ok bool
 		if scheme, authority, rest, ok = splitAbsoluteURL(raw); !ok {
 			return badHeader("X-Original-URL", "not an absolute URL: %q", truncate(raw))
+		}
+		// X-Original-URL's host is the Host header ($http_host), but nginx
+		// routes an absolute-form request by the host of its request line.
+		// The auth-url can pass the host nginx routed by ($host).
+		if h, ok := routedHost(r.URL.RawQuery); ok {
+			if h == "" {
+				return badHeader("host", "the check URL's host parameter is empty")
+			}
+			authority = h
 		}
 	case ProfileForwardAuth:
 		out.Method = headerValue(r.Header, "X-Forwarded-Method")
@@ -140,16 +157,32 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 		rest = rest[:i]
 	}
 	escapedPath, rawQuery, _ := strings.Cut(rest, "?")
-	p, err := checkhttp.NormalizePath(escapedPath)
-	if err != nil {
+	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
 		return badHeader(urlHeader(profile), "%v", err)
 	}
-	out.Path = p
 	out.RawQuery = rawQuery
 
 	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
 	out.ClientIP = trusted.ClientIP(peer.Addr(), r.Header["X-Forwarded-For"], headerValue(r.Header, "X-Real-Ip"))
 	return nil
+}
+
+// routedHost reads the host parameter of the check URL
+// (/check/{namespace}?host=$host): the host nginx routed the request by.
+// Its value is the rest of the query, taken as it is, since $host may hold
+// '&', '=' or '%'; so host must be the last parameter.
+func routedHost(checkQuery string) (string, bool) {
+	for q := checkQuery; q != ""; {
+		if v, ok := strings.CutPrefix(q, "host="); ok {
+			return v, true
+		}
+		i := strings.IndexByte(q, '&')
+		if i < 0 {
+			break
+		}
+		q = q[i+1:]
+	}
+	return "", false
 }
 
 // headerValue is Header.Get for a name already in canonical form, which

@@ -81,11 +81,12 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{opts: o, mux: http.NewServeMux()}
 	s.state.New = func() any { return &requestState{buf: make([]byte, 0, 256)} }
-	// /check/{namespace}[/{policy}], parsed by hand: the mux's path
-	// wildcards allocate on every request.
+	// /check/{namespace}[/{policy}] and /envoy/{namespace}/... are parsed by
+	// hand in ServeHTTP: the mux's path wildcards allocate on every request,
+	// and the mux decodes and cleans the path (and redirects to the clean
+	// one), while the Envoy route's path is the original request's, read
+	// exactly once.
 	s.mux.HandleFunc("/check/", s.handleCheck)
-	s.mux.HandleFunc("/envoy/{namespace}/{path...}", s.handleEnvoy)
-	s.mux.HandleFunc("/envoy/{namespace}", s.handleEnvoy)
 	s.mux.HandleFunc("POST /v1/check", s.handleJSON)
 	s.mux.HandleFunc("GET /healthz", ok)
 	s.mux.HandleFunc("GET /readyz", ok)
@@ -105,7 +106,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.handleCheck(w, r)
 		return
 	}
+	if target := requestTarget(r); strings.HasPrefix(target, envoyPrefix) {
+		s.handleEnvoy(w, r, target)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+const envoyPrefix = "/envoy/"
+
+// requestTarget is the path of the request line as sent: still escaped,
+// without the query.
+func requestTarget(r *http.Request) string {
+	if t := r.RequestURI; t != "" && t[0] == '/' {
+		if i := strings.IndexByte(t, '?'); i >= 0 {
+			t = t[:i]
+		}
+		return t
+	}
+	return r.URL.EscapedPath()
 }
 
 func ok(w http.ResponseWriter, _ *http.Request) {
@@ -128,8 +147,33 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	s.decide(w, r, profile, "", namespace, policyName)
 }
 
-func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request) {
-	s.decide(w, r, ProfileEnvoy, "/"+r.PathValue("path"), r.PathValue("namespace"), "")
+// handleEnvoy serves /envoy/{namespace}{original path}: Envoy's ext_authz
+// HTTP service with path_prefix /envoy/{namespace} appends the original
+// path as it received it, so it is cut from the target undecoded.
+func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request, target string) {
+	rest := target[len(envoyPrefix):]
+	namespace, original := rest, "/"
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		namespace, original = rest[:i], rest[i:]
+	}
+	if !validNamespace(namespace) {
+		http.NotFound(w, r)
+		return
+	}
+	s.decide(w, r, ProfileEnvoy, original, namespace, "")
+}
+
+// validNamespace reports whether s can be a namespace (a DNS label).
+func validNamespace(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile, envoyPath, namespace, policyName string) {

@@ -12,10 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/url"
-	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
@@ -276,72 +273,4 @@ func appendJSONText(buf []byte, s string) []byte {
 		}
 	}
 	return buf
-}
-
-// NormalizeHost lower-cases the host and drops the port and brackets,
-// allocating only when it must lower-case.
-func NormalizeHost(h string) string {
-	if strings.HasPrefix(h, "[") {
-		if end := strings.IndexByte(h, ']'); end > 0 {
-			h = h[1:end]
-		}
-	} else if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[:i], ':') < 0 {
-		h = h[:i]
-	}
-	h = strings.TrimSuffix(h, ".")
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(h)
-		}
-	}
-	return h
-}
-
-// NormalizePath decodes percent-escapes and resolves "." and ".." segments
-// and repeated slashes, so "/a/../login", "//login" and "/%6Cogin" match a
-// policy for "/login" the way the upstream application will route them.
-// A trailing slash is kept. A path that is already clean is returned as is.
-func NormalizePath(escaped string) (string, error) {
-	if escaped == "" {
-		return "/", nil
-	}
-	decoded := escaped
-	if strings.IndexByte(escaped, '%') >= 0 {
-		var err error
-		if decoded, err = url.PathUnescape(escaped); err != nil {
-			return "", fmt.Errorf("malformed percent-encoding in the path")
-		}
-	}
-	if !strings.HasPrefix(decoded, "/") {
-		decoded = "/" + decoded
-	}
-	if isClean(decoded) {
-		return decoded, nil
-	}
-	cleaned := path.Clean(decoded)
-	if strings.HasSuffix(decoded, "/") && cleaned != "/" {
-		cleaned += "/"
-	}
-	return cleaned, nil
-}
-
-// isClean reports whether p has no empty, "." or ".." segments (a trailing
-// slash is fine), so path.Clean and its allocation can be skipped.
-func isClean(p string) bool {
-	for i := 0; i < len(p); i++ {
-		if p[i] != '/' {
-			continue
-		}
-		seg := p[i+1:]
-		if j := strings.IndexByte(seg, '/'); j >= 0 {
-			seg = seg[:j]
-			if seg == "" {
-				return false // "//"
-			}
-		}
-		if seg == "." || seg == ".." {
-			return false
-		}
-	}
-	return true
 }

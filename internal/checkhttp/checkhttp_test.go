@@ -99,10 +99,50 @@ func TestNormalizePath(t *testing.T) {
 func TestNormalizeHost(t *testing.T) {
 	for in, want := range map[string]string{
 		"Example.COM": "example.com", "example.com:8080": "example.com", "example.com.": "example.com",
-		"[2001:db8::1]:443": "2001:db8::1", "2001:db8::1": "2001:db8::1", "10.0.0.1:80": "10.0.0.1",
+		"[2001:db8::1]:443": "2001:db8::1", "10.0.0.1:80": "10.0.0.1",
+		// As nginx selects a server: the text before the first colon.
+		"api.example.com:1:2": "api.example.com", "API.example.com:80:80": "api.example.com", "2001:db8::1": "2001",
+		// Nothing to read: refused by the callers.
+		"[::1": "", "": "", ":80": "", "[": "",
 	} {
 		if got := NormalizeHost(in); got != want {
 			t.Errorf("NormalizeHost(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestReadPath(t *testing.T) {
+	for _, c := range []struct {
+		escaped string
+		path    string
+		alt     [2]string
+	}{
+		{"/api/items", "/api/items", [2]string{}},
+		{"", "/", [2]string{}},
+		{"//api/items", "/api/items", [2]string{"//api/items"}},
+		{"/%61pi/x", "/api/x", [2]string{"/%61pi/x"}},
+		// nginx: "/pub"; Go's ServeMux: under /api/; Envoy: the text as sent.
+		{"/api/x%2F..%2F..%2Fpub", "/pub", [2]string{"/api/x%2F..%2F..%2Fpub"}},
+		{"/api/x%2f..%2F../pub", "/pub", [2]string{"/api/x%2f..%2F../pub", "/api/x%2F..%2F../pub"}},
+		{"/a%2Fb/../c", "/a/c", [2]string{"/a%2Fb/../c", "/c"}},
+		{"/api/%2e%2e/pub", "/pub", [2]string{"/api/%2e%2e/pub"}},
+	} {
+		var r policy.Request
+		if err := ReadPath(&r, c.escaped); err != nil {
+			t.Fatalf("ReadPath(%q): %v", c.escaped, err)
+		}
+		if r.Path != c.path || r.AltPaths != c.alt {
+			t.Errorf("ReadPath(%q) = %q %q, want %q %q", c.escaped, r.Path, r.AltPaths, c.path, c.alt)
+		}
+	}
+	if err := ReadPath(new(policy.Request), "/a%2"); err == nil {
+		t.Error("malformed escape accepted")
+	}
+}
+
+func TestReadPathAllocations(t *testing.T) {
+	var r policy.Request
+	if n := testing.AllocsPerRun(100, func() { _ = ReadPath(&r, "/api/items/42") }); n != 0 {
+		t.Errorf("a clean path: %v allocations, want 0", n)
 	}
 }

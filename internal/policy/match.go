@@ -2,6 +2,7 @@ package policy
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
@@ -45,6 +46,11 @@ func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
 	for _, method := range m.Methods {
 		c.methods = append(c.methods, string(method))
 	}
+	// GET covers HEAD, as nginx's limit_except does: most backends answer
+	// HEAD with the GET handler, so a HEAD flood must not pass a GET limit.
+	if slices.Contains(c.methods, http.MethodGet) && !slices.Contains(c.methods, http.MethodHead) {
+		c.methods = append(c.methods, http.MethodHead)
+	}
 	for _, h := range m.Headers {
 		hm := headerMatch{name: http.CanonicalHeaderKey(string(h.Name)), anyValue: h.Value == nil}
 		if h.Value != nil {
@@ -58,7 +64,7 @@ func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
 // matches reports whether r is in scope. The CEL expression runs last: it
 // is the most expensive test.
 func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
-	if !m.matchesHost(r.Host) || !m.matchesPath(r.Path) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
+	if !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
 		return false, nil
 	}
 	if m.when == nil {
@@ -79,6 +85,20 @@ func (m *matcher) matchesHost(host string) bool {
 	for _, s := range m.hostSuffixes {
 		// "*.example.com" needs at least one label before the suffix.
 		if len(host) > len(s) && strings.HasSuffix(host, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchesAnyPath reports whether any reading of the request's path
+// matches.
+func (m *matcher) matchesAnyPath(r *Request) bool {
+	if m.matchesPath(r.Path) {
+		return true
+	}
+	for _, p := range r.AltPaths {
+		if p != "" && m.matchesPath(p) {
 			return true
 		}
 	}

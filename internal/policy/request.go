@@ -12,9 +12,15 @@ import (
 // Request is the original request a proxy asks about, as the check endpoint
 // rebuilt it. Header keys are canonical (as net/http stores them).
 type Request struct {
-	Method   string
-	Host     string // without port, lower case
-	Path     string // without the query
+	Method string
+	Host   string // without port, lower case
+	// Path is the path percent-decoded, with dot segments and repeated
+	// slashes resolved, without the query: keys and `when` see it.
+	Path string
+	// AltPaths are other readings of the same target that some router
+	// takes ("" when unused): spec.match.paths matches when Path or any of
+	// them does, so no spelling skips a policy (checkhttp.ReadPath).
+	AltPaths [2]string
 	RawQuery string
 	Header   http.Header
 	ClientIP netip.Addr

@@ -1,0 +1,184 @@
+package checkhttp
+
+import (
+	"errors"
+	"path"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// NormalizeHost reads the host of an authority (a Host header, the host of
+// X-Original-URL) the way nginx selects a server by it: a bracketed IPv6
+// literal up to its ']', otherwise the text before the first ':', so that
+// "api.example.com:1:2" is api.example.com, as nginx routes it. One trailing
+// dot is dropped and the result is lower case. An authority nothing can be
+// read from (empty, an unclosed '[') gives "", which callers refuse: an
+// unreadable host must never skip a host-scoped policy.
+//
+// It allocates only when it must lower-case.
+func NormalizeHost(h string) string {
+	if strings.HasPrefix(h, "[") {
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			return ""
+		}
+		h = h[1:end]
+	} else if i := strings.IndexByte(h, ':'); i >= 0 {
+		h = h[:i]
+	}
+	h = strings.TrimSuffix(h, ".")
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c >= 'A' && c <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
+}
+
+var errBadEscape = errors.New("malformed percent-encoding in the path")
+
+// ReadPath sets r.Path and r.AltPaths from the path as sent (escaped, no
+// query). Routers read one target in different ways, and a policy applies
+// when any of them matches it, so that no spelling skips a policy:
+//
+//   - r.Path: percent-decoded, then "." and ".." segments and repeated
+//     slashes resolved (how nginx matches locations). Keys and `when` see
+//     this reading.
+//   - the path as sent, when it differs (routers that match the raw path,
+//     such as Envoy without normalize_path).
+//   - encoded slashes kept inside their segment, when there are any (Go's
+//     ServeMux and most application routers: "/api/x%2F..%2F..%2Fpub" is
+//     under /api/ for them, while the decoded reading is "/pub").
+//
+// It allocates nothing for a path that is already clean and unescaped.
+func ReadPath(r *policy.Request, escaped string) error {
+	decoded, err := NormalizePath(escaped)
+	if err != nil {
+		return err
+	}
+	r.Path = decoded
+	r.AltPaths = [2]string{}
+	n := 0
+	if escaped != decoded && escaped != "" {
+		r.AltPaths[n] = escaped
+		n++
+	}
+	if hasEncodedSlash(escaped) {
+		if seg := cleanPath(decodeKeepingSlashes(escaped)); seg != decoded && seg != escaped {
+			r.AltPaths[n] = seg
+		}
+	}
+	return nil
+}
+
+// NormalizePath decodes percent-escapes and resolves "." and ".." segments
+// and repeated slashes, so "/a/../login", "//login" and "/%6Cogin" match a
+// policy for "/login" the way the upstream application will route them.
+// A trailing slash is kept. A path that is already clean is returned as is.
+func NormalizePath(escaped string) (string, error) {
+	if escaped == "" {
+		return "/", nil
+	}
+	decoded := escaped
+	if strings.IndexByte(escaped, '%') >= 0 {
+		var ok bool
+		if decoded, ok = unescape(escaped, false); !ok {
+			return "", errBadEscape
+		}
+	}
+	return cleanPath(decoded), nil
+}
+
+// cleanPath makes p absolute and resolves its dot segments and repeated
+// slashes, keeping a trailing slash.
+func cleanPath(p string) string {
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	if isClean(p) {
+		return p
+	}
+	cleaned := path.Clean(p)
+	if strings.HasSuffix(p, "/") && cleaned != "/" {
+		cleaned += "/"
+	}
+	return cleaned
+}
+
+// isClean reports whether p has no empty, "." or ".." segments (a trailing
+// slash is fine), so path.Clean and its allocation can be skipped.
+func isClean(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' {
+			continue
+		}
+		seg := p[i+1:]
+		if j := strings.IndexByte(seg, '/'); j >= 0 {
+			seg = seg[:j]
+			if seg == "" {
+				return false // "//"
+			}
+		}
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+func hasEncodedSlash(s string) bool {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' && s[i+1] == '2' && (s[i+2] == 'F' || s[i+2] == 'f') {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeKeepingSlashes decodes every escape but %2F, which stays (as
+// "%2F") a character of its segment. The escapes were checked by
+// NormalizePath.
+func decodeKeepingSlashes(s string) string {
+	out, _ := unescape(s, true)
+	return out
+}
+
+// unescape percent-decodes s; with keepSlashes, "%2F" stays as it is
+// (upper-cased). ok is false for a malformed escape.
+func unescape(s string, keepSlashes bool) (string, bool) {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+			return "", false
+		}
+		v := unhex(s[i+1])<<4 | unhex(s[i+2])
+		i += 2
+		if keepSlashes && v == '/' {
+			b.WriteString("%2F")
+			continue
+		}
+		b.WriteByte(v)
+	}
+	return b.String(), true
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
