@@ -65,8 +65,11 @@ func readIngressExample(t *testing.T, file string) ingressExample {
 type nginxServer struct {
 	port      int
 	namespace string // the Ingress's namespace: ingress-nginx's $namespace
-	upstream  string // host:port of the application
-	example   ingressExample
+	// hostname is the Ingress rule's host (server_name); "" renders the
+	// catch-all "_".
+	hostname string
+	upstream string // host:port of the application
+	example  ingressExample
 	// clientHeaders copies the check's rate-limit headers to the client
 	// (add_header ... always), for examples without a snippet that does.
 	clientHeaders bool
@@ -87,10 +90,14 @@ func nginxVar(header string) string {
 func (s nginxServer) render(checkAddr string) string {
 	var b strings.Builder
 	authURL := strings.Replace(s.example.authURL, exampleCheckAddr, checkAddr, 1)
+	serverName := s.hostname
+	if serverName == "" {
+		serverName = "_"
+	}
 	fmt.Fprintf(&b, `
 	server {
 		listen 127.0.0.1:%d;
-		server_name _;
+		server_name %s;
 
 		location = /_external-auth-Lw-Prefix {
 			internal;
@@ -119,7 +126,7 @@ func (s nginxServer) render(checkAddr string) string {
 		location / {
 			set $namespace %q;
 			auth_request /_external-auth-Lw-Prefix;
-`, s.port, checkAddr, authURL, s.namespace)
+`, s.port, serverName, checkAddr, authURL, s.namespace)
 	for i, h := range s.example.responseHeaders {
 		fmt.Fprintf(&b, "\t\t\tauth_request_set $authHeader%d %s;\n\t\t\tproxy_set_header '%s' $authHeader%d;\n", i, nginxVar(h), h, i)
 	}
@@ -176,8 +183,14 @@ http {
 	scgi_temp_path %[1]s/scgi;
 	server_tokens off;
 `, prefix)
+	ports := map[int]bool{}
 	for _, s := range servers {
 		conf.WriteString(s.render(checkAddr))
+		if s.hostname != "" && !ports[s.port] {
+			// ingress-nginx's default server: hosts no Ingress names get 404.
+			fmt.Fprintf(&conf, "\tserver {\n\t\tlisten 127.0.0.1:%d default_server;\n\t\tserver_name _;\n\t\treturn 404;\n\t}\n", s.port)
+		}
+		ports[s.port] = true
 	}
 	conf.WriteString("}\n")
 	confFile := filepath.Join(prefix, "nginx.conf")
