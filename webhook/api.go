@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -132,6 +133,9 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	if !strings.HasPrefix(rawPath, "/") {
 		return nil, fmt.Errorf("request.path: must start with '/'")
 	}
+	if len(rawPath)+len(o.Host) > maxURLLength {
+		return nil, fmt.Errorf("request.path: with request.host, longer than %d bytes", maxURLLength)
+	}
 	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
 	req := &policy.Request{Method: method, RawQuery: rawQuery, Header: http.Header{}}
 	if err := checkhttp.ReadPath(req, escapedPath); err != nil {
@@ -142,7 +146,12 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 			return nil, fmt.Errorf("request.host: %q has no host name", truncate(o.Host))
 		}
 	}
+	size := 0
 	for k, v := range o.Headers {
+		// Bounded as the check routes bound a header section.
+		if size += len(k) + len(v) + 4; size > httpserve.MaxHeaderBytes {
+			return nil, fmt.Errorf("request.headers: more than %d bytes", httpserve.MaxHeaderBytes)
+		}
 		if !validToken(k) {
 			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", truncate(k))
 		}

@@ -24,7 +24,7 @@ func TestHostileKeyValues(t *testing.T) {
 	ep := newEndpoint(t, memstore.New(), Options{},
 		compile(t, "ns", "per-user", "key: 'u:{header:X-User}'\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"))
 	values := map[string]string{
-		"64 KiB":          strings.Repeat("a", 64<<10),
+		"60 KiB":          strings.Repeat("a", 60<<10),
 		"NUL and control": "al\x00ice\x01\x1f",
 		"invalid UTF-8":   "\xff\xfe\xc3\x28",
 		"braces":          "}{ns/other-policy/x}:l",

@@ -53,8 +53,9 @@ func badHeader(h, format string, args ...any) error {
 }
 
 // maxURLLength bounds the original URL a proxy may describe; longer ones
-// are refused with 400 rather than processed.
-const maxURLLength = 16 << 10
+// are refused with 400 rather than processed (the bound `when` costs are
+// estimated for).
+const maxURLLength = policy.MaxURLBytes
 
 // detectProfile picks the profile from the headers when it is not fixed.
 func detectProfile(fixed Profile, r *http.Request) (Profile, error) {

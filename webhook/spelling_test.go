@@ -216,3 +216,26 @@ func TestEnvoyPathIsDecodedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A JSON check is held to the bounds of the check routes (and of the
+// `when` cost estimate): 16 KiB of URL, 64 KiB of headers.
+func TestJSONCheckBounds(t *testing.T) {
+	ep := exhausted(t, Options{})
+	for name, c := range map[string]struct {
+		body, field string
+	}{
+		"long path":    {`{"namespace":"shop","request":{"path":"/` + strings.Repeat("a", 16<<10) + `"}}`, "request.path"},
+		"long headers": {`{"namespace":"shop","request":{"path":"/","headers":{"X-A":"` + strings.Repeat("a", 40<<10) + `","X-B":"` + strings.Repeat("b", 40<<10) + `"}}}`, "request.headers"},
+		"bad host":     {`{"namespace":"shop","request":{"path":"/","host":"[::1"}}`, "request.host"},
+	} {
+		resp, err := http.Post(ep.URL+"/v1/check", "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), c.field) {
+			t.Errorf("%s: status %d, want 400 naming %s: %.200s", name, resp.StatusCode, c.field, body)
+		}
+	}
+}

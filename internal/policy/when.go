@@ -38,13 +38,16 @@ const whenCostBudget = 20_000
 
 // The largest request a `when` expression is evaluated on. The check
 // endpoint refuses larger ones: its header section is at most
-// httpserve.MaxHeaderBytes (64 KiB) and the original URL at most the
-// webhook's maxURLLength (16 KiB). A request over these bounds anyway (a
-// programmatic caller) makes the variable an evaluation error, so the
-// policy applies rather than the cost exceeding the estimate.
+// httpserve.MaxHeaderBytes (64 KiB) and the original URL at most
+// MaxURLBytes. A request over these bounds anyway makes the variable an
+// evaluation error, so the policy applies rather than the cost exceeding
+// the estimate.
 const (
-	maxHeaderBytes   = 64 << 10
-	maxURLBytes      = 16 << 10
+	maxHeaderBytes = 64 << 10
+	// MaxURLBytes is the longest original URL (host, path and query) the
+	// check endpoint reads; longer ones are refused with 400.
+	MaxURLBytes      = 16 << 10
+	maxURLBytes      = MaxURLBytes
 	maxHeaderEntries = maxHeaderBytes / 4 // "a:\r\n" is the shortest header line
 	maxQueryEntries  = maxURLBytes / 2    // "a&" is the shortest query pair
 	maxClientIPBytes = 64                 // an IPv6 address is at most 45 characters; the rest leaves room for a zone
