@@ -53,13 +53,6 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// storeLibrary presents the Redis store as the library the publisher
-// keeps loaded.
-type storeLibrary struct{ store *redisstore.Store }
-
-func (l storeLibrary) EnsureLoaded(ctx context.Context) error { return l.store.EnsureLoaded(ctx) }
-func (l storeLibrary) Version() string                        { return redisstore.LibraryName }
-
 func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager, error) {
 	restCfg := cfg.RESTConfig
 	if restCfg == nil {
@@ -89,7 +82,7 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
-	publisher := &policytable.Publisher{Table: parts.table, Library: storeLibrary{parts.store}}
+	publisher := &policytable.Publisher{Table: parts.table, Library: parts.store}
 	lastGood := controller.NewLastGood()
 	r := &controller.Reconciler{
 		Client:         mgr.GetClient(),

@@ -49,12 +49,6 @@ func TestControllers(t *testing.T) {
 	RunSpecs(t, "Controller suite")
 }
 
-// storeLibrary presents the store as the library the publisher keeps loaded.
-type storeLibrary struct{ store *redisstore.Store }
-
-func (l storeLibrary) EnsureLoaded(ctx context.Context) error { return l.store.EnsureLoaded(ctx) }
-func (l storeLibrary) Version() string                        { return redisstore.LibraryName }
-
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	ctx, cancel = context.WithCancel(context.Background())
@@ -81,7 +75,7 @@ var _ = BeforeSuite(func() {
 	// The controller, wired as `manager controller` wires it, with a short sync.
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	Expect(err).NotTo(HaveOccurred())
-	publisher := &policytable.Publisher{Table: table, Library: storeLibrary{store}}
+	publisher := &policytable.Publisher{Table: table, Library: store}
 	lastGood := controller.NewLastGood()
 	Expect((&controller.Reconciler{
 		Client: mgr.GetClient(), Publisher: publisher, Recorder: mgr.GetEventRecorder("sluice-controller"),

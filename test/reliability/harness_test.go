@@ -131,13 +131,6 @@ func (s *clusterState) List(_ context.Context, list client.ObjectList, _ ...clie
 	return nil
 }
 
-// storeLibrary presents a Store as the library the publisher keeps loaded
-// (as internal/app does).
-type storeLibrary struct{ store *redisstore.Store }
-
-func (l storeLibrary) EnsureLoaded(ctx context.Context) error { return l.store.EnsureLoaded(ctx) }
-func (l storeLibrary) Version() string                        { return redisstore.LibraryName }
-
 // errorKinds counts store errors by kind. The store is wrapped so every
 // error that made the checker answer by its failure mode is seen here.
 type errorKinds struct {
@@ -324,7 +317,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cstore.Close() })
-		publisher := &policytable.Publisher{Table: policytable.New(o.controllerClient), Library: storeLibrary{cstore}}
+		publisher := &policytable.Publisher{Table: policytable.New(o.controllerClient), Library: cstore}
 		s.sync = &controller.TableSync{Client: s.cluster, Syncer: publisher, LastGood: controller.NewLastGood(), Interval: syncInterval}
 		if err := s.sync.SyncOnce(ctx); err != nil {
 			t.Fatalf("first table sync: %v", err)

@@ -20,13 +20,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
-// storeLibrary is the Redis store as the library the publisher keeps
-// loaded (as internal/app wires it).
-type storeLibrary struct{ store *redisstore.Store }
-
-func (l storeLibrary) EnsureLoaded(ctx context.Context) error { return l.store.EnsureLoaded(ctx) }
-func (l storeLibrary) Version() string                        { return redisstore.LibraryName }
-
 // connect builds the client, store and table a process builds from its
 // Redis settings (internal/app does the same from the flags).
 func connect(t *testing.T, cfg redisconn.Config) (redis.UniversalClient, *redisstore.Store, *policytable.Table) {
@@ -58,7 +51,7 @@ func TestACLUsersInCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, redistest.WithArgs("--aclfile", users.File))
 
 	_, ctrlStore, ctrlTable := connect(t, redisconn.Config{ClusterAddrs: cl.Addrs(), Username: controllerUser, PasswordFile: users.PasswordFile[controllerUser]})
-	pub := &policytable.Publisher{Table: ctrlTable, Library: storeLibrary{ctrlStore}}
+	pub := &policytable.Publisher{Table: ctrlTable, Library: ctrlStore}
 	// The controller's first sync creates the (empty) table; single writes follow.
 	if _, _, err := ctrlTable.Replace(ctx, nil, nil); err != nil {
 		t.Fatalf("create the policy table: %v", err)

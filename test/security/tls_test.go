@@ -122,7 +122,7 @@ func TestRedisOverTLS(t *testing.T) {
 
 	// The controller's side: write a policy over TLS as the controller user.
 	_, ctrlStore, ctrlTable := connect(t, redisconn.Config{URL: url, CAFile: ca.File, Username: controllerUser, PasswordFile: users.PasswordFile[controllerUser]})
-	pub := &policytable.Publisher{Table: ctrlTable, Library: storeLibrary{ctrlStore}}
+	pub := &policytable.Publisher{Table: ctrlTable, Library: ctrlStore}
 	// The controller's first sync creates the (empty) table; single writes follow.
 	if _, _, err := ctrlTable.Replace(ctx, nil, nil); err != nil {
 		t.Fatalf("create the policy table: %v", err)

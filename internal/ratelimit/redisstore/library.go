@@ -34,6 +34,10 @@ var (
 	scriptSHA = hashHex(sha1.New, scriptCode)
 )
 
+// Version names the library the store loads (LibraryName), so a Store is
+// the library the controller's policy table publisher keeps loaded.
+func (s *Store) Version() string { return LibraryName }
+
 func hashHex(newHash func() hash.Hash, s string) string {
 	h := newHash()
 	_, _ = h.Write([]byte(s))
