@@ -5,20 +5,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/source"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 // DefaultNamespace is the namespace of the policies unless WithNamespace
@@ -29,7 +28,7 @@ const DefaultNamespace = "default"
 // it is safe for concurrent use. Close releases what New created.
 type Limiter struct {
 	namespace string
-	trusted   *webhook.TrustedProxies
+	trusted   *clientip.TrustedProxies
 	deny      DenyHandler
 	log       *slog.Logger
 	lastLog   atomic.Int64 // Unix ns of the last failure-mode log line
@@ -92,7 +91,7 @@ func New(opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("middleware: %s exclude each other; choose one", strings.Join(c.stores, " and "))
 	}
 	if c.trusted == nil {
-		t, err := webhook.ParseTrustedProxies(webhook.DefaultTrustedProxies)
+		t, err := clientip.ParseTrustedProxies(clientip.DefaultTrustedProxies)
 		if err != nil {
 			return nil, err
 		}
@@ -214,18 +213,6 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveLocal(w, r, next) })
 }
 
-// clientIP is the address {client_ip} keys use: the peer's, or the one a
-// trusted proxy forwarded.
-func (l *Limiter) clientIP(r *http.Request) netip.Addr {
-	var peer netip.Addr
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		peer = ap.Addr()
-	} else if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-		peer = a
-	}
-	return l.trusted.ClientIP(peer, r.Header.Values("X-Forwarded-For"), r.Header.Get("X-Real-IP"))
-}
-
 // policyRequest describes r the way the check endpoint describes the
 // request a proxy asks about: host without port, path decoded and
 // cleaned, so a spelling cannot skip a policy.
@@ -239,7 +226,7 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 		Host:     checkhttp.NormalizeHost(host),
 		RawQuery: r.URL.RawQuery,
 		Header:   r.Header,
-		ClientIP: l.clientIP(r),
+		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded
 	}
 	if err := checkhttp.ReadPath(req, r.URL.EscapedPath()); err != nil {
 		return nil, err

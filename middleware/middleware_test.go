@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/middleware"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 const shopPolicy = `
@@ -187,7 +187,7 @@ func TestClientIP(t *testing.T) {
 		})
 	}
 	t.Run("no trusted proxies", func(t *testing.T) {
-		none, err := webhook.ParseTrustedProxies(nil)
+		none, err := clientip.ParseTrustedProxies(nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
-	"github.com/sluice-dev/sluice/webhook"
+	"github.com/sluice-dev/sluice/clientip"
 )
 
 // Option configures New.
@@ -29,7 +29,7 @@ type config struct {
 	redisURL     string
 	remote       *RemoteOptions
 	storeTimeout time.Duration
-	trusted      *webhook.TrustedProxies
+	trusted      *clientip.TrustedProxies
 	deny         DenyHandler
 	logger       *slog.Logger
 	registerer   prometheus.Registerer
@@ -152,11 +152,11 @@ func WithRemote(o RemoteOptions) Option {
 }
 
 // WithTrustedProxies sets the peers whose X-Forwarded-For and X-Real-IP
-// are believed (default webhook.DefaultTrustedProxies: loopback and
+// are believed (default clientip.DefaultTrustedProxies: loopback and
 // private ranges). Narrow it when clients can reach the service from a
-// private network directly; an empty set (webhook.ParseTrustedProxies(nil))
+// private network directly; an empty set (clientip.ParseTrustedProxies(nil))
 // believes no forwarded header at all.
-func WithTrustedProxies(t *webhook.TrustedProxies) Option {
+func WithTrustedProxies(t *clientip.TrustedProxies) Option {
 	return func(c *config) { c.trusted = t }
 }
 

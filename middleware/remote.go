@@ -142,7 +142,7 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 	req.Header.Set("X-Forwarded-Proto", proto)
 	req.Header.Set("X-Forwarded-Host", host)
 	req.Header.Set("X-Forwarded-Uri", r.URL.RequestURI())
-	if ip := l.clientIP(r); ip.IsValid() {
+	if ip := l.trusted.FromRequest(r); ip.IsValid() {
 		req.Header.Set("X-Forwarded-For", ip.String())
 	}
 	resp, err := rm.client.Do(req)

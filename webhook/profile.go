@@ -3,9 +3,9 @@ package webhook
 import (
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strings"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -83,7 +83,7 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 // envoyPath is the original path for the Envoy profile (the part of the
 // check URL after the namespace). It allocates nothing for a well-formed,
 // already normalized request.
-func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *TrustedProxies, out *policy.Request) error {
+func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *clientip.TrustedProxies, out *policy.Request) error {
 	*out = policy.Request{Header: r.Header}
 	var scheme, authority, rest string
 	switch profile {
@@ -162,9 +162,7 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 		return badHeader(urlHeader(profile), "%v", err)
 	}
 	out.RawQuery = rawQuery
-
-	peer, _ := netip.ParseAddrPort(r.RemoteAddr)
-	out.ClientIP = trusted.ClientIP(peer.Addr(), r.Header["X-Forwarded-For"], headerValue(r.Header, "X-Real-Ip"))
+	out.ClientIP = trusted.FromRequest(r)
 	return nil
 }
 

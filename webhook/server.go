@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -28,8 +29,8 @@ type Options struct {
 	// Profile fixes the proxy profile; ProfileAuto (default) detects it.
 	Profile Profile
 	// TrustedProxies are the peers whose forwarded headers are believed
-	// (default DefaultTrustedProxies).
-	TrustedProxies *TrustedProxies
+	// (default clientip.DefaultTrustedProxies).
+	TrustedProxies *clientip.TrustedProxies
 	// Gatherer serves /metrics (nil: no metrics endpoint).
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -67,7 +68,7 @@ func New(o Options) (*Server, error) {
 		o.Profile = ProfileAuto
 	}
 	if o.TrustedProxies == nil {
-		t, err := ParseTrustedProxies(DefaultTrustedProxies)
+		t, err := clientip.ParseTrustedProxies(clientip.DefaultTrustedProxies)
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -301,7 +302,7 @@ limits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]
 }
 
 func TestUntrustedPeerCannotChooseItsKey(t *testing.T) {
-	onlyTenNet, err := ParseTrustedProxies([]string{"10.0.0.0/8"})
+	onlyTenNet, err := clientip.ParseTrustedProxies([]string{"10.0.0.0/8"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/webhook"
@@ -42,7 +43,7 @@ func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig
 func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *string) {
 	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint, its /metrics and probes")
 	fs.StringVar(profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
-	fs.StringVar(trusted, "trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
+	fs.StringVar(trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policy-table revision is polled (pub/sub is the fast path)")
 	cfg.HTTP.BindFlags(fs)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/localmode"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/webhook"
@@ -23,7 +24,7 @@ func runLocal(args []string) error {
 	fs.StringVar(&cfg.PoliciesDir, "policies", "config/samples", "folder of RateLimitPolicy YAML files, watched for edits")
 	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint")
 	fs.StringVar(&profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
-	fs.StringVar(&trusted, "trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
+	fs.StringVar(&trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most keys the in-memory store holds (about 175 B each); a check that needs a new key while it is full is answered by its policy's failureMode (0: no cap)")

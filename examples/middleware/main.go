@@ -25,8 +25,8 @@ import (
 	"time"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/middleware"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 func main() {
@@ -41,10 +41,10 @@ func run() error {
 	limit := flag.Int64("limit", 10, "requests each client address may make per period")
 	per := flag.Duration("per", time.Minute, "the period; the allowance is refilled whole at its end")
 	redisURL := flag.String("redis-url", "", "keep the counters in this Redis (redis://host:port/db) instead of in the process")
-	trusted := flag.String("trusted-proxies", strings.Join(webhook.DefaultTrustedProxies, ","), "comma-separated CIDRs whose X-Forwarded-For is believed")
+	trusted := flag.String("trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose X-Forwarded-For is believed")
 	flag.Parse()
 
-	proxies, err := webhook.ParseTrustedProxies(strings.Split(*trusted, ","))
+	proxies, err := clientip.ParseTrustedProxies(strings.Split(*trusted, ","))
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/httpserve"
@@ -90,10 +91,10 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	checker := check.New(check.Options{Store: parts.store, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
-	var trusted *webhook.TrustedProxies
+	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error
-		if trusted, err = webhook.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+		if trusted, err = clientip.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
 			return nil, fmt.Errorf("--trusted-proxies: %w", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/httpserve"
@@ -100,9 +101,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.Checker = check.New(check.Options{Store: a.store, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	a.http.Registerer = reg
 
-	var trusted *webhook.TrustedProxies
+	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
-		if trusted, err = webhook.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
+		if trusted, err = clientip.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("--trusted-proxies: %w", err)
 		}

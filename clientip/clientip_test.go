@@ -1,6 +1,7 @@
-package webhook
+package clientip
 
 import (
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -77,4 +78,40 @@ func FuzzSpoofedForwardedHeaders(f *testing.F) {
 		}
 		t.Fatalf("client %s is not one of the hops %q", got, xff)
 	})
+}
+
+func TestPeer(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.1:1234": "192.0.2.1", "[2001:db8::1]:443": "2001:db8::1", "192.0.2.1": "192.0.2.1",
+		"2001:db8::1": "2001:db8::1", "": "invalid IP", "pipe": "invalid IP", "host:80": "invalid IP",
+	} {
+		if got := Peer(in).String(); got != want {
+			t.Errorf("Peer(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// FromRequest reads the peer and both headers from the request.
+func TestFromRequest(t *testing.T) {
+	trusted, err := ParseTrustedProxies(DefaultTrustedProxies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "10.0.0.5:40000"
+	r.Header.Set("X-Real-IP", "198.51.100.7")
+	if got := trusted.FromRequest(r).String(); got != "198.51.100.7" {
+		t.Errorf("X-Real-IP from a trusted peer: %s", got)
+	}
+	r.Header.Add("X-Forwarded-For", "6.6.6.6, 198.51.100.8")
+	if got := trusted.FromRequest(r).String(); got != "198.51.100.8" {
+		t.Errorf("X-Forwarded-For from a trusted peer: %s", got)
+	}
+	r.RemoteAddr = "203.0.113.9:40000"
+	if got := trusted.FromRequest(r).String(); got != "203.0.113.9" {
+		t.Errorf("an untrusted peer: %s", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { trusted.FromRequest(r) }); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
+	}
 }

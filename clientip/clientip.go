@@ -1,7 +1,12 @@
-package webhook
+// Package clientip finds the address of the client behind a request: the
+// peer's, or, when the peer is a trusted proxy, the right-most untrusted
+// address it forwarded. The check endpoint and the public middleware use
+// it, so a {client_ip} key means the same behind either.
+package clientip
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -95,6 +100,29 @@ func (t *TrustedProxies) ClientIP(peer netip.Addr, xff []string, realIP string) 
 		}
 	}
 	return client
+}
+
+// FromRequest is ClientIP for r: its peer (RemoteAddr), X-Forwarded-For
+// and X-Real-IP. It allocates nothing.
+func (t *TrustedProxies) FromRequest(r *http.Request) netip.Addr {
+	// Indexed by canonical name: Header.Get would canonicalize every call.
+	var realIP string
+	if v := r.Header["X-Real-Ip"]; len(v) > 0 {
+		realIP = v[0]
+	}
+	return t.ClientIP(Peer(r.RemoteAddr), r.Header["X-Forwarded-For"], realIP)
+}
+
+// Peer parses a connection's remote address: "host:port" as net/http
+// sets it, or a bare address. It is the zero Addr when there is none.
+func Peer(remoteAddr string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(remoteAddr); err == nil {
+		return ap.Addr()
+	}
+	if a, err := netip.ParseAddr(remoteAddr); err == nil {
+		return a
+	}
+	return netip.Addr{}
 }
 
 // parseHop parses one X-Forwarded-For element: an address, possibly with a
