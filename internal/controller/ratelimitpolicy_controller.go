@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,36 +55,12 @@ type Reconciler struct {
 	LastGood *LastGood
 }
 
-// LastGood is the last valid table entry of each policy, by namespace/name.
-type LastGood struct {
-	mu      sync.Mutex
-	entries map[types.NamespacedName]policytable.Entry
-}
+// LastGood is the last table entry of each policy, by namespace/name, that
+// compiled and was written.
+type LastGood = policy.LastGood[types.NamespacedName, policytable.Entry]
 
 // NewLastGood returns an empty LastGood.
-func NewLastGood() *LastGood {
-	return &LastGood{entries: map[types.NamespacedName]policytable.Entry{}}
-}
-
-func (l *LastGood) set(k types.NamespacedName, e policytable.Entry) {
-	l.mu.Lock()
-	l.entries[k] = e
-	l.mu.Unlock()
-}
-
-func (l *LastGood) remove(k types.NamespacedName) {
-	l.mu.Lock()
-	delete(l.entries, k)
-	l.mu.Unlock()
-}
-
-// Get returns the last valid entry of a policy.
-func (l *LastGood) Get(k types.NamespacedName) (policytable.Entry, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.entries[k]
-	return e, ok
-}
+func NewLastGood() *LastGood { return policy.NewLastGood[types.NamespacedName, policytable.Entry]() }
 
 // SetupWithManager registers the reconciler. Status-only updates (our own
 // patches) do not trigger a reconcile.
@@ -140,13 +115,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.redisUnavailable(&p, err)
 		return ctrl.Result{}, err // transient: retried with backoff
 	}
-	r.LastGood.set(req.NamespacedName, entry)
+	r.LastGood.Accept(req.NamespacedName, entry)
 	r.applied(&p, compiled, revision)
 	return ctrl.Result{}, nil
 }
 
 func (r *Reconciler) removed(ctx context.Context, key types.NamespacedName) error {
-	r.LastGood.remove(key)
+	r.LastGood.Forget(key)
 	if err := r.Publisher.Remove(ctx, key.Namespace, key.Name); err != nil {
 		return fmt.Errorf("remove %s from the policy table: %w", key, err)
 	}
@@ -188,13 +163,16 @@ func (r *Reconciler) stalled(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
 }
 
 // redisUnavailable: transient. Ready=False and Reconciling=True; the
-// generation's outcome is not known yet, so observedGeneration stays.
+// generation's outcome is not known yet, so observedGeneration stays. The
+// Warning event is recorded when the outage starts, not at every retry.
 func (r *Reconciler) redisUnavailable(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
+	ready := apimeta.FindStatusCondition(p.Status.Conditions, ratelimitv1alpha1.ConditionReady)
+	alreadyReported := ready != nil && ready.Reason == ratelimitv1alpha1.ReasonRedisUnavailable
 	msg := truncate("Redis: "+err.Error()+"; retrying", 30000)
 	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
 	setCondition(p, ratelimitv1alpha1.ConditionReconciling, metav1.ConditionTrue, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
 	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionStalled)
-	if r.Recorder != nil {
+	if r.Recorder != nil && !alreadyReported {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonRedisUnavailable, "Apply", "%s", msg)
 	}
 }

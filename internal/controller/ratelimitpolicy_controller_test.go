@@ -93,6 +93,13 @@ func eventuallyReady(ns, name string) *ratelimitv1alpha1.RateLimitPolicy {
 	return p
 }
 
+func seriesCount(s *eventsv1.EventSeries) int32 {
+	if s == nil {
+		return 0
+	}
+	return s.Count
+}
+
 // kstatus computes what Flux and `kubectl wait`-style tools see.
 func kstatus(p *ratelimitv1alpha1.RateLimitPolicy) status.Status {
 	p = p.DeepCopy()
@@ -294,6 +301,23 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		Expect(condition(p, ratelimitv1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionFalse))
 		Expect(condition(p, ratelimitv1alpha1.ConditionReconciling).Status).To(Equal(metav1.ConditionTrue))
 		Expect(kstatus(p)).To(Equal(status.InProgressStatus))
+
+		By("one Warning event for the outage, not one per retry")
+		// Repeats of one event show as its series count.
+		outageEvents := func() int32 {
+			var events eventsv1.EventList
+			Expect(k8sClient.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+			var n int32
+			for _, e := range events.Items {
+				if e.Regarding.Name == "api" && e.Reason == ratelimitv1alpha1.ReasonRedisUnavailable && e.Type == corev1.EventTypeWarning {
+					n += max(1, seriesCount(e.Series))
+				}
+			}
+			return n
+		}
+		Eventually(outageEvents, 5*time.Second, 100*time.Millisecond).Should(Equal(int32(1)))
+		// Retries back off from 100ms: several fall in these two seconds.
+		Consistently(outageEvents, 2*time.Second, 100*time.Millisecond).Should(Equal(int32(1)))
 
 		redisServer.Restart()
 		restarted = true

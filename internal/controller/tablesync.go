@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +29,17 @@ type TableSync struct {
 	Syncer   Syncer
 	LastGood *LastGood
 	Interval time.Duration
+
+	// checked is each policy's compile outcome by UID, for the generation
+	// it was compiled at: a generation's spec never changes, so a policy
+	// is compiled (CEL included) once per generation, not at every sync.
+	mu      sync.Mutex
+	checked map[types.UID]compileOutcome
+}
+
+type compileOutcome struct {
+	generation int64
+	err        error
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: only the
@@ -61,8 +73,9 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 	if err := s.Client.List(ctx, &list); err != nil {
 		return err
 	}
+	compileErrs := s.compileErrors(list.Items)
 	res, err := s.Syncer.Sync(ctx, func(current map[string]policytable.Entry) map[string]*policytable.Entry {
-		return desiredEntries(list.Items, current, s.LastGood)
+		return desiredEntries(list.Items, compileErrs, current, s.LastGood)
 	})
 	if err != nil {
 		return err
@@ -73,27 +86,47 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 	return nil
 }
 
-// desiredEntries is the table the cluster's policies call for: each valid
-// policy's current spec, and for an invalid one its last good version
-// (remembered by the reconciler, or already in the table).
-func desiredEntries(items []ratelimitv1alpha1.RateLimitPolicy, current map[string]policytable.Entry, lastGood *LastGood) map[string]*policytable.Entry {
+// compileErrors is each listed policy's compile error (nil: it compiles),
+// compiling only the generations not seen before; policies no longer
+// listed are forgotten.
+func (s *TableSync) compileErrors(items []ratelimitv1alpha1.RateLimitPolicy) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[types.UID]compileOutcome, len(items))
+	errs := make([]error, len(items))
+	for i := range items {
+		p := &items[i]
+		o, ok := s.checked[p.UID]
+		if !ok || o.generation != p.Generation {
+			_, err := policy.Compile(p.Namespace, p.Name, &p.Spec)
+			o = compileOutcome{generation: p.Generation, err: err}
+		}
+		seen[p.UID], errs[i] = o, o.err
+	}
+	s.checked = seen
+	return errs
+}
+
+// desiredEntries is the table the cluster's policies call for: the version
+// of each policy in force (its current spec when it compiles, compileErrs
+// being the listed policies' compile errors, else its last good version),
+// or, for an invalid policy this process has no last good version of (it
+// has just started), the entry already in the table.
+func desiredEntries(items []ratelimitv1alpha1.RateLimitPolicy, compileErrs []error, current map[string]policytable.Entry, lastGood *LastGood) map[string]*policytable.Entry {
 	want := make(map[string]*policytable.Entry, len(items))
 	for i := range items {
 		p := &items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		e := &policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec}
-		if _, err := policy.Compile(p.Namespace, p.Name, &p.Spec); err != nil {
-			if good, ok := lastGood.Get(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}); ok {
-				e = &good
-			} else if cur, ok := current[e.ID()]; ok {
-				e = &cur
-			} else {
+		spec := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec}
+		e, ok := lastGood.InForce(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, spec, compileErrs[i])
+		if !ok {
+			if e, ok = current[spec.ID()]; !ok {
 				continue
 			}
 		}
-		want[e.ID()] = e
+		want[e.ID()] = &e
 	}
 	return want
 }

@@ -112,8 +112,8 @@ type Files struct {
 
 	mu         sync.Mutex
 	signature  string
-	good       map[policyID]*policy.Policy // last good version
-	goodFile   map[policyID]string         // the file it came from
+	good       *policy.LastGood[policyID, *policy.Policy]
+	goodFile   map[policyID]string // the file each last good version is in force from
 	statuses   []PolicyStatus
 	fileErrors []FileError
 	// compileErrs are the compile errors last logged, so each is logged once.
@@ -157,7 +157,7 @@ func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, err
 		return nil, fmt.Errorf("policies folder: %s is not a folder", dir)
 	}
 	f := &Files{dir: dir, interval: interval, log: log, files: map[string]*fileState{}, settle: min(interval, time.Second),
-		good: map[policyID]*policy.Policy{}, goodFile: map[policyID]string{},
+		good: policy.NewLastGood[policyID, *policy.Policy](), goodFile: map[policyID]string{},
 		fileHash: map[string]string{}, used: map[policyID]usedDoc{}, edits: map[policyID]*edit{}, now: time.Now}
 	f.set.Store(policy.NewSet(0, nil))
 	if err := f.Reload(); err != nil {
@@ -436,10 +436,13 @@ func (f *Files) reload(force bool) error {
 		}
 		used[id] = usedDoc{file: d.file, spec: st.Spec}
 		p, err := policy.Compile(id.namespace, id.name, st.Spec)
+		inForce, ok := f.good.InForce(id, p, err)
+		if ok {
+			next[id], nextFile[id] = inForce, d.file
+		}
 		if err != nil {
 			st.Message = err.Error()
-			if old := f.good[id]; old != nil {
-				next[id], nextFile[id] = old, d.file
+			if ok {
 				st.Message += " (the last good version stays in force)"
 			}
 			compileErrs[id] = err.Error()
@@ -448,7 +451,6 @@ func (f *Files) reload(force bool) error {
 			}
 		} else {
 			st.Ready = true
-			next[id], nextFile[id] = p, d.file
 		}
 		if note := dupNote[id]; note != "" {
 			// In force, but not Ready: which definition counts is in doubt.
@@ -457,16 +459,17 @@ func (f *Files) reload(force bool) error {
 		}
 		statuses = append(statuses, st)
 	}
-	for id, old := range f.good {
+	for id, file := range f.goodFile {
 		if _, present := next[id]; present {
 			continue
 		}
-		why, ok := keptWhy(f.goodFile[id])
+		why, ok := keptWhy(file)
 		if !ok {
 			continue
 		}
-		next[id], nextFile[id] = old, f.goodFile[id]
-		statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: f.goodFile[id],
+		next[id], _ = f.good.Get(id)
+		nextFile[id] = file
+		statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: file,
 			Message: joinMessages(why+" (the last good version stays in force)", dupNote[id])})
 	}
 	// The status of the definition in use goes ahead of its duplicates'.
@@ -495,7 +498,11 @@ func (f *Files) reload(force bool) error {
 	}
 	f.compileErrs = compileErrs
 
-	f.good, f.goodFile = next, nextFile
+	for id, p := range next {
+		f.good.Accept(id, p)
+	}
+	f.good.Retain(func(id policyID) bool { return next[id] != nil })
+	f.goodFile = nextFile
 	f.fileHash, f.used = fileHash, used
 	f.statuses = statuses
 	f.fileErrors = fileErrors
@@ -517,7 +524,7 @@ func (f *Files) reload(force bool) error {
 // (keptOwner: its last good version stays); otherwise the first definition
 // wins. So adding a second definition never changes which one is enforced.
 func (f *Files) owner(id policyID, ds []document, keptWhy func(string) (string, bool)) (owner int, keptOwner bool) {
-	if f.good[id] == nil {
+	if _, ok := f.good.Get(id); !ok {
 		return 0, false
 	}
 	incumbent := f.goodFile[id]
