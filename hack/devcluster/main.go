@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 )
 
 func main() {
@@ -22,26 +22,14 @@ func main() {
 	crds := flag.String("crds", filepath.Join("config", "crd", "bases"), "directory of CRD manifests to install")
 	flag.Parse()
 
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		log.Fatal("KUBEBUILDER_ASSETS is not set; run `make envtest` and set it to bin/k8s/<version>")
-	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{*crds}, ErrorIfCRDPathMissing: true}
-	if _, err := env.Start(); err != nil {
-		log.Fatalf("start envtest: %v", err)
-	}
-	user, err := env.AddUser(envtest.User{Name: "dev-admin", Groups: []string{"system:masters"}}, nil)
+	env, err := envtest.Start(envtest.Options{
+		CRDDirs: []string{*crds},
+		Setup: []func(*envtest.Environment) error{func(e *envtest.Environment) error {
+			return e.WriteKubeconfig(*kubeconfig, "dev-admin", "system:masters")
+		}},
+	})
 	if err != nil {
-		_ = env.Stop()
-		log.Fatalf("add user: %v", err)
-	}
-	raw, err := user.KubeConfig()
-	if err != nil {
-		_ = env.Stop()
-		log.Fatalf("kubeconfig: %v", err)
-	}
-	if err := os.WriteFile(*kubeconfig, raw, 0o600); err != nil {
-		_ = env.Stop()
-		log.Fatalf("write kubeconfig: %v", err)
+		log.Fatal(err)
 	}
 	fmt.Printf("API server ready; export KUBECONFIG=%s\n", *kubeconfig)
 

@@ -1,8 +1,7 @@
-// Package kubetest starts a real kube-apiserver and etcd (envtest) for
-// tests that drive it the way a person does: with kubectl and kubeconfig
-// files. It finds the envtest binaries through KUBEBUILDER_ASSETS (`make
-// test` builds them into bin/k8s) and fails the test, never skips it, when
-// they are missing.
+// Package kubetest starts a real kube-apiserver and etcd (through
+// internal/testutil/envtest) for tests that drive it the way a person does:
+// with kubectl and kubeconfig files. It fails the test, never skips it,
+// when the envtest binaries are missing.
 package kubetest
 
 import (
@@ -17,7 +16,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 )
 
 // Cluster is a running API server with an admin kubeconfig.
@@ -41,15 +41,9 @@ type Options struct {
 // Assets returns KUBEBUILDER_ASSETS, or fails t with what to run.
 func Assets(t testing.TB) string {
 	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		t.Fatalf("KUBEBUILDER_ASSETS is not set: run `make test`, which builds kube-apiserver, etcd and kubectl into bin/k8s, " +
-			"or set KUBEBUILDER_ASSETS=$PWD/bin/k8s/<version> after `make envtest`")
-	}
-	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Fatalf("%s not found in KUBEBUILDER_ASSETS=%s: run `make envtest`", name, dir)
-		}
+	dir, err := envtest.Assets()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -58,42 +52,27 @@ func Assets(t testing.TB) string {
 // test's working directory.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := envtest.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kubetest: %v", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("kubetest: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
+	return dir
 }
 
 // Start runs an API server until t ends and writes the admin kubeconfig
 // into t's temporary directory.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	assets := Assets(t)
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     o.CRDDirs,
-		ErrorIfCRDPathMissing: len(o.CRDDirs) > 0,
-	}
-	cfg, err := env.Start()
+	env, err := envtest.Start(envtest.Options{CRDDirs: o.CRDDirs})
 	if err != nil {
-		t.Fatalf("kubetest: start envtest: %v", err)
+		t.Fatalf("kubetest: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
 			t.Errorf("kubetest: stop envtest: %v", err)
 		}
 	})
-	c := &Cluster{t: t, env: env, Config: cfg, kubectl: filepath.Join(assets, "kubectl")}
+	c := &Cluster{t: t, env: env, Config: env.Config, kubectl: filepath.Join(env.Assets, "kubectl")}
 	c.Kubeconfig = c.UserKubeconfig("admin", "system:masters")
 	return c
 }
@@ -105,17 +84,9 @@ func Start(t testing.TB, o Options) *Cluster {
 // so bindings to the ServiceAccount apply to it.
 func (c *Cluster) UserKubeconfig(name string, groups ...string) string {
 	c.t.Helper()
-	user, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
-	if err != nil {
-		c.t.Fatalf("kubetest: add user %s: %v", name, err)
-	}
-	raw, err := user.KubeConfig()
-	if err != nil {
-		c.t.Fatalf("kubetest: kubeconfig of %s: %v", name, err)
-	}
 	file := filepath.Join(c.t.TempDir(), strings.NewReplacer(":", "_", "/", "_").Replace(name)+".kubeconfig")
-	if err := os.WriteFile(file, raw, 0o600); err != nil {
-		c.t.Fatal(err)
+	if err := c.env.WriteKubeconfig(file, name, groups...); err != nil {
+		c.t.Fatalf("kubetest: %v", err)
 	}
 	return file
 }
