@@ -38,7 +38,7 @@ func measureMemory(redisAddr string) (memoryResult, error) {
 	var dec ratelimit.Decision
 	for i := 0; i < memKeys; i++ {
 		req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", strconv.Itoa(i), "l"), Limit: limit, Cost: 1}
-		if err := store.Check(context.Background(), &req, &dec); err != nil {
+		if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
 			return res, err
 		}
 	}
@@ -80,7 +80,7 @@ func measureMemory(redisAddr string) (memoryResult, error) {
 				var dec ratelimit.Decision
 				for i := w; i < redisKeys; i += 16 {
 					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1}
-					if err := rs.Check(context.Background(), &req, &dec); err != nil {
+					if err := rs.Check(context.Background(), 0, &req, &dec); err != nil {
 						errc <- err
 						return
 					}

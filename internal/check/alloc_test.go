@@ -72,7 +72,7 @@ func TestCheckOverRedisAllocs(t *testing.T) {
 	req := ratelimit.Request{Entries: p.AppendEntries(nil, "direct", 1)}
 	var dec ratelimit.Decision
 	direct := func() {
-		if err := store.Check(ctx, &req, &dec); err != nil || !dec.Allowed {
+		if err := store.Check(ctx, time.Second, &req, &dec); err != nil || !dec.Allowed {
 			t.Fatalf("allowed %v, err %v", dec.Allowed, err)
 		}
 	}

@@ -170,7 +170,7 @@ type countingStore struct {
 	err   error
 }
 
-func (s *countingStore) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
+func (s *countingStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	s.mu.Lock()
 	s.calls++
 	err := s.err
@@ -178,7 +178,7 @@ func (s *countingStore) Check(ctx context.Context, req *ratelimit.Request, dec *
 	if err != nil {
 		return err
 	}
-	return s.Store.Check(ctx, req, dec)
+	return s.Store.Check(ctx, timeout, req, dec)
 }
 
 func TestFailureModesAndBreaker(t *testing.T) {

@@ -286,7 +286,7 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		return nil
 	}
 	sent := c.now()
-	err := c.callStore(ctx, sc)
+	err := c.store.Check(ctx, c.timeout, &sc.req, &sc.dec)
 	if c.metrics != nil {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
@@ -315,29 +315,6 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 }
 
 var errBreakerOpen = errors.New("circuit breaker open: Redis failed repeatedly")
-
-// inMemory is implemented by stores that answer without I/O; they need no
-// deadline (and the context and timer a deadline costs).
-type inMemory interface{ InMemory() bool }
-
-func (c *Checker) callStore(ctx context.Context, sc *scratch) error {
-	if m, ok := c.store.(inMemory); ok && m.InMemory() {
-		return c.store.Check(ctx, &sc.req, &sc.dec)
-	}
-	if ds, ok := c.store.(deadlineStore); ok {
-		return ds.CheckBy(ctx, time.Now().Add(c.timeout), &sc.req, &sc.dec)
-	}
-	callCtx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	return c.store.Check(callCtx, &sc.req, &sc.dec)
-}
-
-// deadlineStore takes a check's deadline as a time (the Redis store),
-// sparing the context and timer context.WithTimeout allocates on every
-// check.
-type deadlineStore interface {
-	CheckBy(ctx context.Context, deadline time.Time, req *ratelimit.Request, dec *ratelimit.Decision) error
-}
 
 // reset empties o for reuse, keeping its slices' storage.
 func (o *Outcome) reset() {

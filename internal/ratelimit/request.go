@@ -78,10 +78,12 @@ type Decision struct {
 
 // Store evaluates requests atomically against shared limit state.
 type Store interface {
-	// Check evaluates req and fills dec, reusing dec.Results' storage. On
-	// error dec is unspecified, and for a Redis store it is unknown
-	// whether the call was applied.
-	Check(ctx context.Context, req *Request, dec *Decision) error
+	// Check evaluates req and fills dec, reusing dec.Results' storage. A
+	// timeout above 0 bounds the call as a context deadline would, without
+	// the context and timer that would cost on every request; a store that
+	// does no I/O ignores it. On error dec is unspecified, and for a Redis
+	// store it is unknown whether the call was applied.
+	Check(ctx context.Context, timeout time.Duration, req *Request, dec *Decision) error
 	// Close releases the store's background work. It does not close
 	// clients that were passed in.
 	Close() error

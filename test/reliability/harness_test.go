@@ -153,8 +153,8 @@ type observedStore struct {
 	unknown map[string]int
 }
 
-func (s *observedStore) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
-	err := s.Store.Check(ctx, req, dec)
+func (s *observedStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
+	err := s.Store.Check(ctx, timeout, req, dec)
 	if err != nil {
 		s.errs.add(err)
 		if k := errorKind(err); (k == "timeout" || k == "connection lost") && !req.DryRun {

@@ -172,7 +172,7 @@ func consumed(t testing.TB, s *redisstore.Store, key string, p *policy.Policy) i
 	var dec ratelimit.Decision
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := s.Check(ctx, &req, &dec); err != nil {
+	if err := s.Check(ctx, 0, &req, &dec); err != nil {
 		t.Fatalf("dry run on %s: %v", key, err)
 	}
 	if !dec.Allowed {

@@ -34,11 +34,11 @@ func TestMaxKeys(t *testing.T) {
 	ctx := context.Background()
 	var dec ratelimit.Decision
 	for i := range max {
-		if err := s.Check(ctx, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed {
+		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed {
 			t.Fatalf("key %d of %d: %v, allowed %v", i+1, max, err, dec.Allowed)
 		}
 	}
-	err := s.Check(ctx, one("new", 1), &dec)
+	err := s.Check(ctx, 0, one("new", 1), &dec)
 	if !errors.Is(err, ratelimit.ErrCapacity) {
 		t.Fatalf("key %d: %v, want ErrCapacity", max+1, err)
 	}
@@ -48,10 +48,10 @@ func TestMaxKeys(t *testing.T) {
 
 	// The keys held are decided exactly: one more each, then denied.
 	for i := range max {
-		if err := s.Check(ctx, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 {
+		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 {
 			t.Fatalf("held key %d, second use: %v, %+v; want allowed with 0 left", i, err, dec)
 		}
-		if err := s.Check(ctx, one(fmt.Sprint("k", i), 1), &dec); err != nil || dec.Allowed {
+		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || dec.Allowed {
 			t.Fatalf("held key %d, third use: %v, %+v; want denied", i, err, dec)
 		}
 	}
@@ -62,14 +62,14 @@ func TestMaxKeys(t *testing.T) {
 		"cost 0":  one("new", 0),
 		"denied":  one("new", 3), // over the capacity: never admitted
 	} {
-		if err := s.Check(ctx, req, &dec); err != nil {
+		if err := s.Check(ctx, 0, req, &dec); err != nil {
 			t.Errorf("%s on a new key: %v", name, err)
 		}
 	}
 
 	// All or nothing: a held key with a new one changes neither.
 	both := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k0", Limit: window, Cost: 0}, {Key: "new", Limit: window, Cost: 1}}}
-	if err := s.Check(ctx, both, &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+	if err := s.Check(ctx, 0, both, &dec); !errors.Is(err, ratelimit.ErrCapacity) {
 		t.Fatalf("held and new key: %v, want ErrCapacity", err)
 	}
 	if s.Len() != max {
@@ -78,18 +78,18 @@ func TestMaxKeys(t *testing.T) {
 
 	// Once the held keys expire, a new key takes the room of one of them.
 	clock.Advance(time.Second)
-	if err := s.Check(ctx, one("new", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
+	if err := s.Check(ctx, 0, one("new", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
 		t.Fatalf("new key after the others expired: %v, %+v", err, dec)
 	}
 	if s.Len() != 1 {
 		t.Fatalf("the store holds %d keys after reclaiming, want 1", s.Len())
 	}
 	for i := range max - 1 {
-		if err := s.Check(ctx, one(fmt.Sprint("again", i), 1), &dec); err != nil {
+		if err := s.Check(ctx, 0, one(fmt.Sprint("again", i), 1), &dec); err != nil {
 			t.Fatalf("key %d after reclaiming: %v", i+2, err)
 		}
 	}
-	if err := s.Check(ctx, one("over", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+	if err := s.Check(ctx, 0, one("over", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
 		t.Fatalf("key %d after reclaiming: %v, want ErrCapacity", max+1, err)
 	}
 }
@@ -101,11 +101,11 @@ func TestMaxKeysExpiredKeyReused(t *testing.T) {
 	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(1))
 	t.Cleanup(func() { _ = s.Close() })
 	var dec ratelimit.Decision
-	if err := s.Check(context.Background(), one("a", 1), &dec); err != nil {
+	if err := s.Check(context.Background(), 0, one("a", 1), &dec); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Second)
-	if err := s.Check(context.Background(), one("a", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
+	if err := s.Check(context.Background(), 0, one("a", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
 		t.Fatalf("expired key used again: %v, %+v", err, dec)
 	}
 }
@@ -124,7 +124,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 			var dec ratelimit.Decision
 			for i := range each {
 				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint(w, "/", i), Limit: l, Cost: 1}}}
-				switch err := s.Check(context.Background(), &req, &dec); {
+				switch err := s.Check(context.Background(), 0, &req, &dec); {
 				case err == nil && dec.Allowed:
 					admitted.Add(1)
 				case errors.Is(err, ratelimit.ErrCapacity):

@@ -150,8 +150,9 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// Check implements ratelimit.Store.
-func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
+// Check implements ratelimit.Store. It does no I/O, so it has no use for
+// the timeout.
+func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore check: %w", err)
 	}
@@ -341,9 +342,6 @@ func (s *Store) sweeper() {
 	}
 }
 
-// InMemory reports that Check does no I/O, so callers need not put a
-// deadline on it.
-func (s *Store) InMemory() bool { return true }
 
 // Close stops the sweeper. The store still answers afterwards, without
 // sweeping.

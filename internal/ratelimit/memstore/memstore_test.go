@@ -66,7 +66,7 @@ func TestAllOrNothing(t *testing.T) {
 	var dec ratelimit.Decision
 	check := func(req ratelimit.Request) {
 		t.Helper()
-		if err := s.Check(context.Background(), &req, &dec); err != nil {
+		if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestSweep(t *testing.T) {
 			iv = time.Hour
 		}
 		req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint(i), Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: iv}, Cost: 1}}}
-		if err := s.Check(context.Background(), &req, &dec); err != nil {
+		if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestSweeperRunsAndStops(t *testing.T) {
 	s := memstore.New(memstore.WithSweepInterval(5 * time.Millisecond))
 	req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Millisecond}, Cost: 1}}}
 	var dec ratelimit.Decision
-	if err := s.Check(context.Background(), &req, &dec); err != nil {
+	if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -144,7 +144,7 @@ func TestInvalidRequests(t *testing.T) {
 		"bad limit": {Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 1}}}},
 		"neg cost":  {Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: -1}}},
 	} {
-		if err := s.Check(context.Background(), &req, &dec); err == nil {
+		if err := s.Check(context.Background(), 0, &req, &dec); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}

@@ -37,7 +37,7 @@ func AdmitConcurrently(t testing.TB, s ratelimit.Store, key string, l ratelimit.
 			var dec ratelimit.Decision
 			req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}}
 			for range each {
-				if err := s.Check(context.Background(), &req, &dec); err != nil {
+				if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 					errs <- err
 					return
 				}
@@ -75,7 +75,7 @@ func CheckAtomicPairs(t testing.TB, s ratelimit.Store, prefix string) {
 			}
 			var dec ratelimit.Decision
 			for range 50 {
-				if err := s.Check(context.Background(), &req, &dec); err != nil {
+				if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 					errs <- err
 					return
 				}
@@ -93,7 +93,7 @@ func CheckAtomicPairs(t testing.TB, s ratelimit.Store, prefix string) {
 	peek := ratelimit.Request{Entries: []ratelimit.Entry{b}, DryRun: true}
 	peek.Entries[0].Cost = 0
 	var dec ratelimit.Decision
-	if err := s.Check(context.Background(), &peek, &dec); err != nil {
+	if err := s.Check(context.Background(), 0, &peek, &dec); err != nil {
 		t.Fatal(err)
 	}
 	if admitted.Load() != 100 || dec.Results[0].Remaining != 50 {

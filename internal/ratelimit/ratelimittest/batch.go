@@ -103,7 +103,7 @@ func RunBatchDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, maxBatch
 		ref.Clock.Advance(time.Duration(at[0]-end) * time.Microsecond)
 		for i, req := range reqs {
 			ref.Clock.Advance(time.Duration(at[i]-ref.Clock.Micros()) * time.Microsecond)
-			if err := ref.Check(ctx, req, &refDec); err != nil {
+			if err := ref.Check(ctx, 0, req, &refDec); err != nil {
 				t.Fatalf("batch %d request %d: reference: %v", st.Batches, i, err)
 			}
 			if !sameDecision(&refDec, &decs[i]) {

@@ -75,11 +75,11 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	decs := make([]ratelimit.Decision, len(targets))
 	send := func(req *ratelimit.Request, what string) {
 		t.Helper()
-		if err := ref.Check(ctx, req, &refDec); err != nil {
+		if err := ref.Check(ctx, 0, req, &refDec); err != nil {
 			t.Fatalf("%s: reference: %v", what, err)
 		}
 		for i, tg := range targets {
-			if err := tg.Store.Check(ctx, req, &decs[i]); err != nil {
+			if err := tg.Store.Check(ctx, 0, req, &decs[i]); err != nil {
 				t.Fatalf("%s: %s: %v", what, tg.Name, err)
 			}
 			if !sameDecision(&refDec, &decs[i]) {
@@ -157,12 +157,12 @@ func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, stri
 	var d ratelimit.Decision
 	ref.Clock.Advance(retry - time.Microsecond)
 	send(req, "retry probe -1µs")
-	if err := ref.Check(context.Background(), req, &d); err != nil || d.Allowed {
+	if err := ref.Check(context.Background(), 0, req, &d); err != nil || d.Allowed {
 		t.Fatalf("retry-after %s of %s cost %d: allowed 1µs early (%v)", retry, e.Limit, e.Cost, err)
 	}
 	ref.Clock.Advance(time.Microsecond)
 	send(req, "retry probe")
-	if err := ref.Check(context.Background(), req, &d); err != nil || !d.Allowed {
+	if err := ref.Check(context.Background(), 0, req, &d); err != nil || !d.Allowed {
 		t.Fatalf("retry-after %s of %s cost %d: still denied then (%v)", retry, e.Limit, e.Cost, err)
 	}
 }

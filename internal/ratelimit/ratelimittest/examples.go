@@ -211,7 +211,7 @@ func RunExamples(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelim
 			for n, st := range ex.Steps {
 				clock.Advance(st.Advance)
 				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: st.Cost}}}
-				if err := store.Check(context.Background(), &req, &dec); err != nil {
+				if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
 					t.Fatalf("step %d: %v", n, err)
 				}
 				r := dec.Results[0]

@@ -2,6 +2,7 @@ package ratelimittest
 
 import (
 	"context"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
@@ -23,7 +24,7 @@ func NewReference(clock *Clock) *Reference {
 }
 
 // Check implements ratelimit.Store.
-func (r *Reference) Check(_ context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
+func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}

@@ -200,7 +200,7 @@ func TestMergedAdmission(t *testing.T) {
 				req := ratelimit.Request{Entries: []ratelimit.Entry{own, shared}}
 				var dec ratelimit.Decision
 				for range 10 {
-					if err := s.Check(context.Background(), &req, &dec); err != nil {
+					if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 						t.Error(err)
 						return
 					}

@@ -55,7 +55,7 @@ func BenchmarkCheck(b *testing.B) {
 			var dec ratelimit.Decision
 			resetStats(b, srv)
 			for b.Loop() {
-				if err := s.Check(context.Background(), req, &dec); err != nil {
+				if err := s.Check(context.Background(), 0, req, &dec); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -74,7 +74,7 @@ func BenchmarkCheck(b *testing.B) {
 				}
 				var dec ratelimit.Decision
 				for i := 0; pb.Next(); i++ {
-					if err := s.Check(context.Background(), reqs[i%len(reqs)], &dec); err != nil {
+					if err := s.Check(context.Background(), 0, reqs[i%len(reqs)], &dec); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -132,7 +132,7 @@ func TestCluster(t *testing.T) {
 						{Key: ratelimit.Key("ns", "merged", values[v], "once"), Limit: once, Cost: 1},
 						{Key: ratelimit.Key("ns", "merged", values[v], "big"), Limit: big, Cost: 1},
 					}}
-					if err := m.Check(ctx, &req, &dec); err != nil {
+					if err := m.Check(ctx, 0, &req, &dec); err != nil {
 						t.Error(err)
 						return
 					}

@@ -44,7 +44,7 @@ func simOpts(clock *ratelimittest.Clock, mode redisstore.Mode) redisstore.Option
 func check(t testing.TB, s ratelimit.Store, req ratelimit.Request) ratelimit.Decision {
 	t.Helper()
 	var dec ratelimit.Decision
-	if err := s.Check(context.Background(), &req, &dec); err != nil {
+	if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 		t.Fatal(err)
 	}
 	return dec

@@ -25,7 +25,7 @@ func TestNoLoadNeverLoads(t *testing.T) {
 		Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 10, Interval: time.Hour}, Cost: 1,
 	}}}
 	var dec ratelimit.Decision
-	if err := checker.Check(ctx, &req, &dec); !errors.Is(err, redisstore.ErrLibraryMissing) {
+	if err := checker.Check(ctx, 0, &req, &dec); !errors.Is(err, redisstore.ErrLibraryMissing) {
 		t.Fatalf("before any load: %v, want ErrLibraryMissing", err)
 	}
 	if n := functionLoads(t, srv); n != 0 {
@@ -34,13 +34,13 @@ func TestNoLoadNeverLoads(t *testing.T) {
 	if err := loader.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := checker.Check(ctx, &req, &dec); err != nil || !dec.Allowed {
+	if err := checker.Check(ctx, 0, &req, &dec); err != nil || !dec.Allowed {
 		t.Fatalf("after the load: %v %+v", err, dec)
 	}
 	if err := srv.Client().FunctionFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := checker.Check(ctx, &req, &dec); !errors.Is(err, redisstore.ErrLibraryMissing) {
+	if err := checker.Check(ctx, 0, &req, &dec); !errors.Is(err, redisstore.ErrLibraryMissing) {
 		t.Fatalf("after FUNCTION FLUSH: %v, want ErrLibraryMissing", err)
 	}
 	if n := functionLoads(t, srv); n != 1 {

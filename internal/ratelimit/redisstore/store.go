@@ -227,16 +227,16 @@ type checkState struct {
 
 var checkStates = sync.Pool{New: func() any { return new(checkState) }}
 
-// Check implements ratelimit.Store. A deadline of ctx bounds the wait.
-func (s *Store) Check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision) error {
+// Check implements ratelimit.Store. The wait ends at the earlier of ctx's
+// deadline and timeout from now; it uses a timer kept with the pooled
+// check state, so a check allocates no context and no timer.
+func (s *Store) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	deadline, _ := ctx.Deadline()
-	return s.CheckBy(ctx, deadline, req, dec)
-}
-
-// CheckBy is Check with its deadline as a time (zero: none). The wait
-// uses a timer kept with the pooled check state, so a check allocates no
-// context and no timer: the checker calls it for every request.
-func (s *Store) CheckBy(ctx context.Context, deadline time.Time, req *ratelimit.Request, dec *ratelimit.Decision) error {
+	if timeout > 0 {
+		if d := time.Now().Add(timeout); deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+	}
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("redisstore check: %w", err)
 	}

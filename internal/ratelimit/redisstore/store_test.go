@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,7 +189,7 @@ func TestRecovery(t *testing.T) {
 				t.Helper()
 				fault()
 				var dec ratelimit.Decision
-				if err := s.Check(ctx, &req, &dec); err != nil {
+				if err := s.Check(ctx, 0, &req, &dec); err != nil {
 					t.Fatalf("after %s: %v", what, err)
 				}
 				if dec.Results[0].Remaining != want {
@@ -237,7 +238,7 @@ func TestAutoFallback(t *testing.T) {
 	// Forced Functions mode does not fall back: it reports the error.
 	f := newStore(t, srv, redisstore.Options{Mode: redisstore.ModeFunctions})
 	var dec ratelimit.Decision
-	if err := f.Check(context.Background(), &req, &dec); err == nil || !strings.Contains(err.Error(), "unknown command") {
+	if err := f.Check(context.Background(), 0, &req, &dec); err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Fatalf("forced functions on a server without them: %v", err)
 	}
 }
@@ -260,7 +261,7 @@ func TestNoReplay(t *testing.T) {
 
 	proxy.drop.Store(true)
 	var dec ratelimit.Decision
-	if err := s.Check(ctx, &req, &dec); err == nil {
+	if err := s.Check(ctx, 0, &req, &dec); err == nil {
 		t.Fatal("a lost reply was not reported")
 	}
 	peek := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: 0}}, DryRun: true}
@@ -366,7 +367,7 @@ func TestContextDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	start := time.Now()
 	var dec ratelimit.Decision
-	err := s.Check(ctx, &req, &dec)
+	err := s.Check(ctx, 0, &req, &dec)
 	cancel()
 	took := time.Since(start)
 	srv.Thaw()
@@ -376,37 +377,50 @@ func TestContextDeadline(t *testing.T) {
 	check(t, s, req)
 }
 
-// TestCheckByDeadline: CheckBy's deadline bounds the wait on a frozen
-// server with context.DeadlineExceeded, repeatedly (the timer is reused
-// with the pooled state), and checks that answer in time are not cut
-// short by an earlier check's timer.
-func TestCheckByDeadline(t *testing.T) {
+// TestCheckTimeout: Check's timeout bounds the wait on a frozen server,
+// repeatedly (the timer is reused with the pooled state), an earlier
+// deadline of the context wins over it, and checks that answer in time are
+// not cut short by an earlier check's timer. The socket's read deadline is
+// the same instant as the wait's, so either may end it first.
+func TestCheckTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv, redisstore.Options{})
 	req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimittest.NoRefillLimits(1000)[0], Cost: 1}}}
 	var dec ratelimit.Decision
 	for range 50 { // warm states whose timers were set and stopped
-		if err := s.CheckBy(context.Background(), time.Now().Add(time.Second), &req, &dec); err != nil {
+		if err := s.Check(context.Background(), time.Second, &req, &dec); err != nil {
 			t.Fatal(err)
 		}
 	}
 	srv.Freeze()
 	for i := range 3 {
 		start := time.Now()
-		err := s.CheckBy(context.Background(), start.Add(30*time.Millisecond), &req, &dec)
-		if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took < 30*time.Millisecond || took > time.Second {
-			t.Fatalf("frozen server, attempt %d: err %v after %s, want DeadlineExceeded after 30ms", i, err, took)
+		err := s.Check(context.Background(), 30*time.Millisecond, &req, &dec)
+		if took := time.Since(start); !timedOut(err) || took < 30*time.Millisecond || took > time.Second {
+			t.Fatalf("frozen server, attempt %d: err %v after %s, want a timeout after 30ms", i, err, took)
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	start := time.Now()
+	err := s.Check(ctx, time.Minute, &req, &dec)
+	cancel()
+	if took := time.Since(start); !timedOut(err) || took > time.Second {
+		t.Fatalf("frozen server, context deadline 30ms, timeout 1m: err %v after %s, want a timeout after 30ms", err, took)
 	}
 	srv.Thaw()
 	for range 50 {
-		if err := s.CheckBy(context.Background(), time.Now().Add(time.Second), &req, &dec); err != nil {
+		if err := s.Check(context.Background(), time.Second, &req, &dec); err != nil {
 			t.Fatalf("after thaw: %v", err)
 		}
 	}
-	if err := s.CheckBy(context.Background(), time.Time{}, &req, &dec); err != nil {
-		t.Fatalf("no deadline: %v", err)
+	if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
+		t.Fatalf("no timeout: %v", err)
 	}
+}
+
+// timedOut: the wait's deadline or the socket's read deadline passed.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 func TestNewRejectsRing(t *testing.T) {
