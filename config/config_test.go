@@ -409,6 +409,7 @@ func TestDefaultHoldsTogether(t *testing.T) {
 
 	t.Run("controller", func(t *testing.T) {
 		c := ctrlDep.Spec.Template.Spec.Containers[0]
+		// Leader election is off unless asked for; two replicas need it.
 		for _, arg := range []string{"controller", "--leader-elect=true", "--leader-election-namespace=$(POD_NAMESPACE)", "--metrics-bind-address=:8081", "--health-probe-bind-address=:8082"} {
 			if !slices.Contains(c.Args, arg) {
 				t.Errorf("args %v lack %s", c.Args, arg)

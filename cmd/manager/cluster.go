@@ -27,7 +27,10 @@ import (
 func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig *string) {
 	fs.StringVar(&cfg.MetricsAddr, "metrics-bind-address", ":8081", "address of the controller's /metrics (0 disables)")
 	fs.StringVar(&cfg.ProbeAddr, "health-probe-bind-address", ":8082", "address of the controller's /healthz and /readyz")
-	fs.BoolVar(&cfg.LeaderElection, "leader-elect", true, "elect one active controller among replicas (a Lease)")
+	// Off by default (kubebuilder's convention), so a controller started
+	// outside a cluster needs no namespace for its Lease; the Deployments
+	// in config/manager turn it on.
+	fs.BoolVar(&cfg.LeaderElection, "leader-elect", false, "elect one active controller among replicas with a Lease in --leader-election-namespace; needed when more than one runs (config/manager sets it)")
 	ns := os.Getenv("POD_NAMESPACE")
 	if ns == "" {
 		ns = "sluice-system"
