@@ -342,7 +342,6 @@ func (s *Store) sweeper() {
 	}
 }
 
-
 // Close stops the sweeper. The store still answers afterwards, without
 // sweeping.
 func (s *Store) Close() error {
