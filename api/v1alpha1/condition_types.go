@@ -23,9 +23,6 @@ const (
 	// ReasonApplied: the generation is compiled and written to the policy table.
 	ReasonApplied = "Applied"
 
-	// ReasonProgressing: the controller has started on a new generation.
-	ReasonProgressing = "Progressing"
-
 	// ReasonInvalidSpec: the spec does not compile (a key template, a CEL
 	// expression or a limit is wrong); the message names the field. The
 	// last good version stays in force.

@@ -45,7 +45,6 @@ type RateLimitPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:XValidation:rule="self.all(l, self.exists_one(m, m.name == l.name))",message="limit names must be unique within a policy"
 	Limits []Limit `json:"limits"`
 
 	// cost is how many units one request takes from each limit.
