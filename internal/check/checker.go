@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -249,7 +250,7 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		if !ok {
 			pr.MissingKey = true
 			out.Policies = append(out.Policies, pr)
-			if p.OnMissingKey == "Deny" && !p.Shadow {
+			if p.OnMissingKey == ratelimitv1alpha1.OnMissingKeyDeny && !p.Shadow {
 				out.Allowed, out.Reason, out.Decider = false, ReasonMissingKey, p
 				out.RetryAfter = ratelimit.Never
 			}
@@ -353,11 +354,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = 0
 		out.RetryAfter = d.until.Sub(now)
 		if !out.dryRun {
-			c.counts.add(p, l, "cached_denied")
+			c.counts.add(p, l, ResultCachedDenied)
 		}
 		if c.metrics != nil && !out.dryRun {
 			c.metrics.cacheHits.Inc()
-			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, "cached_denied").Inc()
+			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(ResultCachedDenied)).Inc()
 		}
 		return true
 	}
@@ -402,17 +403,17 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		p := out.Policies[sc.owners[i]].Policy
 		l := &p.Limits[sc.limitOf[i]]
 		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Result: r})
-		result := "allowed"
+		result := ResultAllowed
 		switch {
 		case !r.Allowed && e.Shadow:
-			result = "shadow_denied"
+			result = ResultShadowDenied
 		case !r.Allowed:
-			result = "denied"
+			result = ResultDenied
 		}
 		if !sc.req.DryRun {
 			c.counts.add(p, l, result)
 			if c.metrics != nil {
-				c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, result).Inc()
+				c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
 			}
 		}
 		if e.Shadow {

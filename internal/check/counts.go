@@ -37,7 +37,7 @@ func (c *counts) counter(ns, policy, limit string) *limitCounter {
 	return v.(*limitCounter)
 }
 
-func (c *counts) add(p *policy.Policy, l *policy.Limit, result string) {
+func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) {
 	var lc *limitCounter
 	if v, ok := c.byPtr.Load(l); ok {
 		lc = v.(*limitCounter)
@@ -48,11 +48,11 @@ func (c *counts) add(p *policy.Policy, l *policy.Limit, result string) {
 		c.byPtr.Store(l, lc)
 	}
 	switch result {
-	case "allowed":
+	case ResultAllowed:
 		lc.allowed.Add(1)
-	case "shadow_denied":
+	case ResultShadowDenied:
 		lc.shadowDeny.Add(1)
-	default:
+	default: // ResultDenied, ResultCachedDenied
 		lc.denied.Add(1)
 	}
 }

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,25 +156,25 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 
 func checkEnums(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	check := func(p *field.Path, got string, allowed ...string) {
-		if got == "" {
-			return
-		}
-		for _, a := range allowed {
-			if got == a {
-				return
-			}
-		}
-		errs = append(errs, field.NotSupported(p, got, allowed))
-	}
-	check(path.Child("onMissingKey"), string(spec.OnMissingKey), "Skip", "Deny", "Shared")
-	check(path.Child("mode"), string(spec.Mode), "Enforce", "Shadow")
-	check(path.Child("failureMode"), string(spec.FailureMode), "Open", "Closed")
-	check(path.Child("response", "headers"), string(spec.Response.Headers), "IETF", "Legacy", "Both", "None")
+	errs = checkEnum(errs, path.Child("onMissingKey"), spec.OnMissingKey,
+		ratelimitv1alpha1.OnMissingKeySkip, ratelimitv1alpha1.OnMissingKeyDeny, ratelimitv1alpha1.OnMissingKeyShared)
+	errs = checkEnum(errs, path.Child("mode"), spec.Mode, ratelimitv1alpha1.ModeEnforce, ratelimitv1alpha1.ModeShadow)
+	errs = checkEnum(errs, path.Child("failureMode"), spec.FailureMode, ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed)
+	errs = checkEnum(errs, path.Child("response", "headers"), spec.Response.Headers,
+		ratelimitv1alpha1.HeaderStyleIETF, ratelimitv1alpha1.HeaderStyleLegacy, ratelimitv1alpha1.HeaderStyleBoth, ratelimitv1alpha1.HeaderStyleNone)
 	if spec.Cost < 0 || spec.Cost > ratelimit.MaxCount {
 		errs = append(errs, field.Invalid(path.Child("cost"), spec.Cost, fmt.Sprintf("must be from 1 to %d", ratelimit.MaxCount)))
 	}
 	return errs
+}
+
+// checkEnum reports got unless it is empty (the default applies) or one
+// of allowed.
+func checkEnum[T ~string](errs field.ErrorList, path *field.Path, got T, allowed ...T) field.ErrorList {
+	if got == "" || slices.Contains(allowed, got) {
+		return errs
+	}
+	return append(errs, field.NotSupported(path, string(got), allowed))
 }
 
 // validateMatch repeats the schema's rules for policies that did not pass

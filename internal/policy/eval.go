@@ -1,6 +1,7 @@
 package policy
 
 import (
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
@@ -38,7 +39,7 @@ func (e *Eval) KeyValue(p *Policy) (value string, ok bool) {
 	if found {
 		return string(e.buf), true
 	}
-	if p.OnMissingKey == "Shared" {
+	if p.OnMissingKey == ratelimitv1alpha1.OnMissingKeyShared {
 		return sharedKeyValue, true
 	}
 	return "", false
