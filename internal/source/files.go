@@ -303,79 +303,169 @@ func (f *Files) Revert(namespace, name string) error {
 // reload reads the folder and compiles it when anything changed, or always
 // when force is set (after an edit). Each file is read and reported on its
 // own: one that cannot be read keeps its policies' last good versions and
-// the others follow their edits.
+// the others follow their edits. The OnChange functions run after the new
+// set is in place, outside f.mu, so they may read the statuses.
 func (f *Files) reload(force bool) error {
 	f.reloadMu.Lock()
 	defer f.reloadMu.Unlock()
-	entries, dirErrs, err := listFiles(f.dir)
+	r, err := f.read()
 	if err != nil {
 		return err
 	}
-	contents, readErrs := f.readAll(entries, f.now())
-	readErrs = append(dirErrs, readErrs...)
+	for _, fn := range f.apply(r, force) {
+		fn()
+	}
+	return nil
+}
 
+// folderRead is one reading of the folder.
+type folderRead struct {
+	entries  []entry
+	contents map[string]*version // by path; nil for a file not read
+	dirErrs  []FileError         // folders that cannot be listed
+	readErrs []FileError         // dirErrs and the files that cannot be read
+	// signature changes whenever a file's contents or error does.
+	signature string
+}
+
+func (f *Files) read() (*folderRead, error) {
+	entries, dirErrs, err := listFiles(f.dir)
+	if err != nil {
+		return nil, err
+	}
+	contents, readErrs := f.readAll(entries, f.now())
+	r := &folderRead{entries: entries, contents: contents, dirErrs: dirErrs, readErrs: append(dirErrs, readErrs...)}
 	h := sha256.New()
 	for _, e := range entries {
 		if v := contents[e.path]; v != nil {
 			fmt.Fprintf(h, "%s\x00%x\x00", e.path, v.hash)
 		}
 	}
-	for _, fe := range readErrs {
+	for _, fe := range r.readErrs {
 		fmt.Fprintf(h, "%s\x00error\x00%v\x00", fe.File, fe.Err)
 	}
-	sig := string(h.Sum(nil))
+	r.signature = string(h.Sum(nil))
+	return r, nil
+}
 
+// nextSet is what one reload builds: the policies in force and what is
+// reported about them.
+type nextSet struct {
+	inForce     map[policyID]*policy.Policy
+	inForceFile map[policyID]string
+	used        map[policyID]usedDoc
+	statuses    []PolicyStatus
+	fileErrors  []FileError
+	compileErrs map[policyID]string
+	// dupNote tells a policy's status where else it is defined.
+	dupNote map[policyID]string
+}
+
+// apply compiles r into a new policy set unless nothing changed (and force
+// is not set), and returns the OnChange functions to call then.
+func (f *Files) apply(r *folderRead, force bool) []func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if sig == f.signature && !force {
+	if r.signature == f.signature && !force {
 		return nil
 	}
-	f.signature = sig
+	f.signature = r.signature
 
-	fileHash := make(map[string]string, len(contents))
-	for name, v := range contents {
+	fileHash := make(map[string]string, len(r.contents))
+	for name, v := range r.contents {
 		fileHash[name] = string(v.hash[:])
 	}
+	f.dropStaleEdits(fileHash)
+
+	kept := f.unreadable(r)
+	n := &nextSet{inForce: map[policyID]*policy.Policy{}, inForceFile: map[policyID]string{},
+		used: map[policyID]usedDoc{}, compileErrs: map[policyID]string{}, dupNote: map[policyID]string{},
+		fileErrors: append([]FileError(nil), r.readErrs...)}
+	defs, order := f.definitions(r, kept, n)
+	for _, id := range order {
+		f.resolve(id, defs[id], kept, n)
+	}
+	f.keepUnreadable(kept, n)
+	sortReports(n)
+	f.logNewFileErrors(n.fileErrors)
+
+	for id, p := range n.inForce {
+		f.good.Accept(id, p)
+	}
+	f.good.Retain(func(id policyID) bool { return n.inForce[id] != nil })
+	f.goodFile = n.inForceFile
+	f.compileErrs = n.compileErrs
+	f.fileHash, f.used = fileHash, n.used
+	f.statuses = n.statuses
+	f.fileErrors = n.fileErrors
+	list := make([]*policy.Policy, 0, len(n.inForce))
+	for _, p := range n.inForce {
+		list = append(list, p)
+	}
+	f.set.Store(policy.NewSet(f.revision.Add(1), list))
+	f.log.Info("policies loaded", "dir", f.dir, "policies", len(list), "revision", f.revision.Load())
+	return append([]func(){}, f.onChange...)
+}
+
+// dropStaleEdits drops the in-memory edits whose file has changed since:
+// the file wins again.
+func (f *Files) dropStaleEdits(fileHash map[string]string) {
 	for id, e := range f.edits {
 		if fileHash[e.file] != e.fileHash {
 			delete(f.edits, id)
 			f.log.Info("policy file changed; it replaces the in-memory edit", "policy", id.String(), "file", e.file)
 		}
 	}
+}
 
-	// Files whose policies cannot be known this time (not readable, not
-	// parsed) keep their policies' last good versions; why, for statuses.
-	kept := map[string]string{}
-	fileErrors := append([]FileError(nil), readErrs...)
-	for _, fe := range readErrs {
-		if contents[fe.File] == nil {
-			kept[fe.File] = fmt.Sprintf("its file cannot be read: %v", fe.Err)
+// keptFiles are the files whose policies cannot be known this time (not
+// readable, not parsed, or in a folder that cannot be listed): they keep
+// their policies' last good versions.
+type keptFiles struct {
+	why     map[string]string // file -> why, for statuses
+	dirErrs []FileError
+	rel     func(string) string
+}
+
+// unreadable is r's files that could not be read.
+func (f *Files) unreadable(r *folderRead) *keptFiles {
+	k := &keptFiles{why: map[string]string{}, dirErrs: r.dirErrs, rel: f.rel}
+	for _, fe := range r.readErrs {
+		if r.contents[fe.File] == nil {
+			k.why[fe.File] = fmt.Sprintf("its file cannot be read: %v", fe.Err)
 		}
 	}
-	keptWhy := func(file string) (string, bool) {
-		if why, ok := kept[file]; ok {
-			return why, true
-		}
-		for _, de := range dirErrs {
-			if strings.HasPrefix(file, de.File+string(filepath.Separator)) {
-				return fmt.Sprintf("its folder %s cannot be read: %v", f.rel(de.File), de.Err), true
-			}
-		}
-		return "", false
-	}
+	return k
+}
 
-	// Every definition of each policy, in file order.
+// reason says why file's policies are kept; false when they are not.
+func (k *keptFiles) reason(file string) (string, bool) {
+	if why, ok := k.why[file]; ok {
+		return why, true
+	}
+	for _, de := range k.dirErrs {
+		if strings.HasPrefix(file, de.File+string(filepath.Separator)) {
+			return fmt.Sprintf("its folder %s cannot be read: %v", k.rel(de.File), de.Err), true
+		}
+	}
+	return "", false
+}
+
+// definitions parses the files read: every definition of each policy, and
+// the policies in file order. A file that does not parse is reported and
+// kept.
+func (f *Files) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[policyID][]document, []policyID) {
 	defs := map[policyID][]document{}
 	var order []policyID
-	for _, e := range entries {
-		v := contents[e.path]
+	for _, e := range r.entries {
+		v := r.contents[e.path]
 		if v == nil {
 			continue
 		}
 		d, err := parseFile(e.path, v.data)
 		if err != nil {
-			fileErrors = append(fileErrors, FileError{File: e.path, Err: err})
-			kept[e.path] = fmt.Sprintf("its file does not parse: %v", err)
+			n.fileErrors = append(n.fileErrors, FileError{File: e.path, Err: err})
+			kept.why[e.path] = fmt.Sprintf("its file does not parse: %v", err)
 			continue
 		}
 		for _, doc := range d {
@@ -386,95 +476,107 @@ func (f *Files) reload(force bool) error {
 			defs[id] = append(defs[id], doc)
 		}
 	}
+	return defs, order
+}
 
-	var statuses []PolicyStatus
-	next := map[policyID]*policy.Policy{}
-	nextFile := map[policyID]string{}
-	used := map[policyID]usedDoc{}
-	dupNote := map[policyID]string{}
-	compileErrs := map[policyID]string{}
-	for _, id := range order {
-		ds := defs[id]
-		owner, keptOwner := f.owner(id, ds, keptWhy)
-		ownerFile := f.goodFile[id]
-		if !keptOwner {
-			ownerFile = ds[owner].file
-		}
-		var others []string
-		for i, d := range ds {
-			if i == owner && !keptOwner {
-				continue
-			}
-			others = append(others, f.rel(d.file))
-			var err error
-			switch {
-			case d.file == ownerFile && !keptOwner:
-				err = fmt.Errorf("policy %s is defined twice in this file (documents %d and %d); document %d is the one applied",
-					id, ds[owner].index, d.index, ds[owner].index)
-			case keptOwner:
-				err = fmt.Errorf("policy %s is also defined in %s, whose last good version stays in force; this definition is not applied",
-					id, f.rel(ownerFile))
-			default:
-				err = fmt.Errorf("policy %s is also defined in %s, whose definition is in force; this one is not applied",
-					id, f.rel(ownerFile))
-			}
-			fileErrors = append(fileErrors, FileError{File: d.file, Err: err})
-			statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file,
-				Spec: &d.spec.Spec, Duplicate: true, Message: err.Error()})
-		}
-		if len(others) > 0 {
-			dupNote[id] = fmt.Sprintf("also defined in %s, where it is not applied: keep one definition",
-				strings.Join(others, ", "))
-		}
-		if keptOwner {
-			continue // its status comes with the other kept policies below
-		}
-		d := ds[owner]
-		st := PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file, Spec: &d.spec.Spec}
-		if e := f.edits[id]; e != nil && e.file == d.file {
-			st.Spec, st.Edited, st.EditedAt = e.spec, true, e.at
-		}
-		used[id] = usedDoc{file: d.file, spec: st.Spec}
-		p, err := policy.Compile(id.namespace, id.name, st.Spec)
-		inForce, ok := f.good.InForce(id, p, err)
-		if ok {
-			next[id], nextFile[id] = inForce, d.file
-		}
-		if err != nil {
-			st.Message = err.Error()
-			if ok {
-				st.Message += " (the last good version stays in force)"
-			}
-			compileErrs[id] = err.Error()
-			if f.compileErrs[id] != err.Error() {
-				f.log.Error("policy not applied", "policy", id.String(), "file", d.file, "err", err)
-			}
-		} else {
-			st.Ready = true
-		}
-		if note := dupNote[id]; note != "" {
-			// In force, but not Ready: which definition counts is in doubt.
-			st.Ready = false
-			st.Message = joinMessages(st.Message, note)
-		}
-		statuses = append(statuses, st)
+// resolve decides which of id's definitions ds is applied, reports the
+// others as duplicates, and compiles the one applied (or its in-memory
+// edit): when it does not compile, the last good version stays in force.
+func (f *Files) resolve(id policyID, ds []document, kept *keptFiles, n *nextSet) {
+	owner, keptOwner := f.owner(id, ds, kept.reason)
+	f.reportDuplicates(id, ds, owner, keptOwner, n)
+	if keptOwner {
+		return // its status comes with the other kept policies
 	}
-	for id, file := range f.goodFile {
-		if _, present := next[id]; present {
+	d := ds[owner]
+	st := PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file, Spec: &d.spec.Spec}
+	if e := f.edits[id]; e != nil && e.file == d.file {
+		st.Spec, st.Edited, st.EditedAt = e.spec, true, e.at
+	}
+	n.used[id] = usedDoc{file: d.file, spec: st.Spec}
+	p, err := policy.Compile(id.namespace, id.name, st.Spec)
+	inForce, ok := f.good.InForce(id, p, err)
+	if ok {
+		n.inForce[id], n.inForceFile[id] = inForce, d.file
+	}
+	if err != nil {
+		st.Message = err.Error()
+		if ok {
+			st.Message += " (the last good version stays in force)"
+		}
+		n.compileErrs[id] = err.Error()
+		if f.compileErrs[id] != err.Error() {
+			f.log.Error("policy not applied", "policy", id.String(), "file", d.file, "err", err)
+		}
+	} else {
+		st.Ready = true
+	}
+	if note := n.dupNote[id]; note != "" {
+		// In force, but not Ready: which definition counts is in doubt.
+		st.Ready = false
+		st.Message = joinMessages(st.Message, note)
+	}
+	n.statuses = append(n.statuses, st)
+}
+
+// reportDuplicates reports every definition of id but the owner's as not
+// applied, on its file and in its own status.
+func (f *Files) reportDuplicates(id policyID, ds []document, owner int, keptOwner bool, n *nextSet) {
+	ownerFile := f.goodFile[id]
+	if !keptOwner {
+		ownerFile = ds[owner].file
+	}
+	var others []string
+	for i, d := range ds {
+		if i == owner && !keptOwner {
 			continue
 		}
-		why, ok := keptWhy(file)
+		others = append(others, f.rel(d.file))
+		var err error
+		switch {
+		case d.file == ownerFile && !keptOwner:
+			err = fmt.Errorf("policy %s is defined twice in this file (documents %d and %d); document %d is the one applied",
+				id, ds[owner].index, d.index, ds[owner].index)
+		case keptOwner:
+			err = fmt.Errorf("policy %s is also defined in %s, whose last good version stays in force; this definition is not applied",
+				id, f.rel(ownerFile))
+		default:
+			err = fmt.Errorf("policy %s is also defined in %s, whose definition is in force; this one is not applied",
+				id, f.rel(ownerFile))
+		}
+		n.fileErrors = append(n.fileErrors, FileError{File: d.file, Err: err})
+		n.statuses = append(n.statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: d.file,
+			Spec: &d.spec.Spec, Duplicate: true, Message: err.Error()})
+	}
+	if len(others) > 0 {
+		n.dupNote[id] = fmt.Sprintf("also defined in %s, where it is not applied: keep one definition",
+			strings.Join(others, ", "))
+	}
+}
+
+// keepUnreadable keeps in force the last good version of each policy whose
+// file cannot be read or parsed this time.
+func (f *Files) keepUnreadable(kept *keptFiles, n *nextSet) {
+	for id, file := range f.goodFile {
+		if _, present := n.inForce[id]; present {
+			continue
+		}
+		why, ok := kept.reason(file)
 		if !ok {
 			continue
 		}
-		next[id], _ = f.good.Get(id)
-		nextFile[id] = file
-		statuses = append(statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: file,
-			Message: joinMessages(why+" (the last good version stays in force)", dupNote[id])})
+		n.inForce[id], _ = f.good.Get(id)
+		n.inForceFile[id] = file
+		n.statuses = append(n.statuses, PolicyStatus{Namespace: id.namespace, Name: id.name, File: file,
+			Message: joinMessages(why+" (the last good version stays in force)", n.dupNote[id])})
 	}
-	// The status of the definition in use goes ahead of its duplicates'.
-	sort.SliceStable(statuses, func(i, j int) bool {
-		a, b := statuses[i], statuses[j]
+}
+
+// sortReports orders statuses by policy, the definition in use ahead of
+// its duplicates, and file errors by file.
+func sortReports(n *nextSet) {
+	sort.SliceStable(n.statuses, func(i, j int) bool {
+		a, b := n.statuses[i], n.statuses[j]
 		if a.Namespace != b.Namespace {
 			return a.Namespace < b.Namespace
 		}
@@ -483,9 +585,12 @@ func (f *Files) reload(force bool) error {
 		}
 		return !a.Duplicate && b.Duplicate
 	})
-	sort.SliceStable(fileErrors, func(i, j int) bool { return fileErrors[i].File < fileErrors[j].File })
-	// Logged once, when it appears: not at every poll, nor again when
-	// another file changes.
+	sort.SliceStable(n.fileErrors, func(i, j int) bool { return n.fileErrors[i].File < n.fileErrors[j].File })
+}
+
+// logNewFileErrors logs each file error once, when it appears: not at
+// every poll, nor again when another file changes.
+func (f *Files) logNewFileErrors(fileErrors []FileError) {
 	logged := make(map[string]bool, len(f.fileErrors))
 	for _, fe := range f.fileErrors {
 		logged[fe.File+"\x00"+fe.Err.Error()] = true
@@ -496,26 +601,6 @@ func (f *Files) reload(force bool) error {
 				"file", fe.File, "err", fe.Err)
 		}
 	}
-	f.compileErrs = compileErrs
-
-	for id, p := range next {
-		f.good.Accept(id, p)
-	}
-	f.good.Retain(func(id policyID) bool { return next[id] != nil })
-	f.goodFile = nextFile
-	f.fileHash, f.used = fileHash, used
-	f.statuses = statuses
-	f.fileErrors = fileErrors
-	list := make([]*policy.Policy, 0, len(next))
-	for _, p := range next {
-		list = append(list, p)
-	}
-	f.set.Store(policy.NewSet(f.revision.Add(1), list))
-	f.log.Info("policies loaded", "dir", f.dir, "policies", len(list), "revision", f.revision.Load())
-	for _, fn := range f.onChange {
-		fn()
-	}
-	return nil
 }
 
 // owner picks the definition of id that is applied among ds (in file

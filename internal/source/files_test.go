@@ -218,3 +218,25 @@ func TestPoliciesKeptFromABrokenFileHaveAStatus(t *testing.T) {
 		t.Fatalf("editing a policy whose file does not parse: %v", err)
 	}
 }
+
+// OnChange functions run once the new set is in place and outside the
+// lock, so one may read what changed.
+func TestOnChangeMayReadTheNewStatuses(t *testing.T) {
+	f, dir := newFiles(t, map[string]string{"api.yaml": bucketPolicy})
+	var seen []PolicyStatus
+	f.OnChange(func() { seen = f.Statuses() })
+	writeFile(t, dir, "api.yaml", strings.Replace(bucketPolicy, "capacity: 5", "capacity: 0", 1))
+	done := make(chan error, 1)
+	go func() { done <- f.Reload() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reload did not return: OnChange ran under the lock Statuses takes")
+	}
+	if len(seen) != 1 || seen[0].Ready || !strings.Contains(seen[0].Message, "last good version stays in force") {
+		t.Fatalf("OnChange saw %+v, want the new version's error", seen)
+	}
+}
