@@ -63,7 +63,39 @@ type Limit struct {
 // placeholders, the CEL `when` expression and the engine's numeric bounds.
 func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec) (*Policy, error) {
 	specPath := field.NewPath("spec")
-	var errs field.ErrorList
+	p := newPolicy(namespace, name, spec)
+	errs := checkEnums(spec, specPath)
+
+	key, kerrs := compileKey(spec.Key, specPath.Child("key"))
+	errs = append(errs, kerrs...)
+	p.key = key
+
+	match, merrs := compileMatchField(&spec.Match, specPath.Child("match"))
+	errs = append(errs, merrs...)
+	p.match = match
+
+	status, serrs := compileDenyStatus(spec.Response.DenyStatus, specPath.Child("response", "denyStatus"))
+	errs = append(errs, serrs...)
+	p.DenyStatus = status
+
+	limits, summary, lerrs := compileLimits(spec.Limits, p.Cost, specPath)
+	errs = append(errs, lerrs...)
+	for i := range limits {
+		limits[i].Window = quotaWindow(limits[i].Limit)
+		limits[i].renderHeaders(name)
+	}
+	p.Limits, p.Summary = limits, summary
+
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return p, nil
+}
+
+// newPolicy takes the spec's plain fields, with the schema's defaults:
+// files in local mode are not defaulted by an API server, and both sources
+// must mean the same.
+func newPolicy(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec) *Policy {
 	p := &Policy{
 		Namespace:    namespace,
 		Name:         name,
@@ -73,8 +105,6 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 		FailClosed:   spec.FailureMode == ratelimitv1alpha1.FailureModeClosed,
 		HeaderStyle:  spec.Response.Headers,
 	}
-	// Files in local mode are not defaulted by an API server: apply the
-	// schema's defaults here so both sources mean the same.
 	if p.OnMissingKey == "" {
 		p.OnMissingKey = ratelimitv1alpha1.OnMissingKeySkip
 	}
@@ -84,74 +114,48 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 	if p.HeaderStyle == "" {
 		p.HeaderStyle = ratelimitv1alpha1.HeaderStyleBoth
 	}
-	errs = append(errs, checkEnums(spec, specPath)...)
+	return p
+}
 
-	keySrc := spec.Key
-	if keySrc == "" {
-		keySrc = "{client_ip}"
+// defaultKey is the key template of a policy that names none: one bucket
+// per client address.
+const defaultKey = "{client_ip}"
+
+func compileKey(src string, path *field.Path) (keyTemplate, field.ErrorList) {
+	if src == "" {
+		src = defaultKey
 	}
-	key, err := parseKeyTemplate(keySrc)
+	key, err := parseKeyTemplate(src)
 	if err != nil {
-		errs = append(errs, field.Invalid(specPath.Child("key"), keySrc, err.Error()))
+		return key, field.ErrorList{field.Invalid(path, src, err.Error())}
 	}
-	p.key = key
+	return key, nil
+}
 
-	p.match = compileMatch(&spec.Match)
-	errs = append(errs, validateMatch(&spec.Match, specPath.Child("match"))...)
-	if spec.Match.When != "" {
-		w, err := compileWhen(spec.Match.When)
+// compileMatchField compiles spec.match, its `when` expression included.
+func compileMatchField(m *ratelimitv1alpha1.RequestMatch, path *field.Path) (matcher, field.ErrorList) {
+	match := compileMatch(m)
+	errs := validateMatch(m, path)
+	if m.When != "" {
+		w, err := compileWhen(m.When)
 		if err != nil {
-			errs = append(errs, field.Invalid(specPath.Child("match", "when"), spec.Match.When, err.Error()))
+			errs = append(errs, field.Invalid(path.Child("when"), m.When, err.Error()))
 		}
-		p.match.when = w
+		match.when = w
 	}
+	return match, errs
+}
 
-	if spec.Response.DenyStatus != nil {
-		status := int(*spec.Response.DenyStatus)
-		if status < 400 || status > 599 {
-			errs = append(errs, field.Invalid(specPath.Child("response", "denyStatus"), status, "must be an HTTP error status from 400 to 599"))
-		}
-		p.DenyStatus = status
+// compileDenyStatus reads spec.response.denyStatus: 0 when unset.
+func compileDenyStatus(denyStatus *int32, path *field.Path) (int, field.ErrorList) {
+	if denyStatus == nil {
+		return 0, nil
 	}
-
-	limitsPath := specPath.Child("limits")
-	switch n := len(spec.Limits); {
-	case n == 0:
-		errs = append(errs, field.Required(limitsPath, "at least one limit is needed"))
-	case n > 8:
-		errs = append(errs, field.TooMany(limitsPath, n, 8))
+	status := int(*denyStatus)
+	if status < 400 || status > 599 {
+		return status, field.ErrorList{field.Invalid(path, status, "must be an HTTP error status from 400 to 599")}
 	}
-	seen := map[string]bool{}
-	var summary []string
-	for i := range spec.Limits {
-		l := &spec.Limits[i]
-		lp := limitsPath.Index(i)
-		if seen[string(l.Name)] {
-			errs = append(errs, field.Duplicate(lp.Child("name"), l.Name))
-		}
-		seen[string(l.Name)] = true
-		if !isDNSLabel(string(l.Name)) {
-			errs = append(errs, field.Invalid(lp.Child("name"), l.Name, "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"))
-		}
-		compiled, desc, lerrs := compileLimit(l, lp)
-		errs = append(errs, lerrs...)
-		if len(lerrs) > 0 {
-			continue
-		}
-		if p.Cost > compiled.Limit.Capacity {
-			errs = append(errs, field.Invalid(specPath.Child("cost"), p.Cost,
-				fmt.Sprintf("must not exceed limit %q's capacity %d: such a request could never be allowed", l.Name, compiled.Limit.Capacity)))
-		}
-		compiled.renderHeaders(name)
-		p.Limits = append(p.Limits, compiled)
-		summary = append(summary, string(l.Name)+"="+desc)
-	}
-	p.Summary = strings.Join(summary, " ")
-
-	if len(errs) > 0 {
-		return nil, errs.ToAggregate()
-	}
-	return p, nil
+	return status, nil
 }
 
 func checkEnums(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
@@ -210,98 +214,6 @@ func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.Er
 	return errs
 }
 
-// compileLimit converts one API limit into the engine's terms and a short
-// description for the summary.
-func compileLimit(l *ratelimitv1alpha1.Limit, path *field.Path) (Limit, string, field.ErrorList) {
-	var (
-		errs   field.ErrorList
-		out    = Limit{Name: string(l.Name)}
-		desc   string
-		chosen int
-	)
-	duration := func(p *field.Path, d ratelimitv1alpha1.Duration, def string) time.Duration {
-		s := string(d)
-		if s == "" {
-			s = def
-		}
-		v, err := time.ParseDuration(s)
-		switch {
-		case err != nil || s == "":
-			errs = append(errs, field.Invalid(p, s, "must be a duration such as 500ms, 1s, 1m30s or 24h"))
-		case v < time.Millisecond || v > 8784*time.Hour:
-			errs = append(errs, field.Invalid(p, s, "must be between 1ms and 8784h (366 days)"))
-		}
-		return v
-	}
-	count := func(p *field.Path, c ratelimitv1alpha1.Count) int64 {
-		if c < 1 || c > ratelimit.MaxCount {
-			errs = append(errs, field.Invalid(p, c, fmt.Sprintf("must be from 1 to %d", ratelimit.MaxCount)))
-		}
-		return int64(c)
-	}
-	if tb := l.TokenBucket; tb != nil {
-		chosen++
-		p := path.Child("tokenBucket")
-		out.Limit = ratelimit.Limit{Algorithm: ratelimit.TokenBucket,
-			Capacity: count(p.Child("capacity"), tb.Capacity),
-			Rate:     count(p.Child("refillRate"), tb.RefillRate),
-			Interval: duration(p.Child("refillInterval"), tb.RefillInterval, "")}
-		desc = fmt.Sprintf("tokenBucket(%d,+%d/%s)", tb.Capacity, tb.RefillRate, tb.RefillInterval)
-	}
-	windows := []struct {
-		name string
-		w    *ratelimitv1alpha1.WindowLimit
-		alg  ratelimit.Algorithm
-	}{
-		{"fixedWindow", l.FixedWindow, ratelimit.FixedWindow},
-		{"slidingWindowLog", l.SlidingWindowLog, ratelimit.SlidingWindowLog},
-		{"slidingWindowCounter", l.SlidingWindowCounter, ratelimit.SlidingWindowCounter},
-	}
-	for _, w := range windows {
-		if w.w == nil {
-			continue
-		}
-		chosen++
-		p := path.Child(w.name)
-		out.Limit = ratelimit.Limit{Algorithm: w.alg,
-			Capacity: count(p.Child("limit"), w.w.Limit),
-			Interval: duration(p.Child("window"), w.w.Window, "")}
-		desc = fmt.Sprintf("%s(%d/%s)", w.name, w.w.Limit, w.w.Window)
-	}
-	if lb := l.LeakyBucket; lb != nil {
-		chosen++
-		p := path.Child("leakyBucket")
-		out.Limit = ratelimit.Limit{Algorithm: ratelimit.LeakyBucket,
-			Capacity: count(p.Child("capacity"), lb.Capacity),
-			Rate:     count(p.Child("leakRate"), lb.LeakRate),
-			Interval: duration(p.Child("leakInterval"), lb.LeakInterval, "1s")}
-		desc = fmt.Sprintf("leakyBucket(%d,-%d/%s)", lb.Capacity, lb.LeakRate, out.Limit.Interval)
-	}
-	if g := l.GCRA; g != nil {
-		chosen++
-		p := path.Child("gcra")
-		out.Limit = ratelimit.Limit{Algorithm: ratelimit.GCRA,
-			Capacity: count(p.Child("burst"), g.Burst),
-			Rate:     count(p.Child("rate"), g.Rate),
-			Interval: duration(p.Child("period"), g.Period, "")}
-		desc = fmt.Sprintf("gcra(%d/%s,burst %d)", g.Rate, g.Period, g.Burst)
-	}
-	if chosen != 1 {
-		errs = append(errs, field.Invalid(path, string(l.Name),
-			"exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"))
-		return out, "", errs
-	}
-	if len(errs) > 0 {
-		return out, "", errs
-	}
-	if err := out.Limit.Validate(); err != nil {
-		errs = append(errs, field.Invalid(path, string(l.Name), "the numbers are beyond what the engine counts exactly: "+err.Error()))
-		return out, "", errs
-	}
-	out.Window = quotaWindow(out.Limit)
-	return out, desc, nil
-}
-
 // renderHeaders fills the limit's constant header values.
 func (l *Limit) renderHeaders(policyName string) {
 	l.QuotaID = strconv.Quote(policyName + "/" + l.Name)
@@ -327,20 +239,6 @@ func quotaWindow(l ratelimit.Limit) time.Duration {
 	default:
 		return l.Interval
 	}
-}
-
-func isDNSLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
-		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
-			return false
-		}
-	}
-	return true
 }
 
 // String names the policy as namespace/name.

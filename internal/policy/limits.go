@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// maxLimits bounds a policy's limits, as the schema does.
+const maxLimits = 8
+
+// compileLimits compiles a policy's limits and describes them for the
+// summary. cost is the policy's cost, which no limit may make impossible.
+func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field.Path) ([]Limit, string, field.ErrorList) {
+	limitsPath := specPath.Child("limits")
+	var errs field.ErrorList
+	switch n := len(limits); {
+	case n == 0:
+		errs = append(errs, field.Required(limitsPath, "at least one limit is needed"))
+	case n > maxLimits:
+		errs = append(errs, field.TooMany(limitsPath, n, maxLimits))
+	}
+	var (
+		out     []Limit
+		summary []string
+		seen    = map[ratelimitv1alpha1.LimitName]bool{}
+	)
+	for i := range limits {
+		l := &limits[i]
+		lp := limitsPath.Index(i)
+		errs = append(errs, checkLimitName(l.Name, seen, lp.Child("name"))...)
+		compiled, desc, lerrs := compileLimit(l, lp)
+		errs = append(errs, lerrs...)
+		if len(lerrs) > 0 {
+			continue
+		}
+		if cost > compiled.Limit.Capacity {
+			errs = append(errs, field.Invalid(specPath.Child("cost"), cost,
+				fmt.Sprintf("must not exceed limit %q's capacity %d: such a request could never be allowed", l.Name, compiled.Limit.Capacity)))
+		}
+		out = append(out, compiled)
+		summary = append(summary, string(l.Name)+"="+desc)
+	}
+	return out, strings.Join(summary, " "), errs
+}
+
+// checkLimitName reports a name that is not a DNS label or that an earlier
+// limit of the policy took (recorded in seen).
+func checkLimitName(name ratelimitv1alpha1.LimitName, seen map[ratelimitv1alpha1.LimitName]bool, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if seen[name] {
+		errs = append(errs, field.Duplicate(path, name))
+	}
+	seen[name] = true
+	if len(validation.IsDNS1123Label(string(name))) > 0 {
+		errs = append(errs, field.Invalid(path, name, "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"))
+	}
+	return errs
+}
+
+// algorithm is one of a Limit's algorithm fields: its JSON name, and how
+// it compiles when set (ok false when the field is not set).
+type algorithm struct {
+	name    string
+	compile func(l *ratelimitv1alpha1.Limit, path *field.Path, n *numbers) (lim ratelimit.Limit, desc string, ok bool)
+}
+
+// algorithms are the Limit's algorithm fields in the API's order.
+var algorithms = []algorithm{
+	{ratelimitv1alpha1.AlgorithmTokenBucket, compileTokenBucket},
+	windowAlgorithm(ratelimitv1alpha1.AlgorithmFixedWindow, ratelimit.FixedWindow,
+		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.FixedWindow }),
+	windowAlgorithm(ratelimitv1alpha1.AlgorithmSlidingWindowLog, ratelimit.SlidingWindowLog,
+		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.SlidingWindowLog }),
+	windowAlgorithm(ratelimitv1alpha1.AlgorithmSlidingWindowCounter, ratelimit.SlidingWindowCounter,
+		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.SlidingWindowCounter }),
+	{ratelimitv1alpha1.AlgorithmLeakyBucket, compileLeakyBucket},
+	{ratelimitv1alpha1.AlgorithmGCRA, compileGCRA},
+}
+
+// exactlyOneAlgorithm is the message for a limit with no algorithm or
+// several: "exactly one algorithm must be set: tokenBucket, ... or gcra".
+var exactlyOneAlgorithm = func() string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = a.name
+	}
+	last := len(names) - 1
+	return "exactly one algorithm must be set: " + strings.Join(names[:last], ", ") + " or " + names[last]
+}()
+
+// compileLimit converts one API limit into the engine's terms and a short
+// description for the summary.
+func compileLimit(l *ratelimitv1alpha1.Limit, path *field.Path) (Limit, string, field.ErrorList) {
+	out := Limit{Name: string(l.Name)}
+	var (
+		n      numbers
+		desc   string
+		chosen int
+	)
+	for _, a := range algorithms {
+		if lim, d, ok := a.compile(l, path.Child(a.name), &n); ok {
+			chosen++
+			out.Limit, desc = lim, d
+		}
+	}
+	errs := n.errs
+	if chosen != 1 {
+		return out, "", append(errs, field.Invalid(path, string(l.Name), exactlyOneAlgorithm))
+	}
+	if len(errs) > 0 {
+		return out, "", errs
+	}
+	if err := out.Limit.Validate(); err != nil {
+		return out, "", field.ErrorList{field.Invalid(path, string(l.Name), "the numbers are beyond what the engine counts exactly: "+err.Error())}
+	}
+	return out, desc, nil
+}
+
+func compileTokenBucket(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+	tb := l.TokenBucket
+	if tb == nil {
+		return ratelimit.Limit{}, "", false
+	}
+	lim := ratelimit.Limit{Algorithm: ratelimit.TokenBucket,
+		Capacity: n.count(p.Child("capacity"), tb.Capacity),
+		Rate:     n.count(p.Child("refillRate"), tb.RefillRate),
+		Interval: n.duration(p.Child("refillInterval"), tb.RefillInterval, "")}
+	return lim, fmt.Sprintf("%s(%d,+%d/%s)", ratelimitv1alpha1.AlgorithmTokenBucket, tb.Capacity, tb.RefillRate, tb.RefillInterval), true
+}
+
+// windowAlgorithm is an algorithm whose field is a WindowLimit.
+func windowAlgorithm(name string, alg ratelimit.Algorithm, get func(*ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit) algorithm {
+	return algorithm{name, func(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+		w := get(l)
+		if w == nil {
+			return ratelimit.Limit{}, "", false
+		}
+		lim := ratelimit.Limit{Algorithm: alg,
+			Capacity: n.count(p.Child("limit"), w.Limit),
+			Interval: n.duration(p.Child("window"), w.Window, "")}
+		return lim, fmt.Sprintf("%s(%d/%s)", name, w.Limit, w.Window), true
+	}}
+}
+
+func compileLeakyBucket(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+	lb := l.LeakyBucket
+	if lb == nil {
+		return ratelimit.Limit{}, "", false
+	}
+	lim := ratelimit.Limit{Algorithm: ratelimit.LeakyBucket,
+		Capacity: n.count(p.Child("capacity"), lb.Capacity),
+		Rate:     n.count(p.Child("leakRate"), lb.LeakRate),
+		Interval: n.duration(p.Child("leakInterval"), lb.LeakInterval, "1s")}
+	return lim, fmt.Sprintf("%s(%d,-%d/%s)", ratelimitv1alpha1.AlgorithmLeakyBucket, lb.Capacity, lb.LeakRate, lim.Interval), true
+}
+
+func compileGCRA(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+	g := l.GCRA
+	if g == nil {
+		return ratelimit.Limit{}, "", false
+	}
+	lim := ratelimit.Limit{Algorithm: ratelimit.GCRA,
+		Capacity: n.count(p.Child("burst"), g.Burst),
+		Rate:     n.count(p.Child("rate"), g.Rate),
+		Interval: n.duration(p.Child("period"), g.Period, "")}
+	return lim, fmt.Sprintf("%s(%d/%s,burst %d)", ratelimitv1alpha1.AlgorithmGCRA, g.Rate, g.Period, g.Burst), true
+}
+
+// numbers reads a limit's counts and durations, collecting those out of
+// the engine's range.
+type numbers struct{ errs field.ErrorList }
+
+func (n *numbers) count(p *field.Path, c ratelimitv1alpha1.Count) int64 {
+	if c < 1 || c > ratelimit.MaxCount {
+		n.errs = append(n.errs, field.Invalid(p, c, fmt.Sprintf("must be from 1 to %d", ratelimit.MaxCount)))
+	}
+	return int64(c)
+}
+
+// duration parses d, or def when d is empty.
+func (n *numbers) duration(p *field.Path, d ratelimitv1alpha1.Duration, def string) time.Duration {
+	s := string(d)
+	if s == "" {
+		s = def
+	}
+	v, err := time.ParseDuration(s)
+	switch {
+	case err != nil || s == "":
+		n.errs = append(n.errs, field.Invalid(p, s, "must be a duration such as 500ms, 1s, 1m30s or 24h"))
+	case v < time.Millisecond || v > 8784*time.Hour:
+		n.errs = append(n.errs, field.Invalid(p, s, "must be between 1ms and 8784h (366 days)"))
+	}
+	return v
+}
