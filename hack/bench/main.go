@@ -105,13 +105,30 @@ spec:
 `
 )
 
-func run(args []string) error {
+// options are the flags of a whole run.
+type options struct {
+	manager  string
+	rounds   int
+	duration time.Duration
+	save     string
+}
+
+func parseOptions(args []string) (options, error) {
+	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	manager := fs.String("manager", "bin/manager", "the Sluice binary")
-	rounds := fs.Int("rounds", 3, "interleaved rounds (medians are reported)")
-	duration := fs.Duration("duration", 5*time.Second, "wrk duration per configuration per round")
-	save := fs.String("save", "", "folder to write <date>.md into")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&o.manager, "manager", "bin/manager", "the Sluice binary")
+	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (medians are reported)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "wrk duration per configuration per round")
+	fs.StringVar(&o.save, "save", "", "folder to write <date>.md into")
+	err := fs.Parse(args)
+	return o, err
+}
+
+// run starts Redis and the servers under test, measures them round by
+// round, then at half load and Redis's memory, and reports.
+func run(args []string) error {
+	o, err := parseOptions(args)
+	if err != nil {
 		return err
 	}
 	for _, bin := range []string{"wrk", "redis-server"} {
@@ -119,42 +136,15 @@ func run(args []string) error {
 			return fmt.Errorf("%s not found: run `make bench` (it installs it) or apt-get install %s", bin, bin)
 		}
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "sluice-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Kill()
-			_, _ = p.Process.Wait()
-		}
-	}()
-	start := func(name string, args ...string) (*exec.Cmd, error) {
-		cmd := exec.Command(name, args...)
-		log, err := os.Create(filepath.Join(dir, filepath.Base(name)+"-"+strconv.Itoa(len(procs))+".log"))
-		if err != nil {
-			return nil, err
-		}
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		procs = append(procs, cmd)
-		return cmd, nil
-	}
+	ps := &processes{dir: dir}
+	defer ps.kill()
 
-	redisAddr := freeAddr()
-	redisDir := filepath.Join(dir, "redis")
-	_ = os.MkdirAll(redisDir, 0o755)
-	_, port, _ := net.SplitHostPort(redisAddr)
-	redisProc, err := start("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", redisDir)
+	redisAddr, redisPid, err := ps.startRedis()
 	if err != nil {
 		return err
 	}
@@ -163,7 +153,6 @@ func run(args []string) error {
 	if err := waitFor(func() error { return rdb.Ping(context.Background()).Err() }); err != nil {
 		return fmt.Errorf("redis-server did not start: %w", err)
 	}
-
 	configs := []*config{
 		{name: "bare HTTP 200 (ceiling)", path: "/"},
 		{name: "naive EVALSHA per request (baseline)", path: "/"},
@@ -171,36 +160,110 @@ func run(args []string) error {
 		{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
 		{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
 	}
+	if err := ps.startServers(configs, o.manager, redisAddr); err != nil {
+		return err
+	}
+	if err := measureRounds(dir, configs, redisPid, rdb, o); err != nil {
+		return err
+	}
+
+	// Latency at half the allowing throughput, two ways (see halfLoad).
+	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
+	half, err := measureHalfLoad(dir, configs[0], configs[2], allowRPS/2, o.duration)
+	if err != nil {
+		return err
+	}
+	mem, err := measureMemory(redisAddr)
+	if err != nil {
+		return fmt.Errorf("memory: %w", err)
+	}
+	return writeReport(renderReport(configs, half, mem, o.rounds, o.duration), o.save)
+}
+
+// processes are the programs a run starts, each logging into dir.
+type processes struct {
+	dir   string
+	procs []*exec.Cmd
+}
+
+func (ps *processes) start(name string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(name, args...)
+	log, err := os.Create(filepath.Join(ps.dir, filepath.Base(name)+"-"+strconv.Itoa(len(ps.procs))+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ps.procs = append(ps.procs, cmd)
+	return cmd, nil
+}
+
+func (ps *processes) kill() {
+	for _, p := range ps.procs {
+		_ = p.Process.Kill()
+		_, _ = p.Process.Wait()
+	}
+}
+
+// startRedis starts a redis-server without persistence on a free port.
+func (ps *processes) startRedis() (addr string, pid int, err error) {
+	addr = freeAddr()
+	redisDir := filepath.Join(ps.dir, "redis")
+	_ = os.MkdirAll(redisDir, 0o755)
+	_, port, _ := net.SplitHostPort(addr)
+	cmd, err := ps.start("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", redisDir)
+	if err != nil {
+		return "", 0, err
+	}
+	return addr, cmd.Process.Pid, nil
+}
+
+// startServers starts each configuration's server (the first two are the
+// comparison servers, this program's own subcommands; the others `manager
+// local` with their policies) and waits until each answers.
+func (ps *processes) startServers(configs []*config, manager, redisAddr string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	for i, c := range configs {
 		addr := freeAddr()
 		c.url = "http://" + addr + c.path
 		var cmd *exec.Cmd
 		switch i {
 		case 0:
-			cmd, err = start(self, "serve-bare", "--listen", addr)
+			cmd, err = ps.start(self, "serve-bare", "--listen", addr)
 		case 1:
-			cmd, err = start(self, "serve-naive", "--listen", addr, "--redis", redisAddr)
+			cmd, err = ps.start(self, "serve-naive", "--listen", addr, "--redis", redisAddr)
 		default:
-			pdir := filepath.Join(dir, "policies"+strconv.Itoa(i))
+			pdir := filepath.Join(ps.dir, "policies"+strconv.Itoa(i))
 			_ = os.MkdirAll(pdir, 0o755)
 			if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(c.policies), 0o644); err != nil {
 				return err
 			}
-			cmd, err = start(*manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr)
+			cmd, err = ps.start(manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr)
 		}
 		if err != nil {
 			return fmt.Errorf("start %s: %w", c.name, err)
 		}
 		c.pid = cmd.Process.Pid
 		if err := waitFor(func() error { return probe("http://" + addr + "/healthz") }); err != nil {
-			return fmt.Errorf("%s did not start: %w (logs in %s)", c.name, err, dir)
+			return fmt.Errorf("%s did not start: %w (logs in %s)", c.name, err, ps.dir)
 		}
 	}
+	return nil
+}
 
-	fmt.Fprintf(os.Stderr, "bench: %d rounds × %d configurations × %s, wrk -t2 -c50, 10,000 client IPs\n", *rounds, len(configs), *duration)
-	for round := 1; round <= *rounds; round++ {
+// measureRounds measures every configuration once per round, interleaved,
+// so that a noisy machine affects all alike.
+func measureRounds(dir string, configs []*config, redisPid int, rdb *redis.Client, o options) error {
+	fmt.Fprintf(os.Stderr, "bench: %d rounds × %d configurations × %s, wrk -t2 -c50, 10,000 client IPs\n", o.rounds, len(configs), o.duration)
+	for round := 1; round <= o.rounds; round++ {
 		for _, c := range configs {
-			s, err := measure(dir, c, redisProc.Process.Pid, rdb, *duration)
+			s, err := measure(dir, c, redisPid, rdb, o.duration)
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -208,31 +271,24 @@ func run(args []string) error {
 			fmt.Fprintf(os.Stderr, "  round %d  %-40s %9.0f req/s\n", round, c.name, s.rps)
 		}
 	}
+	return nil
+}
 
-	// Latency at half the allowing throughput, two ways (see halfLoad).
-	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
-	half, err := measureHalfLoad(dir, configs[0], configs[2], allowRPS/2, *duration)
-	if err != nil {
+// writeReport prints the report and, with a save folder, writes it to
+// <folder>/<date>.md.
+func writeReport(report, save string) error {
+	fmt.Print(report)
+	if save == "" {
+		return nil
+	}
+	if err := os.MkdirAll(save, 0o755); err != nil {
 		return err
 	}
-
-	mem, err := measureMemory(redisAddr)
-	if err != nil {
-		return fmt.Errorf("memory: %w", err)
+	name := filepath.Join(save, time.Now().Format("2006-01-02")+".md")
+	if err := os.WriteFile(name, []byte(report), 0o644); err != nil {
+		return err
 	}
-
-	report := renderReport(configs, half, mem, *rounds, *duration)
-	fmt.Print(report)
-	if *save != "" {
-		if err := os.MkdirAll(*save, 0o755); err != nil {
-			return err
-		}
-		name := filepath.Join(*save, time.Now().Format("2006-01-02")+".md")
-		if err := os.WriteFile(name, []byte(report), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintln(os.Stderr, "bench: saved", name)
-	}
+	fmt.Fprintln(os.Stderr, "bench: saved", name)
 	return nil
 }
 
