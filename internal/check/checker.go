@@ -177,6 +177,7 @@ type scratch struct {
 	dec     ratelimit.Decision
 	owners  []int // entry index -> index into Outcome.Policies
 	limitOf []int // entry index -> limit index within its policy
+	one     [1]*policy.Policy
 }
 
 func (c *Checker) currentSet() *policy.Set {
@@ -216,59 +217,15 @@ func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
 // pools Outcomes so a check allocates almost nothing.
 func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	start := c.now()
-	set := c.currentSet()
-	var candidates []*policy.Policy
-	if in.Policy != "" {
-		p := set.Get(in.Namespace, in.Policy)
-		if p == nil {
-			return fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, in.Namespace, in.Policy)
-		}
-		candidates = []*policy.Policy{p}
-	} else {
-		candidates = set.Namespace(in.Namespace)
-	}
-
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	sc.eval.Reset(in.Request)
-	sc.req.Entries = sc.req.Entries[:0]
-	sc.req.DryRun = in.DryRun
-	sc.owners = sc.owners[:0]
-	sc.limitOf = sc.limitOf[:0]
-
-	out.reset()
-	for _, p := range candidates {
-		matched, werr := sc.eval.Match(p)
-		if werr != nil {
-			matched = true
-		}
-		if !matched {
-			continue
-		}
-		pr := PolicyResult{Policy: p, WhenError: werr}
-		value, ok := sc.eval.KeyValue(p)
-		if !ok {
-			pr.MissingKey = true
-			out.Policies = append(out.Policies, pr)
-			if p.OnMissingKey == ratelimitv1alpha1.OnMissingKeyDeny && !p.Shadow {
-				out.Allowed, out.Reason, out.Decider = false, ReasonMissingKey, p
-				out.RetryAfter = ratelimit.Never
-			}
-			continue
-		}
-		pr.KeyValue = value
-		out.Policies = append(out.Policies, pr)
-		cost := p.Cost
-		if in.Cost > 0 {
-			cost = in.Cost
-		}
-		before := len(sc.req.Entries)
-		sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
-		for i := before; i < len(sc.req.Entries); i++ {
-			sc.owners = append(sc.owners, len(out.Policies)-1)
-			sc.limitOf = append(sc.limitOf, i-before)
-		}
+	candidates, err := c.candidates(in, sc)
+	if err != nil {
+		return err
 	}
+	sc.reset(in)
+	out.reset()
+	sc.gather(out, candidates, in.Cost)
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
@@ -282,6 +239,77 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	if c.answerFromCache(sc, out, start) {
 		return nil
 	}
+	return c.decide(ctx, sc, out)
+}
+
+// candidates are the policies of in's namespace, or only in.Policy.
+func (c *Checker) candidates(in Input, sc *scratch) ([]*policy.Policy, error) {
+	set := c.currentSet()
+	if in.Policy == "" {
+		return set.Namespace(in.Namespace), nil
+	}
+	p := set.Get(in.Namespace, in.Policy)
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, in.Namespace, in.Policy)
+	}
+	sc.one[0] = p
+	return sc.one[:], nil
+}
+
+// reset prepares sc for in, keeping its slices' storage.
+func (sc *scratch) reset(in Input) {
+	sc.eval.Reset(in.Request)
+	sc.req.Entries = sc.req.Entries[:0]
+	sc.req.DryRun = in.DryRun
+	sc.owners = sc.owners[:0]
+	sc.limitOf = sc.limitOf[:0]
+}
+
+// gather records the candidates that match in out, and their limits'
+// entries in sc's request.
+func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, cost int64) {
+	for _, p := range candidates {
+		matched, werr := sc.eval.Match(p)
+		if werr != nil {
+			matched = true // an expression's error never bypasses a limit
+		}
+		if matched {
+			sc.add(out, p, werr, cost)
+		}
+	}
+}
+
+// add records the matching policy p: its key's value and its limits'
+// entries, or without a value the answer of its onMissingKey. cost above
+// 0 overrides the policy's.
+func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, cost int64) {
+	pr := PolicyResult{Policy: p, WhenError: werr}
+	value, ok := sc.eval.KeyValue(p)
+	if !ok {
+		pr.MissingKey = true
+		out.Policies = append(out.Policies, pr)
+		if p.OnMissingKey == ratelimitv1alpha1.OnMissingKeyDeny && !p.Shadow {
+			out.Allowed, out.Reason, out.Decider = false, ReasonMissingKey, p
+			out.RetryAfter = ratelimit.Never
+		}
+		return
+	}
+	pr.KeyValue = value
+	out.Policies = append(out.Policies, pr)
+	if cost <= 0 {
+		cost = p.Cost
+	}
+	before := len(sc.req.Entries)
+	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
+	for i := before; i < len(sc.req.Entries); i++ {
+		sc.owners = append(sc.owners, len(out.Policies)-1)
+		sc.limitOf = append(sc.limitOf, i-before)
+	}
+}
+
+// decide makes the one store call, unless the breaker is open, and
+// answers by the store's decision or by the failure mode.
+func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 	if !c.breaker.Allow() {
 		c.failureAnswer(out, errBreakerOpen)
 		return nil
@@ -292,26 +320,32 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
 	if err != nil {
-		if errors.Is(err, ratelimit.ErrInvalidRequest) {
-			return err // a programming error, not Redis being away
-		}
-		if errors.Is(err, ratelimit.ErrCapacity) {
-			// The store answered, full: the failure mode answers this
-			// check, but the store is not away, so the breaker stays
-			// closed for the keys it holds.
-			c.breaker.Success()
-			c.failureAnswer(out, err)
-			return nil
-		}
-		c.breaker.Failure()
-		if c.metrics != nil {
-			c.metrics.storeErrors.Inc()
-		}
-		c.failureAnswer(out, err)
-		return nil
+		return c.storeFailed(out, err)
 	}
 	c.breaker.Success()
 	c.applyDecision(sc, out, sent)
+	return nil
+}
+
+// storeFailed answers a check whose store call failed: by the failure
+// mode, telling the breaker whether the store is away.
+func (c *Checker) storeFailed(out *Outcome, err error) error {
+	if errors.Is(err, ratelimit.ErrInvalidRequest) {
+		return err // a programming error, not Redis being away
+	}
+	if errors.Is(err, ratelimit.ErrCapacity) {
+		// The store answered, full: the failure mode answers this
+		// check, but the store is not away, so the breaker stays
+		// closed for the keys it holds.
+		c.breaker.Success()
+		c.failureAnswer(out, err)
+		return nil
+	}
+	c.breaker.Failure()
+	if c.metrics != nil {
+		c.metrics.storeErrors.Inc()
+	}
+	c.failureAnswer(out, err)
 	return nil
 }
 
