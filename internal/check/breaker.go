@@ -36,6 +36,11 @@ func (s BreakerState) String() string {
 // connection fails every request it carried at the same instant (the
 // store merges concurrent requests into one command), and that is one
 // event, not a Redis that keeps failing.
+//
+// It is not sony/gobreaker's TwoStepCircuitBreaker, which has the same
+// states (one probe: MaxRequests 1) but reads time.Now itself, so the
+// cooldown could not follow the checker's injected clock, and whose Allow
+// returns a closure, one allocation on every store call of the hot path.
 type Breaker struct {
 	threshold int
 	cooldown  time.Duration
