@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
 // denyCache remembers denied keys until their retry time, so a flood of
@@ -17,14 +19,16 @@ import (
 // A FLUSHALL or a lost Redis master resets state in Redis that the cache
 // still remembers: such keys stay denied until their cached retry time.
 type denyCache struct {
-	seed     maphash.Seed
-	shards   [64]denyShard
-	maxShard int
+	seed   maphash.Seed
+	shards [64]denyShard
 }
 
+// denyShard holds up to its size of denials, least recently used first
+// out: a full shard makes room for a new denial in constant time.
 type denyShard struct {
 	mu      sync.Mutex
-	entries map[string]deniedEntry
+	entries *simplelru.LRU[string, deniedEntry]
+	removed int // entries dropped, by expiry, eviction or clear; for tests
 }
 
 type deniedEntry struct {
@@ -34,9 +38,11 @@ type deniedEntry struct {
 }
 
 func newDenyCache(maxEntries int) *denyCache {
-	c := &denyCache{seed: maphash.MakeSeed(), maxShard: max(maxEntries/64, 16)}
+	c := &denyCache{seed: maphash.MakeSeed()}
+	perShard := max(maxEntries/len(c.shards), 16)
 	for i := range c.shards {
-		c.shards[i].entries = map[string]deniedEntry{}
+		s := &c.shards[i]
+		s.entries, _ = simplelru.NewLRU(perShard, func(string, deniedEntry) { s.removed++ }) // size > 0: no error
 	}
 	return c
 }
@@ -49,9 +55,9 @@ func (c *denyCache) shard(key string) *denyShard {
 func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, bool) {
 	s := c.shard(key)
 	s.mu.Lock()
-	e, ok := s.entries[key]
+	e, ok := s.entries.Get(key)
 	if ok && !now.Before(e.until) {
-		delete(s.entries, key)
+		s.entries.Remove(key)
 		ok = false
 	}
 	s.mu.Unlock()
@@ -61,26 +67,18 @@ func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, 
 	return e, true
 }
 
+// store caches a denial. In a full shard it takes the place of the least
+// recently used denial: the cache only ever answers less, never wrongly.
 func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.entries[key]; ok && old.cost < e.cost && now.Before(old.until) {
+	if old, ok := s.entries.Peek(key); ok && old.cost < e.cost && now.Before(old.until) {
 		// The live denial of a smaller cost covers more requests, with
 		// its own retry time; keep it.
 		return
 	}
-	if len(s.entries) >= c.maxShard {
-		for k, v := range s.entries {
-			if !now.Before(v.until) {
-				delete(s.entries, k)
-			}
-		}
-		if len(s.entries) >= c.maxShard {
-			return // full of live denials: fall back to asking Redis
-		}
-	}
-	s.entries[key] = e
+	s.entries.Add(key, e)
 }
 
 // clear drops every entry: the policies changed.
@@ -88,7 +86,7 @@ func (c *denyCache) clear() {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		clear(s.entries)
+		s.entries.Purge()
 		s.mu.Unlock()
 	}
 }
