@@ -1,6 +1,7 @@
 package checkhttp
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -33,22 +34,60 @@ func denied(p *policy.Policy, retry time.Duration) *check.Outcome {
 		Limits: []check.LimitResult{{Policy: p, Limit: &p.Limits[0], Result: ratelimit.Result{Remaining: 0, Reset: 9500 * time.Millisecond, RetryAfter: retry}}}}
 }
 
-// The hand-written denial body is exactly what encoding DenialProblem gives.
+// encoded is what encoding/json makes of p: the bytes every problem body
+// must be.
+func encoded(t testing.TB, p Problem) string {
+	var b bytes.Buffer
+	if err := json.NewEncoder(&b).Encode(p); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// The denial fast path writes exactly what encoding DenialProblem with
+// encoding/json gives, for every reason.
 func TestAppendDenialMatchesTheEncoder(t *testing.T) {
 	p := testPolicy(t, ratelimitv1alpha1.HeaderStyleBoth)
-	for _, out := range []*check.Outcome{denied(p, 1500*time.Millisecond), denied(p, ratelimit.Never), denied(p, 0)} {
+	missing := denied(p, 0)
+	missing.Reason, missing.Tightest, missing.Limits = check.ReasonMissingKey, -1, nil
+	unavailable := denied(p, 0)
+	unavailable.Reason, unavailable.Tightest, unavailable.Limits = check.ReasonStoreUnavailable, -1, nil
+	for _, out := range []*check.Outcome{denied(p, 1500*time.Millisecond), denied(p, ratelimit.Never), denied(p, 0), missing, unavailable} {
 		fast := httptest.NewRecorder()
-		AppendDenial(fast, out, 429, nil)
-		slow := httptest.NewRecorder()
-		WriteProblem(slow, DenialProblem(out, 429))
-		if fast.Body.String() != slow.Body.String() {
-			t.Errorf("hand-written %s\nencoder      %s", fast.Body, slow.Body)
+		AppendDenial(fast, out, 429, []byte("left over"))
+		want := encoded(t, DenialProblem(out, 429))
+		if fast.Body.String() != want {
+			t.Errorf("fast path %s\nencoder   %s", fast.Body, want)
 		}
 		var pr Problem
 		if err := json.Unmarshal(fast.Body.Bytes(), &pr); err != nil || fast.Code != 429 || fast.Header().Get("Content-Type") != ProblemContentType {
 			t.Errorf("body %s: %v, status %d", fast.Body, err, fast.Code)
 		}
 	}
+	if d := DenialProblem(denied(p, 1500*time.Millisecond), 429); d.Detail != `limit "burst" of policy shop/api is exhausted; retry in 2s` {
+		t.Errorf("detail %q", d.Detail)
+	}
+}
+
+// WriteProblem renders any problem exactly as encoding/json does, whatever
+// the text (escapes, HTML characters, invalid UTF-8, U+2028).
+func FuzzWriteProblemMatchesTheEncoder(f *testing.F) {
+	f.Add("about:blank", "Edit rejected", 422, `spec.limits[0]: "ten" <b>&</b>`, "ns/p", "", int64(-1))
+	f.Add(ProblemRateLimited, "Rate limit exceeded", 429, "tab\there\nnew line \x00 \xff \u2028", "", "l\\x", int64(3))
+	f.Fuzz(func(t *testing.T, typ, title string, status int, detail, policy, limit string, retry int64) {
+		p := Problem{Type: typ, Title: title, Status: status, Detail: detail, Policy: policy, Limit: limit}
+		if retry >= 0 {
+			p.RetryAfter = &retry
+		}
+		rec := httptest.NewRecorder()
+		if status < 100 || status > 999 {
+			p.Status = 400
+		}
+		WriteProblem(rec, p)
+		if want := encoded(t, p); rec.Body.String() != want {
+			t.Fatalf("WriteProblem %q\nencoder      %q", rec.Body, want)
+		}
+	})
 }
 
 func TestHeaders(t *testing.T) {
@@ -144,5 +183,22 @@ func TestReadPathAllocations(t *testing.T) {
 	var r policy.Request
 	if n := testing.AllocsPerRun(100, func() { _ = ReadPath(&r, "/api/items/42") }); n != 0 {
 		t.Errorf("a clean path: %v allocations, want 0", n)
+	}
+}
+
+// headerOnly is a ResponseWriter that keeps nothing but its header map.
+type headerOnly http.Header
+
+func (h headerOnly) Header() http.Header         { return http.Header(h) }
+func (h headerOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (h headerOnly) WriteHeader(int)             {}
+
+// A denial's body costs no allocation once its buffer has grown.
+func TestAppendDenialAllocations(t *testing.T) {
+	out := denied(testPolicy(t, ratelimitv1alpha1.HeaderStyleBoth), 1500*time.Millisecond)
+	w := headerOnly{}
+	buf := AppendDenial(w, out, 429, nil)
+	if n := testing.AllocsPerRun(100, func() { buf = AppendDenial(w, out, 429, buf) }); n != 0 {
+		t.Errorf("%v allocations, want 0", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/source"
 )
@@ -202,18 +203,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// problem is an RFC 9457 problem details body, as the check endpoint's.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-}
-
+// problemJSON answers with a problem of no type beyond its status.
 func problemJSON(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	checkhttp.WriteProblem(w, checkhttp.Problem{Type: checkhttp.ProblemAboutBlank, Title: title, Status: status, Detail: detail})
 }
 
 // relFile names a policy file relative to the policies folder.

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/source"
@@ -313,7 +314,7 @@ func TestEditFromThePage(t *testing.T) {
 		{`{"limits":[{"name":"day","params":{"limit":"3"}}]}`, `spec.limits: Not found: "day"`},
 	} {
 		code, out := edit(t, ts.URL, "api", c.body)
-		var pr problem
+		var pr checkhttp.Problem
 		_ = json.Unmarshal([]byte(out), &pr)
 		if code != http.StatusUnprocessableEntity || !strings.Contains(pr.Detail, c.want) {
 			t.Errorf("edit %s: %d %s, want 422 naming %q", c.body, code, out, c.want)

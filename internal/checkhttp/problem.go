@@ -1,0 +1,203 @@
+package checkhttp
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Problem types of the answers Sluice gives.
+const (
+	ProblemRateLimited = "https://sluice.dev/problems/rate-limited"
+	ProblemMissingKey  = "https://sluice.dev/problems/missing-key"
+	ProblemUnavailable = "https://sluice.dev/problems/limiter-unavailable"
+	ProblemBadRequest  = "https://sluice.dev/problems/bad-request"
+	ProblemCheckFailed = "https://sluice.dev/problems/check-failed"
+	// ProblemAboutBlank says no more than the status and title (RFC 9457
+	// section 4.2.1): the dashboard's answers to edits.
+	ProblemAboutBlank = "about:blank"
+)
+
+// ProblemContentType is the media type of a problem body (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// Problem is an RFC 9457 problem details body.
+type Problem struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail"`
+	Policy     string `json:"policy,omitempty"`
+	Limit      string `json:"limit,omitempty"`
+	RetryAfter *int64 `json:"retryAfter,omitempty"`
+}
+
+// WriteProblem answers with p as application/problem+json, status p.Status.
+func WriteProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", ProblemContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(appendProblem(nil, &p, p.Detail, p.RetryAfter))
+}
+
+// problemContentType is shared by every denial (capacity 1: see
+// AppendHeaders).
+var problemContentType = []string{ProblemContentType}
+
+// DenialProblem describes the denial out, answered with status.
+func DenialProblem(out *check.Outcome, status int) Problem {
+	policy := deciderName(out)
+	p, detail, retry := describeDenial(out, status, policy, nil)
+	p.Policy, p.Detail = policy, string(detail)
+	if retry >= 0 {
+		p.RetryAfter = &retry
+	}
+	return p
+}
+
+// WriteDenial answers the denial out with status and its problem body.
+// The rate-limit headers are SetHeaders' to write, before.
+func WriteDenial(w http.ResponseWriter, out *check.Outcome, status int) {
+	AppendDenial(w, out, status, nil)
+}
+
+// AppendDenial is WriteDenial for the hot path: the body is rendered into
+// buf (returned for reuse) by the same code as DenialProblem and
+// WriteProblem, without building the detail string or anything that
+// outlives the call.
+func AppendDenial(w http.ResponseWriter, out *check.Outcome, status int, buf []byte) []byte {
+	policy := deciderName(out)
+	p, buf, retry := describeDenial(out, status, policy, buf[:0])
+	p.Policy = policy
+	var retryAfter *int64
+	if retry >= 0 {
+		retryAfter = &retry
+	}
+	detail := len(buf)
+	buf = appendProblem(buf, &p, buf[:detail], retryAfter)
+	w.Header()["Content-Type"] = problemContentType
+	w.WriteHeader(status)
+	_, _ = w.Write(buf[detail:])
+	return buf
+}
+
+// deciderName names the denying policy ("" for none).
+func deciderName(out *check.Outcome) string {
+	if out.Decider == nil {
+		return ""
+	}
+	return out.Decider.String()
+}
+
+// describeDenial is the one description of a denial by policy (named by
+// deciderName): the problem's type, title, status and limit, the detail's
+// text appended to buf, and the retryAfter seconds (-1: none). Policy,
+// Detail and RetryAfter are the caller's to set, so that a hot caller's
+// values stay on its stack.
+func describeDenial(out *check.Outcome, status int, policy string, buf []byte) (Problem, []byte, int64) {
+	p := Problem{Status: status}
+	var retry int64 = -1
+	if out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
+		retry = CeilSeconds(out.RetryAfter)
+	}
+	switch out.Reason {
+	case check.ReasonMissingKey:
+		p.Type, p.Title = ProblemMissingKey, "Request lacks the rate-limit key"
+		buf = append(buf, "policy "...)
+		buf = append(buf, policy...)
+		buf = append(buf, " keys requests by "...)
+		buf = strconv.AppendQuote(buf, out.Decider.KeyTemplate())
+		return p, append(buf, " and denies requests without it"...), retry
+	case check.ReasonStoreUnavailable:
+		p.Type, p.Title = ProblemUnavailable, "Rate limiter unavailable"
+		buf = append(buf, "policy "...)
+		buf = append(buf, policy...)
+		return p, append(buf, " fails closed and its limits cannot be checked right now"...), retry
+	}
+	p.Type, p.Title = ProblemRateLimited, "Rate limit exceeded"
+	if out.Tightest >= 0 {
+		p.Limit = out.Limits[out.Tightest].Limit.Name
+	}
+	buf = append(buf, "limit "...)
+	buf = strconv.AppendQuote(buf, p.Limit)
+	buf = append(buf, " of policy "...)
+	buf = append(buf, policy...)
+	if retry < 0 {
+		return p, append(buf, " can never admit this request"...), retry
+	}
+	buf = append(buf, " is exhausted; retry in "...)
+	buf = strconv.AppendInt(buf, retry, 10)
+	return p, append(buf, 's'), retry
+}
+
+// appendProblem appends p, with detail and retryAfter in place of p.Detail
+// and p.RetryAfter, as encoding/json encodes a Problem (a json.Encoder, so
+// with a newline).
+func appendProblem[T string | []byte](buf []byte, p *Problem, detail T, retryAfter *int64) []byte {
+	buf = append(buf, `{"type":`...)
+	buf = appendJSONString(buf, p.Type)
+	buf = append(buf, `,"title":`...)
+	buf = appendJSONString(buf, p.Title)
+	buf = append(buf, `,"status":`...)
+	buf = strconv.AppendInt(buf, int64(p.Status), 10)
+	buf = append(buf, `,"detail":`...)
+	buf = appendJSONString(buf, detail)
+	if p.Policy != "" {
+		buf = append(buf, `,"policy":`...)
+		buf = appendJSONString(buf, p.Policy)
+	}
+	if p.Limit != "" {
+		buf = append(buf, `,"limit":`...)
+		buf = appendJSONString(buf, p.Limit)
+	}
+	if retryAfter != nil {
+		buf = append(buf, `,"retryAfter":`...)
+		buf = strconv.AppendInt(buf, *retryAfter, 10)
+	}
+	return append(buf, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string. Printable ASCII, quotes
+// and backslashes included (the common case), is escaped here as
+// encoding/json escapes it; any other text is encoding/json's to escape,
+// so the bytes are always its own.
+func appendJSONString[T string | []byte](buf []byte, s T) []byte {
+	for i := 0; i < len(s); i++ {
+		if !jsonPlain(s[i]) {
+			return appendMarshaled(buf, string(s))
+		}
+	}
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		buf = appendPlain(buf, s[i])
+	}
+	return append(buf, '"')
+}
+
+// jsonPlain reports whether encoding/json writes c inside a string as c,
+// or as c after a backslash ('"', '\\').
+func jsonPlain(c byte) bool {
+	return c >= 0x20 && c < 0x7f && c != '<' && c != '>' && c != '&'
+}
+
+// appendPlain appends a jsonPlain byte as encoding/json writes it.
+func appendPlain(buf []byte, c byte) []byte {
+	if c == '"' || c == '\\' {
+		buf = append(buf, '\\')
+	}
+	return append(buf, c)
+}
+
+// appendMarshaled appends s as encoding/json writes it. It marshals a
+// copy: s itself, given to json.Marshal, would escape, and with it the
+// denial path's policy name, costing that path an allocation.
+func appendMarshaled(buf []byte, s string) []byte {
+	quoted, err := json.Marshal(strings.Clone(s))
+	if err != nil { // cannot happen for a string
+		quoted = []byte(`""`)
+	}
+	return append(buf, quoted...)
+}
