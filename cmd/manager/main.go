@@ -1,6 +1,6 @@
 // Command manager is Sluice's one binary. Subcommands:
 //
-//	manager controller             reconcile RateLimitPolicies into Redis (leader-elected)
+//	manager controller             reconcile RateLimitPolicies into Redis (leader-elected with --leader-elect)
 //	manager check                  the check endpoint, reading the policy table from Redis
 //	manager all                    both in one process
 //	manager local --policies DIR   policies from YAML files, no cluster
@@ -17,7 +17,7 @@ import (
 const usage = `usage: manager <command> [flags]
 
 commands:
-  controller reconcile RateLimitPolicies into the Redis policy table (leader-elected)
+  controller reconcile RateLimitPolicies into the Redis policy table (leader-elected with --leader-elect)
   check      serve the check endpoint from the Redis policy table (no Kubernetes access)
   all        controller and check endpoint in one process
   local      serve the check endpoint for RateLimitPolicy YAML files in a folder (no cluster)
