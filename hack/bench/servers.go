@@ -24,9 +24,9 @@ func serveBare(args []string) error {
 	}))
 }
 
-// seedTokenBucket is the seed document's token bucket script, as a user
-// would paste it: the caller's clock, no TTL.
-const seedTokenBucket = `
+// naiveTokenBucket is the token bucket script of the common Redis Lua
+// recipe, as a user would paste it: the caller's clock, no TTL.
+const naiveTokenBucket = `
 local key = KEYS[1]
 local capacity = tonumber(ARGV[1])
 local refill_rate = tonumber(ARGV[2])
@@ -55,7 +55,7 @@ return {allowed, tokens}
 `
 
 // serveNaive is the baseline a user could write in an afternoon: net/http
-// and go-redis with pool defaults, one EVALSHA of the seed's script per
+// and go-redis with pool defaults, one EVALSHA of that script per
 // request, keyed by the client IP the proxy reports.
 func serveNaive(args []string) error {
 	fs := flag.NewFlagSet("serve-naive", flag.ContinueOnError)
@@ -65,7 +65,7 @@ func serveNaive(args []string) error {
 		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: *addr})
-	script := redis.NewScript(seedTokenBucket)
+	script := redis.NewScript(naiveTokenBucket)
 	if err := script.Load(context.Background(), rdb).Err(); err != nil {
 		return fmt.Errorf("load script: %w", err)
 	}

@@ -10,19 +10,19 @@ type Algorithm uint8
 // The six algorithms. Their numeric values are part of the Redis library's
 // argument format and of stored state tags: never renumber them.
 const (
-	// TokenBucket (the seed's semantics): the bucket starts full with
+	// TokenBucket (discrete refills): the bucket starts full with
 	// Capacity tokens; every Interval, Rate tokens are added at once, never
 	// above Capacity. A full bucket is the same as an untouched one: the
 	// refill clock starts with the first token taken from a full bucket.
 	TokenBucket Algorithm = 1
 	// FixedWindow: at most Capacity units per window of Interval. A window
 	// starts with the first admitted request after the previous one ended
-	// (the seed's "the key's TTL defines the window").
+	// (as when a counter key's TTL defines the window).
 	FixedWindow Algorithm = 2
 	// SlidingWindowLog: at most Capacity units in any Interval-long span,
 	// exactly, by logging every admitted request.
 	SlidingWindowLog Algorithm = 3
-	// SlidingWindowCounter: the seed's weighted estimate over epoch-aligned
+	// SlidingWindowCounter: a weighted estimate over two epoch-aligned
 	// windows: floor(previous*(1-elapsed/window)) + current + cost <= Capacity.
 	SlidingWindowCounter Algorithm = 4
 	// LeakyBucket (policing): a level that drains continuously at Rate

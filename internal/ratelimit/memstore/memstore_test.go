@@ -18,7 +18,7 @@ func newSim(t testing.TB, clock *ratelimittest.Clock) *memstore.Store {
 	return s
 }
 
-func TestSeedExamples(t *testing.T) {
+func TestDocumentedExamples(t *testing.T) {
 	ratelimittest.RunExamples(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store { return newSim(t, clock) })
 }
 

@@ -3,9 +3,10 @@ package model
 import "github.com/sluice-dev/sluice/internal/ratelimit"
 
 // fixedWindow: a window of Interval opens with the first admitted request
-// after the previous window ended (the seed's INCR+EXPIRE window), and holds
-// at most Capacity units. Unlike the seed, the window start is state, not a
-// key TTL, and denied requests are not counted.
+// after the previous window ended (as an INCR+EXPIRE counter whose key's TTL
+// is the window would), and holds at most Capacity units. Unlike such a
+// counter, the window start is state, not a key TTL, and denied requests are
+// not counted.
 func fixedWindow(p Params, s *State, now, cost int64) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
 	count, start := int64(0), now

@@ -7,7 +7,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
 )
 
-func TestSeedExamples(t *testing.T) {
+func TestDocumentedExamples(t *testing.T) {
 	ratelimittest.RunExamples(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
 		return ratelimittest.NewReference(clock)
 	})

@@ -6,9 +6,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
-// slidingCounter: the seed's two epoch-aligned windows blended by weight:
+// slidingCounter: two epoch-aligned windows blended by weight:
 // estimate = floor(prev*(window-elapsed)/window) + curr, and a cost fits when
-// estimate+cost <= Capacity (for cost 1 this is the seed's
+// estimate+cost <= Capacity (for cost 1 this is the usual
 // "estimate < limit"). The state is untouched again at the end of the window
 // after the current one.
 func slidingCounter(p Params, s *State, now, cost int64) (v Verdict, next State) {

@@ -2,11 +2,12 @@ package model
 
 import "github.com/sluice-dev/sluice/internal/ratelimit"
 
-// tokenBucket: the seed's discrete refills. Rate tokens arrive at once every
+// tokenBucket: discrete refills. Rate tokens arrive at once every
 // Interval after the refill clock started. A full bucket equals an untouched
 // one (the refill clock restarts when the first token is taken from a full
 // bucket), which is what lets the key expire exactly when the bucket is full
-// again; the seed instead kept the clock's phase while full.
+// again (a bucket that kept the refill clock's phase while full could not
+// expire then).
 func tokenBucket(p Params, s *State, now, cost int64) (v Verdict, next State) {
 	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
 	tokens, last := capacity, now

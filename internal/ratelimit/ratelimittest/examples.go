@@ -12,7 +12,7 @@ import (
 // Skip in an expected Reset or RetryAfter means "not checked".
 const Skip = time.Duration(-2)
 
-// Example is the seed's documented behaviour of one algorithm as a timeline.
+// Example is the documented behaviour of one algorithm as a timeline.
 type Example struct {
 	Name  string
 	Limit ratelimit.Limit
@@ -60,13 +60,13 @@ func cat(parts ...[]Step) []Step {
 
 const us = time.Microsecond
 
-// Examples returns one timeline per algorithm, following the seed's
-// documented semantics, plus the edge cases the seed leaves open (costs,
-// "never", exact retry moments). Each starts at a clock aligned to an hour.
+// Examples returns one timeline per algorithm, following each algorithm's
+// documented semantics (ratelimit.Algorithm), plus the edge cases those
+// leave open (costs, "never", exact retry moments). Each starts at a clock aligned to an hour.
 func Examples() []Example {
 	return []Example{
 		{
-			// Seed: capacity 10, refill 1 per second: 10 allowed, the 11th
+			// Documented: capacity 10, refill 1 per second: 10 allowed, the 11th
 			// denied, one more after 1s, never above 10.
 			Name:  "TokenBucket/capacity10-refill1per1s",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Second},
@@ -86,7 +86,7 @@ func Examples() []Example {
 			),
 		},
 		{
-			// Seed: capacity 100, refill 10 per second: bursts of 100.
+			// Documented: capacity 100, refill 10 per second: bursts of 100.
 			Name:  "TokenBucket/capacity100-refill10per1s",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 100, Rate: 10, Interval: time.Second},
 			Steps: []Step{
@@ -98,7 +98,7 @@ func Examples() []Example {
 			},
 		},
 		{
-			// Seed: a fixed window counts per window; 2x burst at the boundary.
+			// Documented: a fixed window counts per window; 2x burst at the boundary.
 			Name:  "FixedWindow/limit5-window1m",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Minute},
 			Steps: cat(
@@ -115,7 +115,7 @@ func Examples() []Example {
 			),
 		},
 		{
-			// Seed: a true rolling window, no boundary burst.
+			// Documented: a true rolling window, no boundary burst.
 			Name:  "SlidingWindowLog/limit3-window10s",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 3, Interval: 10 * time.Second},
 			Steps: []Step{
@@ -141,7 +141,7 @@ func Examples() []Example {
 			),
 		},
 		{
-			// Seed: estimate = prev*(1-elapsed) + curr, deny when >= limit.
+			// Documented: estimate = prev*(1-elapsed) + curr, deny when >= limit.
 			Name:  "SlidingWindowCounter/limit10-window1m",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 10, Interval: time.Minute},
 			Steps: cat(
@@ -161,7 +161,7 @@ func Examples() []Example {
 			),
 		},
 		{
-			// Seed: leaky bucket policing, capacity 5, leak 1 per second:
+			// Documented: leaky bucket policing, capacity 5, leak 1 per second:
 			// retry = (level+1-capacity)/rate.
 			Name:  "LeakyBucket/capacity5-leak1per1s",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.LeakyBucket, Capacity: 5, Rate: 1, Interval: time.Second},

@@ -8,9 +8,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
-// TestSeedExamples runs the seed's documented behaviour through the Lua
+// TestDocumentedExamples runs each algorithm's documented behaviour through the Lua
 // library on a simulated clock, in both invocation modes.
-func TestSeedExamples(t *testing.T) {
+func TestDocumentedExamples(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
