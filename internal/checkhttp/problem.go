@@ -165,31 +165,39 @@ func appendProblem[T string | []byte](buf []byte, p *Problem, detail T, retryAft
 // encoding/json escapes it; any other text is encoding/json's to escape,
 // so the bytes are always its own.
 func appendJSONString[T string | []byte](buf []byte, s T) []byte {
+	start := len(buf)
+	buf = append(buf, '"')
+	from := 0 // s[from:] is not yet in buf
 	for i := 0; i < len(s); i++ {
-		if !jsonPlain(s[i]) {
-			return appendMarshaled(buf, string(s))
+		switch jsonEscape[s[i]] {
+		case escBackslash:
+			buf = append(buf, s[from:i]...)
+			buf = append(buf, '\\')
+			from = i
+		case escEncoder:
+			return appendMarshaled(buf[:start], string(s))
 		}
 	}
-	buf = append(buf, '"')
-	for i := 0; i < len(s); i++ {
-		buf = appendPlain(buf, s[i])
-	}
+	buf = append(buf, s[from:]...)
 	return append(buf, '"')
 }
 
-// jsonPlain reports whether encoding/json writes c inside a string as c,
-// or as c after a backslash ('"', '\\').
-func jsonPlain(c byte) bool {
-	return c >= 0x20 && c < 0x7f && c != '<' && c != '>' && c != '&'
-}
+// How encoding/json writes a byte inside a string.
+const (
+	escNone      = iota // as it is
+	escBackslash        // after a backslash: '"' and '\\'
+	escEncoder          // otherwise: control bytes, HTML's <>&, and non-ASCII (UTF-8 checks)
+)
 
-// appendPlain appends a jsonPlain byte as encoding/json writes it.
-func appendPlain(buf []byte, c byte) []byte {
-	if c == '"' || c == '\\' {
-		buf = append(buf, '\\')
+var jsonEscape = func() (t [256]uint8) {
+	for c := range t {
+		if c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			t[c] = escEncoder
+		}
 	}
-	return append(buf, c)
-}
+	t['"'], t['\\'] = escBackslash, escBackslash
+	return t
+}()
 
 // appendMarshaled appends s as encoding/json writes it. It marshals a
 // copy: s itself, given to json.Marshal, would escape, and with it the
