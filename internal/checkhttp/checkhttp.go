@@ -19,7 +19,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
-// HeaderNames are the headers SetHeaders may write, spelled as sent
+// HeaderNames are the headers SetHeaders may write (in the order of the
+// h* indexes), spelled as sent
 // (RateLimit and RateLimit-Policy in the draft's spelling, which is not
 // Go's canonical "Ratelimit").
 var HeaderNames = []string{
@@ -55,73 +56,110 @@ func SetHeaders(h http.Header, out *check.Outcome, now time.Time) {
 // may reuse them.
 type HeaderScratch struct {
 	buf  []byte
-	vals [4]string
+	vals [numHeaders]string
 }
 
-// AppendHeaders is SetHeaders for the hot path: the values that change per
-// answer are rendered into sc's buffer and become one string (the one
-// allocation); the rest were rendered when the policy was compiled. Header
-// names are set as written in the drafts, not in Go's canonical
-// "Ratelimit".
+// Indexes of HeaderNames.
+const (
+	hPolicy = iota
+	hRateLimit
+	hLimit
+	hRemaining
+	hReset
+	hRetryAfter
+	numHeaders
+)
+
+// AppendHeaders is SetHeaders for the hot path: every value is rendered
+// into sc's buffer, which becomes one string (the one allocation) that the
+// values are cut from. Header names are set as written in the drafts, not
+// in Go's canonical "Ratelimit".
 func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderScratch) {
 	buf := sc.buf[:0]
-	var ends [4]int // ends of RateLimit, Remaining, Reset, Retry-After in buf
-	var have [4]bool
-	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
-		buf = strconv.AppendInt(buf, CeilSeconds(out.RetryAfter), 10)
-		ends[3], have[3] = len(buf), true
-	}
+	var ends [numHeaders]int // where each value ends in buf; 0: not sent
 	var style ratelimitv1alpha1.HeaderStyle
 	var lr *check.LimitResult
 	if out.Tightest >= 0 && !out.Degraded {
 		lr = &out.Limits[out.Tightest]
 		style = lr.Policy.HeaderStyle
 	}
-	ietf := style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth
-	legacy := style == ratelimitv1alpha1.HeaderStyleLegacy || style == ratelimitv1alpha1.HeaderStyleBoth
-	start := len(buf)
-	ends[0] = start
-	if ietf {
-		buf = append(buf, lr.Limit.QuotaID...)
+	if style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth {
+		id := len(buf)
+		buf = appendQuotaID(buf, lr)
+		idEnd := len(buf)
+		buf = append(buf, ";q="...)
+		buf = strconv.AppendInt(buf, lr.Limit.Limit.Capacity, 10)
+		buf = append(buf, ";w="...)
+		buf = strconv.AppendInt(buf, max(CeilSeconds(lr.Limit.Window), 1), 10)
+		ends[hPolicy] = len(buf)
+		buf = append(buf, buf[id:idEnd]...)
 		buf = append(buf, ";r="...)
 		buf = strconv.AppendInt(buf, lr.Remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, CeilSeconds(lr.Reset), 10)
-		ends[0], have[0] = len(buf), true
+		ends[hRateLimit] = len(buf)
 	}
-	if legacy {
+	if style == ratelimitv1alpha1.HeaderStyleLegacy || style == ratelimitv1alpha1.HeaderStyleBoth {
+		buf = strconv.AppendInt(buf, lr.Limit.Limit.Capacity, 10)
+		ends[hLimit] = len(buf)
 		buf = strconv.AppendInt(buf, lr.Remaining, 10)
-		ends[1], have[1] = len(buf), true
+		ends[hRemaining] = len(buf)
 		resetAt := now.Add(lr.Reset)
 		unix := resetAt.Unix()
 		if resetAt.Nanosecond() > 0 {
 			unix++ // round up: never announce a reset before it happens
 		}
 		buf = strconv.AppendInt(buf, unix, 10)
-		ends[2], have[2] = len(buf), true
+		ends[hReset] = len(buf)
+	}
+	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
+		buf = strconv.AppendInt(buf, CeilSeconds(out.RetryAfter), 10)
+		ends[hRetryAfter] = len(buf)
 	}
 	sc.buf = buf
 	if len(buf) == 0 {
 		return
 	}
-	all := string(buf) // the one allocation for every per-answer value
-	vals := sc.vals[:]
-	set := func(i int, name string, from, to int) {
-		vals[i] = all[from:to]
-		h[name] = vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbour
+	all := string(buf) // the one allocation for every value
+	start := 0
+	for i, end := range ends {
+		if end == 0 {
+			continue
+		}
+		sc.vals[i] = all[start:end]
+		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbour
+		start = end
 	}
-	if have[3] {
-		set(3, "Retry-After", 0, ends[3])
+}
+
+// appendQuotaID appends the IETF headers' name of lr's limit,
+// "<policy>/<limit>" quoted as strconv.Quote quotes it, without building
+// the unquoted text.
+func appendQuotaID(buf []byte, lr *check.LimitResult) []byte {
+	if quotesAsIs(lr.Policy.Name) && quotesAsIs(lr.Limit.Name) { // the names of the API's rules
+		buf = append(buf, '"')
+		buf = append(buf, lr.Policy.Name...)
+		buf = append(buf, '/')
+		buf = append(buf, lr.Limit.Name...)
+		return append(buf, '"')
 	}
-	if have[0] {
-		set(0, "RateLimit", start, ends[0])
-		h["RateLimit-Policy"] = lr.Limit.PolicyHeader
+	// The two names quoted apart and joined: the same, since '/' ends any
+	// UTF-8 sequence before it.
+	buf = strconv.AppendQuote(buf, lr.Policy.Name)
+	buf[len(buf)-1] = '/' // the policy name's closing quote
+	at := len(buf)
+	buf = strconv.AppendQuote(buf, lr.Limit.Name)
+	return append(buf[:at], buf[at+1:]...) // drop the limit name's opening quote
+}
+
+// quotesAsIs reports whether strconv.Quote leaves s's bytes as they are.
+func quotesAsIs(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
 	}
-	if have[1] {
-		set(1, "X-RateLimit-Remaining", ends[0], ends[1])
-		set(2, "X-RateLimit-Reset", ends[1], ends[2])
-		h["X-RateLimit-Limit"] = lr.Limit.LimitHeader
-	}
+	return true
 }
 
 // DenyStatus is the deciding policy's deny status, else fallback.

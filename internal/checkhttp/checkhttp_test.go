@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -200,5 +201,30 @@ func TestAppendDenialAllocations(t *testing.T) {
 	buf := AppendDenial(w, out, 429, nil)
 	if n := testing.AllocsPerRun(100, func() { buf = AppendDenial(w, out, 429, buf) }); n != 0 {
 		t.Errorf("%v allocations, want 0", n)
+	}
+}
+
+// The IETF headers name a limit as strconv.Quote("<policy>/<limit>") does,
+// whatever the names hold.
+func FuzzQuotaID(f *testing.F) {
+	for _, names := range [][2]string{{"api", "burst"}, {`a"b`, `\`}, {"\xff", "\x80x"}, {"é\xc3", "\xa9"}, {"", ""}, {"\u2028", "\x00"}} {
+		f.Add(names[0], names[1])
+	}
+	f.Fuzz(func(t *testing.T, policyName, limitName string) {
+		lr := &check.LimitResult{Policy: &policy.Policy{Name: policyName}, Limit: &policy.Limit{Name: limitName}}
+		got := string(appendQuotaID([]byte("x"), lr))
+		if want := "x" + strconv.Quote(policyName+"/"+limitName); got != want {
+			t.Fatalf("appendQuotaID(%q, %q) = %s, want %s", policyName, limitName, got, want)
+		}
+	})
+}
+
+// Every header value of an answer comes from one allocation.
+func TestAppendHeadersAllocations(t *testing.T) {
+	out := denied(testPolicy(t, ratelimitv1alpha1.HeaderStyleBoth), 1500*time.Millisecond)
+	h, sc, now := http.Header{}, new(HeaderScratch), time.Now()
+	AppendHeaders(h, out, now, sc)
+	if n := testing.AllocsPerRun(100, func() { AppendHeaders(h, out, now, sc) }); n != 1 {
+		t.Errorf("%v allocations, want 1", n)
 	}
 }

@@ -2,9 +2,7 @@ package policy
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,13 +45,6 @@ type Limit struct {
 	// RateLimit-Policy header's "w" parameter: the window, or the time a
 	// bucket takes to refill from empty.
 	Window time.Duration
-
-	// Header values that never change for this limit, rendered once here
-	// rather than for every answer. Each slice has capacity 1, so a
-	// handler that appends to a header cannot write into a shared array.
-	QuotaID      string   // `"<policy>/<limit>"`, the IETF headers' identifier
-	PolicyHeader []string // RateLimit-Policy: `"<policy>/<limit>";q=<quota>;w=<seconds>`
-	LimitHeader  []string // X-RateLimit-Limit: the quota
 }
 
 // Compile turns a spec into a Policy. Every problem is reported, each
@@ -82,7 +73,6 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 	errs = append(errs, lerrs...)
 	for i := range limits {
 		limits[i].Window = quotaWindow(limits[i].Limit)
-		limits[i].renderHeaders(name)
 	}
 	p.Limits, p.Summary = limits, summary
 
@@ -212,17 +202,6 @@ func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.Er
 		}
 	}
 	return errs
-}
-
-// renderHeaders fills the limit's constant header values.
-func (l *Limit) renderHeaders(policyName string) {
-	l.QuotaID = strconv.Quote(policyName + "/" + l.Name)
-	w := int64(math.Ceil(l.Window.Seconds()))
-	if w < 1 {
-		w = 1
-	}
-	l.PolicyHeader = []string{l.QuotaID + ";q=" + strconv.FormatInt(l.Limit.Capacity, 10) + ";w=" + strconv.FormatInt(w, 10)}
-	l.LimitHeader = []string{strconv.FormatInt(l.Limit.Capacity, 10)}
 }
 
 // quotaWindow is the span the IETF RateLimit-Policy "w" parameter names:
