@@ -268,3 +268,40 @@ func TestShadowAndCounts(t *testing.T) {
 		t.Fatalf("counts %+v, want %+v", got, want)
 	}
 }
+
+// A dry run of a key the cache of denials holds is answered from the
+// store, with every limit and its remaining units, and consumes nothing.
+func TestDryRunReportsEveryLimitOfACachedDenial(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store, compile(t, "ns", "p", `
+key: global
+limits:
+- {name: burst, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 1m}}
+- {name: hour, fixedWindow: {limit: 10, window: 1h}}`))
+	for i := 0; i < 3; i++ {
+		c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
+	}
+	if out, _ := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); out.Allowed || len(out.Limits) != 1 || !out.Limits[0].Cached {
+		t.Fatalf("the exhausted key is not answered from the cache: %+v", out)
+	}
+	for range 2 { // the second dry run sees that the first consumed nothing
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), DryRun: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Allowed || len(out.Limits) != 2 {
+			t.Fatalf("dry run: allowed %v, limits %+v; want a denial reporting both limits", out.Allowed, out.Limits)
+		}
+		for i, want := range []struct {
+			name      string
+			remaining int64
+		}{{"burst", 0}, {"hour", 8}} {
+			if lr := out.Limits[i]; lr.Limit.Name != want.name || lr.Remaining != want.remaining || lr.Cached {
+				t.Errorf("dry run limit %d: %s remaining %d cached %v, want %s remaining %d from the store",
+					i, lr.Limit.Name, lr.Remaining, lr.Cached, want.name, want.remaining)
+			}
+		}
+	}
+}

@@ -365,9 +365,10 @@ func (c *Checker) observeLatency(start time.Time) {
 }
 
 // answerFromCache denies the request without Redis when one of its
-// enforced limits is known to deny it until later than now.
+// enforced limits is known to deny it until later than now. Not a dry
+// run: that is a diagnosis, which reports every limit from the store.
 func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool {
-	if c.denials == nil {
+	if c.denials == nil || out.dryRun {
 		return false
 	}
 	for i := range sc.req.Entries {
@@ -387,10 +388,8 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = 0
 		out.RetryAfter = d.until.Sub(now)
-		if !out.dryRun {
-			c.counts.add(p, l, ResultCachedDenied)
-		}
-		if c.metrics != nil && !out.dryRun {
+		c.counts.add(p, l, ResultCachedDenied)
+		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
 			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(ResultCachedDenied)).Inc()
 		}
