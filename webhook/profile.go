@@ -85,75 +85,117 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 // already normalized request.
 func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *clientip.TrustedProxies, out *policy.Request) error {
 	*out = policy.Request{Header: r.Header}
-	var scheme, authority, rest string
+	var o original
+	var err error
 	switch profile {
 	case ProfileNginx:
-		raw := headerValue(r.Header, "X-Original-Url")
-		if raw == "" {
-			return badHeader("X-Original-URL", "missing")
-		}
-		out.Method = headerValue(r.Header, "X-Original-Method")
-		if out.Method == "" {
-			return badHeader("X-Original-Method", "missing")
-		}
-		if len(raw) > maxURLLength {
-			return badHeader("X-Original-URL", "longer than %d bytes", maxURLLength)
-		}
-		var ok bool
-		if scheme, authority, rest, ok = splitAbsoluteURL(raw); !ok {
-			return badHeader("X-Original-URL", "not an absolute URL: %q", truncate(raw))
-		}
-		// X-Original-URL's host is the Host header ($http_host), but nginx
-		// routes an absolute-form request by the host of its request line.
-		// The auth-url can pass the host nginx routed by ($host).
-		if h, ok := routedHost(r.URL.RawQuery); ok {
-			if h == "" {
-				return badHeader("host", "the check URL's host parameter is empty")
-			}
-			authority = h
-		}
+		o, err = nginxOriginal(r)
 	case ProfileForwardAuth:
-		out.Method = headerValue(r.Header, "X-Forwarded-Method")
-		if out.Method == "" {
-			return badHeader("X-Forwarded-Method", "missing")
-		}
-		rest = headerValue(r.Header, "X-Forwarded-Uri")
-		if rest == "" {
-			return badHeader("X-Forwarded-Uri", "missing")
-		}
-		authority = headerValue(r.Header, "X-Forwarded-Host")
-		if authority == "" {
-			return badHeader("X-Forwarded-Host", "missing")
-		}
-		if rest[0] != '/' {
-			return badHeader("X-Forwarded-Uri", "must start with '/'")
-		}
-		if len(rest)+len(authority) > maxURLLength {
-			return badHeader("X-Forwarded-Uri", "longer than %d bytes", maxURLLength)
-		}
-		scheme = "http"
+		o, err = forwardAuthOriginal(r)
 	case ProfileEnvoy:
-		out.Method = r.Method
-		authority, rest, scheme = r.Host, envoyPath, "http"
-		if r.URL.RawQuery != "" {
-			rest += "?" + r.URL.RawQuery
-		}
-		if len(rest)+len(authority) > maxURLLength {
-			return badHeader("path", "longer than %d bytes", maxURLLength)
-		}
+		o, err = envoyOriginal(r, envoyPath)
 	default:
 		return fmt.Errorf("unknown profile %q", profile)
 	}
-	if !validMethod(out.Method) {
-		return badHeader(methodHeader(profile), "%q is not an HTTP method", truncate(out.Method))
+	if err != nil {
+		return err
 	}
-	if !validScheme(scheme) || !validURLText(authority) || !validURLText(rest) {
-		return badHeader(urlHeader(profile), "malformed URL: %q", truncate(scheme+"://"+authority+rest))
+	if err := o.read(profile, out); err != nil {
+		return err
 	}
-	out.Host = checkhttp.NormalizeHost(authority)
+	out.ClientIP = trusted.FromRequest(r)
+	return nil
+}
+
+// original is the request line a profile's headers describe, as sent.
+type original struct {
+	method, scheme, authority string
+	rest                      string // path, query and fragment
+}
+
+// nginxOriginal reads ingress-nginx's X-Original-URL and X-Original-Method.
+func nginxOriginal(r *http.Request) (original, error) {
+	var o original
+	raw := headerValue(r.Header, "X-Original-Url")
+	if raw == "" {
+		return o, badHeader("X-Original-URL", "missing")
+	}
+	o.method = headerValue(r.Header, "X-Original-Method")
+	if o.method == "" {
+		return o, badHeader("X-Original-Method", "missing")
+	}
+	if len(raw) > maxURLLength {
+		return o, badHeader("X-Original-URL", "longer than %d bytes", maxURLLength)
+	}
+	var ok bool
+	if o.scheme, o.authority, o.rest, ok = splitAbsoluteURL(raw); !ok {
+		return o, badHeader("X-Original-URL", "not an absolute URL: %q", truncate(raw))
+	}
+	// X-Original-URL's host is the Host header ($http_host), but nginx
+	// routes an absolute-form request by the host of its request line.
+	// The auth-url can pass the host nginx routed by ($host).
+	if h, ok := routedHost(r.URL.RawQuery); ok {
+		if h == "" {
+			return o, badHeader("host", "the check URL's host parameter is empty")
+		}
+		o.authority = h
+	}
+	return o, nil
+}
+
+// forwardAuthOriginal reads Traefik's and Caddy's X-Forwarded-Method,
+// -Uri and -Host.
+func forwardAuthOriginal(r *http.Request) (original, error) {
+	o := original{scheme: "http"}
+	o.method = headerValue(r.Header, "X-Forwarded-Method")
+	if o.method == "" {
+		return o, badHeader("X-Forwarded-Method", "missing")
+	}
+	o.rest = headerValue(r.Header, "X-Forwarded-Uri")
+	if o.rest == "" {
+		return o, badHeader("X-Forwarded-Uri", "missing")
+	}
+	o.authority = headerValue(r.Header, "X-Forwarded-Host")
+	if o.authority == "" {
+		return o, badHeader("X-Forwarded-Host", "missing")
+	}
+	if o.rest[0] != '/' {
+		return o, badHeader("X-Forwarded-Uri", "must start with '/'")
+	}
+	if len(o.rest)+len(o.authority) > maxURLLength {
+		return o, badHeader("X-Forwarded-Uri", "longer than %d bytes", maxURLLength)
+	}
+	return o, nil
+}
+
+// envoyOriginal reads Envoy's ext_authz check request: the original's
+// method, Host and query, and its path after the route's prefix.
+func envoyOriginal(r *http.Request, envoyPath string) (original, error) {
+	o := original{method: r.Method, scheme: "http", authority: r.Host, rest: envoyPath}
+	if r.URL.RawQuery != "" {
+		o.rest += "?" + r.URL.RawQuery
+	}
+	if len(o.rest)+len(o.authority) > maxURLLength {
+		return o, badHeader("path", "longer than %d bytes", maxURLLength)
+	}
+	return o, nil
+}
+
+// read checks o and sets out's method, host, path readings and query; a
+// problem names the profile's header.
+func (o original) read(profile Profile, out *policy.Request) error {
+	out.Method = o.method
+	if !validMethod(o.method) {
+		return badHeader(methodHeader(profile), "%q is not an HTTP method", truncate(o.method))
+	}
+	if !validScheme(o.scheme) || !validURLText(o.authority) || !validURLText(o.rest) {
+		return badHeader(urlHeader(profile), "malformed URL: %q", truncate(o.scheme+"://"+o.authority+o.rest))
+	}
+	out.Host = checkhttp.NormalizeHost(o.authority)
 	if out.Host == "" {
-		return badHeader(urlHeader(profile), "no host in %q", truncate(scheme+"://"+authority+rest))
+		return badHeader(urlHeader(profile), "no host in %q", truncate(o.scheme+"://"+o.authority+o.rest))
 	}
+	rest := o.rest
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
 		rest = rest[:i]
 	}
@@ -162,7 +204,6 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 		return badHeader(urlHeader(profile), "%v", err)
 	}
 	out.RawQuery = rawQuery
-	out.ClientIP = trusted.FromRequest(r)
 	return nil
 }
 
