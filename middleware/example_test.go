@@ -32,7 +32,7 @@ spec:
 	}
 	defer lim.Close()
 
-	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hello := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
 	h := lim.Handler(hello)
@@ -94,7 +94,7 @@ spec:
   limits:
   - {name: minute, fixedWindow: {limit: 1, window: 1m}}
 `),
-		middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d middleware.Decision) {
+		middleware.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, d middleware.Decision) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(d.Status)
 			switch d.Reason {
@@ -109,7 +109,7 @@ spec:
 		log.Fatal(err)
 	}
 	defer lim.Close()
-	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") }))
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }))
 
 	for _, user := range []string{"ann", "ann", ""} {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -146,10 +146,13 @@ spec:
 `),
 	)
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	defer lim.Close()
-	log.Fatal(http.ListenAndServe(":8080", lim.Handler(http.NotFoundHandler())))
+	if err := http.ListenAndServe(":8080", lim.Handler(http.NotFoundHandler())); err != nil {
+		log.Print(err)
+	}
 }
 
 // The cluster's policies for namespace shop, decided by the Sluice check
@@ -167,5 +170,7 @@ func ExampleWithRemote() {
 		log.Fatal(err)
 	}
 	defer lim.Close()
-	log.Fatal(http.ListenAndServe(":8080", lim.Handler(http.NotFoundHandler())))
+	if err := http.ListenAndServe(":8080", lim.Handler(http.NotFoundHandler())); err != nil {
+		log.Print(err)
+	}
 }

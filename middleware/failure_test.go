@@ -114,7 +114,7 @@ func TestRedisFailureModes(t *testing.T) {
 // NewRedisClient or configured by hand.
 func TestRedisClientOptions(t *testing.T) {
 	spec := middleware.WithPolicy("p", parseSpec(t, "limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))
-	const addr = "127.0.0.1:1" // never dialled: New does not contact Redis
+	const addr = "127.0.0.1:1" // never dialed: New does not contact Redis
 	for _, c := range []struct {
 		name    string
 		client  redis.UniversalClient
@@ -159,7 +159,7 @@ func TestRemoteFailureModes(t *testing.T) {
 
 	release := make(chan struct{})
 	hanging := &endpoint{}
-	hanging.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hanging.Server = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		hanging.checks.Add(1)
 		select {
 		case <-release:
@@ -170,7 +170,7 @@ func TestRemoteFailureModes(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	broken := &endpoint{}
-	broken.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	broken.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		broken.checks.Add(1)
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(http.StatusInternalServerError)

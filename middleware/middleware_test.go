@@ -289,7 +289,7 @@ func TestDenyHandler(t *testing.T) {
 	for _, m := range []mode{memoryMode, remoteMode} {
 		t.Run(m.name, func(t *testing.T) {
 			var got middleware.Decision
-			deny := middleware.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d middleware.Decision) {
+			deny := middleware.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, d middleware.Decision) {
 				got = d
 				w.Header().Set("Content-Type", "text/plain")
 				w.WriteHeader(d.Status)

@@ -45,7 +45,7 @@ func WithPolicy(name string, spec ratelimitv1alpha1.RateLimitPolicySpec) Option 
 // WithPolicyYAML adds the RateLimitPolicies of text: one or more YAML (or
 // JSON) documents separated by "---", as kubectl applies them. Each needs
 // apiVersion ratelimit.sluice.dev/v1alpha1, kind RateLimitPolicy,
-// metadata.name and spec; fields are decoded strictly, so a misspelt field
+// metadata.name and spec; fields are decoded strictly, so a misspelled field
 // is an error. Documents of other kinds are skipped, and a
 // metadata.namespace, when given, must be the limiter's namespace.
 func WithPolicyYAML(text string) Option {

@@ -314,9 +314,9 @@ func validMethod(m string) bool {
 }
 
 func truncate(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+	const most = 64
+	if len(s) > most {
+		return s[:most] + "..."
 	}
 	return s
 }

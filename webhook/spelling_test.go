@@ -172,7 +172,12 @@ func TestEnvoyPathIsDecodedOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- httpserve.Serve(ctx, ln, ep.Config.Handler) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for name, base := range map[string]string{"net/http": ep.URL, "fasthttp": "http://" + ln.Addr().String()} {

@@ -42,7 +42,7 @@ func main() {
 	case "local":
 		err = runLocal(args)
 	case "version":
-		err = runVersion()
+		runVersion()
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

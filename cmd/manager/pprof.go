@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"time"
 )
 
 // servePprof serves the Go profiler on its own listener when addr is set,
@@ -18,7 +19,10 @@ func servePprof(addr string) {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	go func() {
-		if err := http.ListenAndServe(addr, mux); err != nil {
+		// Profiles stream for as long as asked (profile?seconds=30): no write
+		// timeout; a read timeout still bounds a client that sends slowly.
+		srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		if err := srv.ListenAndServe(); err != nil {
 			slog.Error("pprof listener", "addr", addr, "err", err)
 		}
 	}()

@@ -7,11 +7,10 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 )
 
-func runVersion() error {
+func runVersion() {
 	version := "(devel)"
 	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
 		version = info.Main.Version
 	}
 	fmt.Printf("sluice %s\nredis library %s\n", version, redisstore.LibraryName)
-	return nil
 }

@@ -74,7 +74,7 @@ func run() error {
 	defer lim.Close()
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
 	srv := &http.Server{Addr: *listen, Handler: lim.Handler(mux), ReadHeaderTimeout: 10 * time.Second}

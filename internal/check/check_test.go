@@ -55,7 +55,7 @@ func request() *policy.Request {
 	return &policy.Request{Method: "GET", Host: "h", Path: "/", Header: http.Header{}, ClientIP: netip.MustParseAddr("192.0.2.1")}
 }
 
-func newChecker(t *testing.T, clock *fakeClock, store ratelimit.Store, policies ...*policy.Policy) (*Checker, *staticSource) {
+func newChecker(_ *testing.T, clock *fakeClock, store ratelimit.Store, policies ...*policy.Policy) (*Checker, *staticSource) {
 	src := &staticSource{set: policy.NewSet(1, policies)}
 	return New(Options{Store: store, Source: src, Now: clock.Now}), src
 }
@@ -131,7 +131,9 @@ func TestDenyCacheIsExact(t *testing.T) {
 	c, src := newChecker(t, clock, counting, compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]"))
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		c.Check(ctx, Input{Namespace: "ns", Request: request()})
+		if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	calls := counting.calls
 	clock.Advance(5*time.Second - time.Microsecond)
@@ -147,17 +149,25 @@ func TestDenyCacheIsExact(t *testing.T) {
 		t.Fatalf("at the refill: allowed %v, store calls +%d; want allowed by the store", out.Allowed, counting.calls-calls)
 	}
 	// A larger cost is denied from the cache only by a denial of no larger cost.
-	c.Check(ctx, Input{Namespace: "ns", Request: request(), Cost: 2})
+	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Cost: 2}); err != nil {
+		t.Fatal(err)
+	}
 	calls = counting.calls
-	c.Check(ctx, Input{Namespace: "ns", Request: request(), Cost: 1})
+	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
 	if counting.calls != calls+1 {
 		t.Fatal("a cost-1 request was answered from a cost-2 denial")
 	}
 	// A new policy set drops the cache.
-	c.Check(ctx, Input{Namespace: "ns", Request: request()})
+	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
+		t.Fatal(err)
+	}
 	src.set = policy.NewSet(2, []*policy.Policy{compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]")})
 	calls = counting.calls
-	c.Check(ctx, Input{Namespace: "ns", Request: request()})
+	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
+		t.Fatal(err)
+	}
 	if counting.calls != calls+1 {
 		t.Fatal("after a policy change the cache still answered")
 	}
@@ -256,9 +266,13 @@ func TestShadowAndCounts(t *testing.T) {
 		compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
 	for i := 0; i < 5; i++ {
-		c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
+		if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	c.Check(context.Background(), Input{Namespace: "ns", Request: request(), DryRun: true})
+	if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), DryRun: true}); err != nil {
+		t.Fatal(err)
+	}
 	got := c.Counts()
 	want := []LimitCount{
 		{Namespace: "ns", Policy: "enforced", Limit: "l", Allowed: 3, Denied: 2},
@@ -281,7 +295,9 @@ limits:
 - {name: burst, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 1m}}
 - {name: hour, fixedWindow: {limit: 10, window: 1h}}`))
 	for i := 0; i < 3; i++ {
-		c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
+		if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if out, _ := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); out.Allowed || len(out.Limits) != 1 || !out.Limits[0].Cached {
 		t.Fatalf("the exhausted key is not answered from the cache: %+v", out)

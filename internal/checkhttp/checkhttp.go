@@ -127,7 +127,7 @@ func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderS
 			continue
 		}
 		sc.vals[i] = all[start:end]
-		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbour
+		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbor
 		start = end
 	}
 }

@@ -122,7 +122,7 @@ func (c Config) resolve(nofile uint64) limits {
 	}
 	if fit := nofile / 4 * 3; l.maxConns > 0 && nofile > 0 && uint64(l.maxConns) > fit {
 		c.logger().Info("connection cap lowered to fit the open-file limit", "max_connections", fit, "asked", l.maxConns, "open_file_limit", nofile)
-		l.maxConns = int(max(fit, 1))
+		l.maxConns = int(max(fit, 1)) //nolint:gosec // fit is below maxConns, an int
 	}
 	switch {
 	case l.perPeer == 0:

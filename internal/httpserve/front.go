@@ -243,7 +243,7 @@ func (x *exchange) load(ctx *fasthttp.RequestCtx, method string) {
 		}
 		x.vals = append(x.vals, v)
 		n := len(x.vals)
-		x.hdr[s.name] = x.vals[n-1 : n : n] // capacity 1: an append cannot overwrite a neighbour
+		x.hdr[s.name] = x.vals[n-1 : n : n] // capacity 1: an append cannot overwrite a neighbor
 	}
 
 	uri := all[:uriEnd]

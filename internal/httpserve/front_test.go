@@ -236,7 +236,7 @@ func TestFrontHeaderLimit(t *testing.T) {
 
 // TestFrontPanic: a handler's panic is a 500 on that request only.
 func TestFrontPanic(t *testing.T) {
-	addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := startFront(t, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		if r.URL.RawQuery == "panic" {
 			panic("boom")
 		}
@@ -276,7 +276,7 @@ func TestServeStopsWithContext(t *testing.T) {
 // aside: an ingress-nginx auth-url request in, rate-limit headers out.
 func BenchmarkFront(b *testing.B) {
 	value := []string{`"p/l";r=9;t=1`}
-	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header()["RateLimit"] = value
 		w.WriteHeader(http.StatusOK)
 	}))

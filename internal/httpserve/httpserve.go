@@ -58,7 +58,9 @@ func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) erro
 	// Serve may not have taken the listener yet when ctx ended, and then
 	// Shutdown found nothing to close: closing it here ends Serve either way.
 	_ = lln.Close()
-	<-errc
+	if serveErr := <-errc; serveErr != nil { // after a shutdown it says only that Serve stopped
+		c.logger().Debug("http server stopped", "err", serveErr)
+	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

@@ -48,8 +48,8 @@ const (
 
 // Accept backoff, as net/http's.
 const (
-	acceptDelayMin = 5 * time.Millisecond
-	acceptDelayMax = time.Second
+	acceptDelayFirst   = 5 * time.Millisecond
+	acceptDelayLongest = time.Second
 )
 
 func newLimitListener(ln net.Listener, l limits, m *connMetrics, log *slog.Logger) *limitListener {
@@ -68,7 +68,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			if !retryableAccept(err) {
 				return nil, err
 			}
-			delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
+			delay = min(max(2*delay, acceptDelayFirst), acceptDelayLongest)
 			l.metrics.acceptError()
 			if n, ok := l.acceptLog.due(); ok {
 				l.log.Warn("accept failed; retrying", "err", err, "retry_in", delay, "failures_since_last_log", n)

@@ -45,7 +45,7 @@ func FuzzParseKeyTemplate(f *testing.F) {
 	for _, s := range []string{"{client_ip}", "{client_ip/24}", "{header:X}-{query:q}", "{", "}", "{}", "{client_ip/0}", "{query:}", "a{method}b{host}c{path}"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, src string) {
+	f.Fuzz(func(_ *testing.T, src string) {
 		tmpl, err := parseKeyTemplate(src)
 		if err != nil {
 			return

@@ -108,11 +108,11 @@ type whenExpr struct {
 }
 
 func compileWhen(expr string) (*whenExpr, error) {
-	ast, costs, err := checkWhen(expr)
+	ast, _, err := checkWhen(expr)
 	if err != nil {
 		return nil, err
 	}
-	prg, err := whenProgram(ast, costs)
+	prg, err := whenProgram(ast)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func checkWhen(expr string) (*cel.Ast, *whenCosts, error) {
 
 // whenProgram plans the checked expression; opts add to the options every
 // program has (tests add cost tracking).
-func whenProgram(ast *cel.Ast, costs *whenCosts, opts ...cel.ProgramOption) (cel.Program, error) {
+func whenProgram(ast *cel.Ast, opts ...cel.ProgramOption) (cel.Program, error) {
 	return whenEnv.Program(ast, append([]cel.ProgramOption{
 		cel.EvalOptions(cel.OptOptimize),
 		cel.OptimizeRegex(boundedMatches(overloads.Matches), boundedMatches(overloads.MatchesString)),
@@ -261,22 +261,22 @@ func (c *whenCosts) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	if len(path) == 0 {
 		return nil
 	}
-	var max uint64
+	var most uint64
 	switch strings.Join(path, ".") {
 	case "request.headers":
-		max = maxHeaderEntries
+		most = maxHeaderEntries
 	case "request.headers.@keys", "request.headers.@values", "request.method":
-		max = maxHeaderBytes
+		most = maxHeaderBytes
 	case "request.query":
-		max = maxQueryEntries
+		most = maxQueryEntries
 	case "request.query.@keys", "request.query.@values", "request.path", "request.host":
-		max = maxURLBytes
+		most = maxURLBytes
 	case "request.client_ip":
-		max = maxClientIPBytes
+		most = maxClientIPBytes
 	default:
 		return nil
 	}
-	return &checker.SizeEstimate{Min: 0, Max: max}
+	return &checker.SizeEstimate{Min: 0, Max: most}
 }
 
 // Strings are priced by their length in bytes, both when estimating and at
@@ -367,7 +367,7 @@ func (c *whenCosts) callCost(overloadID string, sizes []uint64, pattern func() (
 }
 
 // EstimateCallCost implements checker.CostEstimator.
-func (c *whenCosts) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+func (c *whenCosts) EstimateCallCost(_, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	all := args
 	if target != nil {
 		all = append([]checker.AstNode{*target}, args...)
@@ -399,7 +399,7 @@ func (c *whenCosts) EstimateCallCost(function, overloadID string, target *checke
 }
 
 // CallCost implements interpreter.ActualCostEstimator with the same prices.
-func (c *whenCosts) CallCost(function, overloadID string, args []ref.Val, result ref.Val) *uint64 {
+func (c *whenCosts) CallCost(_, overloadID string, args []ref.Val, _ ref.Val) *uint64 {
 	var sizes [2]uint64
 	if len(args) > len(sizes) {
 		return nil
@@ -477,8 +477,8 @@ func (v *requestVars) reset(r *Request) {
 
 // tooLarge is the value of a variable over the bounds the cost estimate
 // assumed: an evaluation error, so the policy applies.
-func tooLarge(name string, n, max int) ref.Val {
-	return types.NewErr("%s: %d is over %d, the most a `when` expression is evaluated on", name, n, max)
+func tooLarge(name string, n, most int) ref.Val {
+	return types.NewErr("%s: %d is over %d, the most a `when` expression is evaluated on", name, n, most)
 }
 
 // ResolveName implements interpreter.Activation.

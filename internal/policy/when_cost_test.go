@@ -80,7 +80,7 @@ func meteredWhen(expr string) (prg cel.Program, estimate uint64, err error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	prg, err = whenProgram(ast, costs, cel.CostTracking(costs), cel.EvalOptions(cel.OptTrackCost))
+	prg, err = whenProgram(ast, cel.CostTracking(costs), cel.EvalOptions(cel.OptTrackCost))
 	return prg, est.Max, err
 }
 

@@ -37,8 +37,11 @@ func newTable(t *testing.T) (*redistest.Server, *Table) {
 func TestAMissingTableIsWrittenOnlyWhole(t *testing.T) {
 	ctx := context.Background()
 	srv, table := newTable(t)
-	table.Put(ctx, entry("ns", "a", 1))
-	table.Put(ctx, entry("ns", "b", 1))
+	for _, name := range []string{"a", "b"} {
+		if _, _, err := table.Put(ctx, entry("ns", name, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	srv.Client().FlushAll(ctx)
 	if _, _, err := table.Put(ctx, entry("ns", "a", 1)); err != ErrTableMissing {
 		t.Fatalf("put into a lost table: %v, want ErrTableMissing", err)
@@ -113,7 +116,9 @@ func TestReaderFollowsTheTable(t *testing.T) {
 	waitFor(t, "initial load", func() bool { return r.Loaded() && r.Policies().Get("ns", "a") != nil })
 
 	start := time.Now()
-	table.Put(ctx, entry("ns", "a", 7))
+	if _, _, err := table.Put(ctx, entry("ns", "a", 7)); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "update by pub/sub", func() bool {
 		p := r.Policies().Get("ns", "a")
 		return p != nil && p.Limits[0].Limit.Capacity == 7
@@ -121,7 +126,9 @@ func TestReaderFollowsTheTable(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("update took %s, want under 1s", d)
 	}
-	table.Delete(ctx, "ns", "a")
+	if _, _, err := table.Delete(ctx, "ns", "a"); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "delete by pub/sub", func() bool { return r.Policies().Get("ns", "a") == nil })
 
 	// The table vanishing (FLUSHALL) does not lift the limits in force.

@@ -644,7 +644,7 @@ func (f *Files) rel(file string) string {
 
 // parseFile reads the RateLimitPolicy documents of one file; documents of
 // other kinds (a kustomization.yaml) are skipped. Fields are decoded
-// strictly, so a misspelt field is an error rather than silently ignored.
+// strictly, so a misspelled field is an error rather than silently ignored.
 func parseFile(name string, b []byte) ([]document, error) {
 	var docs []document
 	for i, raw := range splitDocuments(b) {

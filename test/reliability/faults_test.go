@@ -31,8 +31,8 @@ var faultPolicies = []testPolicy{
 	limitPolicy("closed", "Closed", faultLimit),
 }
 
-func faultLoad(prefix string, max time.Duration) loadSpec {
-	return loadSpec{rate: loadRate, namespaces: []string{"open", "closed"}, group: faultGroup, prefix: prefix, max: max}
+func faultLoad(prefix string, most time.Duration) loadSpec {
+	return loadSpec{rate: loadRate, namespaces: []string{"open", "closed"}, group: faultGroup, prefix: prefix, max: most}
 }
 
 // newClient is a client as the check and controller processes make them.

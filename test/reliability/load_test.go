@@ -186,24 +186,6 @@ func (r *record) latencies(keep func(i int, s *sample) bool) (server, client lat
 	return distribution(sv), distribution(cl)
 }
 
-// slowest returns the sample with the longest server-side time.
-func (r *record) slowest(keep func(i int, s *sample) bool) (int, *sample) {
-	best := -1
-	for i := range r.samples {
-		s := &r.samples[i]
-		if s.status == 0 || (keep != nil && !keep(i, s)) {
-			continue
-		}
-		if best < 0 || s.serverTime() > r.samples[best].serverTime() {
-			best = i
-		}
-	}
-	if best < 0 {
-		return -1, nil
-	}
-	return best, &r.samples[best]
-}
-
 // tally is how one key value of one namespace was answered.
 type tally struct {
 	ns, key  int

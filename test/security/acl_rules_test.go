@@ -137,7 +137,7 @@ func TestACLRules(t *testing.T) {
 		refuse(checkUser, "FCALL_RO", redisstore.FunctionName, 1, counters[0], "1:0:-")
 	})
 
-	t.Run("check user reads the table, read-only", func(t *testing.T) {
+	t.Run("check user reads the table, read-only", func(*testing.T) {
 		allow(checkUser, "HGETALL", policytable.HashKey)
 		allow(checkUser, "GET", policytable.RevisionKey)
 		allow(checkUser, "MULTI")
@@ -159,7 +159,7 @@ func TestACLRules(t *testing.T) {
 		}
 	})
 
-	t.Run("check user cannot load code", func(t *testing.T) {
+	t.Run("check user cannot load code", func(*testing.T) {
 		refuse(checkUser, "EVAL", "return 1", 0)
 		refuse(checkUser, "EVAL_RO", "return 1", 0)
 		refuse(checkUser, "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
@@ -208,7 +208,7 @@ func TestACLRules(t *testing.T) {
 		}
 	})
 
-	t.Run("neither may flush, configure, list keys or manage users", func(t *testing.T) {
+	t.Run("neither may flush, configure, list keys or manage users", func(*testing.T) {
 		for _, user := range []string{checkUser, controllerUser} {
 			for _, args := range dangerous {
 				refuse(user, args...)

@@ -26,28 +26,28 @@ func one(key string, cost int64) *ratelimit.Request {
 // changed) and keeps deciding the keys it holds exactly; expired keys are
 // reclaimed to make room.
 func TestMaxKeys(t *testing.T) {
-	const max = 10
+	const maxKeys = 10
 	clock := ratelimittest.FutureClock()
 	clock.AlignTo(time.Second)
-	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(max))
+	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(maxKeys))
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	var dec ratelimit.Decision
-	for i := range max {
+	for i := range maxKeys {
 		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed {
-			t.Fatalf("key %d of %d: %v, allowed %v", i+1, max, err, dec.Allowed)
+			t.Fatalf("key %d of %d: %v, allowed %v", i+1, maxKeys, err, dec.Allowed)
 		}
 	}
 	err := s.Check(ctx, 0, one("new", 1), &dec)
 	if !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("key %d: %v, want ErrCapacity", max+1, err)
+		t.Fatalf("key %d: %v, want ErrCapacity", maxKeys+1, err)
 	}
-	if s.Len() != max {
-		t.Fatalf("the store holds %d keys, want %d", s.Len(), max)
+	if s.Len() != maxKeys {
+		t.Fatalf("the store holds %d keys, want %d", s.Len(), maxKeys)
 	}
 
 	// The keys held are decided exactly: one more each, then denied.
-	for i := range max {
+	for i := range maxKeys {
 		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 {
 			t.Fatalf("held key %d, second use: %v, %+v; want allowed with 0 left", i, err, dec)
 		}
@@ -72,8 +72,8 @@ func TestMaxKeys(t *testing.T) {
 	if err := s.Check(ctx, 0, both, &dec); !errors.Is(err, ratelimit.ErrCapacity) {
 		t.Fatalf("held and new key: %v, want ErrCapacity", err)
 	}
-	if s.Len() != max {
-		t.Fatalf("the store holds %d keys, want %d", s.Len(), max)
+	if s.Len() != maxKeys {
+		t.Fatalf("the store holds %d keys, want %d", s.Len(), maxKeys)
 	}
 
 	// Once the held keys expire, a new key takes the room of one of them.
@@ -84,13 +84,13 @@ func TestMaxKeys(t *testing.T) {
 	if s.Len() != 1 {
 		t.Fatalf("the store holds %d keys after reclaiming, want 1", s.Len())
 	}
-	for i := range max - 1 {
+	for i := range maxKeys - 1 {
 		if err := s.Check(ctx, 0, one(fmt.Sprint("again", i), 1), &dec); err != nil {
 			t.Fatalf("key %d after reclaiming: %v", i+2, err)
 		}
 	}
 	if err := s.Check(ctx, 0, one("over", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("key %d after reclaiming: %v, want ErrCapacity", max+1, err)
+		t.Fatalf("key %d after reclaiming: %v, want ErrCapacity", maxKeys+1, err)
 	}
 }
 
@@ -113,8 +113,8 @@ func TestMaxKeysExpiredKeyReused(t *testing.T) {
 // TestMaxKeysConcurrent: distinct keys added concurrently fill the store
 // to exactly its cap.
 func TestMaxKeysConcurrent(t *testing.T) {
-	const max, workers, each = 500, 8, 200
-	s := memstore.New(memstore.WithMaxKeys(max), memstore.WithSweepInterval(0))
+	const maxKeys, workers, each = 500, 8, 200
+	s := memstore.New(memstore.WithMaxKeys(maxKeys), memstore.WithSweepInterval(0))
 	t.Cleanup(func() { _ = s.Close() })
 	l := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Hour}
 	var admitted, full atomic.Int64
@@ -136,7 +136,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if admitted.Load() != max || full.Load() != workers*each-max || s.Len() != max {
-		t.Fatalf("admitted %d, full %d, held %d; want %d, %d, %d", admitted.Load(), full.Load(), s.Len(), max, workers*each-max, max)
+	if admitted.Load() != maxKeys || full.Load() != workers*each-maxKeys || s.Len() != maxKeys {
+		t.Fatalf("admitted %d, full %d, held %d; want %d, %d, %d", admitted.Load(), full.Load(), s.Len(), maxKeys, workers*each-maxKeys, maxKeys)
 	}
 }

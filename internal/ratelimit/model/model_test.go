@@ -8,7 +8,7 @@ import (
 )
 
 func TestDocumentedExamples(t *testing.T) {
-	ratelimittest.RunExamples(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+	ratelimittest.RunExamples(t, func(_ *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
 		return ratelimittest.NewReference(clock)
 	})
 }

@@ -176,10 +176,10 @@ func (k *diffKey) switchTo(rng *rand.Rand, alg ratelimit.Algorithm) {
 
 func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.Request {
 	n := 1
-	switch r := rng.IntN(4); {
-	case r == 2:
+	switch rng.IntN(4) {
+	case 2:
 		n = 2
-	case r == 3:
+	case 3:
 		n = 3 + rng.IntN(max(maxEntries-2, 1))
 	}
 	n = min(n, maxEntries, len(keys))

@@ -12,7 +12,7 @@ import (
 // Skip in an expected Reset or RetryAfter means "not checked".
 const Skip = time.Duration(-2)
 
-// Example is the documented behaviour of one algorithm as a timeline.
+// Example is the documented behavior of one algorithm as a timeline.
 type Example struct {
 	Name  string
 	Limit ratelimit.Limit

@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
-// TestDocumentedExamples runs each algorithm's documented behaviour through the Lua
+// TestDocumentedExamples runs each algorithm's documented behavior through the Lua
 // library on a simulated clock, in both invocation modes.
 func TestDocumentedExamples(t *testing.T) {
 	srv := redistest.Start(t)

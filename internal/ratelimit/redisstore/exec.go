@@ -164,7 +164,8 @@ func (s *Store) merge(f *flushScratch, live []*job) []*command {
 // args returns the command's arguments, with the command and function
 // (or script) name in front.
 func (m *command) fillArgs(name, fn any) []any {
-	args := append(m.args[:0], name, fn, m.nkeys)
+	args := m.args[:0]
+	args = append(args, name, fn, m.nkeys)
 	for _, c := range m.calls {
 		for k := range c.keys {
 			args = append(args, &c.keys[k])

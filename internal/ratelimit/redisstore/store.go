@@ -202,7 +202,7 @@ type call struct {
 const inlineEntries = 4
 
 // checkState is one Check's working memory in one allocation for small
-// requests. It is pooled, but only once the flusher has signalled done for
+// requests. It is pooled, but only once the flusher has signaled done for
 // every job it submitted: a Check that gave up (its context ended) drops
 // its state, since a flusher may still hold its calls.
 type checkState struct {

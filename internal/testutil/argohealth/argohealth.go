@@ -69,7 +69,7 @@ func Evaluate(script string, obj map[string]any) (Result, error) {
 	return res, fmt.Errorf("health script: status %q is not one Argo CD knows", res.Status)
 }
 
-func toLua(L *lua.LState, v any) lua.LValue {
+func toLua(ls *lua.LState, v any) lua.LValue {
 	switch v := v.(type) {
 	case nil:
 		return lua.LNil
@@ -84,20 +84,20 @@ func toLua(L *lua.LState, v any) lua.LValue {
 	case int:
 		return lua.LNumber(v)
 	case []any:
-		t := L.NewTable()
+		t := ls.NewTable()
 		for _, e := range v {
-			t.Append(toLua(L, e))
+			t.Append(toLua(ls, e))
 		}
 		return t
 	case map[string]any:
-		t := L.NewTable()
+		t := ls.NewTable()
 		keys := make([]string, 0, len(v))
 		for k := range v {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			t.RawSetString(k, toLua(L, v[k]))
+			t.RawSetString(k, toLua(ls, v[k]))
 		}
 		return t
 	}

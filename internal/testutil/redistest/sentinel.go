@@ -87,7 +87,7 @@ func (s *Sentinel) Node(addr string) *Server {
 }
 
 // sentinelQuery runs fn against every running Sentinel.
-func (s *Sentinel) sentinelQuery(ctx context.Context, fn func(*redis.SentinelClient) error) error {
+func (s *Sentinel) sentinelQuery(fn func(*redis.SentinelClient) error) error {
 	var firstErr error
 	for _, n := range s.Sentinels {
 		if !n.Running() {
@@ -107,7 +107,7 @@ func (s *Sentinel) sentinelQuery(ctx context.Context, fn func(*redis.SentinelCli
 // it; an error when they disagree or none answers.
 func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	var addr string
-	err := s.sentinelQuery(ctx, func(c *redis.SentinelClient) error {
+	err := s.sentinelQuery(func(c *redis.SentinelClient) error {
 		hp, err := c.GetMasterAddrByName(ctx, s.MasterName).Result()
 		if err != nil {
 			return err
@@ -198,7 +198,7 @@ func (s *Sentinel) waitReady(timeout time.Duration) {
 	var lastErr error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		lastErr = s.sentinelQuery(ctx, func(c *redis.SentinelClient) error {
+		lastErr = s.sentinelQuery(func(c *redis.SentinelClient) error {
 			m, err := c.Master(ctx, s.MasterName).Result()
 			if err != nil {
 				return err

@@ -78,7 +78,7 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	masters := 0
-	if err := cc.ForEachMaster(ctx, func(ctx context.Context, _ *redis.Client) error { return nil }); err != nil {
+	if err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.Nodes {
