@@ -89,6 +89,7 @@ build: ## Build the manager binary to bin/manager.
 .PHONY: deps
 deps: ## Install the Debian packages the tests use (redis-server, ...), when missing.
 	hack/install-deps.sh
+	hack/install-proxies.sh
 
 .PHONY: envtest
 envtest: ## Build the envtest binaries (kube-apiserver, etcd, kubectl) into bin/k8s, once.
