@@ -1,0 +1,309 @@
+package grpcserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sluice-dev/sluice/clientip"
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// NamespaceExtension is the context extension that names the namespace
+// whose policies decide an ext_authz check. Envoy sets it from the
+// route's configuration (ext_authz per-route check_settings
+// context_extensions): the operator's choice, like the {namespace} of the
+// HTTP endpoint's URL, never the client's.
+const NamespaceExtension = "namespace"
+
+var authzService = authv3.Authorization_ServiceDesc.ServiceName
+
+// authz is envoy.service.auth.v3.Authorization over the Checker.
+type authz struct {
+	authv3.UnimplementedAuthorizationServer
+	s     *Server
+	state sync.Pool // *authzState
+}
+
+// authzState is the per-check memory, pooled.
+type authzState struct {
+	req     policy.Request
+	out     check.Outcome
+	headers checkhttp.HeaderScratch
+	w       recorder
+	buf     []byte // AppendDenial's scratch, apart from the body it writes
+}
+
+func registerAuthz(s *Server) {
+	a := &authz{s: s}
+	a.state.New = func() any { return &authzState{} }
+	authv3.RegisterAuthorizationServer(s.grpc, a)
+}
+
+// Check answers every check with a CheckResponse, never an RPC error: a
+// request that cannot be read, or a check that fails, is a denial with a
+// problem body, so that no failure of Sluice's turns into Envoy's
+// failure_mode_allow.
+func (a *authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	resp, code := a.check(ctx, req)
+	a.s.metrics.answered(authzService, code)
+	return resp, nil
+}
+
+// check decides req; the code is the answer's status code.
+func (a *authz) check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, codes.Code) {
+	st := a.state.Get().(*authzState)
+	defer func() {
+		st.req.Header = nil // do not keep the request's headers alive in the pool
+		a.state.Put(st)
+	}()
+	st.w.reset()
+	attrs := req.GetAttributes()
+	namespace, err := a.namespace(attrs)
+	if err == nil {
+		err = readRequest(attrs, a.s.opts.TrustedProxies, &st.req)
+	}
+	if err != nil {
+		checkhttp.WriteProblem(&st.w, checkhttp.Problem{
+			Type: checkhttp.ProblemBadRequest, Title: "Bad check request",
+			Status: http.StatusBadRequest, Detail: err.Error(),
+		})
+		return denied(codes.InvalidArgument, "bad check request: "+err.Error(), &st.w), codes.InvalidArgument
+	}
+	err = a.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Request: &st.req}, &st.out)
+	if err != nil {
+		a.s.opts.Logger.Error("check failed", "err", err)
+		checkhttp.WriteProblem(&st.w, checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error()})
+		return denied(codes.Internal, "check failed: "+err.Error(), &st.w), codes.Internal
+	}
+	out := &st.out
+	checkhttp.AppendHeaders(st.w.header, out, a.s.opts.Now(), &st.headers)
+	if out.Allowed {
+		headers := headerOptions(st.w.header)
+		return &authv3.CheckResponse{
+			Status: grpcstatus.New(codes.OK, "").Proto(),
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
+				Headers:              headers, // to the upstream
+				ResponseHeadersToAdd: headers, // to the client
+			}},
+		}, codes.OK
+	}
+	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)
+	st.buf = checkhttp.AppendDenial(&st.w, out, status, st.buf)
+	code := codes.PermissionDenied
+	if out.Reason == check.ReasonLimited {
+		code = codes.ResourceExhausted
+	}
+	return denied(code, string(out.Reason), &st.w), code
+}
+
+// namespace is the check's namespace: the route's context extension, else
+// the configured default.
+func (a *authz) namespace(attrs *authv3.AttributeContext) (string, error) {
+	ns, ok := attrs.GetContextExtensions()[NamespaceExtension]
+	if !ok {
+		if a.s.opts.DefaultNamespace == "" {
+			return "", attrError("attributes.context_extensions."+NamespaceExtension, "missing, and the endpoint has no --grpc-default-namespace")
+		}
+		return a.s.opts.DefaultNamespace, nil
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return "", attrError("attributes.context_extensions."+NamespaceExtension, "%q is not a namespace name", truncate(ns))
+	}
+	return ns, nil
+}
+
+// AttributeError is a problem with an attribute of a check request; it
+// names the attribute. It is answered with a 400 denial, never an allow.
+type AttributeError struct {
+	Attribute string
+	Reason    string
+}
+
+func (e *AttributeError) Error() string { return e.Attribute + ": " + e.Reason }
+
+func attrError(attr, format string, args ...any) error {
+	return &AttributeError{Attribute: attr, Reason: fmt.Sprintf(format, args...)}
+}
+
+const (
+	attrHTTP    = "attributes.request.http"
+	attrMethod  = attrHTTP + ".method"
+	attrHost    = attrHTTP + ".host"
+	attrPath    = attrHTTP + ".path"
+	attrHeaders = attrHTTP + ".headers"
+	attrSource  = "attributes.source.address.socket_address.address"
+)
+
+// readRequest reads the original request from the check's attributes into
+// out, with the same readings of host and path as the HTTP endpoint's
+// profiles (checkhttp.NormalizeHost, checkhttp.ReadPath) and the same
+// trusted-proxy rule for the client's address, the source address being
+// the peer.
+func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxies, out *policy.Request) error {
+	h := attrs.GetRequest().GetHttp()
+	if h == nil {
+		return attrError(attrHTTP, "missing")
+	}
+	header, err := readHeaders(h)
+	if err != nil {
+		return err
+	}
+	*out = policy.Request{Header: header, Method: h.GetMethod()}
+	if !validMethod(out.Method) {
+		return attrError(attrMethod, "%q is not an HTTP method", truncate(out.Method))
+	}
+	host, target := h.GetHost(), h.GetPath()
+	if len(host)+len(target) > policy.MaxURLBytes {
+		return attrError(attrPath, "with the host, longer than %d bytes", policy.MaxURLBytes)
+	}
+	if !validURLText(host) {
+		return attrError(attrHost, "malformed: %q", truncate(host))
+	}
+	if out.Host = checkhttp.NormalizeHost(host); out.Host == "" {
+		return attrError(attrHost, "no host in %q", truncate(host))
+	}
+	if !strings.HasPrefix(target, "/") || !validURLText(target) {
+		return attrError(attrPath, "not a request target starting with '/': %q", truncate(target))
+	}
+	if i := strings.IndexByte(target, '#'); i >= 0 {
+		target = target[:i]
+	}
+	escapedPath, rawQuery, _ := strings.Cut(target, "?")
+	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
+		return attrError(attrPath, "%v", err)
+	}
+	out.RawQuery = rawQuery
+	peer, err := sourceAddress(attrs)
+	if err != nil {
+		return err
+	}
+	var realIP string
+	if v := header["X-Real-Ip"]; len(v) > 0 {
+		realIP = v[0]
+	}
+	out.ClientIP = trusted.ClientIP(peer, header["X-Forwarded-For"], realIP)
+	return nil
+}
+
+// readHeaders builds the request's header in Go's canonical form, as the
+// policies' header matchers and keys read it, from the headers map (keys
+// lower case, repeated headers joined by Envoy) or, with Envoy's
+// encode_raw_headers, from header_map. Pseudo-headers (":path") are not
+// headers. The section is bounded as the HTTP endpoint bounds it.
+func readHeaders(h *authv3.AttributeContext_HttpRequest) (http.Header, error) {
+	header := make(http.Header, len(h.GetHeaders()))
+	size := 0
+	add := func(k, v string) error {
+		if size += len(k) + len(v) + 4; size > httpserve.MaxHeaderBytes {
+			return attrError(attrHeaders, "more than %d bytes", httpserve.MaxHeaderBytes)
+		}
+		if strings.HasPrefix(k, ":") {
+			return nil
+		}
+		if !validToken(k) {
+			return attrError(attrHeaders, "%q is not an HTTP header name", truncate(k))
+		}
+		name := textproto.CanonicalMIMEHeaderKey(k)
+		header[name] = append(header[name], v)
+		return nil
+	}
+	for k, v := range h.GetHeaders() {
+		if err := add(k, v); err != nil {
+			return nil, err
+		}
+	}
+	for _, hv := range h.GetHeaderMap().GetHeaders() {
+		v := hv.GetValue()
+		if raw := hv.GetRawValue(); raw != nil {
+			v = string(raw)
+		}
+		if err := add(hv.GetKey(), v); err != nil {
+			return nil, err
+		}
+	}
+	return header, nil
+}
+
+// sourceAddress is the peer of the original request: Envoy's downstream
+// address. Without a socket address (a pipe) the client is unknown, and
+// policies keyed by {client_ip} apply their onMissingKey.
+func sourceAddress(attrs *authv3.AttributeContext) (netip.Addr, error) {
+	sa := attrs.GetSource().GetAddress().GetSocketAddress()
+	if sa == nil {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(sa.GetAddress())
+	if err != nil {
+		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", truncate(sa.GetAddress()))
+	}
+	return a.Unmap(), nil
+}
+
+// denied is a denial with the recorded status, headers and body.
+func denied(code codes.Code, message string, w *recorder) *authv3.CheckResponse {
+	return &authv3.CheckResponse{
+		Status: grpcstatus.New(code, message).Proto(),
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(w.status)}, //nolint:gosec // an HTTP status, 100..599
+			Headers: headerOptions(w.header),
+			Body:    string(w.body),
+		}},
+	}
+}
+
+// headerOptions turns the rendered headers into Envoy's, each replacing
+// any header of the same name, so that a client cannot pass its own
+// rate-limit headers on to the upstream beside Sluice's.
+func headerOptions(h http.Header) []*corev3.HeaderValueOption {
+	if len(h) == 0 {
+		return nil
+	}
+	opts := make([]*corev3.HeaderValueOption, 0, len(h))
+	for k, vs := range h {
+		for _, v := range vs {
+			opts = append(opts, &corev3.HeaderValueOption{
+				Header:       &corev3.HeaderValue{Key: k, Value: v},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			})
+		}
+	}
+	return opts
+}
+
+// recorder is the http.ResponseWriter checkhttp's renderers write an
+// answer into, for it to be carried in a CheckResponse.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) reset() {
+	r.header = make(http.Header, 8) // the CheckResponse keeps the last one's values
+	r.status = http.StatusOK
+	r.body = r.body[:0]
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) { r.status = status }
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.body = append(r.body, b...)
+	return len(b), nil
+}

@@ -1,0 +1,203 @@
+// Package grpcserver is Sluice's gRPC endpoint: Envoy's ext_authz v3
+// (envoy.service.auth.v3.Authorization) beside the gRPC health service and
+// server reflection, on a port of its own. Like the webhook package, it
+// only translates: a request's attributes become a check.Input, and the
+// check package's Outcome becomes the protocol's answer, rendered by
+// internal/checkhttp so it reads the same as an HTTP check's.
+//
+// Each protocol registers itself in its own file (authz.go); Envoy's Rate
+// Limit Service joins the same way, on the same server and Checker.
+package grpcserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sluice-dev/sluice/clientip"
+	"github.com/sluice-dev/sluice/internal/check"
+)
+
+// Config is the gRPC endpoint's flags.
+type Config struct {
+	// Listen is the endpoint's address; empty: no gRPC endpoint.
+	Listen string
+	// TLSCertFile and TLSKeyFile, both set, serve TLS; neither: plaintext.
+	TLSCertFile, TLSKeyFile string
+	// DefaultNamespace answers ext_authz checks whose route sets no
+	// "namespace" context extension; empty: such checks are refused.
+	DefaultNamespace string
+}
+
+// BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file
+// and --grpc-default-namespace.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "grpc-listen", "", "address of the gRPC endpoint (Envoy ext_authz v3, health, reflection); empty: off")
+	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", "", "PEM certificate (chain) of the gRPC endpoint; with --grpc-tls-key-file it serves TLS, without plaintext")
+	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", "", "PEM private key of --grpc-tls-cert-file")
+	fs.StringVar(&c.DefaultNamespace, "grpc-default-namespace", "", "namespace of ext_authz checks whose route sets no 'namespace' context extension; empty: such checks are denied with 400")
+}
+
+// Enabled reports whether the gRPC endpoint is to be served.
+func (c *Config) Enabled() bool { return c.Listen != "" }
+
+// Options configure a Server.
+type Options struct {
+	Checker *check.Checker
+	// TrustedProxies are the peers whose forwarded headers are believed
+	// (default clientip.DefaultTrustedProxies), as on the HTTP endpoint.
+	TrustedProxies *clientip.TrustedProxies
+	// DefaultNamespace: see Config.
+	DefaultNamespace string
+	// TLS, when set, serves TLS.
+	TLS *tls.Config
+	// Registerer, when set, receives the gRPC request metrics.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+// Server is the gRPC endpoint.
+type Server struct {
+	opts    Options
+	grpc    *grpc.Server
+	health  *health.Server
+	metrics *metrics
+}
+
+// New builds the server and registers its services.
+func New(o Options) (*Server, error) {
+	if o.Checker == nil {
+		return nil, errors.New("grpcserver: a Checker is required")
+	}
+	if o.DefaultNamespace != "" {
+		if errs := validation.IsDNS1123Label(o.DefaultNamespace); len(errs) > 0 {
+			return nil, fmt.Errorf("default namespace %q: %s", o.DefaultNamespace, errs[0])
+		}
+	}
+	if o.TrustedProxies == nil {
+		t, err := clientip.ParseTrustedProxies(clientip.DefaultTrustedProxies)
+		if err != nil {
+			return nil, err
+		}
+		o.TrustedProxies = t
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	serverOpts := []grpc.ServerOption{
+		// Envoy's gRPC clients may ping idle connections (connection_keepalive);
+		// the default policy (one ping per 5 min) would answer them with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if o.TLS != nil {
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
+	}
+	s := &Server{opts: o, grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), metrics: newMetrics(o.Registerer)}
+	// NOT_SERVING until Serve runs, and again once shutdown begins, so
+	// health-checking clients move away before the server stops.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	registerAuthz(s)
+	return s, nil
+}
+
+// setServing sets the health status of the server and of every service.
+func (s *Server) setServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	for name := range s.grpc.GetServiceInfo() {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// shutdownGrace bounds how long a stopping server waits for calls in flight.
+const shutdownGrace = 5 * time.Second
+
+// Serve serves ln until ctx ends, then stops gracefully: health turns
+// NOT_SERVING, calls in flight finish (at most shutdownGrace), and new
+// ones are refused. Health is SERVING while it serves, the same as the
+// HTTP endpoint's /readyz: never tied to Redis, whose outage each
+// policy's failureMode answers.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(ln) }()
+	s.setServing(true)
+	s.opts.Logger.Info("gRPC endpoint serving", "addr", ln.Addr().String(), "tls", s.opts.TLS != nil)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gRPC endpoint: %w", err)
+	case <-ctx.Done():
+	}
+	s.setServing(false)
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(shutdownGrace):
+		s.grpc.Stop()
+		<-stopped
+	}
+	// Serve returns nil once stopped; anything else failed before the stop.
+	return <-errc
+}
+
+// LoadTLS reads the certificate and key files of cfg; nil when neither is
+// set.
+func LoadTLS(cfg *Config) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
+		return nil, nil
+	}
+	if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
+		return nil, errors.New("--grpc-tls-cert-file and --grpc-tls-key-file go together")
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("gRPC TLS: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// Listen builds the server from cfg and opens its listener, so that a
+// process fails at start, not later, when the port is taken or the
+// certificate unreadable. The returned function serves until ctx ends.
+func Listen(cfg *Config, o Options) (func(ctx context.Context) error, error) {
+	tlsCfg, err := LoadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	o.TLS, o.DefaultNamespace = tlsCfg, cfg.DefaultNamespace
+	s, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("--grpc-listen: %w", err)
+	}
+	return func(ctx context.Context) error { return s.Serve(ctx, ln) }, nil
+}
