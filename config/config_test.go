@@ -7,6 +7,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -740,4 +741,79 @@ func TestProxyExamplesParse(t *testing.T) {
 			t.Errorf("envoy.yaml: the ext_authz http_service needs path_prefix /envoy/<namespace>")
 		}
 	})
+	// test/e2e runs the file provider's form in Traefik; it stands for the
+	// CRD only while both say the same.
+	t.Run("traefik file provider and CRD agree", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join("examples", "traefik", "dynamic.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file struct {
+			HTTP struct {
+				Middlewares map[string]struct {
+					ForwardAuth map[string]any `json:"forwardAuth"`
+				} `json:"middlewares"`
+				Routers map[string]struct {
+					Rule        string   `json:"rule"`
+					EntryPoints []string `json:"entryPoints"`
+					Middlewares []string `json:"middlewares"`
+					Service     string   `json:"service"`
+				} `json:"routers"`
+				Services map[string]any `json:"services"`
+			} `json:"http"`
+		}
+		if err := yaml.UnmarshalStrict(b, &file); err != nil {
+			t.Fatalf("traefik/dynamic.yaml: %v", err)
+		}
+		var crd, ingress *unstructured.Unstructured
+		for _, o := range readObjects(t, filepath.Join("examples", "traefik", "middleware.yaml")) {
+			switch o.GetKind() {
+			case "Middleware":
+				crd = o
+			case "Ingress":
+				ingress = o
+			}
+		}
+		if crd == nil || ingress == nil {
+			t.Fatal("traefik/middleware.yaml: want a Middleware and an Ingress")
+		}
+		want, _, _ := unstructured.NestedMap(crd.Object, "spec", "forwardAuth")
+		got := file.HTTP.Middlewares[crd.GetName()].ForwardAuth
+		if !equalJSON(t, got, want) {
+			t.Errorf("dynamic.yaml http.middlewares.%s.forwardAuth = %v, want the CRD's spec.forwardAuth %v", crd.GetName(), got, want)
+		}
+		rules, _, _ := unstructured.NestedSlice(ingress.Object, "spec", "rules")
+		if len(rules) != 1 {
+			t.Fatalf("traefik/middleware.yaml: the Ingress has %d rules, want 1", len(rules))
+		}
+		host, _, _ := unstructured.NestedString(rules[0].(map[string]any), "host")
+		if len(file.HTTP.Routers) != 1 {
+			t.Fatalf("dynamic.yaml: %d routers, want 1", len(file.HTTP.Routers))
+		}
+		for name, r := range file.HTTP.Routers {
+			if r.Rule != "Host(`"+host+"`)" {
+				t.Errorf("dynamic.yaml router %s: rule %q, want the Ingress's host %q", name, r.Rule, host)
+			}
+			if !slices.Equal(r.Middlewares, []string{crd.GetName()}) {
+				t.Errorf("dynamic.yaml router %s: middlewares %v, want [%s]", name, r.Middlewares, crd.GetName())
+			}
+			if _, ok := file.HTTP.Services[r.Service]; !ok {
+				t.Errorf("dynamic.yaml router %s: service %q is not defined", name, r.Service)
+			}
+		}
+	})
+}
+
+// equalJSON reports whether a and b are the same once encoded as JSON.
+func equalJSON(t *testing.T, a, b any) bool {
+	t.Helper()
+	ja, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(ja, jb)
 }

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -54,7 +56,16 @@ type response struct {
 	body   string
 }
 
-var client = &http.Client{Timeout: 5 * time.Second}
+// client reaches names under example.com (the hosts the examples' routes
+// match) at loopback, so a request carries the Host a route asks for.
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".example.com") {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	},
+}}
 
 func get(t *testing.T, url string, header map[string]string) response {
 	t.Helper()
