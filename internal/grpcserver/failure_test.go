@@ -1,0 +1,64 @@
+package grpcserver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+// With redis-server killed, each policy's failureMode answers, as on the
+// HTTP endpoint: Open allows, Closed denies with the limiter-unavailable
+// problem; decisions resume once Redis is back.
+func TestRedisDownFailureMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills redis-server")
+	}
+	srv := redistest.Start(t)
+	rc := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e := start(t, store, Options{}, nil,
+		compile(t, "open", "p", "failureMode: Open\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
+		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"))
+	client := "a"
+	check := func(ns string) answer {
+		return e.check(t, req{host: "h", path: "/", headers: map[string]string{"x-client": client}, extensions: map[string]string{"namespace": ns}})
+	}
+	if a, b, c := check("open"), check("open"), check("open"); a.code != codes.OK || b.code != codes.OK || c.httpStatus != 429 {
+		t.Fatalf("before the fault: %v %v %d, want OK OK 429", a.code, b.code, c.httpStatus)
+	}
+	if a := check("closed"); a.code != codes.OK {
+		t.Fatalf("closed before the fault: %v", a.code)
+	}
+
+	client = "b" // a fresh client: a's denial is cached, rightly, without Redis
+	srv.Kill()
+	for i := range 5 {
+		if a := check("open"); a.code != codes.OK {
+			t.Errorf("fail open, check %d: %v %d, want OK", i, a.code, a.httpStatus)
+		}
+		a := check("closed")
+		if a.code != codes.PermissionDenied || a.httpStatus != 429 || !strings.Contains(a.body, "limiter-unavailable") || a.client["Retry-After"] == "" {
+			t.Errorf("fail closed, check %d: %v %d %s %v", i, a.code, a.httpStatus, a.body, a.client)
+		}
+	}
+
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for check("closed").code != codes.OK {
+		if time.Now().After(deadline) {
+			t.Fatal("decisions did not resume within 5s of the restart")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
