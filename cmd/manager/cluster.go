@@ -50,6 +50,7 @@ func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *st
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policy-table revision is polled (pub/sub is the fast path)")
 	cfg.HTTP.BindFlags(fs)
+	cfg.GRPC.BindFlags(fs)
 	fs.BoolFunc("redis-load-library", "load the rate-limit library into Redis when a check finds it missing (default true); false when the Redis user may not load code (config/redis/users.acl): the controller restores it", func(s string) error {
 		load, err := strconv.ParseBool(s)
 		cfg.NoLibraryLoad = !load

@@ -29,6 +29,7 @@ func runLocal(args []string) error {
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most keys the in-memory store holds (about 175 B each); a check that needs a new key while it is full is answered by its policy's failureMode (0: no cap)")
 	cfg.HTTP.BindFlags(fs)
+	cfg.GRPC.BindFlags(fs)
 	cfg.Redis.BindFlags(fs)
 	pprofAddr := fs.String("pprof-listen", "", "serve net/http/pprof on this address (profiling; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -40,7 +41,9 @@ type CheckConfig struct {
 	// until the controller restores it.
 	NoLibraryLoad bool
 	// HTTP bounds the endpoint's client connections.
-	HTTP   httpserve.Config
+	HTTP httpserve.Config
+	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
+	GRPC   grpcserver.Config
 	Logger *slog.Logger
 }
 
@@ -80,6 +83,9 @@ type checkServer struct {
 	listen  string
 	http    httpserve.Config
 	log     *slog.Logger
+	// grpc is nil without --grpc-listen.
+	grpc       *grpcserver.Server
+	grpcListen string
 }
 
 func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
@@ -110,7 +116,14 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	dash.Register(srv)
 	httpCfg := cfg.HTTP
 	httpCfg.Registerer, httpCfg.Logger = reg, log
-	return &checkServer{reader: reader, handler: srv, listen: cfg.Listen, http: httpCfg, log: log}, nil
+	c := &checkServer{reader: reader, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
+	if cfg.GRPC.Enabled() {
+		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // run serves until ctx ends, then drains connections.
@@ -119,9 +132,16 @@ func (c *checkServer) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	var grpcLn net.Listener
+	if c.grpc != nil {
+		if grpcLn, err = net.Listen("tcp", c.grpcListen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
 	go c.reader.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
-	return c.http.Serve(ctx, ln, c.handler)
+	return c.grpc.ServeBeside(ctx, grpcLn, func(ctx context.Context) error { return c.http.Serve(ctx, ln, c.handler) })
 }
 
 // RunCheck runs the check endpoint process until ctx ends.

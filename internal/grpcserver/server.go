@@ -182,22 +182,34 @@ func LoadTLS(cfg *Config) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// Listen builds the server from cfg and opens its listener, so that a
-// process fails at start, not later, when the port is taken or the
-// certificate unreadable. The returned function serves until ctx ends.
-func Listen(cfg *Config, o Options) (func(ctx context.Context) error, error) {
+// FromConfig builds the server cfg describes (TLS, default namespace)
+// with o's Checker and the rest; it reads the certificate now, so that a
+// process with an unreadable one fails at start.
+func FromConfig(cfg *Config, o Options) (*Server, error) {
 	tlsCfg, err := LoadTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
 	o.TLS, o.DefaultNamespace = tlsCfg, cfg.DefaultNamespace
-	s, err := New(o)
-	if err != nil {
-		return nil, err
+	return New(o)
+}
+
+// ServeBeside serves ln while serve (the HTTP endpoint) runs: when either
+// ends, the other is stopped, and the first error is returned. A nil
+// Server (no gRPC endpoint configured) only runs serve.
+func (s *Server) ServeBeside(ctx context.Context, ln net.Listener, serve func(context.Context) error) error {
+	if s == nil {
+		return serve(ctx)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("--grpc-listen: %w", err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- s.Serve(ctx, ln) }()
+	go func() { errc <- serve(ctx) }()
+	err := <-errc
+	cancel() // one ended: stop the other and wait for it
+	if err2 := <-errc; err == nil {
+		err = err2
 	}
-	return func(ctx context.Context) error { return s.Serve(ctx, ln) }, nil
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
@@ -40,16 +41,20 @@ type Config struct {
 	// policy's failureMode.
 	MemoryMaxKeys int
 	// HTTP bounds the endpoint's client connections.
-	HTTP   httpserve.Config
+	HTTP httpserve.Config
+	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
+	GRPC   grpcserver.Config
 	Logger *slog.Logger
 }
 
 // App is local mode assembled: the policy files, the store, the checker
 // and the check endpoint, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files     *source.Files
-	Checker   *check.Checker
-	Handler   *webhook.Server
+	Files   *source.Files
+	Checker *check.Checker
+	Handler *webhook.Server
+	// GRPC is the gRPC endpoint; nil when cfg.GRPC is off.
+	GRPC      *grpcserver.Server
 	store     ratelimit.Store
 	closers   []func()
 	log       *slog.Logger
@@ -119,6 +124,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	dash.Register(a.Handler)
+	if cfg.GRPC.Enabled() {
+		a.GRPC, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: a.Checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -129,12 +141,22 @@ func (a *App) Close() {
 	}
 }
 
-// Serve follows the policy folder and serves ln until ctx ends, then
-// shuts down gracefully.
+// Serve follows the policy folder and serves the HTTP endpoint on ln
+// until ctx ends, then shuts down gracefully.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	return a.ServeWithGRPC(ctx, ln, nil)
+}
+
+// ServeWithGRPC is Serve, with the gRPC endpoint (a.GRPC) on grpcLn beside
+// the HTTP one; grpcLn nil serves HTTP only.
+func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error {
 	go a.Files.Run(ctx)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
-	return a.http.Serve(ctx, ln, a.Handler)
+	grpcSrv := a.GRPC
+	if grpcLn == nil {
+		grpcSrv = nil
+	}
+	return grpcSrv.ServeBeside(ctx, grpcLn, func(ctx context.Context) error { return a.http.Serve(ctx, ln, a.Handler) })
 }
 
 // Run assembles local mode, listens on cfg.Listen and serves until ctx ends.
@@ -148,5 +170,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	return a.Serve(ctx, ln)
+	var grpcLn net.Listener
+	if a.GRPC != nil {
+		if grpcLn, err = net.Listen("tcp", cfg.GRPC.Listen); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("--grpc-listen: %w", err)
+		}
+	}
+	return a.ServeWithGRPC(ctx, ln, grpcLn)
 }
