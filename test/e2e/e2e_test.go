@@ -2,7 +2,8 @@
 // a kube-apiserver and etcd (envtest) that kubectl installs config/default
 // into, a redis-server, `manager controller` (as the ServiceAccount the
 // manifests bind, so their RBAC is what it gets) and `manager check`, and
-// nginx and Caddy from Debian's packages in front of a small application,
+// nginx and Caddy from Debian's packages (Envoy and Traefik from PyPI
+// wheels, with `manager local`) in front of a small application,
 // configured from config/examples. Everything listens on loopback and stops
 // with the test.
 //
