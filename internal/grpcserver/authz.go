@@ -3,9 +3,11 @@ package grpcserver
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 
@@ -274,8 +276,8 @@ func headerOptions(h http.Header) []*corev3.HeaderValueOption {
 		return nil
 	}
 	opts := make([]*corev3.HeaderValueOption, 0, len(h))
-	for k, vs := range h {
-		for _, v := range vs {
+	for _, k := range slices.Sorted(maps.Keys(h)) { // the same answer, the same bytes
+		for _, v := range h[k] {
 			opts = append(opts, &corev3.HeaderValueOption{
 				Header:       &corev3.HeaderValue{Key: k, Value: v},
 				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,

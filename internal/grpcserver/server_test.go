@@ -146,7 +146,10 @@ func (e *endpoint) check(t testing.TB, r req) answer {
 	}
 	a := answer{code: codes.Code(resp.GetStatus().GetCode()), upstream: map[string]string{}, client: map[string]string{}}
 	collect := func(into map[string]string, opts []*corev3.HeaderValueOption) {
-		for _, o := range opts {
+		for i, o := range opts {
+			if i > 0 && opts[i-1].GetHeader().GetKey() > o.GetHeader().GetKey() {
+				t.Errorf("headers out of order: %s before %s", opts[i-1].GetHeader().GetKey(), o.GetHeader().GetKey())
+			}
 			if o.GetAppendAction() != corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD {
 				t.Errorf("header %s: append action %v, want OVERWRITE_IF_EXISTS_OR_ADD", o.GetHeader().GetKey(), o.GetAppendAction())
 			}
