@@ -741,6 +741,28 @@ func TestProxyExamplesParse(t *testing.T) {
 			t.Errorf("envoy.yaml: the ext_authz http_service needs path_prefix /envoy/<namespace>")
 		}
 	})
+	t.Run("envoy grpc", func(t *testing.T) {
+		var cfg map[string]any
+		b, err := os.ReadFile(filepath.Join("examples", "envoy", "envoy-grpc.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.UnmarshalStrict(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		// The check's namespace comes from the route, and gRPC needs
+		// HTTP/2 to the cluster the filter names.
+		for _, want := range []string{
+			"context_extensions: {namespace: shop}",
+			"cluster_name: sluice-check-grpc",
+			"explicit_http_config: {http2_protocol_options: {}}",
+			"failure_mode_allow: false",
+		} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("envoy-grpc.yaml lacks %q", want)
+			}
+		}
+	})
 	// test/e2e runs the file provider's form in Traefik; it stands for the
 	// CRD only while both say the same.
 	t.Run("traefik file provider and CRD agree", func(t *testing.T) {

