@@ -15,7 +15,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_grpc_requests_total",
-		Help: "gRPC checks answered, by service and the code of the answer's status (ext_authz: OK allowed, RESOURCE_EXHAUSTED rate limited, PERMISSION_DENIED denied otherwise, INVALID_ARGUMENT unreadable, INTERNAL failed).",
+		Help: "gRPC checks answered, by service and the code of the answer's status, as grpc-go names it (ext_authz: OK allowed, ResourceExhausted rate limited, PermissionDenied denied otherwise, InvalidArgument unreadable, Internal failed).",
 	}, []string{"service", "code"})}
 	if reg != nil {
 		reg.MustRegister(m.requests)
