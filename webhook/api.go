@@ -123,8 +123,8 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	if method == "" {
 		method = http.MethodGet
 	}
-	if !validMethod(method) {
-		return nil, fmt.Errorf("request.method: %q is not an HTTP method", truncate(o.Method))
+	if !checkhttp.ValidMethod(method) {
+		return nil, fmt.Errorf("request.method: %q is not an HTTP method", checkhttp.Excerpt(o.Method))
 	}
 	rawPath := o.Path
 	if rawPath == "" {
@@ -143,7 +143,7 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	}
 	if o.Host != "" {
 		if req.Host = checkhttp.NormalizeHost(o.Host); req.Host == "" {
-			return nil, fmt.Errorf("request.host: %q has no host name", truncate(o.Host))
+			return nil, fmt.Errorf("request.host: %q has no host name", checkhttp.Excerpt(o.Host))
 		}
 	}
 	size := 0
@@ -152,32 +152,19 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 		if size += len(k) + len(v) + 4; size > httpserve.MaxHeaderBytes {
 			return nil, fmt.Errorf("request.headers: more than %d bytes", httpserve.MaxHeaderBytes)
 		}
-		if !validToken(k) {
-			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", truncate(k))
+		if !checkhttp.ValidHeaderName(k) {
+			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", checkhttp.Excerpt(k))
 		}
 		req.Header.Set(k, v)
 	}
 	if o.ClientIP != "" {
 		a, err := netip.ParseAddr(o.ClientIP)
 		if err != nil {
-			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", truncate(o.ClientIP))
+			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", checkhttp.Excerpt(o.ClientIP))
 		}
 		req.ClientIP = a.Unmap()
 	}
 	return req, nil
-}
-
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 func report(out *check.Outcome) CheckResponse {

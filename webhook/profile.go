@@ -129,7 +129,7 @@ func nginxOriginal(r *http.Request) (original, error) {
 	}
 	var ok bool
 	if o.scheme, o.authority, o.rest, ok = splitAbsoluteURL(raw); !ok {
-		return o, badHeader("X-Original-URL", "not an absolute URL: %q", truncate(raw))
+		return o, badHeader("X-Original-URL", "not an absolute URL: %q", checkhttp.Excerpt(raw))
 	}
 	// X-Original-URL's host is the Host header ($http_host), but nginx
 	// routes an absolute-form request by the host of its request line.
@@ -185,15 +185,15 @@ func envoyOriginal(r *http.Request, envoyPath string) (original, error) {
 // problem names the profile's header.
 func (o original) read(profile Profile, out *policy.Request) error {
 	out.Method = o.method
-	if !validMethod(o.method) {
-		return badHeader(methodHeader(profile), "%q is not an HTTP method", truncate(o.method))
+	if !checkhttp.ValidMethod(o.method) {
+		return badHeader(methodHeader(profile), "%q is not an HTTP method", checkhttp.Excerpt(o.method))
 	}
-	if !validScheme(o.scheme) || !validURLText(o.authority) || !validURLText(o.rest) {
-		return badHeader(urlHeader(profile), "malformed URL: %q", truncate(o.scheme+"://"+o.authority+o.rest))
+	if !validScheme(o.scheme) || !checkhttp.ValidURLText(o.authority) || !checkhttp.ValidURLText(o.rest) {
+		return badHeader(urlHeader(profile), "malformed URL: %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
 	}
 	out.Host = checkhttp.NormalizeHost(o.authority)
 	if out.Host == "" {
-		return badHeader(urlHeader(profile), "no host in %q", truncate(o.scheme+"://"+o.authority+o.rest))
+		return badHeader(urlHeader(profile), "no host in %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
 	}
 	rest := o.rest
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
@@ -270,17 +270,6 @@ func validScheme(s string) bool {
 	return true
 }
 
-// validURLText rejects control bytes and spaces, which no proxy forwards
-// in a well-formed request line.
-func validURLText(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 func urlHeader(p Profile) string {
 	switch p {
 	case ProfileForwardAuth:
@@ -299,24 +288,4 @@ func methodHeader(p Profile) string {
 		return "method"
 	}
 	return "X-Original-Method"
-}
-
-func validMethod(m string) bool {
-	if m == "" || len(m) > 32 {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		if c := m[i]; c < 'A' || c > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-func truncate(s string) string {
-	const most = 64
-	if len(s) > most {
-		return s[:most] + "..."
-	}
-	return s
 }

@@ -124,7 +124,7 @@ func (a *authz) namespace(attrs *authv3.AttributeContext) (string, error) {
 		return a.s.opts.DefaultNamespace, nil
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return "", attrError("attributes.context_extensions."+NamespaceExtension, "%q is not a namespace name", truncate(ns))
+		return "", attrError("attributes.context_extensions."+NamespaceExtension, "%q is not a namespace name", checkhttp.Excerpt(ns))
 	}
 	return ns, nil
 }
@@ -166,21 +166,21 @@ func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxie
 		return err
 	}
 	*out = policy.Request{Header: header, Method: h.GetMethod()}
-	if !validMethod(out.Method) {
-		return attrError(attrMethod, "%q is not an HTTP method", truncate(out.Method))
+	if !checkhttp.ValidMethod(out.Method) {
+		return attrError(attrMethod, "%q is not an HTTP method", checkhttp.Excerpt(out.Method))
 	}
 	host, target := h.GetHost(), h.GetPath()
 	if len(host)+len(target) > policy.MaxURLBytes {
 		return attrError(attrPath, "with the host, longer than %d bytes", policy.MaxURLBytes)
 	}
-	if !validURLText(host) {
-		return attrError(attrHost, "malformed: %q", truncate(host))
+	if !checkhttp.ValidURLText(host) {
+		return attrError(attrHost, "malformed: %q", checkhttp.Excerpt(host))
 	}
 	if out.Host = checkhttp.NormalizeHost(host); out.Host == "" {
-		return attrError(attrHost, "no host in %q", truncate(host))
+		return attrError(attrHost, "no host in %q", checkhttp.Excerpt(host))
 	}
-	if !strings.HasPrefix(target, "/") || !validURLText(target) {
-		return attrError(attrPath, "not a request target starting with '/': %q", truncate(target))
+	if !strings.HasPrefix(target, "/") || !checkhttp.ValidURLText(target) {
+		return attrError(attrPath, "not a request target starting with '/': %q", checkhttp.Excerpt(target))
 	}
 	if i := strings.IndexByte(target, '#'); i >= 0 {
 		target = target[:i]
@@ -217,8 +217,8 @@ func readHeaders(h *authv3.AttributeContext_HttpRequest) (http.Header, error) {
 		if strings.HasPrefix(k, ":") {
 			return nil
 		}
-		if !validToken(k) {
-			return attrError(attrHeaders, "%q is not an HTTP header name", truncate(k))
+		if !checkhttp.ValidHeaderName(k) {
+			return attrError(attrHeaders, "%q is not an HTTP header name", checkhttp.Excerpt(k))
 		}
 		name := textproto.CanonicalMIMEHeaderKey(k)
 		header[name] = append(header[name], v)
@@ -251,7 +251,7 @@ func sourceAddress(attrs *authv3.AttributeContext) (netip.Addr, error) {
 	}
 	a, err := netip.ParseAddr(sa.GetAddress())
 	if err != nil {
-		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", truncate(sa.GetAddress()))
+		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", checkhttp.Excerpt(sa.GetAddress()))
 	}
 	return a.Unmap(), nil
 }
