@@ -29,6 +29,11 @@ type Config struct {
 	// override credentials in the URL.
 	Username     string
 	PasswordFile string
+	// SentinelUsername and SentinelPasswordFile authenticate to the
+	// Sentinels themselves (their requirepass or ACL user), which is
+	// separate from the data nodes' credentials above.
+	SentinelUsername     string
+	SentinelPasswordFile string
 	// TLS turns TLS on for Sentinel and Cluster (rediss:// does it for a URL).
 	TLS bool
 	// CAFile is a PEM bundle that verifies the server (default: system roots).
@@ -59,6 +64,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	c.ClusterAddrs = splitList(os.Getenv("SLUICE_REDIS_CLUSTER_ADDRS"))
 	fs.StringVar(&c.Username, "redis-username", os.Getenv("SLUICE_REDIS_USERNAME"), "Redis ACL user name (env SLUICE_REDIS_USERNAME)")
 	fs.StringVar(&c.PasswordFile, "redis-password-file", os.Getenv("SLUICE_REDIS_PASSWORD_FILE"), "file holding the Redis password, e.g. a mounted Secret (env SLUICE_REDIS_PASSWORD_FILE)")
+	fs.StringVar(&c.SentinelUsername, "redis-sentinel-username", os.Getenv("SLUICE_REDIS_SENTINEL_USERNAME"), "ACL user name on the Sentinels, when they have their own (env SLUICE_REDIS_SENTINEL_USERNAME)")
+	fs.StringVar(&c.SentinelPasswordFile, "redis-sentinel-password-file", os.Getenv("SLUICE_REDIS_SENTINEL_PASSWORD_FILE"), "file holding the Sentinels' own password (their requirepass), e.g. a mounted Secret (env SLUICE_REDIS_SENTINEL_PASSWORD_FILE)")
 	fs.BoolVar(&c.TLS, "redis-tls", os.Getenv("SLUICE_REDIS_TLS") == "true", "use TLS for Sentinel or Cluster connections (env SLUICE_REDIS_TLS=true)")
 	fs.StringVar(&c.CAFile, "redis-ca-file", os.Getenv("SLUICE_REDIS_CA_FILE"), "PEM CA bundle that verifies the Redis server (env SLUICE_REDIS_CA_FILE)")
 	fs.StringVar(&c.TLSServerName, "redis-tls-server-name", os.Getenv("SLUICE_REDIS_TLS_SERVER_NAME"), "server name to verify in the Redis certificate (env SLUICE_REDIS_TLS_SERVER_NAME)")
@@ -85,6 +92,10 @@ func (c *Config) Options() (*redis.UniversalOptions, error) {
 	if n != 1 {
 		return nil, errors.New("redis: set exactly one of --redis-url, --redis-sentinel-addrs (with --redis-sentinel-master) or --redis-cluster-addrs")
 	}
+	// Silently ignoring Sentinel credentials would hide a mistyped topology.
+	if len(c.SentinelAddrs) == 0 && (c.SentinelUsername != "" || c.SentinelPasswordFile != "") {
+		return nil, errors.New("--redis-sentinel-username, --redis-sentinel-password-file: only with --redis-sentinel-addrs")
+	}
 	o := &redis.UniversalOptions{}
 	switch {
 	case c.URL != "":
@@ -101,6 +112,14 @@ func (c *Config) Options() (*redis.UniversalOptions, error) {
 			return nil, errors.New("--redis-sentinel-master: required with --redis-sentinel-addrs")
 		}
 		o.Addrs, o.MasterName = c.SentinelAddrs, c.SentinelMaster
+		o.SentinelUsername = c.SentinelUsername
+		if c.SentinelPasswordFile != "" {
+			pw, err := readPassword("--redis-sentinel-password-file", c.SentinelPasswordFile)
+			if err != nil {
+				return nil, err
+			}
+			o.SentinelPassword = pw
+		}
 	default:
 		o.Addrs, o.IsClusterMode = c.ClusterAddrs, true
 	}
@@ -108,11 +127,11 @@ func (c *Config) Options() (*redis.UniversalOptions, error) {
 		o.Username = c.Username
 	}
 	if c.PasswordFile != "" {
-		b, err := os.ReadFile(c.PasswordFile)
+		pw, err := readPassword("--redis-password-file", c.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("--redis-password-file: %w", err)
+			return nil, err
 		}
-		o.Password = strings.TrimRight(string(b), "\r\n")
+		o.Password = pw
 	}
 	if c.TLS && o.TLSConfig == nil {
 		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -137,4 +156,14 @@ func (c *Config) Options() (*redis.UniversalOptions, error) {
 		o.TLSConfig.ServerName = c.TLSServerName
 	}
 	return o, nil
+}
+
+// readPassword reads a password from a mounted file, without the trailing
+// newline an editor or `kubectl create secret --from-file` may leave.
+func readPassword(flagName, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }

@@ -32,19 +32,28 @@ type Sentinel struct {
 	Nodes []*Server
 	// Sentinels are the three Sentinel processes.
 	Sentinels []*Server
+	// Username and Password are the data nodes' ACL user (WithUser);
+	// SentinelPassword is the Sentinels' requirepass (WithSentinelPassword).
+	Username, Password, SentinelPassword string
 }
 
 // StartSentinel starts the master, its replica and three Sentinels, and
 // waits until every Sentinel knows the replica and the two other
 // Sentinels and the replica is in sync, so that a failover can happen.
-// opts apply to the data nodes.
+// opts apply to the data nodes, except WithSentinelPassword; with
+// WithUser the Sentinels and the replicas authenticate to the data nodes
+// as that user.
 func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 	t.Helper()
 	var cfg config
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Sentinel{t: t, MasterName: "sluice-test"}
+	s := &Sentinel{t: t, MasterName: "sluice-test", Username: cfg.username, Password: cfg.password, SentinelPassword: cfg.sentinelPassword}
+	if cfg.username != "" {
+		// Every node: a failover makes the old master a replica.
+		cfg.args = append(slices.Clone(cfg.args), "--masteruser", cfg.username, "--masterauth", cfg.password)
+	}
 	master := start(t, cfg)
 	replicaCfg := cfg
 	replicaCfg.args = append(slices.Clone(cfg.args), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port()))
@@ -54,8 +63,15 @@ func StartSentinel(t testing.TB, opts ...Option) *Sentinel {
 		"sentinel failover-timeout %[1]s 10000\n"+
 		"sentinel parallel-syncs %[1]s 1\n",
 		s.MasterName, master.Port(), SentinelDownAfter.Milliseconds())
+	if cfg.username != "" {
+		conf += fmt.Sprintf("sentinel auth-user %s %s\nsentinel auth-pass %s %s\n", s.MasterName, cfg.username, s.MasterName, cfg.password)
+	}
+	if cfg.sentinelPassword != "" {
+		// Sentinels also authenticate to each other with it.
+		conf += fmt.Sprintf("requirepass %s\n", cfg.sentinelPassword)
+	}
 	for range 3 {
-		s.Sentinels = append(s.Sentinels, start(t, config{conf: conf, sentinel: true}))
+		s.Sentinels = append(s.Sentinels, start(t, config{conf: conf, sentinel: true, password: cfg.sentinelPassword}))
 	}
 	s.waitReady(30 * time.Second)
 	return s
@@ -73,7 +89,8 @@ func (s *Sentinel) Addrs() []string {
 // Options returns client options for the monitored master through the
 // Sentinels (redis.NewUniversalClient makes a failover client of them).
 func (s *Sentinel) Options() *redis.UniversalOptions {
-	return &redis.UniversalOptions{Addrs: s.Addrs(), MasterName: s.MasterName, DisableIdentity: true}
+	return &redis.UniversalOptions{Addrs: s.Addrs(), MasterName: s.MasterName, DisableIdentity: true,
+		Username: s.Username, Password: s.Password, SentinelPassword: s.SentinelPassword}
 }
 
 // Node returns the data node at addr, or nil.
@@ -93,7 +110,7 @@ func (s *Sentinel) sentinelQuery(fn func(*redis.SentinelClient) error) error {
 		if !n.Running() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: n.Addr(), DisableIdentity: true, MaxRetries: -1})
+		c := redis.NewSentinelClient(&redis.Options{Addr: n.Addr(), Password: s.SentinelPassword, DisableIdentity: true, MaxRetries: -1})
 		err := fn(c)
 		_ = c.Close()
 		if err != nil && firstErr == nil {

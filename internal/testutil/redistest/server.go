@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,6 +42,9 @@ type Server struct {
 	// starts the process in Sentinel mode.
 	conf     string
 	sentinel bool
+	// username and password, when set, are what the test's own clients
+	// (PING at start, Client) authenticate with.
+	username, password string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -60,6 +64,25 @@ type config struct {
 	conf string
 	// sentinel runs redis-server --sentinel.
 	sentinel bool
+	// username and password: an ACL user the data nodes require (the
+	// default user is off); see WithUser.
+	username, password string
+	// sentinelPassword is the Sentinels' requirepass (StartSentinel only).
+	sentinelPassword string
+}
+
+// WithUser makes the server require ACL user name with password (all
+// commands, keys and channels) and turns the default user off, so every
+// client must authenticate as that user. With StartSentinel the replicas
+// and the Sentinels authenticate as that user too.
+func WithUser(name, password string) Option {
+	return func(c *config) { c.username, c.password = name, password }
+}
+
+// WithSentinelPassword gives StartSentinel's Sentinels a requirepass of
+// their own; it does not apply to the data nodes.
+func WithSentinelPassword(password string) Option {
+	return func(c *config) { c.sentinelPassword = password }
 }
 
 // WithArgs adds redis-server command-line arguments, e.g.
@@ -106,7 +129,11 @@ func start(t testing.TB, c config) *Server {
 			lastErr = err
 			continue
 		}
-		s := &Server{t: t, dir: dir, port: port, args: c.args, sentinel: c.sentinel}
+		s := &Server{t: t, dir: dir, port: port, args: c.args, sentinel: c.sentinel, username: c.username, password: c.password}
+		if c.username != "" {
+			s.args = append(slices.Clone(c.args), "--user", "default", "off",
+				"--user", c.username, "on", ">"+c.password, "~*", "&*", "+@all")
+		}
 		if c.conf != "" {
 			s.conf = filepath.Join(dir, "redis.conf")
 			text := strings.ReplaceAll(c.conf, "{port}", strconv.Itoa(port))
@@ -189,13 +216,20 @@ func (s *Server) launch() error {
 }
 
 func (s *Server) waitReady(exited <-chan struct{}) error {
-	return waitPing(s.Addr(), nil, exited)
+	return waitPingAs(&redis.Options{Addr: s.Addr(), Username: s.username, Password: s.password}, exited)
 }
 
 // waitPing waits until the server at addr answers PING (over TLS when
 // tlsCfg is set), failing if exited closes first or StartTimeout passes.
 func waitPing(addr string, tlsCfg *tls.Config, exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tlsCfg, MaxRetries: -1, DialTimeout: time.Second, DisableIdentity: true, Protocol: 2})
+	return waitPingAs(&redis.Options{Addr: addr, TLSConfig: tlsCfg}, exited)
+}
+
+// waitPingAs is waitPing with o's address, TLS and credentials.
+func waitPingAs(o *redis.Options, exited <-chan struct{}) error {
+	addr, tlsCfg := o.Addr, o.TLSConfig
+	o.MaxRetries, o.DialTimeout, o.DisableIdentity, o.Protocol = -1, time.Second, true, 2
+	c := redis.NewClient(o)
 	defer c.Close()
 	over := ""
 	if tlsCfg != nil {
@@ -246,7 +280,7 @@ func (s *Server) Client() *redis.Client {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.client == nil {
-		s.client = redis.NewClient(&redis.Options{Addr: s.Addr(), DisableIdentity: true})
+		s.client = redis.NewClient(&redis.Options{Addr: s.Addr(), Username: s.username, Password: s.password, DisableIdentity: true})
 	}
 	return s.client
 }
