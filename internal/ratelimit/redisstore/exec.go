@@ -235,12 +235,19 @@ func (s *Store) send(ctx context.Context, f *flushScratch, cmds []*command) Mode
 		_ = pipe.Process(ctx, m.cmd)
 		calls += len(m.calls)
 	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below
+	_, execErr := pipe.Exec(ctx) // per-command errors are read below
 	s.pipelines.Add(1)
 	s.commands.Add(uint64(len(cmds)))
 	s.calls.Add(uint64(calls))
 	for _, m := range cmds {
 		m.err = m.cmd.Err()
+		// go-redis copies a pipeline's failure onto its commands, except a
+		// server's refusal of the connection itself (Sentinels refusing
+		// AUTH): the command then has neither error nor reply, and the
+		// refusal is the reason.
+		if m.err == nil && execErr != nil && len(m.cmd.Val()) == 0 {
+			m.err = execErr
+		}
 	}
 	return mode
 }
