@@ -2,15 +2,11 @@ package main
 
 import (
 	"fmt"
-	"runtime/debug"
 
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/buildinfo"
 )
 
 func runVersion() {
-	version := "(devel)"
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		version = info.Main.Version
-	}
-	fmt.Printf("sluice %s\nredis library %s\n", version, redisstore.LibraryName)
+	i := buildinfo.Get()
+	fmt.Printf("sluice %s\ncommit %s\ngo %s\nredis library %s\n", i.Version, i.Revision, i.GoVersion, i.Library)
 }

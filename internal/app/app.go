@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/clientip"
+	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
@@ -95,7 +96,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	}
 	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	checker := check.New(check.Options{Store: parts.store, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {

@@ -10,9 +10,11 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/controller"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -81,6 +83,10 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	})
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
+	}
+	// controller-runtime serves /metrics from its process-wide registry.
+	if err := buildinfo.Register(crmetrics.Registry); err != nil {
+		return nil, fmt.Errorf("register %s: %w", buildinfo.MetricName, err)
 	}
 	publisher := &policytable.Publisher{Table: parts.table, Library: parts.store}
 	lastGood := controller.NewLastGood()

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluice-dev/sluice/clientip"
+	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
@@ -102,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a.closers = append([]func(){func() { _ = a.store.Close() }}, a.closers...)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	a.Checker = check.New(check.Options{Store: a.store, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	a.http.Registerer = reg
 
