@@ -1,0 +1,194 @@
+// Package release tests what a release ships: the installer manifest
+// (hack/build-installer.sh, `make build-installer`) and the version a build
+// stamps into the binary and its /metrics.
+package release
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+)
+
+func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			return objs
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
+
+func key(u *unstructured.Unstructured) string {
+	return u.GetAPIVersion() + "/" + u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+}
+
+// images lists every container image of a workload's pod template.
+func images(t *testing.T, u *unstructured.Unstructured) []string {
+	t.Helper()
+	var out []string
+	for _, field := range []string{"containers", "initContainers"} {
+		cs, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			if img, ok := c.(map[string]any)["image"].(string); ok {
+				out = append(out, img)
+			}
+		}
+	}
+	return out
+}
+
+func TestInstallerPinsTheImage(t *testing.T) {
+	root := kubetest.RepoRoot(t)
+	kubetest.TrackFiles(t, filepath.Join(root, "config"), filepath.Join(root, "hack", "build-installer.sh"))
+	const img = "registry.example/sluice@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	out := filepath.Join(t.TempDir(), "install.yaml")
+	cmd := exec.Command(filepath.Join(root, "hack", "build-installer.sh"))
+	cmd.Env = append(os.Environ(), "IMG="+img, "KUBECTL="+filepath.Join(kubetest.Assets(t), "kubectl"), "OUT="+out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build-installer: %v\n%s", err, b)
+	}
+	installer, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(installer, []byte(":latest")) {
+		t.Errorf("install.yaml names a :latest image")
+	}
+	def, err := kubetest.Kustomize(t, filepath.Join(root, "config", "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, u := range decode(t, def) {
+		want[key(u)] = true
+	}
+	got := map[string]bool{}
+	workloads := 0
+	for _, u := range decode(t, installer) {
+		got[key(u)] = true
+		if imgs := images(t, u); len(imgs) > 0 {
+			workloads++
+			for _, i := range imgs {
+				if i != img {
+					t.Errorf("%s runs image %s, want %s", key(u), i, img)
+				}
+			}
+		}
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("install.yaml lacks %s, which config/default installs", k)
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			t.Errorf("install.yaml holds %s, which config/default does not install", k)
+		}
+	}
+	if workloads != 2 {
+		t.Errorf("install.yaml has %d workloads with containers, want 2 (controller and check Deployments)", workloads)
+	}
+}
+
+func TestInstallerRefusesABadDigest(t *testing.T) {
+	root := kubetest.RepoRoot(t)
+	cmd := exec.Command(filepath.Join(root, "hack", "build-installer.sh"))
+	cmd.Env = append(os.Environ(), "IMG=registry.example/sluice@sha256:beef", "KUBECTL="+filepath.Join(kubetest.Assets(t), "kubectl"),
+		"OUT="+filepath.Join(t.TempDir(), "install.yaml"))
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "64 hex digits") {
+		t.Fatalf("build-installer with a short digest: err %v, output:\n%s", err, b)
+	}
+}
+
+const (
+	stampVersion  = "v9.8.7-3-gabcdef0-dirty"
+	stampRevision = "abcdef0123456789abcdef0123456789abcdef01"
+)
+
+// buildStamped builds the manager with the ldflags `make build` uses.
+func buildStamped(t *testing.T) string {
+	t.Helper()
+	root := kubetest.RepoRoot(t)
+	bin := filepath.Join(t.TempDir(), "manager")
+	pkg := "github.com/sluice-dev/sluice/internal/buildinfo"
+	cmd := exec.Command("go", "build", "-ldflags", "-X "+pkg+".Version="+stampVersion+" -X "+pkg+".Revision="+stampRevision, "-o", bin, "./cmd/manager")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return bin
+}
+
+func TestVersionIsStamped(t *testing.T) {
+	bin := buildStamped(t)
+	out, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("manager version: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("sluice %s\ncommit %s\ngo %s\nredis library %s\n", stampVersion, stampRevision, runtime.Version(), redisstore.LibraryName)
+	if string(out) != want {
+		t.Errorf("manager version printed:\n%s\nwant:\n%s", out, want)
+	}
+
+	// manager local serves the same values as sluice_build_info.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	root := kubetest.RepoRoot(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs bytes.Buffer
+	local := exec.CommandContext(ctx, bin, "local", "--policies", filepath.Join(root, "config", "samples"), "--listen", addr)
+	local.Stdout, local.Stderr = &logs, &logs
+	if err := local.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = local.Wait() })
+	metric := fmt.Sprintf(`sluice_build_info{goversion=%q,library=%q,revision=%q,version=%q} 1`,
+		runtime.Version(), redisstore.LibraryName, stampRevision, stampVersion)
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if body = string(b); resp.StatusCode == http.StatusOK {
+			break
+		}
+	}
+	if !strings.Contains(body, metric) {
+		t.Errorf("/metrics of manager local lacks\n%s\ngot:\n%s\nlog:\n%s", metric, body, logs.String())
+	}
+}
