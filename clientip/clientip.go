@@ -20,6 +20,15 @@ var DefaultTrustedProxies = []string{
 	"fc00::/7",
 }
 
+// Default returns the TrustedProxies of DefaultTrustedProxies.
+func Default() *TrustedProxies {
+	t, err := ParseTrustedProxies(DefaultTrustedProxies)
+	if err != nil {
+		panic("clientip: DefaultTrustedProxies: " + err.Error()) // constant input: any test catches it
+	}
+	return t
+}
+
 // TrustedProxies decides which peers' forwarded headers are believed.
 type TrustedProxies struct {
 	prefixes []netip.Prefix

@@ -91,11 +91,7 @@ func New(opts ...Option) (*Limiter, error) {
 		return nil, fmt.Errorf("middleware: %s exclude each other; choose one", strings.Join(c.stores, " and "))
 	}
 	if c.trusted == nil {
-		t, err := clientip.ParseTrustedProxies(clientip.DefaultTrustedProxies)
-		if err != nil {
-			return nil, err
-		}
-		c.trusted = t
+		c.trusted = clientip.Default()
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

@@ -90,11 +90,7 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	if o.TrustedProxies == nil {
-		t, err := clientip.ParseTrustedProxies(clientip.DefaultTrustedProxies)
-		if err != nil {
-			return nil, err
-		}
-		o.TrustedProxies = t
+		o.TrustedProxies = clientip.Default()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -128,36 +128,7 @@ func TestEnvoyExtAuthzGRPC(t *testing.T) {
 		}
 	})
 
-	// Spellings that a router takes to /admin/ while their text does not
-	// begin with it: Envoy sends the path unnormalized in the check's
-	// attributes (the example leaves normalize_path and merge_slashes off,
-	// their defaults), and the check must still count them against the
-	// admin policy.
-	t.Run("spellings", func(t *testing.T) {
-		for _, c := range []struct{ name, path string }{
-			{"plain", "/admin/items"},
-			{"double slash", "//admin/items"},
-			{"encoded dot segments", "/pub/%2e%2e/admin/items"},
-			{"encoded slashes", "/pub/..%2Fadmin%2Fitems"},
-			{"encoded slashes under admin", "/admin/x%2F..%2F..%2Fpub"},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				user := strings.ReplaceAll(c.name, " ", "-")
-				var codes []int
-				for range 4 {
-					codes = append(codes, rawStatus(t, "127.0.0.1:"+strconv.Itoa(port), "GET "+c.path, "shop.example.com", user, "X-User-Id: "+user))
-				}
-				served := app.served(user)
-				t.Logf("GET %s through Envoy: %v; the application received %q", c.path, codes, served)
-				if want := []int{200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
-					t.Errorf("statuses %v, want %v: the admin policy must apply", codes, want)
-				}
-				if len(served) != 2 {
-					t.Errorf("the application received %d requests, want 2", len(served))
-				}
-			})
-		}
-	})
+	t.Run("spellings", func(t *testing.T) { testAdminSpellingsThroughEnvoy(t, port, app) })
 
 	// A route without the namespace context extension, on a check process
 	// without --grpc-default-namespace: Sluice denies with 400 and a
@@ -181,21 +152,5 @@ func TestEnvoyExtAuthzGRPC(t *testing.T) {
 		}
 	})
 
-	// failure_mode_allow: false: with the check process gone, Envoy
-	// answers 403 and nothing reaches the application.
-	t.Run("Sluice stopped: 403", func(t *testing.T) {
-		if r := get(t, base+"/other", nil); r.status != http.StatusOK {
-			t.Fatalf("before stopping Sluice, a path no policy matches: %d, want 200", r.status)
-		}
-		before, _ := app.app.hits()
-		local.Stop()
-		codes, resps := statuses(t, base+"/other", 3, nil)
-		t.Logf("with the check process stopped: %v\n%s", codes, resps[0].dump())
-		if want := []int{403, 403, 403}; fmt.Sprint(codes) != fmt.Sprint(want) {
-			t.Errorf("statuses %v, want %v (failure_mode_allow: false)", codes, want)
-		}
-		if after, _ := app.app.hits(); after != before {
-			t.Errorf("the application received %d requests, want 0", after-before)
-		}
-	})
+	t.Run("Sluice stopped: 403", func(t *testing.T) { testEnvoyWithoutSluice(t, base, app, local) })
 }

@@ -175,51 +175,56 @@ func TestEnvoyExtAuthz(t *testing.T) {
 		}
 	})
 
-	// Spellings that a router takes to /admin/ while their text does not
-	// begin with it: Envoy passes them unnormalized (the example leaves
-	// normalize_path and merge_slashes off, their defaults), and the check
-	// must still count them against the admin policy.
-	t.Run("spellings", func(t *testing.T) {
-		for _, c := range []struct{ name, path string }{
-			{"plain", "/admin/items"},
-			{"double slash", "//admin/items"},
-			{"encoded dot segments", "/pub/%2e%2e/admin/items"},
-			{"encoded slashes", "/pub/..%2Fadmin%2Fitems"},
-			{"encoded slashes under admin", "/admin/x%2F..%2F..%2Fpub"},
-		} {
-			t.Run(c.name, func(t *testing.T) {
-				user := strings.ReplaceAll(c.name, " ", "-")
-				var codes []int
-				for range 4 {
-					codes = append(codes, rawStatus(t, "127.0.0.1:"+strconv.Itoa(port), "GET "+c.path, "shop.example.com", user, "X-User-Id: "+user))
-				}
-				served := app.served(user)
-				t.Logf("GET %s through Envoy: %v; the application received %q", c.path, codes, served)
-				if want := []int{200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
-					t.Errorf("statuses %v, want %v: the admin policy must apply", codes, want)
-				}
-				if len(served) != 2 {
-					t.Errorf("the application received %d requests, want 2", len(served))
-				}
-			})
-		}
-	})
+	t.Run("spellings", func(t *testing.T) { testAdminSpellingsThroughEnvoy(t, port, app) })
 
-	// failure_mode_allow: false: with the check process gone, Envoy
-	// answers 403 and nothing reaches the application.
-	t.Run("Sluice stopped: 403", func(t *testing.T) {
-		if r := get(t, base+"/other", nil); r.status != http.StatusOK {
-			t.Fatalf("before stopping Sluice, a path no policy matches: %d, want 200", r.status)
-		}
-		before, _ := app.app.hits()
-		local.Stop()
-		codes, resps := statuses(t, base+"/other", 3, nil)
-		t.Logf("with the check process stopped: %v\n%s", codes, resps[0].dump())
-		if want := []int{403, 403, 403}; fmt.Sprint(codes) != fmt.Sprint(want) {
-			t.Errorf("statuses %v, want %v (failure_mode_allow: false)", codes, want)
-		}
-		if after, _ := app.app.hits(); after != before {
-			t.Errorf("the application received %d requests, want 0", after-before)
-		}
-	})
+	t.Run("Sluice stopped: 403", func(t *testing.T) { testEnvoyWithoutSluice(t, base, app, local) })
+}
+
+// testAdminSpellingsThroughEnvoy sends spellings that a router takes to
+// /admin/ while their text does not begin with it: Envoy passes them
+// unnormalized (the examples leave normalize_path and merge_slashes off,
+// their defaults), and the check must still count them against the admin
+// policy.
+func testAdminSpellingsThroughEnvoy(t *testing.T, port int, app *shopApp) {
+	for _, c := range []struct{ name, path string }{
+		{"plain", "/admin/items"},
+		{"double slash", "//admin/items"},
+		{"encoded dot segments", "/pub/%2e%2e/admin/items"},
+		{"encoded slashes", "/pub/..%2Fadmin%2Fitems"},
+		{"encoded slashes under admin", "/admin/x%2F..%2F..%2Fpub"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			user := strings.ReplaceAll(c.name, " ", "-")
+			var codes []int
+			for range 4 {
+				codes = append(codes, rawStatus(t, "127.0.0.1:"+strconv.Itoa(port), "GET "+c.path, "shop.example.com", user, "X-User-Id: "+user))
+			}
+			served := app.served(user)
+			t.Logf("GET %s through Envoy: %v; the application received %q", c.path, codes, served)
+			if want := []int{200, 200, 429, 429}; fmt.Sprint(codes) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v: the admin policy must apply", codes, want)
+			}
+			if len(served) != 2 {
+				t.Errorf("the application received %d requests, want 2", len(served))
+			}
+		})
+	}
+}
+
+// testEnvoyWithoutSluice stops the check process: with failure_mode_allow
+// false, Envoy answers 403 and nothing reaches the application.
+func testEnvoyWithoutSluice(t *testing.T, base string, app *shopApp, local *systest.Proc) {
+	if r := get(t, base+"/other", nil); r.status != http.StatusOK {
+		t.Fatalf("before stopping Sluice, a path no policy matches: %d, want 200", r.status)
+	}
+	before, _ := app.app.hits()
+	local.Stop()
+	codes, resps := statuses(t, base+"/other", 3, nil)
+	t.Logf("with the check process stopped: %v\n%s", codes, resps[0].dump())
+	if want := []int{403, 403, 403}; fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Errorf("statuses %v, want %v (failure_mode_allow: false)", codes, want)
+	}
+	if after, _ := app.app.hits(); after != before {
+		t.Errorf("the application received %d requests, want 0", after-before)
+	}
 }

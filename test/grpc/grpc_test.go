@@ -29,17 +29,7 @@ import (
 // manager is cmd/manager built once for the package's tests.
 var manager systest.Manager
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-grpc-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	manager.Dir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { manager.RunTests(m, "grpc") }
 
 // policy allows 3 requests an hour to /api/ of one namespace.
 const policy = `apiVersion: ratelimit.sluice.dev/v1alpha1

@@ -13,7 +13,6 @@ package handover
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,17 +31,7 @@ import (
 // manager is cmd/manager built once for the package's tests.
 var manager systest.Manager
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-handover-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	manager.Dir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { manager.RunTests(m, "handover") }
 
 // Short leader-election timings, so the test takes seconds; production
 // keeps controller-runtime's 15s / 10s / 2s.

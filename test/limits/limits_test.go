@@ -27,17 +27,7 @@ import (
 // manager is cmd/manager built once for the package's tests.
 var manager systest.Manager
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-limits-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	manager.Dir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { manager.RunTests(m, "limits") }
 
 // openFiles is the open-file limit the manager runs under: 256, where 400
 // idle connections used to end the process (accept: too many open files).

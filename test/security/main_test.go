@@ -10,8 +10,6 @@
 package security
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
@@ -20,14 +18,4 @@ import (
 // manager is cmd/manager built once for the package's tests.
 var manager systest.Manager
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-security-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	manager.Dir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { manager.RunTests(m, "security") }

@@ -36,6 +36,21 @@ type Manager struct {
 	err  error
 }
 
+// RunTests runs a package's tests (from its TestMain) with m building
+// cmd/manager into a temporary folder of its own, removed afterwards, and
+// exits with their result.
+func (m *Manager) RunTests(tests *testing.M, name string) {
+	dir, err := os.MkdirTemp("", "sluice-"+name+"-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	m.Dir = dir
+	code := tests.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // Path builds the binary on first use and returns its path.
 func (m *Manager) Path(t testing.TB) string {
 	t.Helper()
