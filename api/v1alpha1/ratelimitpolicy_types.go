@@ -7,6 +7,7 @@ import (
 // RateLimitPolicySpec declares which requests a policy applies to, how they
 // are grouped into buckets (the key) and the limits each bucket has.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.key) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? !self.key.matches('[{](client_ip|method|host|path|header:|query:)') : !self.key.contains('{descriptor'))",message="a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only, and an HTTP policy never from them: the other kind of request has no such values",fieldPath=".key"
 // +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
 type RateLimitPolicySpec struct {
 	// match selects the requests this policy applies to. Every field that is
@@ -19,13 +20,18 @@ type RateLimitPolicySpec struct {
 	// placeholders. {client_ip} is the client address, {client_ip/N} its
 	// network of prefix length N (such as /24 for IPv4 or /64 for IPv6),
 	// {header:Name} a request header, {query:name} a query parameter, and
-	// {method}, {host}, {path} the request's own. A key without placeholders
-	// ("global") is one bucket shared by every matching request.
-	// Defaults to "{client_ip}".
+	// {method}, {host}, {path} the request's own. A policy that answers
+	// Envoy rate limit service requests (match.domain or match.descriptor
+	// set) builds its key from the descriptor instead: {descriptor:name}
+	// is the value of the descriptor's entry with that key, {descriptor}
+	// the whole descriptor (every key and value, in order). A key without
+	// placeholders ("global") is one bucket shared by every matching
+	// request. Defaults to "{client_ip}", and to "{descriptor}" for a
+	// descriptor policy (a bucket per distinct descriptor, as Envoy's
+	// ratelimit service counts).
 	// +optional
-	// +kubebuilder:default="{client_ip}"
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([^{}]|[{](client_ip(/[0-9]{1,3})?|method|host|path|header:[A-Za-z0-9!#$%&*+.^_|~-]+|query:[^{}]+)[}])*$')",message="key must be literal text and the placeholders {client_ip}, {client_ip/N}, {header:Name}, {query:name}, {method}, {host} or {path}; braces are not allowed elsewhere"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([^{}]|[{](client_ip(/[0-9]{1,3})?|method|host|path|header:[A-Za-z0-9!#$%&*+.^_|~-]+|query:[^{}]+|descriptor(:[^{}]+)?)[}])*$')",message="key must be literal text and the placeholders {client_ip}, {client_ip/N}, {header:Name}, {query:name}, {method}, {host}, {path}, {descriptor} or {descriptor:name}; braces are not allowed elsewhere"
 	Key string `json:"key,omitempty"`
 
 	// onMissingKey says what happens when a placeholder of the key has no
@@ -74,6 +80,8 @@ type RateLimitPolicySpec struct {
 
 // RequestMatch selects requests. Lists are alternatives (a request matches
 // hosts when its host matches any of them); fields combine with AND.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.domain) || has(self.descriptor)) || !(has(self.hosts) || has(self.paths) || has(self.methods) || has(self.headers))",message="hosts, paths, methods and headers select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"
 type RequestMatch struct {
 	// hosts match the request's Host, exactly or as "*.suffix" for any
 	// subdomain. Empty matches every host.
@@ -106,10 +114,52 @@ type RequestMatch struct {
 	// example `request.headers["x-plan"] == "free"`. Variables:
 	// request.method, request.host, request.path (strings), request.query
 	// and request.headers (maps of lower-case names to first values) and
-	// request.client_ip (string). Checked when the policy is compiled.
+	// request.client_ip (string); for Envoy rate limit service requests
+	// request.domain (string) and request.descriptor (a map of each entry's
+	// key to its value), the HTTP variables being empty there. Checked when
+	// the policy is compiled.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	When string `json:"when,omitempty"`
+
+	// domain makes this a descriptor policy that answers Envoy rate limit
+	// service (RLS v3) requests of this domain. Which namespaces may answer
+	// a domain is the operator's choice (the check process's --rls-domain
+	// DOMAIN=NAMESPACE), never a policy's: a policy here only narrows the
+	// domains bound to its own namespace. Unset with descriptor set: any
+	// domain bound to the namespace.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Domain string `json:"domain,omitempty"`
+
+	// descriptor makes this a descriptor policy: it matches one descriptor
+	// of an Envoy rate limit service request when the descriptor has
+	// exactly these entries, in this order, as Envoy's ratelimit service
+	// matches its configuration's nested descriptors. A request's
+	// descriptors are decided together: all of them are counted, or, when
+	// any is over its limit, none is.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	Descriptor []DescriptorEntryMatch `json:"descriptor,omitempty"`
+}
+
+// DescriptorEntryMatch matches one entry (key and value) of an Envoy rate
+// limit descriptor.
+type DescriptorEntryMatch struct {
+	// key is the entry's key, such as remote_address, generic_key,
+	// header_match or a request_headers descriptor_key.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Key string `json:"key"`
+
+	// value is the entry's value: exact, or a prefix when it ends in '*'
+	// ("api-*" matches "api-v1"). Unset: any value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Value *string `json:"value,omitempty"`
 }
 
 // HeaderMatch requires a request header, with an exact value when value is set.
@@ -128,6 +178,7 @@ type HeaderMatch struct {
 // Limit is one named limit with exactly one algorithm.
 //
 // +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"
+// +kubebuilder:validation:XValidation:rule="!(has(self.slidingWindowLog) && has(self.slidingWindowLog.alignment)) && !(has(self.slidingWindowCounter) && has(self.slidingWindowCounter.alignment))",message="alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
 type Limit struct {
 	// name identifies the limit within its policy: in Redis keys, metrics
 	// and the RateLimit-Policy header. A DNS label, unique in the policy.
@@ -193,7 +244,27 @@ type WindowLimit struct {
 	// window is the window's length, such as "1m" or "24h".
 	// +required
 	Window Duration `json:"window"`
+
+	// alignment says when a fixed window starts: FirstRequest (a bucket's
+	// window starts with its first request after the previous one ended)
+	// or Clock (windows are whole multiples of the window since the Unix
+	// epoch: a 1h window starts on the hour, 24h at 00:00 UTC, the same
+	// for every bucket, as Envoy's ratelimit service counts). Only
+	// fixedWindow takes it; defaults to FirstRequest.
+	// +optional
+	Alignment WindowAlignment `json:"alignment,omitempty"`
 }
+
+// WindowAlignment says when a fixed window starts.
+// +kubebuilder:validation:Enum=FirstRequest;Clock
+type WindowAlignment string
+
+const (
+	// WindowAlignmentFirstRequest starts a bucket's window with its first request.
+	WindowAlignmentFirstRequest WindowAlignment = "FirstRequest"
+	// WindowAlignmentClock starts windows at multiples of the window since the Unix epoch.
+	WindowAlignmentClock WindowAlignment = "Clock"
+)
 
 // LeakyBucket is a policing leaky bucket.
 type LeakyBucket struct {
