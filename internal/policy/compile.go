@@ -57,13 +57,13 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 	p := newPolicy(namespace, name, spec)
 	errs := checkEnums(spec, specPath)
 
-	key, kerrs := compileKey(spec.Key, specPath.Child("key"))
-	errs = append(errs, kerrs...)
-	p.key = key
-
 	match, merrs := compileMatchField(&spec.Match, specPath.Child("match"))
 	errs = append(errs, merrs...)
 	p.match = match
+
+	key, kerrs := compileKey(spec.Key, match.forDescriptors, specPath.Child("key"))
+	errs = append(errs, kerrs...)
+	p.key = key
 
 	status, serrs := compileDenyStatus(spec.Response.DenyStatus, specPath.Child("response", "denyStatus"))
 	errs = append(errs, serrs...)
@@ -107,17 +107,32 @@ func newPolicy(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySp
 	return p
 }
 
-// defaultKey is the key template of a policy that names none: one bucket
-// per client address.
-const defaultKey = "{client_ip}"
+// The key template of a policy that names none: one bucket per client
+// address, or for a descriptor policy one per distinct descriptor (as
+// Envoy's ratelimit service counts).
+const (
+	defaultKey           = "{client_ip}"
+	defaultDescriptorKey = "{descriptor}"
+)
 
-func compileKey(src string, path *field.Path) (keyTemplate, field.ErrorList) {
+// compileKey compiles spec.key for a descriptor policy or an HTTP one:
+// each reads only the values its kind of request has.
+func compileKey(src string, forDescriptors bool, path *field.Path) (keyTemplate, field.ErrorList) {
 	if src == "" {
 		src = defaultKey
+		if forDescriptors {
+			src = defaultDescriptorKey
+		}
 	}
 	key, err := parseKeyTemplate(src)
 	if err != nil {
 		return key, field.ErrorList{field.Invalid(path, src, err.Error())}
+	}
+	switch {
+	case forDescriptors && key.usesHTTP:
+		return key, field.ErrorList{field.Invalid(path, src, "a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only: Envoy rate limit service requests carry no HTTP attributes")}
+	case !forDescriptors && key.usesDescriptor:
+		return key, field.ErrorList{field.Invalid(path, src, "{descriptor} placeholders need a descriptor policy (match.domain or match.descriptor set): HTTP checks carry no descriptor")}
 	}
 	return key, nil
 }
@@ -201,8 +216,42 @@ func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.Er
 			errs = append(errs, field.Invalid(path.Child("headers").Index(i).Child("name"), h.Name, "must be an HTTP header name"))
 		}
 	}
+	return append(errs, validateDescriptorMatch(m, path)...)
+}
+
+// validateDescriptorMatch repeats the schema's rules on match.domain and
+// match.descriptor.
+func validateDescriptorMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if m.Domain == "" && len(m.Descriptor) == 0 {
+		return nil
+	}
+	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || len(m.Headers) > 0 {
+		errs = append(errs, field.Invalid(path, "", "hosts, paths, methods and headers select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"))
+	}
+	if len(m.Domain) > 253 {
+		errs = append(errs, field.TooLong(path.Child("domain"), m.Domain, 253))
+	}
+	if len(m.Descriptor) > maxDescriptorMatch {
+		errs = append(errs, field.TooMany(path.Child("descriptor"), len(m.Descriptor), maxDescriptorMatch))
+	}
+	for i, e := range m.Descriptor {
+		ep := path.Child("descriptor").Index(i)
+		switch {
+		case e.Key == "":
+			errs = append(errs, field.Required(ep.Child("key"), "the entry's key, such as remote_address or generic_key"))
+		case len(e.Key) > 256:
+			errs = append(errs, field.TooLong(ep.Child("key"), e.Key, 256))
+		}
+		if e.Value != nil && len(*e.Value) > 1024 {
+			errs = append(errs, field.TooLong(ep.Child("value"), *e.Value, 1024))
+		}
+	}
 	return errs
 }
+
+// maxDescriptorMatch bounds match.descriptor, as the schema does.
+const maxDescriptorMatch = 16
 
 // quotaWindow is the span the IETF RateLimit-Policy "w" parameter names:
 // the window for window algorithms, and for buckets the time to refill
@@ -228,3 +277,11 @@ func (p *Policy) KeyTemplate() string { return p.key.source }
 
 // Global reports whether the key has no placeholder: one bucket for all.
 func (p *Policy) Global() bool { return !p.key.dynamic }
+
+// ForDescriptors reports whether p is a descriptor policy, which answers
+// Envoy rate limit service requests (and only those).
+func (p *Policy) ForDescriptors() bool { return p.match.forDescriptors }
+
+// Domain is the Envoy rate limit domain p is limited to; "" for any domain
+// bound to its namespace (and for HTTP policies).
+func (p *Policy) Domain() string { return p.match.domain }

@@ -29,6 +29,8 @@ const (
 	partMethod
 	partHost
 	partPath
+	partDescriptorEntry // the value of one descriptor entry
+	partDescriptor      // the whole descriptor: every key and value
 )
 
 type keyPart struct {
@@ -47,6 +49,9 @@ type keyTemplate struct {
 	parts   []keyPart
 	escape  [256]bool
 	dynamic bool // has a placeholder; a static key is one global bucket
+	// usesHTTP and usesDescriptor say which kind of request the
+	// placeholders read: a policy's key may read only its own kind.
+	usesHTTP, usesDescriptor bool
 }
 
 // Defaults for {client_ip}: an IPv4 address is one bucket; an IPv6 client
@@ -86,6 +91,11 @@ func parseKeyTemplate(src string) (keyTemplate, error) {
 			}
 			t.parts = append(t.parts, part)
 			t.dynamic = true
+			if part.kind == partDescriptor || part.kind == partDescriptorEntry {
+				t.usesDescriptor = true
+			} else {
+				t.usesHTTP = true
+			}
 			i += end + 1
 		default:
 			literal.WriteByte(src[i])
@@ -142,8 +152,16 @@ func parsePlaceholder(body string) (keyPart, error) {
 		return keyPart{kind: partHost}, nil
 	case body == "path":
 		return keyPart{kind: partPath}, nil
+	case body == "descriptor":
+		return keyPart{kind: partDescriptor}, nil
+	case strings.HasPrefix(body, "descriptor:"):
+		name := strings.TrimPrefix(body, "descriptor:")
+		if name == "" {
+			return keyPart{}, fmt.Errorf("descriptor entry key is empty")
+		}
+		return keyPart{kind: partDescriptorEntry, text: name}, nil
 	}
-	return keyPart{}, fmt.Errorf("unknown placeholder; use {client_ip}, {client_ip/N}, {header:Name}, {query:name}, {method}, {host} or {path}")
+	return keyPart{}, fmt.Errorf("unknown placeholder; use {client_ip}, {client_ip/N}, {header:Name}, {query:name}, {method}, {host}, {path}, {descriptor} or {descriptor:name}")
 }
 
 func validHeaderName(name string) bool {
@@ -193,9 +211,49 @@ func (t *keyTemplate) render(dst []byte, r *Request) (out []byte, ok bool) {
 			dst = t.appendEscaped(dst, r.Host)
 		case partPath:
 			dst = t.appendEscaped(dst, r.Path)
+		case partDescriptorEntry:
+			v, found := r.Lookup(p.text)
+			if !found {
+				return dst, false
+			}
+			dst = t.appendEscaped(dst, v)
+		case partDescriptor:
+			if len(r.Descriptor) == 0 {
+				return dst, false
+			}
+			dst = t.appendDescriptor(dst, r.Descriptor)
 		}
 	}
 	return dst, true
+}
+
+// appendDescriptor writes every entry as key=value, separated by the
+// placeholder separator; '=' is escaped inside keys and values (beside
+// what every value escapes), so two descriptors render alike only when
+// they are equal.
+func (t *keyTemplate) appendDescriptor(dst []byte, d []DescriptorEntry) []byte {
+	for i := range d {
+		if i > 0 {
+			dst = append(dst, placeholderSeparator)
+		}
+		dst = t.appendEscapedAlso(dst, d[i].Key, '=')
+		dst = append(dst, '=')
+		dst = t.appendEscapedAlso(dst, d[i].Value, '=')
+	}
+	return dst
+}
+
+// appendEscapedAlso is appendEscaped that also escapes c.
+func (t *keyTemplate) appendEscapedAlso(dst []byte, v string, c byte) []byte {
+	for i := 0; i < len(v); i++ {
+		b := v[i]
+		if t.escape[b] || b == c {
+			dst = append(dst, '%', hexDigits[b>>4], hexDigits[b&15])
+			continue
+		}
+		dst = append(dst, b)
+	}
+	return dst
 }
 
 const hexDigits = "0123456789ABCDEF"

@@ -18,6 +18,22 @@ type matcher struct {
 	methods      []string
 	headers      []headerMatch
 	when         *whenExpr
+
+	// forDescriptors is set for a descriptor policy, which matches only
+	// descriptors of Envoy rate limit service requests; other policies
+	// match only HTTP requests.
+	forDescriptors bool
+	domain         string // "": any domain
+	descriptor     []entryMatch
+	anyDescriptor  bool // no descriptor entries named: every descriptor matches
+}
+
+// entryMatch is one compiled descriptor entry.
+type entryMatch struct {
+	key    string
+	value  string // exact value, or the prefix when prefix is set
+	prefix bool
+	any    bool
 }
 
 type headerMatch struct {
@@ -58,19 +74,69 @@ func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
 		}
 		c.headers = append(c.headers, hm)
 	}
+	c.forDescriptors = m.Domain != "" || len(m.Descriptor) > 0
+	c.domain = m.Domain
+	c.anyDescriptor = len(m.Descriptor) == 0
+	for _, e := range m.Descriptor {
+		em := entryMatch{key: e.Key, any: e.Value == nil}
+		if e.Value != nil {
+			em.value, em.prefix = strings.CutSuffix(*e.Value, "*")
+		}
+		c.descriptor = append(c.descriptor, em)
+	}
 	return c
 }
 
 // matches reports whether r is in scope. The CEL expression runs last: it
 // is the most expensive test.
 func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
-	if !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
+	if m.forDescriptors != r.IsDescriptor() {
+		return false, nil
+	}
+	if m.forDescriptors {
+		if !m.matchesDescriptor(r) {
+			return false, nil
+		}
+	} else if !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
 		return false, nil
 	}
 	if m.when == nil {
 		return true, nil
 	}
 	return m.when.eval(vars)
+}
+
+// matchesDescriptor reports whether r's domain and descriptor match: the
+// descriptor has exactly the named entries, in order, as Envoy's ratelimit
+// service walks its nested configuration.
+func (m *matcher) matchesDescriptor(r *Request) bool {
+	if m.domain != "" && m.domain != r.Domain {
+		return false
+	}
+	if m.anyDescriptor {
+		return true
+	}
+	if len(r.Descriptor) != len(m.descriptor) {
+		return false
+	}
+	for i := range m.descriptor {
+		want, got := &m.descriptor[i], &r.Descriptor[i]
+		if want.key != got.Key {
+			return false
+		}
+		switch {
+		case want.any:
+		case want.prefix:
+			if !strings.HasPrefix(got.Value, want.value) {
+				return false
+			}
+		default:
+			if want.value != got.Value {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (m *matcher) matchesHost(host string) bool {

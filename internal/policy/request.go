@@ -24,4 +24,29 @@ type Request struct {
 	RawQuery string
 	Header   http.Header
 	ClientIP netip.Addr
+
+	// Domain and Descriptor are set for one descriptor of an Envoy rate
+	// limit service request, and only then: such a request has no HTTP
+	// attributes, and only descriptor policies match it.
+	Domain     string
+	Descriptor []DescriptorEntry
+}
+
+// DescriptorEntry is one entry of an Envoy rate limit descriptor.
+type DescriptorEntry struct {
+	Key, Value string
+}
+
+// IsDescriptor reports whether r is a descriptor of an Envoy rate limit
+// service request rather than an HTTP request.
+func (r *Request) IsDescriptor() bool { return r.Domain != "" }
+
+// Lookup returns the value of the descriptor's first entry with key.
+func (r *Request) Lookup(key string) (string, bool) {
+	for i := range r.Descriptor {
+		if r.Descriptor[i].Key == key {
+			return r.Descriptor[i].Value, true
+		}
+	}
+	return "", false
 }

@@ -51,6 +51,13 @@ const (
 	maxHeaderEntries = maxHeaderBytes / 4 // "a:\r\n" is the shortest header line
 	maxQueryEntries  = maxURLBytes / 2    // "a&" is the shortest query pair
 	maxClientIPBytes = 64                 // an IPv6 address is at most 45 characters; the rest leaves room for a zone
+	// MaxDescriptorEntries and MaxDescriptorBytes bound the descriptor of
+	// an Envoy rate limit service request that request.descriptor holds
+	// (entries; bytes of every key and value together); a larger one makes
+	// the variable an evaluation error, so the policy applies.
+	MaxDescriptorEntries = 64
+	MaxDescriptorBytes   = 64 << 10
+	maxDomainBytes       = 253
 )
 
 // regexInputMax is the longest string `matches` runs on. RE2 is linear in
@@ -93,6 +100,8 @@ var whenEnv = func() *cel.Env {
 		cel.Variable("request.client_ip", cel.StringType),
 		cel.Variable("request.query", cel.MapType(cel.StringType, cel.StringType)),
 		cel.Variable("request.headers", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("request.domain", cel.StringType),
+		cel.Variable("request.descriptor", cel.MapType(cel.StringType, cel.StringType)),
 	)
 	if err != nil {
 		panic(fmt.Sprintf("policy: CEL environment: %v", err)) // a programming error, caught by any test
@@ -127,7 +136,7 @@ func checkWhen(expr string) (*cel.Ast, *whenCosts, error) {
 	if iss.Err() != nil {
 		msg := strings.ReplaceAll(iss.Err().Error(), "\n", " ")
 		if strings.Contains(msg, "undeclared reference") {
-			msg += " (the variables are request.method, request.host, request.path, request.query, request.headers and request.client_ip)"
+			msg += " (the variables are request.method, request.host, request.path, request.query, request.headers and request.client_ip, and request.domain and request.descriptor for descriptor policies)"
 		}
 		return nil, nil, fmt.Errorf("%s", msg)
 	}
@@ -273,6 +282,12 @@ func (c *whenCosts) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 		most = maxURLBytes
 	case "request.client_ip":
 		most = maxClientIPBytes
+	case "request.descriptor":
+		most = MaxDescriptorEntries
+	case "request.descriptor.@keys", "request.descriptor.@values":
+		most = MaxDescriptorBytes
+	case "request.domain":
+		most = maxDomainBytes
 	default:
 		return nil
 	}
@@ -458,11 +473,13 @@ func boundedMatches(overloadID string) *interpreter.RegexOptimization {
 // query maps are built on first use and shared by every policy checked for
 // the request, so requests against policies without `when` build nothing.
 type requestVars struct {
-	r          *Request
-	headers    map[string]string
-	query      map[string]string
-	headersErr ref.Val
-	queryErr   ref.Val
+	r             *Request
+	headers       map[string]string
+	query         map[string]string
+	descriptor    map[string]string
+	headersErr    ref.Val
+	queryErr      ref.Val
+	descriptorErr ref.Val
 }
 
 var _ interpreter.Activation = (*requestVars)(nil)
@@ -473,6 +490,8 @@ func (v *requestVars) reset(r *Request) {
 	v.query = nil
 	v.headersErr = nil
 	v.queryErr = nil
+	v.descriptor = nil
+	v.descriptorErr = nil
 }
 
 // tooLarge is the value of a variable over the bounds the cost estimate
@@ -524,8 +543,45 @@ func (v *requestVars) ResolveName(name string) (any, bool) {
 			return v.queryErr, true
 		}
 		return v.query, true
+	case "request.domain":
+		if len(v.r.Domain) > maxDomainBytes {
+			return tooLarge("request.domain length", len(v.r.Domain), maxDomainBytes), true
+		}
+		return v.r.Domain, true
+	case "request.descriptor":
+		if v.descriptor == nil && v.descriptorErr == nil {
+			v.buildDescriptor()
+		}
+		if v.descriptorErr != nil {
+			return v.descriptorErr, true
+		}
+		return v.descriptor, true
 	}
 	return nil, false
+}
+
+// buildDescriptor maps each entry's key to its value; the first entry of
+// a key wins, as {descriptor:key} reads it.
+func (v *requestVars) buildDescriptor() {
+	d := v.r.Descriptor
+	if len(d) > MaxDescriptorEntries {
+		v.descriptorErr = tooLarge("request.descriptor entries", len(d), MaxDescriptorEntries)
+		return
+	}
+	size := 0
+	for i := range d {
+		size += len(d[i].Key) + len(d[i].Value)
+	}
+	if size > MaxDescriptorBytes {
+		v.descriptorErr = tooLarge("request.descriptor bytes", size, MaxDescriptorBytes)
+		return
+	}
+	v.descriptor = make(map[string]string, len(d))
+	for i := range d {
+		if _, seen := v.descriptor[d[i].Key]; !seen {
+			v.descriptor[d[i].Key] = d[i].Value
+		}
+	}
 }
 
 func (v *requestVars) buildHeaders() {
