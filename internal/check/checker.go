@@ -104,10 +104,23 @@ type Input struct {
 	// Policy, when set, checks only that policy of the namespace.
 	Policy  string
 	Request *policy.Request
+	// Parts, when set, replace Request: the descriptors of one Envoy rate
+	// limit service request, decided together in one store call. Either
+	// every part's limits are counted or, when any denies, none is.
+	Parts []Part
 	// Cost overrides every policy's cost when above 0.
 	Cost int64
 	// DryRun evaluates without consuming anything.
 	DryRun bool
+}
+
+// Part is one of several requests decided together.
+type Part struct {
+	Request *policy.Request
+	// Cost, when CostSet, overrides the cost of the policies the part
+	// matches; 0 then checks the limits without counting.
+	Cost    int64
+	CostSet bool
 }
 
 // Reason says why a request was answered the way it was.
@@ -126,7 +139,10 @@ var ErrUnknownPolicy = errors.New("no such policy")
 
 // PolicyResult says how one matching policy took part.
 type PolicyResult struct {
-	Policy   *policy.Policy
+	Policy *policy.Policy
+	// Part is the index of the Input's part the policy matched (0 for a
+	// single request).
+	Part     int
 	KeyValue string
 	// MissingKey is set when the key had a placeholder without a value;
 	// the policy's onMissingKey then decided (Skip: not evaluated).
@@ -140,7 +156,9 @@ type PolicyResult struct {
 type LimitResult struct {
 	Policy *policy.Policy
 	Limit  *policy.Limit
-	Key    string
+	// Part is the index of the Input's part the limit was checked for.
+	Part int
+	Key  string
 	ratelimit.Result
 	// Cached is set when the denial came from the cache of denials.
 	Cached bool
@@ -172,12 +190,21 @@ type Outcome struct {
 }
 
 type scratch struct {
-	eval    policy.Eval
-	req     ratelimit.Request
-	dec     ratelimit.Decision
-	owners  []int // entry index -> index into Outcome.Policies
-	limitOf []int // entry index -> limit index within its policy
-	one     [1]*policy.Policy
+	eval policy.Eval
+	req  ratelimit.Request
+	dec  ratelimit.Decision
+	// uses are the limits checked, in order: one per entry, except that
+	// parts whose keys coincide share one entry (with their costs added).
+	uses  []use
+	one   [1]*policy.Policy
+	parts [1]Part
+}
+
+// use is one limit of one matching policy, checked through one entry.
+type use struct {
+	entry int // index into req.Entries
+	owner int // index into Outcome.Policies
+	limit int // index into the policy's Limits
 }
 
 func (c *Checker) currentSet() *policy.Set {
@@ -225,7 +252,7 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	}
 	sc.reset(in)
 	out.reset()
-	sc.gather(out, candidates, in.Cost)
+	sc.gather(out, candidates, in)
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
@@ -258,32 +285,41 @@ func (c *Checker) candidates(in Input, sc *scratch) ([]*policy.Policy, error) {
 
 // reset prepares sc for in, keeping its slices' storage.
 func (sc *scratch) reset(in Input) {
-	sc.eval.Reset(in.Request)
 	sc.req.Entries = sc.req.Entries[:0]
 	sc.req.DryRun = in.DryRun
-	sc.owners = sc.owners[:0]
-	sc.limitOf = sc.limitOf[:0]
+	sc.uses = sc.uses[:0]
 }
 
-// gather records the candidates that match in out, and their limits'
-// entries in sc's request.
-func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, cost int64) {
-	for _, p := range candidates {
-		matched, werr := sc.eval.Match(p)
-		if werr != nil {
-			matched = true // an expression's error never bypasses a limit
-		}
-		if matched {
-			sc.add(out, p, werr, cost)
+// gather records the candidates that match each part of in, and their
+// limits' entries in sc's request.
+func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
+	parts := in.Parts
+	if len(parts) == 0 {
+		sc.parts[0] = Part{Request: in.Request, Cost: in.Cost, CostSet: in.Cost > 0}
+		parts = sc.parts[:]
+	}
+	for i := range parts {
+		part := &parts[i]
+		sc.eval.Reset(part.Request)
+		for _, p := range candidates {
+			matched, werr := sc.eval.Match(p)
+			if werr != nil {
+				matched = true // an expression's error never bypasses a limit
+			}
+			if matched {
+				sc.add(out, p, werr, i, part, len(parts) > 1)
+			}
 		}
 	}
+	sc.parts[0] = Part{}
 }
 
-// add records the matching policy p: its key's value and its limits'
-// entries, or without a value the answer of its onMissingKey. cost above
-// 0 overrides the policy's.
-func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, cost int64) {
-	pr := PolicyResult{Policy: p, WhenError: werr}
+// add records the matching policy p for part i: its key's value and its
+// limits' entries, or without a value the answer of its onMissingKey.
+// shared says that another part may have rendered the same key already,
+// whose entry is then charged this part's cost too.
+func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *Part, shared bool) {
+	pr := PolicyResult{Policy: p, Part: i, WhenError: werr}
 	value, ok := sc.eval.KeyValue(p)
 	if !ok {
 		pr.MissingKey = true
@@ -296,14 +332,55 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, cost int64) {
 	}
 	pr.KeyValue = value
 	out.Policies = append(out.Policies, pr)
-	if cost <= 0 {
-		cost = p.Cost
+	owner := len(out.Policies) - 1
+	cost := p.Cost
+	if part.CostSet {
+		cost = part.Cost
 	}
 	before := len(sc.req.Entries)
 	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
-	for i := before; i < len(sc.req.Entries); i++ {
-		sc.owners = append(sc.owners, len(out.Policies)-1)
-		sc.limitOf = append(sc.limitOf, i-before)
+	for l := 0; before+l < len(sc.req.Entries); l++ {
+		sc.uses = append(sc.uses, use{entry: before + l, owner: owner, limit: l})
+	}
+	if shared {
+		sc.mergeSharedKeys(before)
+	}
+}
+
+// mergeSharedKeys folds the entries from index from on into earlier
+// entries with the same key (two descriptors of one request that name one
+// bucket): the bucket is charged both costs in one entry, as two requests
+// would be, and both uses read its result.
+func (sc *scratch) mergeSharedKeys(from int) {
+	entries := sc.req.Entries
+	kept := from
+	for j := from; j < len(entries); j++ {
+		target := -1
+		for i := 0; i < from; i++ {
+			if entries[i].Key == entries[j].Key {
+				target = i
+				break
+			}
+		}
+		if target < 0 {
+			entries[kept] = entries[j]
+			sc.retarget(j, kept)
+			kept++
+			continue
+		}
+		entries[target].Cost = min(entries[target].Cost+entries[j].Cost, ratelimit.MaxCount)
+		sc.retarget(j, target)
+	}
+	clear(entries[kept:])
+	sc.req.Entries = entries[:kept]
+}
+
+// retarget points the uses of entry from at entry to.
+func (sc *scratch) retarget(from, to int) {
+	for k := len(sc.uses) - 1; k >= 0 && sc.uses[k].entry >= from; k-- {
+		if sc.uses[k].entry == from {
+			sc.uses[k].entry = to
+		}
 	}
 }
 
@@ -371,8 +448,8 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 	if c.denials == nil || out.dryRun {
 		return false
 	}
-	for i := range sc.req.Entries {
-		e := &sc.req.Entries[i]
+	for _, u := range sc.uses {
+		e := &sc.req.Entries[u.entry]
 		if e.Shadow {
 			continue
 		}
@@ -380,10 +457,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		if !ok {
 			continue
 		}
-		p := out.Policies[sc.owners[i]].Policy
-		l := &p.Limits[sc.limitOf[i]]
+		pr := &out.Policies[u.owner]
+		p := pr.Policy
+		l := &p.Limits[u.limit]
 		reset := max(d.reset.Sub(now), 0)
-		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Cached: true,
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Cached: true,
 			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now)}})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = 0
@@ -430,12 +508,13 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 	if !out.Allowed {
 		out.Reason = ReasonLimited
 	}
-	for i := range sc.req.Entries {
-		e := &sc.req.Entries[i]
-		r := sc.dec.Results[i]
-		p := out.Policies[sc.owners[i]].Policy
-		l := &p.Limits[sc.limitOf[i]]
-		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Key: e.Key, Result: r})
+	for _, u := range sc.uses {
+		e := &sc.req.Entries[u.entry]
+		r := sc.dec.Results[u.entry]
+		pr := &out.Policies[u.owner]
+		p := pr.Policy
+		l := &p.Limits[u.limit]
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Result: r})
 		result := ResultAllowed
 		switch {
 		case !r.Allowed && e.Shadow:

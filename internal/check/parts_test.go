@@ -1,0 +1,111 @@
+package check
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+)
+
+// descriptor is one part of a rate limit service request.
+func descriptor(kv ...string) Part {
+	r := &policy.Request{Domain: "edge"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.Descriptor = append(r.Descriptor, policy.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
+	}
+	return Part{Request: r}
+}
+
+func withCost(p Part, cost int64) Part {
+	p.Cost, p.CostSet = cost, true
+	return p
+}
+
+func TestPartsAreDecidedAllOrNothing(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "per-client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+		compile(t, "ns", "route", "match: {descriptor: [{key: route, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
+	)
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for i := 0; i < 4; i++ {
+		out := check(descriptor("client", "a"), descriptor("route", "login"))
+		if want := i < 2; out.Allowed != want {
+			t.Fatalf("request %d: allowed %v, want %v", i, out.Allowed, want)
+		}
+		for _, lr := range out.Limits {
+			if want := map[string]int{"per-client": 0, "route": 1}[lr.Policy.Name]; lr.Part != want {
+				t.Errorf("request %d: %s's limit reported for part %d, want %d", i, lr.Policy.Name, lr.Part, want)
+			}
+		}
+	}
+	// The denied requests charged the client's bucket nothing.
+	out := check(descriptor("client", "a"))
+	if got := out.Limits[0].Remaining; !out.Allowed || got != 7 {
+		t.Errorf("client a: allowed %v with %d remaining, want allowed with 7 (10 - 2 admitted - this one)", out.Allowed, got)
+	}
+	// A descriptor no policy matches takes no part.
+	if out := check(descriptor("other", "x")); !out.Allowed || len(out.Policies) != 0 {
+		t.Errorf("unmatched descriptor: allowed %v, %d policies; want allowed, none", out.Allowed, len(out.Policies))
+	}
+}
+
+func TestPartsSharingABucketAreChargedTogether(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "any", "match: {domain: edge}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+	)
+	// Two descriptors of one request name the same bucket (user u): one
+	// entry is charged 2 + 1, and both parts read its figures.
+	out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{
+		withCost(descriptor("user", "u", "a", "1"), 2), descriptor("user", "u", "b", "2"),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Allowed || len(out.Limits) != 2 || out.Limits[0].Remaining != 2 || out.Limits[1].Remaining != 2 {
+		t.Fatalf("got allowed %v, limits %+v; want allowed, both parts with 2 remaining", out.Allowed, out.Limits)
+	}
+	// A cost of 0 checks without counting; 3 more do not fit.
+	out, _ = c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{withCost(descriptor("user", "u"), 0)}})
+	if !out.Allowed || out.Limits[0].Remaining != 2 {
+		t.Errorf("cost 0: allowed %v, remaining %d; want allowed, 2 (nothing counted)", out.Allowed, out.Limits[0].Remaining)
+	}
+	out, _ = c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{withCost(descriptor("user", "u"), 3)}})
+	if out.Allowed {
+		t.Errorf("cost 3 with 2 remaining was allowed")
+	}
+}
+
+func TestHTTPAndDescriptorPoliciesKeepApart(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "http", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "rls", "match: {domain: edge}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+	)
+	for i := 0; i < 2; i++ {
+		httpOut, _ := c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
+		rlsOut, _ := c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{descriptor("k", "v")}})
+		if len(httpOut.Policies) != 1 || httpOut.Policies[0].Policy.Name != "http" || len(rlsOut.Policies) != 1 || rlsOut.Policies[0].Policy.Name != "rls" {
+			t.Fatalf("HTTP matched %v, descriptor matched %v; want each its own policy only", httpOut.Policies, rlsOut.Policies)
+		}
+		if want := i == 0; httpOut.Allowed != want || rlsOut.Allowed != want {
+			t.Errorf("round %d: HTTP allowed %v, descriptor allowed %v; want %v", i, httpOut.Allowed, rlsOut.Allowed, want)
+		}
+	}
+}
