@@ -48,7 +48,7 @@ func RandomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
 }
 
 // RandomCost is mostly 1, sometimes 0, sometimes up to the capacity, rarely
-// above it.
+// above it (never above MaxCount, the most a valid Entry may cost).
 func RandomCost(rng *rand.Rand, l ratelimit.Limit) int64 {
 	switch n := rng.IntN(20); {
 	case n < 11:
@@ -58,7 +58,7 @@ func RandomCost(rng *rand.Rand, l ratelimit.Limit) int64 {
 	case n < 19:
 		return 1 + rng.Int64N(l.Capacity)
 	default:
-		return l.Capacity + 1 + rng.Int64N(3)
+		return min(l.Capacity+1+rng.Int64N(3), ratelimit.MaxCount)
 	}
 }
 
