@@ -7,7 +7,7 @@ import "fmt"
 // meaning one of the algorithms.
 type Algorithm uint8
 
-// The six algorithms. Their numeric values are part of the Redis library's
+// The seven algorithms. Their numeric values are part of the Redis library's
 // argument format and of stored state tags: never renumber them.
 const (
 	// TokenBucket (discrete refills): the bucket starts full with
@@ -17,7 +17,8 @@ const (
 	TokenBucket Algorithm = 1
 	// FixedWindow: at most Capacity units per window of Interval. A window
 	// starts with the first admitted request after the previous one ended
-	// (as when a counter key's TTL defines the window).
+	// (as when a counter key's TTL defines the window). FixedWindowClock
+	// is the same count over clock-aligned windows.
 	FixedWindow Algorithm = 2
 	// SlidingWindowLog: at most Capacity units in any Interval-long span,
 	// exactly, by logging every admitted request.
@@ -33,10 +34,16 @@ const (
 	// Rate requests per Interval (the period), with Capacity (the burst) the
 	// number that may arrive at once.
 	GCRA Algorithm = 6
+	// FixedWindowClock: at most Capacity units per window of Interval, the
+	// windows being whole multiples of Interval since the Unix epoch (a 1h
+	// window starts on the hour, 24h at 00:00 UTC), the same for every key,
+	// as envoyproxy/ratelimit counts. The API spells it fixedWindow with
+	// alignment Clock.
+	FixedWindowClock Algorithm = 7
 )
 
 // Algorithms lists every valid algorithm, in numeric order.
-var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA}
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock}
 
 var algorithmNames = [...]string{
 	TokenBucket:          "TokenBucket",
@@ -45,9 +52,12 @@ var algorithmNames = [...]string{
 	SlidingWindowCounter: "SlidingWindowCounter",
 	LeakyBucket:          "LeakyBucket",
 	GCRA:                 "GCRA",
+	FixedWindowClock:     "FixedWindowClock",
 }
 
-// String returns the name used in the RateLimitPolicy API (e.g. "TokenBucket").
+// String returns the algorithm's name (e.g. "TokenBucket"): the name of its
+// field in the RateLimitPolicy API, capitalized, except FixedWindowClock
+// (fixedWindow with alignment Clock).
 func (a Algorithm) String() string {
 	if a.Valid() {
 		return algorithmNames[a]
@@ -55,8 +65,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a is one of the six algorithms.
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= GCRA }
+// Valid reports whether a is one of the seven algorithms.
+func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= FixedWindowClock }
 
 // ParseAlgorithm is the inverse of String.
 func ParseAlgorithm(s string) (Algorithm, error) {

@@ -23,6 +23,7 @@ const (
 //
 //	TokenBucket          Capacity = capacity, Rate = refillRate, Interval = refillInterval
 //	FixedWindow          Capacity = limit, Interval = window
+//	FixedWindowClock     Capacity = limit, Interval = window
 //	SlidingWindowLog     Capacity = limit, Interval = window
 //	SlidingWindowCounter Capacity = limit, Interval = window
 //	LeakyBucket          Capacity = capacity, Rate = leakRate, Interval = leakInterval

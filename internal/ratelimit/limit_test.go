@@ -14,9 +14,12 @@ func TestLimitValidate(t *testing.T) {
 	}{
 		{"token bucket", Limit{TokenBucket, 10, 1, time.Second}, true},
 		{"fixed window", Limit{FixedWindow, 10, 0, time.Minute}, true},
+		{"clock-aligned fixed window", Limit{FixedWindowClock, 10, 0, 24 * time.Hour}, true},
+		{"rate on a clock-aligned window", Limit{FixedWindowClock, 10, 1, time.Hour}, false},
+		{"longest clock-aligned window", Limit{FixedWindowClock, MaxCount, 0, MaxInterval}, true},
 		{"gcra", Limit{GCRA, 5, 10, time.Second}, true},
 		{"zero", Limit{}, false},
-		{"unknown algorithm", Limit{7, 10, 1, time.Second}, false},
+		{"unknown algorithm", Limit{8, 10, 1, time.Second}, false},
 		{"capacity 0", Limit{TokenBucket, 0, 1, time.Second}, false},
 		{"capacity too big", Limit{FixedWindow, MaxCount + 1, 0, time.Second}, false},
 		{"rate 0", Limit{LeakyBucket, 10, 0, time.Second}, false},

@@ -18,6 +18,7 @@ func BenchmarkCheck(b *testing.B) {
 		{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 100, Interval: time.Second},
 		{Algorithm: ratelimit.LeakyBucket, Capacity: 100, Rate: 10, Interval: time.Second},
 		{Algorithm: ratelimit.GCRA, Capacity: 100, Rate: 10, Interval: time.Second},
+		{Algorithm: ratelimit.FixedWindowClock, Capacity: 100, Interval: time.Second},
 	} {
 		b.Run(l.Algorithm.String(), func(b *testing.B) {
 			p, err := model.Compile(l)

@@ -11,6 +11,7 @@ const Never = -1
 //
 //	TokenBucket          A = tokens, B = time of the last refill step
 //	FixedWindow          A = count, B = window start
+//	FixedWindowClock     A = count, B = window start (a multiple of Interval)
 //	SlidingWindowCounter A = window index (time/window), B = current count, C = previous count
 //	LeakyBucket, GCRA    A = level in scaled units (Interval per unit), B = time of the level
 //	SlidingWindowLog     Log
@@ -63,6 +64,8 @@ func Check(p Params, s *State, now, cost int64) (v Verdict, next State) {
 		return tokenBucket(p, &st, now, cost)
 	case ratelimit.FixedWindow:
 		return fixedWindow(p, &st, now, cost)
+	case ratelimit.FixedWindowClock:
+		return fixedWindowClock(p, &st, now, cost)
 	case ratelimit.SlidingWindowLog:
 		return slidingLog(p, &st, now, cost)
 	case ratelimit.SlidingWindowCounter:

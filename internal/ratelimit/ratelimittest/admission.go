@@ -11,7 +11,8 @@ import (
 )
 
 // NoRefillLimits returns one limit per algorithm with the given capacity
-// that gives nothing back within a test's lifetime on the real clock.
+// that gives nothing back within a test's lifetime on the real clock,
+// indexed by algorithm-1.
 func NoRefillLimits(capacity int64) []ratelimit.Limit {
 	long := 24 * time.Hour
 	return []ratelimit.Limit{
@@ -22,6 +23,7 @@ func NoRefillLimits(capacity int64) []ratelimit.Limit {
 		{Algorithm: ratelimit.SlidingWindowCounter, Capacity: capacity, Interval: ratelimit.MaxInterval},
 		{Algorithm: ratelimit.LeakyBucket, Capacity: capacity, Rate: 1, Interval: long},
 		{Algorithm: ratelimit.GCRA, Capacity: capacity, Rate: 1, Interval: long},
+		{Algorithm: ratelimit.FixedWindowClock, Capacity: capacity, Interval: ratelimit.MaxInterval},
 	}
 }
 

@@ -115,6 +115,42 @@ func Examples() []Example {
 			),
 		},
 		{
+			// Clock-aligned: the window is the minute of the clock, not of the
+			// first request. At 59.5s past a boundary 3 pass, the 4th waits
+			// exactly until the boundary, where the count is fresh.
+			Name:  "FixedWindowClock/limit3-window1m",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindowClock, Capacity: 3, Interval: time.Minute},
+			Steps: []Step{
+				{Advance: 59500 * time.Millisecond, Cost: 0, Allowed: true, Remaining: 3, Reset: 0},
+				ok(2, 500*time.Millisecond),
+				ok(1, 500*time.Millisecond),
+				ok(0, 500*time.Millisecond),
+				{Cost: 1, Remaining: 0, Reset: 500 * time.Millisecond, RetryAfter: 500 * time.Millisecond},
+				{Cost: 0, Allowed: true, Remaining: 0, Reset: 500 * time.Millisecond},
+				denied(500*time.Millisecond-us, 1, 0, us),
+				after(us, ok(2, time.Minute)), // the boundary: a fresh window
+				{Advance: 20 * time.Second, Cost: 2, Allowed: true, Remaining: 0, Reset: 40 * time.Second},
+				denied(0, 1, 0, 40*time.Second),
+				denied(0, 4, 0, ratelimit.Never),
+				denied(40*time.Second-us, 1, 0, us),
+				after(us, Step{Cost: 3, Allowed: true, Remaining: 0, Reset: time.Minute}), // the boundary burst: 6 within 40s
+				// Whole windows later nothing is left over.
+				{Advance: 3*time.Minute + 15*time.Second, Cost: 0, Allowed: true, Remaining: 3, Reset: 0},
+				ok(2, 45*time.Second),
+			},
+		},
+		{
+			// A 1h window starts on the hour, whenever the first request comes.
+			Name:  "FixedWindowClock/limit2-window1h",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindowClock, Capacity: 2, Interval: time.Hour},
+			Steps: []Step{
+				after(15*time.Minute, ok(1, 45*time.Minute)),
+				after(30*time.Minute, ok(0, 15*time.Minute)),
+				denied(0, 1, 0, 15*time.Minute),
+				after(15*time.Minute, ok(1, time.Hour)),
+			},
+		},
+		{
 			// Documented: a true rolling window, no boundary burst.
 			Name:  "SlidingWindowLog/limit3-window10s",
 			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 3, Interval: 10 * time.Second},

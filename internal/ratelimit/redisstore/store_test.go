@@ -96,6 +96,7 @@ func TestKeysExpire(t *testing.T) {
 		{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 5, Interval: 100 * time.Millisecond},
 		{Algorithm: ratelimit.LeakyBucket, Capacity: 5, Rate: 1, Interval: 40 * time.Millisecond},
 		{Algorithm: ratelimit.GCRA, Capacity: 5, Rate: 25, Interval: time.Second},
+		{Algorithm: ratelimit.FixedWindowClock, Capacity: 5, Interval: 200 * time.Millisecond},
 	}
 	ctx := context.Background()
 	for i := range 300 {
@@ -136,8 +137,9 @@ func TestAlgorithmChange(t *testing.T) {
 	ref := ratelimittest.NewReference(clock)
 	key := ratelimit.Key("ns", "p", "v", "changing")
 	order := []ratelimit.Algorithm{
-		ratelimit.TokenBucket, ratelimit.SlidingWindowLog, ratelimit.FixedWindow, ratelimit.LeakyBucket, ratelimit.GCRA,
-		ratelimit.SlidingWindowCounter, ratelimit.SlidingWindowLog, ratelimit.TokenBucket,
+		ratelimit.TokenBucket, ratelimit.SlidingWindowLog, ratelimit.FixedWindow, ratelimit.FixedWindowClock, ratelimit.FixedWindow,
+		ratelimit.LeakyBucket, ratelimit.GCRA, ratelimit.SlidingWindowCounter, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog,
+		ratelimit.TokenBucket,
 	}
 	for i, alg := range order {
 		l := ratelimittest.NoRefillLimits(7)[alg-1]

@@ -1,4 +1,4 @@
--- Sluice rate-limit library: six algorithms and one entry point, check(),
+-- Sluice rate-limit library: seven algorithms and one entry point, check(),
 -- that evaluates one or more requests, each of them all of its limits
 -- atomically. It mirrors the Go reference in internal/ratelimit/model
 -- exactly; read that package's docs for the semantics and the arithmetic
@@ -16,7 +16,7 @@
 --   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
 --         dryRun 0|1, time in µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:shadow"
---         (algorithm 1..6, interval in µs, shadow 0|1), all in decimal.
+--         (algorithm 1..7, interval in µs, shadow 0|1), all in decimal.
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -210,6 +210,57 @@ local function fixed_window(j, key, limit, _, window, now, cost, o)
     return allow(o, remaining, reset, limit - count - cost, reset_after)
   end
   return deny(o, remaining, reset, start + window - now)
+end
+
+-- Clock-aligned fixed window: windows are the multiples of the window
+-- since the epoch, k = floor(now/window); state 'n' (count) and 's' (the
+-- start of the window counted). A stored window later than now's (the clock
+-- stepped back) stays the window; the stored start is read through its
+-- window index, so a state written under another window length still ends
+-- on a boundary of this one.
+local function fixed_window_clock(j, key, limit, _, window, now, cost, o)
+  local r = pcall_('HMGET', key, 'a', 'n', 's')
+  local mode, stored = FULL, nil
+  local k, count = floor(now / window), 0
+  if r.err then
+    mode = REPLACE
+  elseif r[1] then
+    local n, s = num(r[2]), num(r[3])
+    if r[1] ~= '7' or n == nil or s == nil then
+      mode = REPLACE
+    else
+      mode, stored = PRIMARY, s
+      if n > 0 then
+        local sk = floor(s / window)
+        if sk >= k then
+          k, count = sk, n
+        end
+      end
+    end
+  end
+  local start = k * window
+  local finish = start + window
+  local remaining, reset = limit - count, 0
+  if remaining < 0 then
+    remaining = 0
+  end
+  if count > 0 then
+    reset = finish - now
+  end
+  if cost > limit then
+    return deny(o, remaining, reset, NEVER)
+  elseif count + cost <= limit then
+    local reset_after = reset
+    if count + cost > 0 then
+      reset_after = finish - now
+    end
+    if mode == PRIMARY and start ~= stored then
+      mode = ALL
+    end
+    W_MODE[j], W_EXP[j], W_A[j], W_B[j] = mode, finish, count + cost, start
+    return allow(o, remaining, reset, limit - count - cost, reset_after)
+  end
+  return deny(o, remaining, reset, finish - now)
 end
 
 -- Sliding window log: a sorted set scored by admission time; the member is
@@ -472,14 +523,16 @@ local function evaluate(e, j, key, now, o)
     return sliding_counter(j, key, e[2], e[3], e[4], now, e[5], o)
   elseif alg == 5 then
     return meter('5', j, key, e[2], e[3], e[4], now, e[5], o)
+  elseif alg == 7 then
+    return fixed_window_clock(j, key, e[2], e[3], e[4], now, e[5], o)
   end
   return meter('6', j, key, e[2], e[3], e[4], now, e[5], o)
 end
 
 -- commit writes entry j's pending state and its expiry. Hash fields: A is
 -- the primary one (changed by every consumption), B and C the others.
-local FIELDS = {{'t', 'l'}, {'n', 's'}, nil, {'c', 'k', 'p'}, {'v', 't'}, {'v', 't'}}
-local TAGS = {'1', '2', '3', '4', '5', '6'}
+local FIELDS = {{'t', 'l'}, {'n', 's'}, nil, {'c', 'k', 'p'}, {'v', 't'}, {'v', 't'}, {'n', 's'}}
+local TAGS = {'1', '2', '3', '4', '5', '6', '7'}
 
 local function commit(alg, j, key)
   local mode = W_MODE[j]
@@ -602,9 +655,9 @@ local function entry(s)
     return nil
   end
   local alg, cap, rate, iv, cost, shadow = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([01])$')
-  alg, cap, rate = toint(alg, 1, 6), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+  alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
   iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-  if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg >= 5) and rate < 1) then
+  if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
     return nil
   end
   rec = {alg, cap, rate, iv, cost, shadow == '1'}
