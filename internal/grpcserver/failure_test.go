@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
@@ -60,5 +62,39 @@ func TestRedisDownFailureMode(t *testing.T) {
 			t.Fatal("decisions did not resume within 5s of the restart")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// With redis-server killed, a rate limit service request is answered by
+// the failureMode of the policies its descriptors match: Closed makes its
+// descriptor and the request OVER_LIMIT, Open leaves them OK.
+func TestRLSRedisDownFailureMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills redis-server")
+	}
+	srv := redistest.Start(t)
+	rc := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
+	t.Cleanup(func() { _ = rc.Close() })
+	store, err := redisstore.New(rc, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "open", "failureMode: Open\nmatch: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
+		compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
+	open := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("open", "a")}}
+	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("open", "a"), rlsDescriptor("closed", "a")}}
+	if got := codesOf(e.shouldRateLimit(t, both)); got[0] != rlsOK {
+		t.Fatalf("before the fault: %v", got)
+	}
+	srv.Kill()
+	for i := range 3 {
+		if got := codesOf(e.shouldRateLimit(t, open)); got[0] != rlsOK || got[1] != rlsOK {
+			t.Errorf("fail open, request %d: %v, want OK", i, got)
+		}
+		if got := codesOf(e.shouldRateLimit(t, both)); got[0] != rlsOver || got[1] != rlsOK || got[2] != rlsOver {
+			t.Errorf("fail closed, request %d: (overall, open, closed) %v, want OVER_LIMIT OK OVER_LIMIT", i, got)
+		}
 	}
 }

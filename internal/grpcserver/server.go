@@ -1,12 +1,13 @@
 // Package grpcserver is Sluice's gRPC endpoint: Envoy's ext_authz v3
-// (envoy.service.auth.v3.Authorization) beside the gRPC health service and
-// server reflection, on a port of its own. Like the webhook package, it
+// (envoy.service.auth.v3.Authorization) and Rate Limit Service v3
+// (envoy.service.ratelimit.v3.RateLimitService) beside the gRPC health
+// service and server reflection, on a port of its own. Like the webhook package, it
 // only translates: a request's attributes become a check.Input, and the
 // check package's Outcome becomes the protocol's answer, rendered by
 // internal/checkhttp so it reads the same as an HTTP check's.
 //
-// Each protocol registers itself in its own file (authz.go); Envoy's Rate
-// Limit Service joins the same way, on the same server and Checker.
+// Each protocol registers itself in its own file (authz.go, rls.go), on the
+// same server and Checker.
 package grpcserver
 
 import (
@@ -16,7 +17,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +45,9 @@ type Config struct {
 	// DefaultNamespace answers ext_authz checks whose route sets no
 	// "namespace" context extension; empty: such checks are refused.
 	DefaultNamespace string
+	// Domains binds rate limit service domains to the one namespace whose
+	// descriptor policies answer them.
+	Domains DomainBindings
 }
 
 // BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file
@@ -50,6 +57,43 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", "", "PEM certificate (chain) of the gRPC endpoint; with --grpc-tls-key-file it serves TLS, without plaintext")
 	fs.StringVar(&c.TLSKeyFile, "grpc-tls-key-file", "", "PEM private key of --grpc-tls-cert-file")
 	fs.StringVar(&c.DefaultNamespace, "grpc-default-namespace", "", "namespace of ext_authz checks whose route sets no 'namespace' context extension; empty: such checks are denied with 400")
+	if c.Domains == nil {
+		c.Domains = DomainBindings{}
+	}
+	fs.Var(c.Domains, "rls-domain", "DOMAIN=NAMESPACE: the namespace whose descriptor policies answer rate limit service requests of DOMAIN (repeatable, or comma-separated); requests of an unbound domain are answered OK")
+}
+
+// DomainBindings maps each rate limit service domain to one namespace. The
+// operator sets it, like the {namespace} of an HTTP check's URL: a request
+// carries no namespace, and a tenant's policy must never answer another
+// tenant's domain.
+type DomainBindings map[string]string
+
+// String implements flag.Value.
+func (d DomainBindings) String() string {
+	pairs := make([]string, 0, len(d))
+	for _, domain := range slices.Sorted(maps.Keys(d)) {
+		pairs = append(pairs, domain+"="+d[domain])
+	}
+	return strings.Join(pairs, ",")
+}
+
+// Set implements flag.Value: DOMAIN=NAMESPACE, or several separated by commas.
+func (d DomainBindings) Set(v string) error {
+	for _, pair := range strings.Split(v, ",") {
+		domain, ns, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || domain == "" {
+			return fmt.Errorf("%q: want DOMAIN=NAMESPACE", pair)
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("%q: namespace %q: %s", pair, ns, errs[0])
+		}
+		if prev, dup := d[domain]; dup && prev != ns {
+			return fmt.Errorf("domain %q is bound to %q already: a domain is answered by one namespace", domain, prev)
+		}
+		d[domain] = ns
+	}
+	return nil
 }
 
 // Enabled reports whether the gRPC endpoint is to be served.
@@ -61,8 +105,9 @@ type Options struct {
 	// TrustedProxies are the peers whose forwarded headers are believed
 	// (default clientip.DefaultTrustedProxies), as on the HTTP endpoint.
 	TrustedProxies *clientip.TrustedProxies
-	// DefaultNamespace: see Config.
+	// DefaultNamespace and Domains: see Config.
 	DefaultNamespace string
+	Domains          DomainBindings
 	// TLS, when set, serves TLS.
 	TLS *tls.Config
 	// Registerer, when set, receives the gRPC request metrics.
@@ -113,6 +158,7 @@ func New(o Options) (*Server, error) {
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 	registerAuthz(s)
+	registerRLS(s)
 	return s, nil
 }
 
@@ -186,7 +232,7 @@ func FromConfig(cfg *Config, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.TLS, o.DefaultNamespace = tlsCfg, cfg.DefaultNamespace
+	o.TLS, o.DefaultNamespace, o.Domains = tlsCfg, cfg.DefaultNamespace, cfg.Domains
 	return New(o)
 }
 

@@ -56,6 +56,7 @@ func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
 
 // endpoint is a Server on a loopback port and a client connected to it.
 type endpoint struct {
+	s     *Server
 	conn  *grpc.ClientConn
 	authz authv3.AuthorizationClient
 	reg   *prometheus.Registry
@@ -94,7 +95,7 @@ func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds creden
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &endpoint{conn: conn, authz: authv3.NewAuthorizationClient(conn), reg: reg, addr: ln.Addr().String()}
+	return &endpoint{s: s, conn: conn, authz: authv3.NewAuthorizationClient(conn), reg: reg, addr: ln.Addr().String()}
 }
 
 // req is an ext_authz check request as Envoy sends it.
@@ -492,7 +493,7 @@ func TestRawHeaderMap(t *testing.T) {
 func TestHealthAndReflection(t *testing.T) {
 	e := start(t, memstore.New(), Options{}, nil)
 	health := healthpb.NewHealthClient(e.conn)
-	for _, svc := range []string{"", authzService} {
+	for _, svc := range []string{"", authzService, rlsService} {
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health %q: %v %v", svc, resp, err)
@@ -513,7 +514,7 @@ func TestHealthAndReflection(t *testing.T) {
 	for _, s := range resp.GetListServicesResponse().GetService() {
 		names = append(names, s.GetName())
 	}
-	if !containsAll(names, authzService, "grpc.health.v1.Health") {
+	if !containsAll(names, authzService, rlsService, "grpc.health.v1.Health") {
 		t.Errorf("reflection lists %v", names)
 	}
 	_ = stream.CloseSend()

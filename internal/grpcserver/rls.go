@@ -1,0 +1,319 @@
+package grpcserver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
+
+// MaxDescriptors bounds the descriptors of one rate limit service request:
+// they come from the proxy's route configuration, a handful per route, and
+// each is matched against every policy of its namespace.
+const MaxDescriptors = 64
+
+// rls is Envoy's Rate Limit Service v3 (the protocol of envoyproxy/ratelimit):
+// each descriptor of a request is one part of one check, so a request's
+// descriptors are decided all or nothing in one store call.
+type rls struct {
+	ratelimitv3.UnimplementedRateLimitServiceServer
+	s     *Server
+	state sync.Pool
+
+	// unbound remembers the unbound domains already logged, so a
+	// misconfigured proxy is reported once per domain, not per request.
+	unboundMu sync.Mutex
+	unbound   map[string]bool
+}
+
+// rlsState is one call's reusable memory.
+type rlsState struct {
+	reqs    []policy.Request
+	entries []policy.DescriptorEntry
+	parts   []check.Part
+	out     check.Outcome
+	header  http.Header
+	headers checkhttp.HeaderScratch
+}
+
+func registerRLS(s *Server) {
+	r := &rls{s: s, unbound: map[string]bool{}}
+	r.state.New = func() any { return &rlsState{} }
+	ratelimitv3.RegisterRateLimitServiceServer(s.grpc, r)
+}
+
+// ShouldRateLimit implements the rate limit service. An unreadable request
+// is INVALID_ARGUMENT and a failed check INTERNAL: errors, which the
+// proxy's failure_mode_deny answers. Redis being away is not an error:
+// each matching policy's failureMode answers it.
+func (r *rls) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+	resp, err := r.decide(ctx, req)
+	r.s.metrics.answered(rlsService, grpcstatus.Code(err))
+	return resp, err
+}
+
+func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+	if err := validateRLS(req); err != nil {
+		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
+	namespace, bound := r.s.opts.Domains[req.GetDomain()]
+	if !bound {
+		// Envoy's ratelimit service answers a domain it has no
+		// configuration for with OK; so does Sluice, for a domain the
+		// operator bound to no namespace.
+		r.reportUnbound(req.GetDomain())
+		return okForEach(len(req.GetDescriptors())), nil
+	}
+	st := r.state.Get().(*rlsState)
+	defer func() {
+		clear(st.reqs)
+		clear(st.entries)
+		clear(st.parts)
+		r.state.Put(st)
+	}()
+	st.read(req)
+	if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out); err != nil {
+		r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
+		return nil, grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
+	}
+	return st.response(r.s.opts.Now()), nil
+}
+
+// validateRLS refuses what envoyproxy/ratelimit refuses (no domain, no
+// descriptors) and more descriptors than MaxDescriptors.
+func validateRLS(req *ratelimitv3.RateLimitRequest) error {
+	switch n := len(req.GetDescriptors()); {
+	case req.GetDomain() == "":
+		return fmt.Errorf("domain: must not be empty")
+	case n == 0:
+		return fmt.Errorf("descriptors: must not be empty")
+	case n > MaxDescriptors:
+		return fmt.Errorf("descriptors: %d, more than %d", n, MaxDescriptors)
+	}
+	return nil
+}
+
+func (r *rls) reportUnbound(domain string) {
+	r.unboundMu.Lock()
+	defer r.unboundMu.Unlock()
+	if r.unbound[domain] || len(r.unbound) >= 64 {
+		return
+	}
+	r.unbound[domain] = true
+	r.s.opts.Logger.Warn("rate limit requests for a domain no namespace is bound to are answered OK; bind it with --rls-domain DOMAIN=NAMESPACE",
+		"domain", checkhttp.Excerpt(domain))
+}
+
+// okForEach is the answer for descriptors no policy can match.
+func okForEach(n int) *ratelimitv3.RateLimitResponse {
+	resp := &ratelimitv3.RateLimitResponse{OverallCode: ratelimitv3.RateLimitResponse_OK,
+		Statuses: make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
+	}
+	return resp
+}
+
+// read turns each descriptor into a part: its entries, and its cost: the
+// descriptor's hits_addend when set (0 checks without counting), else the
+// request's when above 0, else the policies' own cost.
+func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
+	descriptors := req.GetDescriptors()
+	st.entries = st.entries[:0]
+	for _, d := range descriptors {
+		for _, e := range d.GetEntries() {
+			st.entries = append(st.entries, policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+	}
+	st.reqs = slices.Grow(st.reqs[:0], len(descriptors))[:len(descriptors)]
+	st.parts = slices.Grow(st.parts[:0], len(descriptors))[:len(descriptors)]
+	at := 0
+	for i, d := range descriptors {
+		n := len(d.GetEntries())
+		st.reqs[i] = policy.Request{Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
+		at += n
+		part := check.Part{Request: &st.reqs[i]}
+		switch {
+		case d.GetIsNegativeHits():
+			// Sluice does not give units back: a refund is checked without counting.
+			part.Cost, part.CostSet = 0, true
+		case d.GetHitsAddend() != nil:
+			part.Cost, part.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
+		case req.GetHitsAddend() > 0:
+			part.Cost, part.CostSet = clampCost(uint64(req.GetHitsAddend())), true
+		}
+		st.parts[i] = part
+	}
+}
+
+// clampCost keeps a cost in the engine's range; any cost above a limit's
+// capacity is denied the same.
+func clampCost(n uint64) int64 {
+	if n > ratelimit.MaxCount {
+		return ratelimit.MaxCount
+	}
+	return int64(n)
+}
+
+// response renders the outcome: a status per descriptor from its tightest
+// limit, OVER_LIMIT overall when any enforced limit denied (or a failure
+// mode or missing key did), and the answer's rate-limit headers.
+func (st *rlsState) response(now time.Time) *ratelimitv3.RateLimitResponse {
+	out := &st.out
+	resp := &ratelimitv3.RateLimitResponse{OverallCode: ratelimitv3.RateLimitResponse_OK,
+		Statuses: make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, len(st.parts))}
+	if !out.Allowed {
+		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = partStatus(out, i)
+	}
+	if st.header == nil {
+		st.header = make(http.Header, 8)
+	}
+	clear(st.header)
+	checkhttp.AppendHeaders(st.header, out, now, &st.headers)
+	resp.ResponseHeadersToAdd = headerValues(st.header)
+	return resp
+}
+
+// partStatus is descriptor i's status: its tightest limit's figures, and
+// OVER_LIMIT when the part took part in the denial.
+func partStatus(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
+	status := &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
+	if !out.Allowed && partDenied(out, part) {
+		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
+	}
+	lr := tightestOfPart(out, part)
+	if lr == nil {
+		return status
+	}
+	status.CurrentLimit = currentLimit(lr)
+	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
+	status.DurationUntilReset = durationpb.New(lr.Reset)
+	return status
+}
+
+// partDenied reports whether part caused the denial: an enforced limit
+// of it denied, or one of its policies denied by its onMissingKey or, with
+// Redis away, by failureMode Closed.
+func partDenied(out *check.Outcome, part int) bool {
+	for i := range out.Limits {
+		lr := &out.Limits[i]
+		if lr.Part == part && !lr.Allowed && !lr.Policy.Shadow {
+			return true
+		}
+	}
+	for i := range out.Policies {
+		pr := &out.Policies[i]
+		if pr.Part != part || pr.Policy.Shadow {
+			continue
+		}
+		if pr.MissingKey && out.Reason == check.ReasonMissingKey && pr.Policy == out.Decider {
+			return true
+		}
+		if out.Degraded && pr.Policy.FailClosed && !pr.MissingKey {
+			return true
+		}
+	}
+	return false
+}
+
+// tightestOfPart is the limit whose figures the part reports: among its
+// enforced limits the denied one that waits longest, else the one with
+// the fewest remaining; shadow limits only when it has no other.
+func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
+	var best *check.LimitResult
+	rank := func(lr *check.LimitResult) (enforced, denied bool) { return !lr.Policy.Shadow, !lr.Allowed }
+	for i := range out.Limits {
+		lr := &out.Limits[i]
+		if lr.Part != part {
+			continue
+		}
+		if best == nil {
+			best = lr
+			continue
+		}
+		be, bd := rank(best)
+		le, ld := rank(lr)
+		switch {
+		case le != be:
+			if le {
+				best = lr
+			}
+		case ld != bd:
+			if ld {
+				best = lr
+			}
+		case ld:
+			if lr.RetryAfter > best.RetryAfter {
+				best = lr
+			}
+		case lr.Remaining < best.Remaining:
+			best = lr
+		}
+	}
+	return best
+}
+
+// units are the rate limit service's units, by their length.
+var units = map[time.Duration]ratelimitv3.RateLimitResponse_RateLimit_Unit{
+	time.Second:          ratelimitv3.RateLimitResponse_RateLimit_SECOND,
+	time.Minute:          ratelimitv3.RateLimitResponse_RateLimit_MINUTE,
+	time.Hour:            ratelimitv3.RateLimitResponse_RateLimit_HOUR,
+	24 * time.Hour:       ratelimitv3.RateLimitResponse_RateLimit_DAY,
+	7 * 24 * time.Hour:   ratelimitv3.RateLimitResponse_RateLimit_WEEK,
+	30 * 24 * time.Hour:  ratelimitv3.RateLimitResponse_RateLimit_MONTH,
+	365 * 24 * time.Hour: ratelimitv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// currentLimit describes lr's limit as requests per unit where it is one:
+// a window's limit per window, a bucket's rate per interval, when that
+// span is one of the protocol's units. nil otherwise.
+func currentLimit(lr *check.LimitResult) *ratelimitv3.RateLimitResponse_RateLimit {
+	l := lr.Limit.Limit
+	perUnit := l.Capacity
+	if l.Rate > 0 {
+		perUnit = l.Rate
+	}
+	unit, ok := units[l.Interval]
+	if !ok || perUnit > 1<<32-1 {
+		return nil
+	}
+	return &ratelimitv3.RateLimitResponse_RateLimit{
+		Name:            lr.Policy.Name + "/" + lr.Limit.Name,
+		RequestsPerUnit: uint32(perUnit), //nolint:gosec // checked above
+		Unit:            unit,
+	}
+}
+
+// headerValues turns the rendered headers into the protocol's, in a stable
+// order.
+func headerValues(h http.Header) []*corev3.HeaderValue {
+	if len(h) == 0 {
+		return nil
+	}
+	values := make([]*corev3.HeaderValue, 0, len(h))
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			values = append(values, &corev3.HeaderValue{Key: k, Value: v})
+		}
+	}
+	return values
+}

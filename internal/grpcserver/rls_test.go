@@ -1,0 +1,229 @@
+package grpcserver
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+)
+
+const (
+	rlsOK   = ratelimitv3.RateLimitResponse_OK
+	rlsOver = ratelimitv3.RateLimitResponse_OVER_LIMIT
+)
+
+// rlsDescriptor is a descriptor from key, value pairs.
+func rlsDescriptor(kv ...string) *ratelimitcommonv3.RateLimitDescriptor {
+	d := &ratelimitcommonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func (e *endpoint) shouldRateLimit(t *testing.T, req *ratelimitv3.RateLimitRequest) *ratelimitv3.RateLimitResponse {
+	t.Helper()
+	resp, err := ratelimitv3.NewRateLimitServiceClient(e.conn).ShouldRateLimit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+// codesOf is the overall code and each descriptor's.
+func codesOf(resp *ratelimitv3.RateLimitResponse) []ratelimitv3.RateLimitResponse_Code {
+	out := []ratelimitv3.RateLimitResponse_Code{resp.GetOverallCode()}
+	for _, s := range resp.GetStatuses() {
+		out = append(out, s.GetCode())
+	}
+	return out
+}
+
+func headersOf(resp *ratelimitv3.RateLimitResponse) map[string]string {
+	h := map[string]string{}
+	for _, v := range resp.GetResponseHeadersToAdd() {
+		h[v.GetKey()] = v.GetValue()
+	}
+	return h
+}
+
+func TestRLSRefusesWhatItCannotRead(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	many := make([]*ratelimitcommonv3.RateLimitDescriptor, MaxDescriptors+1)
+	for i := range many {
+		many[i] = rlsDescriptor("k", "v")
+	}
+	for name, req := range map[string]*ratelimitv3.RateLimitRequest{
+		"no domain":        {Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}},
+		"no descriptors":   {Domain: "edge"},
+		"too many entries": {Domain: "edge", Descriptors: many},
+	} {
+		_, err := ratelimitv3.NewRateLimitServiceClient(e.conn).ShouldRateLimit(context.Background(), req)
+		if grpcstatus.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	if got := testutil.ToFloat64(e.s.metrics.requests.WithLabelValues(rlsService, codes.InvalidArgument.String())); got != 3 {
+		t.Errorf("sluice_grpc_requests_total{service=ratelimit,code=InvalidArgument} = %v, want 3", got)
+	}
+}
+
+func TestRLSLimitsDescriptors(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "per-client", "match: {domain: edge, descriptor: [{key: remote_address}]}\nkey: '{descriptor:remote_address}'\nlimits: [{name: minute, fixedWindow: {limit: 3, window: 1m}}]"))
+	send := func(addr string) *ratelimitv3.RateLimitResponse {
+		return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("remote_address", addr)}})
+	}
+	for i := range 3 {
+		resp := send("10.0.0.1")
+		st := resp.GetStatuses()[0]
+		if resp.GetOverallCode() != rlsOK || st.GetLimitRemaining() != uint32(2-i) {
+			t.Fatalf("request %d: %v, remaining %d", i, codesOf(resp), st.GetLimitRemaining())
+		}
+		if cl := st.GetCurrentLimit(); cl.GetRequestsPerUnit() != 3 || cl.GetUnit() != ratelimitv3.RateLimitResponse_RateLimit_MINUTE || cl.GetName() != "per-client/minute" {
+			t.Errorf("current_limit %v, want per-client/minute 3 per MINUTE", cl)
+		}
+		if d := st.GetDurationUntilReset().AsDuration(); d <= 0 || d > time.Minute {
+			t.Errorf("duration_until_reset %v", d)
+		}
+	}
+	resp := send("10.0.0.1")
+	if got := codesOf(resp); got[0] != rlsOver || got[1] != rlsOver {
+		t.Fatalf("fourth request: %v, want OVER_LIMIT", got)
+	}
+	h := headersOf(resp)
+	if h["Retry-After"] == "" || h["RateLimit"] == "" || h["RateLimit-Policy"] != `"per-client/minute";q=3;w=60` || h["X-RateLimit-Remaining"] != "0" {
+		t.Errorf("denial headers %v", h)
+	}
+	if resp := send("10.0.0.2"); resp.GetOverallCode() != rlsOK {
+		t.Errorf("another address shares the first's bucket: %v", codesOf(resp))
+	}
+	// A descriptor no policy matches: OK with no limit.
+	resp = e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("generic_key", "x")}})
+	if resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetCurrentLimit() != nil || len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Errorf("unmatched descriptor: %v", resp)
+	}
+}
+
+// A request's descriptors are decided together: when one is over its
+// limit, none is counted (envoyproxy/ratelimit would count the others).
+func TestRLSDecidesDescriptorsAllOrNothing(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
+	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		rlsDescriptor("remote_address", "10.0.0.1"), rlsDescriptor("generic_key", "login")}}
+	var got [][]ratelimitv3.RateLimitResponse_Code
+	for range 4 {
+		got = append(got, codesOf(e.shouldRateLimit(t, both)))
+	}
+	want := [][]ratelimitv3.RateLimitResponse_Code{{rlsOK, rlsOK, rlsOK}, {rlsOK, rlsOK, rlsOK}, {rlsOver, rlsOK, rlsOver}, {rlsOver, rlsOK, rlsOver}}
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Fatalf("codes (overall, client, login) = %v, want %v", got, want)
+			}
+		}
+	}
+	// The two denied requests took nothing from the client's bucket.
+	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: both.Descriptors[:1]})
+	if r := resp.GetStatuses()[0].GetLimitRemaining(); r != 7 {
+		t.Errorf("client's remaining %d, want 7 (10 - 2 admitted - this one)", r)
+	}
+}
+
+func TestRLSHitsAddend(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "tokens", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
+	send := func(req *ratelimitv3.RateLimitRequest) uint32 {
+		req.Domain = "edge"
+		return e.shouldRateLimit(t, req).GetStatuses()[0].GetLimitRemaining()
+	}
+	d := func() *ratelimitcommonv3.RateLimitDescriptor { return rlsDescriptor("user", "u") }
+	peek := d()
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	forty := d()
+	forty.HitsAddend = wrapperspb.UInt64(40)
+	refund := d()
+	refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(50), true
+	steps := []struct {
+		name string
+		req  *ratelimitv3.RateLimitRequest
+		want uint32
+	}{
+		{"the policy's cost", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d()}}, 99},
+		{"the request's hits_addend", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d()}}, 90},
+		{"the descriptor's over the request's", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{forty}}, 50},
+		{"0: check without counting", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{peek}}, 50},
+		{"negative hits: nothing given back", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{refund}}, 50},
+	}
+	for _, s := range steps {
+		if got := send(s.req); got != s.want {
+			t.Errorf("%s: remaining %d, want %d", s.name, got, s.want)
+		}
+	}
+}
+
+func TestRLSShadowModeNeverDenies(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "trial", "mode: Shadow\nmatch: {domain: edge}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
+	for i := range 3 {
+		if got := codesOf(e.shouldRateLimit(t, req)); got[0] != rlsOK || got[1] != rlsOK {
+			t.Errorf("request %d: %v, want OK (shadow)", i, got)
+		}
+	}
+}
+
+// RLS requests carry no namespace: only the namespace the operator bound a
+// domain to answers it, whatever domain another tenant's policy names.
+func TestRLSDomainBindingKeepsTenantsApart(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "gateway", "team-b": "team-b"}}, nil,
+		compile(t, "gateway", "edge", "match: {domain: edge}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
+		// Tenant B tries to limit the edge domain, and every domain.
+		compile(t, "team-b", "grab-edge", "match: {domain: edge}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "team-b", "grab-all", "match: {descriptor: [{key: remote_address}]}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
+	edge := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("remote_address", "10.0.0.1")}}
+	for i := range 5 {
+		resp := e.shouldRateLimit(t, edge)
+		if resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetCurrentLimit().GetName() != "edge/l" {
+			t.Fatalf("edge request %d: %v; want OK by gateway/edge alone", i, resp)
+		}
+	}
+	// Team B's own domain is answered by its own policies.
+	own := &ratelimitv3.RateLimitRequest{Domain: "team-b", Descriptors: edge.Descriptors}
+	if a, b := codesOf(e.shouldRateLimit(t, own)), codesOf(e.shouldRateLimit(t, own)); a[0] != rlsOK || b[0] != rlsOver {
+		t.Errorf("team-b's domain: %v then %v, want OK then OVER_LIMIT", a, b)
+	}
+	// An unbound domain is OK with no limit, whatever the policies say.
+	other := &ratelimitv3.RateLimitRequest{Domain: "unbound", Descriptors: edge.Descriptors}
+	if resp := e.shouldRateLimit(t, other); resp.GetOverallCode() != rlsOK || len(resp.GetStatuses()) != 1 || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Errorf("unbound domain: %v", resp)
+	}
+}
+
+func TestDomainBindingsFlag(t *testing.T) {
+	d := DomainBindings{}
+	if err := d.Set("edge=gateway, internal=team-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Set("edge=gateway"); err != nil {
+		t.Errorf("binding a domain again to the same namespace: %v", err)
+	}
+	if got := d.String(); got != "edge=gateway,internal=team-a" {
+		t.Errorf("String() = %q", got)
+	}
+	for _, bad := range []string{"edge=team-b", "edge", "=ns", "edge=Not_A_Namespace"} {
+		if err := d.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
+		}
+	}
+}
