@@ -66,7 +66,25 @@ func worstRequests() map[string]*Request {
 		"regex-sized values of a":       big("a", regexInputMax),
 		"regex-sized values like agent": big(ua, regexInputMax),
 		"most entries":                  many,
+		"descriptor, one 64 KiB value":  bigDescriptor("a", MaxDescriptorBytes-len("x-a"), 1),
+		"descriptor, regex-sized agent": bigDescriptor(ua, regexInputMax, len(namedHeaders)),
+		"descriptor, most entries":      bigDescriptor("a", MaxDescriptorBytes/MaxDescriptorEntries-8, MaxDescriptorEntries),
 	}
+}
+
+// bigDescriptor is a rate limit service descriptor at the bounds: n
+// entries (the named headers' lower-case names first) with values of
+// valueLen bytes, and the longest domain.
+func bigDescriptor(unit string, valueLen, n int) *Request {
+	r := &Request{Domain: filler("d.", maxDomainBytes)}
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		if i < len(namedHeaders) {
+			key = strings.ToLower(namedHeaders[i])
+		}
+		r.Descriptor = append(r.Descriptor, DescriptorEntry{Key: key, Value: filler(unit, valueLen)})
+	}
+	return r
 }
 
 // meteredWhen compiles expr as compileWhen does, into a program that
@@ -131,6 +149,13 @@ var hostileWhens = []string{
 	literalList(60) + `.exists(a, ` + literalList(50) + `.exists(b, a + b == request.path))`,
 	literalList(1000) + `.exists(p, request.headers["x-a"].startsWith(p))`,
 	`"x-a" in request.headers && request.headers == request.query`,
+	`request.descriptor["x-a"].matches(request.descriptor["x-re"])`,
+	`request.descriptor["x-a"].contains(request.descriptor["x-b"])`,
+	`request.descriptor["user-agent"].matches("(?i)(bot|crawler|spider|curl)")`,
+	`request.descriptor.exists(k, request.descriptor[k].matches("bot"))`,
+	`request.descriptor.all(a, request.descriptor.all(b, a == b))`,
+	`request.domain.matches("(a*)*b") || request.domain.contains(request.descriptor["x-a"])`,
+	orChain(`request.descriptor["x-a"] == "%d"`, 300),
 }
 
 // No expression a tenant can write costs more than the budget per check:
@@ -341,6 +366,31 @@ func BenchmarkWhenWorstCase(b *testing.B) {
 			b.ReportMetric(float64(worst)/float64(base), "x-trivial")
 			b.ReportMetric(float64(estimate), "cost")
 			b.ReportMetric(float64(worst.Nanoseconds())/float64(b.N)/float64(estimate), "ns/unit")
+		})
+	}
+}
+
+// A descriptor over the bounds the estimate assumed makes request.descriptor
+// an evaluation error, and the caller applies the policy.
+func TestWhenOverTheDescriptorBoundsIsAnError(t *testing.T) {
+	p := mustCompile(t, "match: {domain: edge, when: '\"x-a\" in request.descriptor'}\n"+oneLimit)
+	for _, tt := range []struct {
+		name    string
+		req     *Request
+		wantErr bool
+	}{
+		{"at the bounds", bigDescriptor("a", MaxDescriptorBytes-len("x-a"), 1), false},
+		{"over the bytes", bigDescriptor("a", MaxDescriptorBytes, 1), true},
+		{"over the entries", bigDescriptor("a", 1, MaxDescriptorEntries+1), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.req.Domain = "edge"
+			var e Eval
+			e.Reset(tt.req)
+			_, err := e.Match(p)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error = %v, want an error: %v", err, tt.wantErr)
+			}
 		})
 	}
 }
