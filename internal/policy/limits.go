@@ -74,8 +74,7 @@ type algorithm struct {
 // algorithms are the Limit's algorithm fields in the API's order.
 var algorithms = []algorithm{
 	{ratelimitv1alpha1.AlgorithmTokenBucket, compileTokenBucket},
-	windowAlgorithm(ratelimitv1alpha1.AlgorithmFixedWindow, ratelimit.FixedWindow,
-		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.FixedWindow }),
+	{ratelimitv1alpha1.AlgorithmFixedWindow, compileFixedWindow},
 	windowAlgorithm(ratelimitv1alpha1.AlgorithmSlidingWindowLog, ratelimit.SlidingWindowLog,
 		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.SlidingWindowLog }),
 	windowAlgorithm(ratelimitv1alpha1.AlgorithmSlidingWindowCounter, ratelimit.SlidingWindowCounter,
@@ -135,18 +134,48 @@ func compileTokenBucket(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (
 	return lim, fmt.Sprintf("%s(%d,+%d/%s)", ratelimitv1alpha1.AlgorithmTokenBucket, tb.Capacity, tb.RefillRate, tb.RefillInterval), true
 }
 
-// windowAlgorithm is an algorithm whose field is a WindowLimit.
+// compileFixedWindow: alignment Clock is the engine's FixedWindowClock,
+// FirstRequest (the default) its FixedWindow. The schema's enum is checked
+// here too, for files that did not pass through an API server.
+func compileFixedWindow(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+	w := l.FixedWindow
+	if w == nil {
+		return ratelimit.Limit{}, "", false
+	}
+	lim := windowLimit(ratelimit.FixedWindow, w, p, n)
+	desc := fmt.Sprintf("%s(%d/%s)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
+	n.errs = checkEnum(n.errs, p.Child("alignment"), w.Alignment,
+		ratelimitv1alpha1.WindowAlignmentFirstRequest, ratelimitv1alpha1.WindowAlignmentClock)
+	if w.Alignment == ratelimitv1alpha1.WindowAlignmentClock {
+		lim.Algorithm = ratelimit.FixedWindowClock
+		desc = fmt.Sprintf("%s(%d/%s,clock)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
+	}
+	return lim, desc, true
+}
+
+// windowAlgorithm is a sliding window: a WindowLimit that takes no
+// alignment (the schema's CEL rule, repeated for files).
 func windowAlgorithm(name string, alg ratelimit.Algorithm, get func(*ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit) algorithm {
 	return algorithm{name, func(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
 		w := get(l)
 		if w == nil {
 			return ratelimit.Limit{}, "", false
 		}
-		lim := ratelimit.Limit{Algorithm: alg,
-			Capacity: n.count(p.Child("limit"), w.Limit),
-			Interval: n.duration(p.Child("window"), w.Window, "")}
-		return lim, fmt.Sprintf("%s(%d/%s)", name, w.Limit, w.Window), true
+		if w.Alignment != "" {
+			n.errs = append(n.errs, field.Forbidden(p.Child("alignment"), alignmentFixedWindowOnly))
+		}
+		return windowLimit(alg, w, p, n), fmt.Sprintf("%s(%d/%s)", name, w.Limit, w.Window), true
 	}}
+}
+
+// alignmentFixedWindowOnly is the schema's message for an alignment on a
+// sliding window.
+const alignmentFixedWindowOnly = "alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
+
+func windowLimit(alg ratelimit.Algorithm, w *ratelimitv1alpha1.WindowLimit, p *field.Path, n *numbers) ratelimit.Limit {
+	return ratelimit.Limit{Algorithm: alg,
+		Capacity: n.count(p.Child("limit"), w.Limit),
+		Interval: n.duration(p.Child("window"), w.Window, "")}
 }
 
 func compileLeakyBucket(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
