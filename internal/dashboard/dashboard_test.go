@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/source"
@@ -430,5 +431,28 @@ func TestStateJSONNames(t *testing.T) {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("state JSON lacks %s: %s", name, b)
 		}
+	}
+}
+
+// A clock-aligned window shows its alignment with its name, and an edit of
+// its limit keeps the alignment.
+func TestClockAlignedWindowShowsAndKeepsItsAlignment(t *testing.T) {
+	ts, files := serveLocal(t, map[string]string{"clock.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: clock, namespace: default}
+spec:
+  limits:
+  - name: hour
+    fixedWindow: {limit: 100, window: 1h, alignment: Clock}
+`})
+	p := findPolicy(t, getState(t, ts.URL), "default", "clock")
+	if l := p.Limits[0]; l.Algorithm != "fixedWindow (alignment: Clock)" || param(l, "limit") != "100" || param(l, "window") != "1h" {
+		t.Fatalf("limit: %+v", l)
+	}
+	if code, out := edit(t, ts.URL, "clock", `{"limits":[{"name":"hour","params":{"limit":"50"}}]}`); code != http.StatusOK {
+		t.Fatalf("edit: %d %s", code, out)
+	}
+	if got := files.Policies().Get("default", "clock").Limits[0].Limit; got.Algorithm != ratelimit.FixedWindowClock || got.Capacity != 50 {
+		t.Errorf("after the edit: %v, want FixedWindowClock with limit 50", got)
 	}
 }

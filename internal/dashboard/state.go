@@ -189,8 +189,11 @@ func limitView(l policy.Limit) LimitView {
 	case ratelimit.TokenBucket:
 		v.Algorithm = "tokenBucket"
 		v.Params = []ParamView{count("capacity", lim.Capacity), count("refillRate", lim.Rate), dur("refillInterval", lim.Interval)}
-	case ratelimit.FixedWindow, ratelimit.SlidingWindowLog, ratelimit.SlidingWindowCounter:
+	case ratelimit.FixedWindow, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog, ratelimit.SlidingWindowCounter:
+		// The alignment goes with the name, not the parameters: the page
+		// posts every parameter back as an edit of limit and window.
 		v.Algorithm = map[ratelimit.Algorithm]string{ratelimit.FixedWindow: "fixedWindow",
+			ratelimit.FixedWindowClock: "fixedWindow (alignment: Clock)",
 			ratelimit.SlidingWindowLog: "slidingWindowLog", ratelimit.SlidingWindowCounter: "slidingWindowCounter"}[lim.Algorithm]
 		v.Params = []ParamView{count("limit", lim.Capacity), dur("window", lim.Interval)}
 	case ratelimit.LeakyBucket:
