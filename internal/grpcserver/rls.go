@@ -3,7 +3,6 @@ package grpcserver
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -303,17 +302,22 @@ func currentLimit(lr *check.LimitResult) *ratelimitv3.RateLimitResponse_RateLimi
 	}
 }
 
-// headerValues turns the rendered headers into the protocol's, in a stable
-// order.
+// headerValues turns the rendered headers into the protocol's, in
+// checkhttp.HeaderNames' order (the only headers AppendHeaders writes),
+// with one allocation for the values and one for the list.
 func headerValues(h http.Header) []*corev3.HeaderValue {
 	if len(h) == 0 {
 		return nil
 	}
-	values := make([]*corev3.HeaderValue, 0, len(h))
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			values = append(values, &corev3.HeaderValue{Key: k, Value: v})
+	values := make([]corev3.HeaderValue, 0, len(h))
+	for _, k := range checkhttp.HeaderNames {
+		if v, ok := h[k]; ok && len(v) > 0 {
+			values = append(values, corev3.HeaderValue{Key: k, Value: v[0]})
 		}
 	}
-	return values
+	out := make([]*corev3.HeaderValue, len(values))
+	for i := range values {
+		out[i] = &values[i]
+	}
+	return out
 }

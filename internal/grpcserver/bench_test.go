@@ -1,0 +1,47 @@
+package grpcserver
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/source"
+)
+
+// BenchmarkShouldRateLimit measures the service's own work per call (read,
+// decide in the memory store, render), without gRPC's transport: one
+// descriptor and three, each allowed.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+			store := memstore.New()
+			defer store.Close()
+			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: check.New(check.Options{Store: store, Source: source.NewStatic(
+				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
+				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
+				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
+			)})})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := &rls{s: s, unbound: map[string]bool{}}
+			r.state.New = func() any { return &rlsState{} }
+			descriptors := []*ratelimitcommonv3.RateLimitDescriptor{
+				rlsDescriptor("remote_address", "10.0.0.1"), rlsDescriptor("generic_key", "api"), rlsDescriptor("user", "u1")}
+			req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors[:n]}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				resp, err := r.ShouldRateLimit(context.Background(), req)
+				if err != nil || resp.GetOverallCode() != rlsOK {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
+}
