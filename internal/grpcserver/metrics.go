@@ -15,7 +15,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_grpc_requests_total",
-		Help: "gRPC checks answered, by service and the code of the answer's status, as grpc-go names it (ext_authz: OK allowed, ResourceExhausted rate limited, PermissionDenied denied otherwise, InvalidArgument unreadable, Internal failed).",
+		Help: "gRPC checks answered, by service and the code of the answer's status, as grpc-go names it (ext_authz: OK allowed, ResourceExhausted rate limited, PermissionDenied denied otherwise, InvalidArgument unreadable, Internal failed; rate limit service: OK answered, OK or OVER_LIMIT, InvalidArgument unreadable, Internal failed).",
 	}, []string{"service", "code"})}
 	if reg != nil {
 		reg.MustRegister(m.requests)
