@@ -36,7 +36,9 @@ func benchRequest(value string, n int) *ratelimit.Request {
 // goroutines (pipelined and merged by the store: throughput). Besides time
 // and allocations it reports the server's own time in the library per
 // decision (redis-µs/op, from INFO commandstats: FCALL, inner commands
-// included), calls per pipeline and calls per command (merging).
+// included), the server's CPU per decision (redis-cpu-µs/op: the change of
+// used_cpu_user+used_cpu_sys, everything Redis did, network included),
+// calls per pipeline and calls per command (merging).
 func BenchmarkCheck(b *testing.B) {
 	srv := redistest.Start(b)
 	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
@@ -53,17 +55,17 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
 			req := benchRequest("seq", n)
 			var dec ratelimit.Decision
-			resetStats(b, srv)
+			cpu := resetStats(b, srv)
 			for b.Loop() {
 				if err := s.Check(context.Background(), 0, req, &dec); err != nil {
 					b.Fatal(err)
 				}
 			}
-			reportRedisTime(b, srv)
+			reportRedisTime(b, srv, cpu)
 		})
 		b.Run(fmt.Sprintf("entries=%d/parallel", n), func(b *testing.B) {
 			before := s.Stats()
-			resetStats(b, srv)
+			cpu := resetStats(b, srv)
 			var next atomic.Int64
 			b.SetParallelism(32)
 			b.RunParallel(func(pb *testing.PB) {
@@ -79,7 +81,7 @@ func BenchmarkCheck(b *testing.B) {
 					}
 				}
 			})
-			reportRedisTime(b, srv)
+			reportRedisTime(b, srv, cpu)
 			st := s.Stats()
 			if p := st.Pipelines - before.Pipelines; p > 0 {
 				b.ReportMetric(float64(st.Calls-before.Calls)/float64(p), "calls/pipeline")
@@ -91,15 +93,38 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
-func resetStats(b *testing.B, srv *redistest.Server) {
+// resetStats clears the server's command statistics and returns its CPU
+// time so far (µs).
+func resetStats(b *testing.B, srv *redistest.Server) float64 {
 	if err := srv.Client().ConfigResetStat(context.Background()).Err(); err != nil {
 		b.Fatal(err)
 	}
+	return redisCPU(b, srv)
+}
+
+// redisCPU is the server's user and system CPU time so far, in µs.
+func redisCPU(b *testing.B, srv *redistest.Server) float64 {
+	info, err := srv.Client().Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var us float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, name := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				s, _ := strconv.ParseFloat(v, 64)
+				us += s * 1e6
+			}
+		}
+	}
+	return us
 }
 
 // reportRedisTime reports the time Redis spent in FCALL (the library and
-// the commands it runs) per op since resetStats.
-func reportRedisTime(b *testing.B, srv *redistest.Server) {
+// the commands it runs) per op since resetStats, and its CPU time per op
+// since cpu (resetStats' result).
+func reportRedisTime(b *testing.B, srv *redistest.Server, cpu float64) {
+	b.ReportMetric((redisCPU(b, srv)-cpu)/float64(b.N), "redis-cpu-µs/op")
 	info, err := srv.Client().Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
