@@ -81,10 +81,11 @@ run: build ## Local mode: serve config/samples on $(LISTEN) with the in-memory s
 BENCH_ROUNDS ?= 3
 BENCH_DURATION ?= 5s
 .PHONY: bench
-bench: build ## Load the check path side by side with wrk (bare HTTP, naive EVALSHA, Sluice); BENCH_SAVE=1 writes bench/<date>.md.
+bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); BENCH_ONLY=http|rls runs one part; BENCH_SAVE=1 writes bench/<date>.md.
 	hack/install-deps.sh wrk=wrk redis-server=redis-server
+	hack/install-bench-tools.sh $(BIN)
 	$(GO) build -o $(BIN)/bench ./hack/bench
-	$(BIN)/bench -manager $(BIN)/manager -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_SAVE),-save bench)
+	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench)
 
 ##@ Build and test
 

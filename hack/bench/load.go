@@ -38,6 +38,8 @@ type wrkResult struct {
 	rps      float64
 	p50, p99 time.Duration
 	non2xx   int64
+	// clientCPU is the load generator's CPU time (ghz runs only).
+	clientCPU time.Duration
 }
 
 var (

@@ -2,12 +2,18 @@
 // bare net/http handler (the ceiling), a naive one-EVALSHA-per-request
 // checker (the baseline), and Sluice's check endpoint in three
 // configurations, interleaved over several rounds so that a noisy machine
-// affects all alike. It reports medians and ratios, never absolute targets
-// alone. `make bench` runs it; BENCH_SAVE=1 writes bench/<date>.md.
+// affects all alike; then Envoy's Rate Limit Service over gRPC the same
+// way: a bare gRPC server (the ceiling), envoyproxy/ratelimit (the peer)
+// and Sluice, loaded with ghz (rls.go). It reports medians and ratios,
+// never absolute targets alone. `make bench` runs it (after
+// hack/install-bench-tools.sh); BENCH_SAVE=1 writes bench/<date>.md.
 //
-//	bench -manager bin/manager [-rounds 3] [-duration 5s] [-save bench]
-//	bench serve-bare | serve-naive    (the comparison servers, started by bench)
+//	bench -manager bin/manager [-only http|rls] [-rounds 3] [-duration 5s] [-save bench]
+//	      [-ghz bin/ghz] [-ratelimit bin/service_cmd] [-rls-lean=true] [-rls-profile FILE]
+//	bench serve-bare | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
 //	bench fixed-rate -url URL -rate N [-duration 5s]   (the open-loop latency run alone)
+//	bench protoset -o FILE   (the RLS v3 descriptors, for ghz or grpcurl --protoset)
+//	bench grpc-load -addr ADDR -data FILE   (the lean RLS generator alone, on a ghz data file)
 package main
 
 import (
@@ -38,6 +44,12 @@ func main() {
 			err = serveBare(os.Args[2:])
 		case "serve-naive":
 			err = serveNaive(os.Args[2:])
+		case "serve-bare-grpc":
+			err = serveBareGRPC(os.Args[2:])
+		case "grpc-load":
+			err = runGRPCLoad(os.Args[2:])
+		case "protoset":
+			err = runProtoset(os.Args[2:])
 		case "fixed-rate":
 			err = runFixedRate(os.Args[2:])
 		default:
@@ -108,9 +120,15 @@ spec:
 // options are the flags of a whole run.
 type options struct {
 	manager  string
+	only     string // "", "http" or "rls"
 	rounds   int
 	duration time.Duration
 	save     string
+	// The RLS part's tools (hack/install-bench-tools.sh installs them)
+	// and where to save a CPU profile of Sluice under RLS load.
+	ghz, peer, rlsProfile string
+	// rlsLean also loads every RLS configuration with the lean generator.
+	rlsLean bool
 }
 
 func parseOptions(args []string) (options, error) {
@@ -119,21 +137,50 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.manager, "manager", "bin/manager", "the Sluice binary")
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (medians are reported)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "wrk duration per configuration per round")
-	fs.StringVar(&o.save, "save", "", "folder to write <date>.md into")
-	err := fs.Parse(args)
-	return o, err
+	fs.StringVar(&o.save, "save", "", "folder to write <date>.md into (<date>-http.md or <date>-rls.md with -only)")
+	fs.StringVar(&o.only, "only", "", "run one part: http (wrk on the check endpoint) or rls (ghz on Envoy's rate limit service); empty: both")
+	fs.StringVar(&o.ghz, "ghz", "bin/ghz", "the ghz binary (RLS part)")
+	fs.StringVar(&o.peer, "ratelimit", "bin/service_cmd", "envoyproxy/ratelimit's service_cmd binary (RLS part)")
+	fs.BoolVar(&o.rlsLean, "rls-lean", true, "in each RLS round, also load every configuration with a lean grpc-go generator (bench grpc-load), to separate the servers' cost from ghz's")
+	fs.StringVar(&o.rlsProfile, "rls-profile", "", "after the RLS rounds, save a CPU profile of Sluice allowing one descriptor under load to this file and report its top")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch o.only {
+	case "", "http", "rls":
+	default:
+		return o, fmt.Errorf("-only %q: want http or rls", o.only)
+	}
+	return o, nil
 }
 
-// run starts Redis and the servers under test, measures them round by
-// round, then at half load and Redis's memory, and reports.
+// runProtoset is `bench protoset -o FILE`.
+func runProtoset(args []string) error {
+	fs := flag.NewFlagSet("protoset", flag.ContinueOnError)
+	out := fs.String("o", "rls.protoset", "file to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return writeProtoset(*out)
+}
+
+// run starts Redis, then runs the HTTP part and the RLS part (or the one
+// -only names) on it, and reports.
 func run(args []string) error {
 	o, err := parseOptions(args)
 	if err != nil {
 		return err
 	}
-	for _, bin := range []string{"wrk", "redis-server"} {
+	need := []string{"redis-server"}
+	if o.only != "rls" {
+		need = append(need, "wrk")
+	}
+	if o.only != "http" {
+		need = append(need, o.ghz, o.peer)
+	}
+	for _, bin := range need {
 		if _, err := exec.LookPath(bin); err != nil {
-			return fmt.Errorf("%s not found: run `make bench` (it installs it) or apt-get install %s", bin, bin)
+			return fmt.Errorf("%s not found: run `make bench` (it installs it; or hack/install-bench-tools.sh, apt-get install wrk redis-server)", bin)
 		}
 	}
 	dir, err := os.MkdirTemp("", "sluice-bench-")
@@ -153,6 +200,27 @@ func run(args []string) error {
 	if err := waitFor(func() error { return rdb.Ping(context.Background()).Err() }); err != nil {
 		return fmt.Errorf("redis-server did not start: %w", err)
 	}
+	report := reportHeader()
+	if o.only != "rls" {
+		section, err := runHTTP(ps, o, redisAddr, redisPid, rdb)
+		if err != nil {
+			return err
+		}
+		report += section
+	}
+	if o.only != "http" {
+		res, err := runRLS(ps, o, redisAddr, redisPid, rdb)
+		if err != nil {
+			return err
+		}
+		report += renderRLS(res, o.rounds, o.duration)
+	}
+	return writeReport(report, o.save, o.only)
+}
+
+// runHTTP is the HTTP part: the check endpoint loaded with wrk round by
+// round, then at half load, and Redis's memory.
+func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redis.Client) (string, error) {
 	configs := []*config{
 		{name: "bare HTTP 200 (ceiling)", path: "/"},
 		{name: "naive EVALSHA per request (baseline)", path: "/"},
@@ -161,23 +229,23 @@ func run(args []string) error {
 		{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
 	}
 	if err := ps.startServers(configs, o.manager, redisAddr); err != nil {
-		return err
+		return "", err
 	}
-	if err := measureRounds(dir, configs, redisPid, rdb, o); err != nil {
-		return err
+	if err := measureRounds(ps.dir, configs, redisPid, rdb, o); err != nil {
+		return "", err
 	}
 
 	// Latency at half the allowing throughput, two ways (see halfLoad).
 	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
-	half, err := measureHalfLoad(dir, configs[0], configs[2], allowRPS/2, o.duration)
+	half, err := measureHalfLoad(ps.dir, configs[0], configs[2], allowRPS/2, o.duration)
 	if err != nil {
-		return err
+		return "", err
 	}
 	mem, err := measureMemory(redisAddr)
 	if err != nil {
-		return fmt.Errorf("memory: %w", err)
+		return "", fmt.Errorf("memory: %w", err)
 	}
-	return writeReport(renderReport(configs, half, mem, o.rounds, o.duration), o.save)
+	return renderReport(configs, half, mem, o.rounds, o.duration), nil
 }
 
 // processes are the programs a run starts, each logging into dir.
@@ -187,7 +255,14 @@ type processes struct {
 }
 
 func (ps *processes) start(name string, args ...string) (*exec.Cmd, error) {
+	return ps.startEnv(nil, name, args...)
+}
+
+// startEnv starts name with exactly env as its environment (nil: this
+// process's).
+func (ps *processes) startEnv(env []string, name string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.Command(name, args...)
+	cmd.Env = env
 	log, err := os.Create(filepath.Join(ps.dir, filepath.Base(name)+"-"+strconv.Itoa(len(ps.procs))+".log"))
 	if err != nil {
 		return nil, err
@@ -263,7 +338,7 @@ func measureRounds(dir string, configs []*config, redisPid int, rdb *redis.Clien
 	fmt.Fprintf(os.Stderr, "bench: %d rounds × %d configurations × %s, wrk -t2 -c50, 10,000 client IPs\n", o.rounds, len(configs), o.duration)
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range configs {
-			s, err := measure(dir, c, redisPid, rdb, o.duration)
+			s, err := measure(c, redisPid, rdb, func() (wrkResult, error) { return runWrk(dir, c.url, 2, 50, o.duration) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", c.name, err)
 			}
@@ -275,8 +350,8 @@ func measureRounds(dir string, configs []*config, redisPid int, rdb *redis.Clien
 }
 
 // writeReport prints the report and, with a save folder, writes it to
-// <folder>/<date>.md.
-func writeReport(report, save string) error {
+// <folder>/<date>.md (<date>-<part>.md for one part alone).
+func writeReport(report, save, only string) error {
 	fmt.Print(report)
 	if save == "" {
 		return nil
@@ -284,7 +359,11 @@ func writeReport(report, save string) error {
 	if err := os.MkdirAll(save, 0o755); err != nil {
 		return err
 	}
-	name := filepath.Join(save, time.Now().Format("2006-01-02")+".md")
+	base := time.Now().Format("2006-01-02")
+	if only != "" {
+		base += "-" + only
+	}
+	name := filepath.Join(save, base+".md")
 	if err := os.WriteFile(name, []byte(report), 0o644); err != nil {
 		return err
 	}
@@ -292,7 +371,9 @@ func writeReport(report, save string) error {
 	return nil
 }
 
-func measure(dir string, c *config, redisPid int, rdb *redis.Client, d time.Duration) (sample, error) {
+// measure runs one load on c's server and reads the server's and Redis's
+// CPU time and Redis's command counts around it.
+func measure(c *config, redisPid int, rdb *redis.Client, load func() (wrkResult, error)) (sample, error) {
 	cpu0, err := processCPU(c.pid)
 	if err != nil {
 		return sample{}, err
@@ -302,7 +383,7 @@ func measure(dir string, c *config, redisPid int, rdb *redis.Client, d time.Dura
 	if err != nil {
 		return sample{}, err
 	}
-	w, err := runWrk(dir, c.url, 2, 50, d)
+	w, err := load()
 	if err != nil {
 		return sample{}, err
 	}

@@ -114,12 +114,16 @@ func usedMemory(c redis.UniversalClient) (int64, error) {
 	return 0, fmt.Errorf("no used_memory in INFO")
 }
 
+// reportHeader is the report's title and the machine.
+func reportHeader() string {
+	redisVersion, _ := exec.Command("redis-server", "--version").Output()
+	return fmt.Sprintf("# Sluice check-path benchmark, %s\n\nMachine: %d CPUs, %s, %s; the load generator, the servers and Redis share the CPUs.\n",
+		time.Now().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)))
+}
+
 func renderReport(configs []*config, half halfLoad, mem memoryResult, rounds int, d time.Duration) string {
 	var b strings.Builder
-	redisVersion, _ := exec.Command("redis-server", "--version").Output()
-	fmt.Fprintf(&b, "# Sluice check-path benchmark, %s\n\n", time.Now().Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(&b, "Machine: %d CPUs, %s, %s; wrk, the servers and Redis share the CPUs.\n", runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)))
-	fmt.Fprintf(&b, "Load: wrk -t2 -c50, %s per configuration, %d interleaved rounds (medians), ingress-nginx auth-url headers, 10,000 client IPs.\n\n", d, rounds)
+	fmt.Fprintf(&b, "\n## HTTP check endpoint (ingress-nginx auth-url)\n\nLoad: wrk -t2 -c50, %s per configuration, %d interleaved rounds (medians), ingress-nginx auth-url headers, 10,000 client IPs.\n\n", d, rounds)
 	fmt.Fprintln(&b, "| configuration | req/s | p50 | p99 | server CPU µs/req | Redis CPU µs/req | Redis calls/decision | Redis cmds/decision (incl. in scripts) | × ceiling | × baseline |")
 	fmt.Fprintln(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	med := func(c *config, f func(sample) float64) float64 { return median(c.rounds, f) }
@@ -157,7 +161,7 @@ func renderReport(configs []*config, half halfLoad, mem memoryResult, rounds int
 		}
 		return "NOT met"
 	}
-	fmt.Fprintln(&b, "\n## Targets (ratios from this run)")
+	fmt.Fprintln(&b, "\n### Targets (ratios from this run)")
 	fmt.Fprintf(&b, "- Allowing, one limit ≥ 1.3 × baseline: %.2f × — %s\n", rps(allow)/baseline, target(rps(allow) >= 1.3*baseline))
 	fmt.Fprintf(&b, "- Allowing, one limit ≥ 0.55 × ceiling: %.2f × — %s\n", rps(allow)/ceiling, target(rps(allow) >= 0.55*ceiling))
 	fmt.Fprintf(&b, "- Three limits ≥ 0.9 × one limit: %.2f × — %s\n", rps(three)/rps(allow), target(rps(three) >= 0.9*rps(allow)))

@@ -1,0 +1,555 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+)
+
+// The RLS part loads Envoy's Rate Limit Service v3 (ShouldRateLimit) with
+// ghz on three servers side by side, interleaved over rounds like the HTTP
+// part: a bare grpc-go server answering OK (the ceiling), envoyproxy/
+// ratelimit's own service_cmd (the peer), and Sluice's `manager local`
+// gRPC endpoint, the last two on the same Redis with limits of the same
+// size.
+
+const (
+	// rlsClients is how many distinct client values the requests carry, as
+	// the HTTP part's 10,000 client IPs.
+	rlsClients = 10_000
+	// rlsConcurrency and rlsConns: ghz keeps 50 calls in flight (wrk's
+	// -c50) over 2 HTTP/2 connections, as an Envoy with 2 worker threads
+	// holds one connection per worker to its rate limit cluster.
+	rlsConcurrency = 50
+	rlsConns       = 2
+	// allowLimit is the allowing runs' limit per bucket per minute: no
+	// bucket comes near it (the busiest, one of 10 routes, gets a tenth
+	// of the requests), so every request is allowed.
+	allowLimit = 1_000_000_000
+)
+
+// rlsScenario is one kind of request, the same for all three servers.
+type rlsScenario struct {
+	name, domain string
+	// descriptors are request i's descriptors, each a list of key, value
+	// pairs.
+	descriptors func(i int) [][]string
+	// want is the answer of the servers that limit once warmed up.
+	want rlsv3.RateLimitResponse_Code
+	data string // ghz's data file
+}
+
+func clientValue(i int) string { return fmt.Sprintf("10.0.%d.%d", i/256%256, i%256) }
+
+var rlsScenarios = []*rlsScenario{
+	{
+		name: "one descriptor, allowing", domain: "bench", want: rlsv3.RateLimitResponse_OK,
+		descriptors: func(i int) [][]string {
+			return [][]string{{"generic_key", "bench", "client", clientValue(i)}}
+		},
+	},
+	{
+		// What one Envoy route's rate_limits actions commonly send together:
+		// per client, per user, per route.
+		name: "three descriptors, allowing", domain: "bench", want: rlsv3.RateLimitResponse_OK,
+		descriptors: func(i int) [][]string {
+			return [][]string{
+				{"generic_key", "bench", "client", clientValue(i)},
+				{"generic_key", "bench-user", "user", "user-" + strconv.Itoa(i%1000)},
+				{"generic_key", "bench-route", "route", "/api/route-" + strconv.Itoa(i%10)},
+			}
+		},
+	},
+	{
+		// 10,000 clients over a limit of 1 a day: after the warm-up every
+		// request is denied.
+		name: "denial flood", domain: "bench-deny", want: rlsv3.RateLimitResponse_OVER_LIMIT,
+		descriptors: func(i int) [][]string {
+			return [][]string{{"generic_key", "bench", "client", clientValue(i)}}
+		},
+	},
+}
+
+// writeData writes the scenario's ghz data file: a JSON array of
+// rlsClients requests. ghz parses each array element once, caches it and
+// sends element n%len to its nth request, so the requests cycle through
+// every client while the generator, which shares the 2 CPUs with the
+// servers, spends nothing per request on templates (ghz's
+// {{.RequestNumber}} templating re-renders and re-parses the JSON of every
+// request).
+func (s *rlsScenario) writeData(dir string) error {
+	type entry struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+	}
+	type descriptor struct {
+		Entries []entry `json:"entries"`
+	}
+	type request struct {
+		Domain      string       `json:"domain"`
+		Descriptors []descriptor `json:"descriptors"`
+	}
+	reqs := make([]request, rlsClients)
+	for i := range reqs {
+		reqs[i].Domain = s.domain
+		for _, kv := range s.descriptors(i) {
+			var d descriptor
+			for j := 0; j+1 < len(kv); j += 2 {
+				d.Entries = append(d.Entries, entry{kv[j], kv[j+1]})
+			}
+			reqs[i].Descriptors = append(reqs[i].Descriptors, d)
+		}
+	}
+	b, err := json.Marshal(reqs)
+	if err != nil {
+		return err
+	}
+	s.data = filepath.Join(dir, "rls-"+strings.ReplaceAll(strings.ReplaceAll(s.name, ",", ""), " ", "-")+".json")
+	return os.WriteFile(s.data, b, 0o644)
+}
+
+// probe is request i of the scenario, for single questions.
+func (s *rlsScenario) probe(i int) *rlsv3.RateLimitRequest {
+	return rlsRequest(s.domain, s.descriptors(i)...)
+}
+
+// peerConfig is envoyproxy/ratelimit's configuration of the scenarios, one
+// file per domain: fixed windows of a minute (a day for the denial
+// flood), a bucket per distinct value of the last entry, as Sluice's
+// policies below.
+var peerConfig = map[string]string{
+	"bench.yaml": `domain: bench
+descriptors:
+  - key: generic_key
+    value: bench
+    descriptors:
+      - key: client
+        rate_limit: {unit: minute, requests_per_unit: ` + strconv.Itoa(allowLimit) + `}
+  - key: generic_key
+    value: bench-user
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: ` + strconv.Itoa(allowLimit) + `}
+  - key: generic_key
+    value: bench-route
+    descriptors:
+      - key: route
+        rate_limit: {unit: minute, requests_per_unit: ` + strconv.Itoa(allowLimit) + `}
+`,
+	"bench-deny.yaml": `domain: bench-deny
+descriptors:
+  - key: generic_key
+    value: bench
+    descriptors:
+      - key: client
+        rate_limit: {unit: day, requests_per_unit: 1}
+`,
+}
+
+// sluicePolicy is a descriptor policy answering the descriptor
+// [generic_key=value, entry=*] with a clock-aligned fixed window (the
+// peer's windows are aligned to the clock too) per value of entry.
+func sluicePolicy(namespace, domain, name, value, entry string, limit int, window string) string {
+	return fmt.Sprintf(`apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: %s, namespace: %s}
+spec:
+  match:
+    domain: %s
+    descriptor:
+    - {key: generic_key, value: %s}
+    - {key: %s}
+  key: "{descriptor:%s}"
+  limits:
+  - name: window
+    fixedWindow: {limit: %d, window: %s, alignment: Clock}
+`, name, namespace, domain, value, entry, entry, limit, window)
+}
+
+// sluicePolicies are the files of Sluice's policies folder. Each domain
+// is bound to the namespace of the same name (--rls-domain).
+var sluicePolicies = map[string]string{
+	"client.yaml": sluicePolicy("bench", "bench", "client", "bench", "client", allowLimit, "1m"),
+	"user.yaml":   sluicePolicy("bench", "bench", "user", "bench-user", "user", allowLimit, "1m"),
+	"route.yaml":  sluicePolicy("bench", "bench", "route", "bench-route", "route", allowLimit, "1m"),
+	"deny.yaml":   sluicePolicy("bench-deny", "bench-deny", "deny", "bench", "client", 1, "24h"),
+}
+
+// rlsServer is one server under test and its samples, one config per
+// scenario.
+type rlsServer struct {
+	name string
+	addr string
+	pid  int
+	// limits: it answers from limits (not the bare ceiling).
+	limits bool
+	// pprof is Sluice's profiler address.
+	pprof string
+	// runs are the ghz runs of each scenario, lean the lean generator's
+	// (with -rls-lean).
+	runs, lean []*config
+}
+
+// peerEnv is service_cmd's whole environment (nothing is inherited):
+// Redis over TCP with the service's default pool of 10 connections and no
+// write buffering (REDIS_PIPELINE_WINDOW=0, its default: each request's
+// INCRBY and EXPIRE commands go out in one write), the configuration read
+// from runtime/ratelimit/config/*.yaml without watching the root for
+// symlink swaps, statistics kept in memory (no statsd), its local cache
+// of over-limit keys on (Sluice caches denials too), every listener on
+// loopback.
+func peerEnv(runtime, redisAddr string, grpcPort, httpPort, debugPort string) []string {
+	return []string{
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL=" + redisAddr,
+		"REDIS_POOL_SIZE=10",
+		"REDIS_PIPELINE_WINDOW=0",
+		"RUNTIME_ROOT=" + runtime,
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false",
+		"LOCAL_CACHE_SIZE_IN_BYTES=4194304",
+		"HOST=127.0.0.1",
+		"PORT=" + httpPort,
+		"GRPC_HOST=127.0.0.1",
+		"GRPC_PORT=" + grpcPort,
+		"DEBUG_HOST=127.0.0.1",
+		"DEBUG_PORT=" + debugPort,
+		"LOG_LEVEL=warn",
+	}
+}
+
+// startRLSServers starts the bare server, the peer and Sluice, and waits
+// until each answers.
+func (ps *processes) startRLSServers(o options, redisAddr string) ([]*rlsServer, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	bare := &rlsServer{name: "bare gRPC OK (ceiling)", addr: freeAddr()}
+	cmd, err := ps.start(self, "serve-bare-grpc", "--listen", bare.addr)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", bare.name, err)
+	}
+	bare.pid = cmd.Process.Pid
+
+	peer := &rlsServer{name: "envoyproxy/ratelimit (peer)", addr: freeAddr(), limits: true}
+	runtime := filepath.Join(ps.dir, "runtime")
+	cfgDir := filepath.Join(runtime, "ratelimit", "config")
+	if err := writeFiles(cfgDir, peerConfig); err != nil {
+		return nil, err
+	}
+	_, grpcPort, _ := net.SplitHostPort(peer.addr)
+	_, httpPort, _ := net.SplitHostPort(freeAddr())
+	_, debugPort, _ := net.SplitHostPort(freeAddr())
+	cmd, err = ps.startEnv(peerEnv(runtime, redisAddr, grpcPort, httpPort, debugPort), o.peer)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", peer.name, err)
+	}
+	peer.pid = cmd.Process.Pid
+
+	sluice := &rlsServer{name: "Sluice", addr: freeAddr(), limits: true, pprof: freeAddr()}
+	pdir := filepath.Join(ps.dir, "rls-policies")
+	if err := writeFiles(pdir, sluicePolicies); err != nil {
+		return nil, err
+	}
+	cmd, err = ps.start(o.manager, "local", "--policies", pdir, "--listen", freeAddr(), "--grpc-listen", sluice.addr,
+		"--rls-domain", "bench=bench", "--rls-domain", "bench-deny=bench-deny",
+		"--redis-url", "redis://"+redisAddr, "--pprof-listen", sluice.pprof)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", sluice.name, err)
+	}
+	sluice.pid = cmd.Process.Pid
+
+	servers := []*rlsServer{bare, peer, sluice}
+	for _, s := range servers {
+		// A descriptor nothing limits: answered OK by all once they serve.
+		probe := rlsRequest("bench", []string{"generic_key", "probe"})
+		if err := waitFor(func() error {
+			c, err := dialRLS(s.addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			return c.mustCode(ctx, probe, rlsv3.RateLimitResponse_OK)
+		}); err != nil {
+			return nil, fmt.Errorf("%s did not start: %w (logs in %s)", s.name, err, ps.dir)
+		}
+	}
+	return servers, nil
+}
+
+func writeFiles(dir string, files map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rlsResults are the samples of each scenario (outer) on each server.
+type rlsResults struct {
+	servers []*rlsServer
+	profile string // `go tool pprof -top` of Sluice under load, with -rls-profile
+}
+
+// runRLS is the RLS part: servers, warm-up, checked answers, interleaved
+// rounds, and with -rls-profile a CPU profile of Sluice allowing one
+// descriptor.
+func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis.Client) (rlsResults, error) {
+	var res rlsResults
+	protoset := filepath.Join(ps.dir, "rls.protoset")
+	if err := writeProtoset(protoset); err != nil {
+		return res, fmt.Errorf("protoset: %w", err)
+	}
+	for _, sc := range rlsScenarios {
+		if err := sc.writeData(ps.dir); err != nil {
+			return res, err
+		}
+	}
+	servers, err := ps.startRLSServers(o, redisAddr)
+	if err != nil {
+		return res, err
+	}
+	res.servers = servers
+	load := func(s *rlsServer, sc *rlsScenario) ghzRun {
+		return ghzRun{ghz: o.ghz, protoset: protoset, addr: s.addr, data: sc.data,
+			concurrency: rlsConcurrency, conns: rlsConns, d: o.duration}
+	}
+	for _, s := range servers {
+		for _, sc := range rlsScenarios {
+			s.runs = append(s.runs, &config{name: sc.name + " — " + s.name, pid: s.pid})
+			s.lean = append(s.lean, &config{name: sc.name + " — " + s.name + " (lean)", pid: s.pid})
+		}
+	}
+
+	// Warm-up: two passes over every client, so connections and pools are
+	// open and in the denial flood every bucket is over its limit and has
+	// been denied once already (the peer's local cache and Sluice's deny
+	// cache hold a key from its first denial on), then each answer checked.
+	fmt.Fprintf(os.Stderr, "bench: RLS warm-up, %d requests per scenario and server\n", 2*rlsClients)
+	for _, s := range servers {
+		for _, sc := range rlsScenarios {
+			g := load(s, sc)
+			g.requests = 2 * rlsClients
+			if _, err := g.run(ps.dir); err != nil {
+				return res, fmt.Errorf("warm-up %s, %s: %w", s.name, sc.name, err)
+			}
+		}
+	}
+	if err := checkAnswers(servers); err != nil {
+		return res, err
+	}
+
+	fmt.Fprintf(os.Stderr, "bench: RLS %d rounds × %d scenarios × %d servers × %s, ghz -c%d --connections %d, %d clients\n",
+		o.rounds, len(rlsScenarios), len(servers), o.duration, rlsConcurrency, rlsConns, rlsClients)
+	for r := 1; r <= o.rounds; r++ {
+		for i, sc := range rlsScenarios {
+			for _, s := range servers {
+				type run struct {
+					c    *config
+					load func() (wrkResult, error)
+				}
+				runs := []run{{s.runs[i], func() (wrkResult, error) { return load(s, sc).run(ps.dir) }}}
+				if o.rlsLean {
+					runs = append(runs, run{s.lean[i], func() (wrkResult, error) {
+						return grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
+					}})
+				}
+				for _, l := range runs {
+					smp, err := measure(l.c, redisPid, rdb, l.load)
+					if err != nil {
+						return res, fmt.Errorf("%s: %w", l.c.name, err)
+					}
+					l.c.rounds = append(l.c.rounds, smp)
+					fmt.Fprintf(os.Stderr, "  round %d  %-68s %9.0f req/s  p99 %s\n", r, l.c.name, smp.rps, round(smp.p99))
+				}
+			}
+		}
+	}
+	// The allowing runs must have stayed allowing, the flood denying.
+	if err := checkAnswers(servers); err != nil {
+		return res, fmt.Errorf("after the rounds: %w", err)
+	}
+
+	if o.rlsProfile != "" {
+		sluice := servers[2]
+		top, err := profileUnderLoad(sluice, load(sluice, rlsScenarios[0]), o, ps.dir)
+		if err != nil {
+			return res, fmt.Errorf("profile: %w", err)
+		}
+		res.profile = top
+	}
+	return res, nil
+}
+
+// checkAnswers asks each limiting server request 0 of each scenario: a
+// scenario measured on a server that answers otherwise measures nothing.
+func checkAnswers(servers []*rlsServer) error {
+	for _, s := range servers {
+		if !s.limits {
+			continue
+		}
+		c, err := dialRLS(s.addr)
+		if err != nil {
+			return err
+		}
+		for _, sc := range rlsScenarios {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err := c.mustCode(ctx, sc.probe(0), sc.want)
+			cancel()
+			if err != nil {
+				c.Close()
+				return fmt.Errorf("%s, %s: %w", s.name, sc.name, err)
+			}
+		}
+		c.Close()
+	}
+	return nil
+}
+
+// profileUnderLoad takes a CPU profile of Sluice while ghz loads it, saves
+// it to o.rlsProfile and returns the top of `go tool pprof -top`.
+func profileUnderLoad(s *rlsServer, g ghzRun, o options, dir string) (string, error) {
+	secs := max(1, int(o.duration.Seconds())-1)
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond) // into the load
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, secs))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("pprof: %s: %s", resp.Status, b)
+		}
+		done <- result{b, err}
+	}()
+	w, err := g.run(dir)
+	if err != nil {
+		return "", err
+	}
+	r := <-done
+	if r.err != nil {
+		return "", r.err
+	}
+	if err := os.WriteFile(o.rlsProfile, r.b, 0o644); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "bench: CPU profile of Sluice (%s, %.0f req/s) saved to %s\n", g.data, w.rps, o.rlsProfile)
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=30", o.manager, o.rlsProfile).Output()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %w", err)
+	}
+	return fmt.Sprintf("%.0f req/s during the profile\n%s", w.rps, top), nil
+}
+
+// renderRLS is the RLS part's section of the report.
+func renderRLS(res rlsResults, rounds int, d time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintln(&b, "\n## Envoy Rate Limit Service v3 (gRPC ShouldRateLimit)")
+	fmt.Fprintf(&b, "\nLoad: ghz -c%d --connections %d (an Envoy with 2 workers holds one connection each to its rate limit cluster), %s per configuration, %d interleaved rounds (medians); "+
+		"the requests cycle through %d client values (10.0.x.y), in the three-descriptor request with 1,000 users and 10 routes. "+
+		"Servers: a bare grpc-go server answering OK (the ceiling); envoyproxy/ratelimit's service_cmd (the peer; fixed windows in Redis, INCRBY+EXPIRE pipelined per request, its over-limit local cache on); "+
+		"Sluice `manager local --grpc-listen --rls-domain`; the peer and Sluice on the same Redis, clock-aligned fixed windows of the same size "+
+		"(%d a minute allowing, 1 a day for the flood). Calls ghz cut at the end of a run (its connections closed under them) are not counted as failed.\n\n",
+		rlsConcurrency, rlsConns, d, rounds, rlsClients, allowLimit)
+	renderRLSTable(&b, res.servers, func(s *rlsServer) []*config { return s.runs })
+	fmt.Fprintln(&b, "\n### RLS targets (ratios from this run, ghz)")
+	renderRLSTargets(&b, res.servers, func(s *rlsServer) []*config { return s.runs })
+
+	if len(res.servers[0].lean[0].rounds) > 0 {
+		fmt.Fprintf(&b, "\n### The same with a lean generator\n\n"+
+			"ghz spends more CPU per call than any of the servers, and it shares the 2 CPUs with them, so its figures are mostly its own. "+
+			"`bench grpc-load` sends the same requests (same data file, %d calls in flight over %d connections, closed loop) from grpc-go with each request marshaled once and the answers left unparsed; "+
+			"its runs are interleaved with ghz's in the same rounds. Server and Redis CPU per call do not depend on the generator.\n\n", rlsConcurrency, rlsConns)
+		renderRLSTable(&b, res.servers, func(s *rlsServer) []*config { return s.lean })
+		fmt.Fprintln(&b, "\nTargets with the lean generator:")
+		renderRLSTargets(&b, res.servers, func(s *rlsServer) []*config { return s.lean })
+	}
+	if res.profile != "" {
+		fmt.Fprintf(&b, "\n### CPU profile of Sluice, one descriptor, allowing (ghz)\n\n```\n%s```\n", res.profile)
+	}
+	return b.String()
+}
+
+func rlsRPS(c *config) float64 { return median(c.rounds, func(s sample) float64 { return s.rps }) }
+
+func rlsP99(c *config) time.Duration {
+	return time.Duration(median(c.rounds, func(s sample) float64 { return float64(s.p99) }))
+}
+
+// renderRLSTable writes one row per scenario and server; runs picks the
+// generator's samples.
+func renderRLSTable(b *strings.Builder, servers []*rlsServer, runs func(*rlsServer) []*config) {
+	fmt.Fprintln(b, "| scenario | server | req/s | p50 | p99 | server CPU µs/req | Redis CPU µs/req | Redis cmds/req (incl. in scripts) | generator CPU µs/req | failed calls | × ceiling | × peer |")
+	fmt.Fprintln(b, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	bare, peer := runs(servers[0]), runs(servers[1])
+	for i, sc := range rlsScenarios {
+		for _, s := range servers {
+			c := runs(s)[i]
+			med := func(f func(sample) float64) float64 { return median(c.rounds, f) }
+			perReq := func(f func(sample) time.Duration) float64 {
+				return med(func(s sample) float64 { return float64(f(s).Microseconds()) / float64(s.requests) })
+			}
+			var failed int64
+			for _, smp := range c.rounds {
+				failed += smp.non2xx
+			}
+			p50 := time.Duration(med(func(s sample) float64 { return float64(s.p50) }))
+			fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %.1f | %.1f | %.3f | %.1f | %d | %.2f | %.2f |\n",
+				sc.name, s.name, rlsRPS(c), round(p50), round(rlsP99(c)),
+				perReq(func(s sample) time.Duration { return s.serverCPU }),
+				perReq(func(s sample) time.Duration { return s.redisCPU }),
+				med(func(s sample) float64 { return float64(s.redisCmds) / float64(s.requests) }),
+				perReq(func(s sample) time.Duration { return s.clientCPU }),
+				failed, rlsRPS(c)/rlsRPS(bare[i]), rlsRPS(c)/rlsRPS(peer[i]))
+		}
+	}
+}
+
+// renderRLSTargets writes the issue's targets as ratios of runs.
+func renderRLSTargets(b *strings.Builder, servers []*rlsServer, runs func(*rlsServer) []*config) {
+	target := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "NOT met"
+	}
+	bare, peer, sluice := runs(servers[0]), runs(servers[1]), runs(servers[2])
+	one, three, deny := 0, 1, 2
+	r := rlsRPS(sluice[one]) / rlsRPS(peer[one])
+	fmt.Fprintf(b, "- One descriptor, allowing, ≥ 2 × envoyproxy/ratelimit: %.2f × — %s; p99 no worse: %s vs %s — %s\n",
+		r, target(r >= 2), round(rlsP99(sluice[one])), round(rlsP99(peer[one])), target(rlsP99(sluice[one]) <= rlsP99(peer[one])))
+	r = rlsRPS(sluice[three]) / rlsRPS(sluice[one])
+	fmt.Fprintf(b, "- Three descriptors ≥ 0.8 × one descriptor: %.2f × — %s (envoyproxy/ratelimit: %.2f ×)\n",
+		r, target(r >= 0.8), rlsRPS(peer[three])/rlsRPS(peer[one]))
+	r = rlsRPS(sluice[deny]) / rlsRPS(bare[deny])
+	fmt.Fprintf(b, "- Denial flood ≥ 0.85 × bare gRPC ceiling: %.2f × — %s (envoyproxy/ratelimit: %.2f ×)\n",
+		r, target(r >= 0.85), rlsRPS(peer[deny])/rlsRPS(bare[deny]))
+}
