@@ -2,14 +2,31 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // RateLimitPolicySpec declares which requests a policy applies to, how they
 // are grouped into buckets (the key) and the limits each bucket has.
 //
+// +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.match) || !(has(self.match.hosts) || has(self.match.paths) || has(self.match.methods) || has(self.match.domain) || has(self.match.descriptor))",message="a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only",fieldPath=".match"
 // +kubebuilder:validation:XValidation:rule="!has(self.key) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? !self.key.matches('[{](client_ip|method|host|path|header:|query:)') : !self.key.contains('{descriptor'))",message="a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only, and an HTTP policy never from them: the other kind of request has no such values",fieldPath=".key"
 // +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
 type RateLimitPolicySpec struct {
+	// targetRefs attach the policy to Gateway API resources (direct policy
+	// attachment, GEP-713): an HTTPRoute, or one of its rules by
+	// sectionName (the rule's name), or a Gateway, or one of its listeners
+	// by sectionName. The policy then applies to exactly the requests the
+	// target receives: the route's hostnames (as its Gateways' listeners
+	// narrow them), paths, methods, headers and query parameters, with
+	// Gateway API's precedence among the routes of a Gateway, so the route
+	// is never repeated here. match may narrow further with headers and
+	// when, not with hosts, paths or methods.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +kubebuilder:validation:XValidation:rule="self.all(r, r.group == 'gateway.networking.k8s.io' && (r.kind == 'HTTPRoute' || r.kind == 'Gateway'))",message="targetRefs name HTTPRoutes or Gateways of group gateway.networking.k8s.io"
+	TargetRefs []gatewayv1.LocalPolicyTargetReferenceWithSectionName `json:"targetRefs,omitempty"`
+
 	// match selects the requests this policy applies to. Every field that is
 	// set must match; an empty match selects every request checked against
 	// the policy's namespace.
@@ -395,6 +412,14 @@ type RateLimitPolicyStatus struct {
 	// tableRevision is the policy table revision that holds this generation.
 	// +optional
 	TableRevision int64 `json:"tableRevision,omitempty"`
+
+	// ancestors is the policy's status per Gateway its targets attach to
+	// (GEP-713): the Gateway, this controller's name, and an Accepted
+	// condition (reasons Accepted, TargetNotFound, Invalid).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Ancestors []gatewayv1.PolicyAncestorStatus `json:"ancestors,omitempty"`
 }
 
 // RateLimitPolicy limits the rate of the requests it matches, per key.
@@ -402,6 +427,8 @@ type RateLimitPolicyStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=rlp,categories=sluice
+// +kubebuilder:metadata:labels="gateway.networking.k8s.io/policy=Direct"
+// +kubebuilder:printcolumn:name="Targets",type=string,JSONPath=`.spec.targetRefs[*].name`
 // +kubebuilder:printcolumn:name="Limits",type=string,JSONPath=`.status.limits`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`,priority=1
 // +kubebuilder:printcolumn:name="Key",type=string,JSONPath=`.spec.key`,priority=1

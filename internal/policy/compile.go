@@ -53,12 +53,26 @@ type Limit struct {
 // mistakes; Compile checks what only code can: the key template's
 // placeholders, the CEL `when` expression and the engine's numeric bounds.
 func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec) (*Policy, error) {
+	return CompileTargeted(namespace, name, spec, nil)
+}
+
+// CompileTargeted is Compile for a policy whose targetRefs the controller
+// resolved into routes (nil when it has none).
+func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec, routes *Routes) (*Policy, error) {
 	specPath := field.NewPath("spec")
 	p := newPolicy(namespace, name, spec)
 	errs := checkEnums(spec, specPath)
+	errs = append(errs, checkTargets(spec, routes, specPath)...)
 
 	match, merrs := compileMatchField(&spec.Match, specPath.Child("match"))
 	errs = append(errs, merrs...)
+	if routes != nil && len(spec.TargetRefs) > 0 {
+		compiled, err := compileRoutes(routes)
+		if err != nil {
+			errs = append(errs, field.Invalid(specPath.Child("targetRefs"), "", err.Error()))
+		}
+		match.routes = compiled
+	}
 	p.match = match
 
 	key, kerrs := compileKey(spec.Key, match.forDescriptors, specPath.Child("key"))
@@ -246,6 +260,29 @@ func validateDescriptorMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path
 		if e.Value != nil && len(*e.Value) > 1024 {
 			errs = append(errs, field.TooLong(ep.Child("value"), *e.Value, 1024))
 		}
+	}
+	return errs
+}
+
+// checkTargets repeats the schema's rules on targetRefs, and refuses a
+// policy with targets that come without their resolved routes.
+func checkTargets(spec *ratelimitv1alpha1.RateLimitPolicySpec, routes *Routes, path *field.Path) field.ErrorList {
+	if len(spec.TargetRefs) == 0 {
+		return nil
+	}
+	var errs field.ErrorList
+	tp := path.Child("targetRefs")
+	for i, t := range spec.TargetRefs {
+		if t.Group != "gateway.networking.k8s.io" || (t.Kind != "HTTPRoute" && t.Kind != "Gateway") {
+			errs = append(errs, field.Invalid(tp.Index(i), string(t.Group)+"/"+string(t.Kind), "targetRefs name HTTPRoutes or Gateways of group gateway.networking.k8s.io"))
+		}
+	}
+	m := &spec.Match
+	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || m.Domain != "" || len(m.Descriptor) > 0 {
+		errs = append(errs, field.Invalid(path.Child("match"), "", "a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only"))
+	}
+	if routes == nil {
+		errs = append(errs, field.Invalid(tp, "", "targets are resolved from the cluster's Gateways and HTTPRoutes by the controller; local mode has none, so use match.hosts and match.paths there"))
 	}
 	return errs
 }

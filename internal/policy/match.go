@@ -26,6 +26,10 @@ type matcher struct {
 	domain         string // "": any domain
 	descriptor     []entryMatch
 	anyDescriptor  bool // no descriptor entries named: every descriptor matches
+
+	// routes, for a policy with targetRefs, are its targets' routing:
+	// the request must be one a target receives.
+	routes *compiledRoutes
 }
 
 // entryMatch is one compiled descriptor entry.
@@ -98,6 +102,8 @@ func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
 			return false, nil
 		}
 	} else if !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
+		return false, nil
+	} else if m.routes != nil && !m.routes.matches(r) {
 		return false, nil
 	}
 	if m.when == nil {
