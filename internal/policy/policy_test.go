@@ -240,7 +240,7 @@ limits:
 		t.Errorf("leakInterval default = %s, want 1s", p.Limits[4].Limit.Interval)
 	}
 	entries := p.AppendEntries(nil, "1.2.3.4", p.Cost)
-	if len(entries) != 6 || entries[0].Key != "sluice:{shop/p/1.2.3.4}:tb" || !entries[0].Shadow || entries[0].Cost != 2 {
+	if len(entries) != 6 || entries[0].Key != "sluice:v2:{shop/p/1.2.3.4}:tb" || !entries[0].Shadow || entries[0].Cost != 2 {
 		t.Errorf("entries[0] = %+v", entries[0])
 	}
 }

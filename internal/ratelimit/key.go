@@ -6,8 +6,11 @@ import (
 	"strings"
 )
 
-// KeyPrefix starts every key Sluice writes.
-const KeyPrefix = "sluice:"
+// KeyPrefix starts every key Key returns. Its "v2" is the layout version:
+// one Redis hash per bucket, see SplitKey. A new layout takes a new
+// version, so a process of another version never reads state it would
+// misunderstand; the other version's keys expire by their TTL.
+const KeyPrefix = "sluice:v2:"
 
 // Key encoding bounds.
 const (
@@ -20,12 +23,16 @@ const (
 	MaxKeyLen = len(KeyPrefix) + len("{//}:") + 4*MaxKeyComponent
 )
 
-// Key returns the Redis key of one limit's state:
+// Key returns the key of one limit's state:
 //
-//	sluice:{<namespace>/<policy>/<value>}:<limit>
+//	sluice:v2:{<namespace>/<policy>/<value>}:<limit>
 //
-// The part in braces is the Redis Cluster hash tag, so all limits of one key
-// value share a slot and one atomic call evaluates them. Each component is
+// Everything up to the closing brace names the bucket of (policy, key
+// value): one Redis hash that holds the state of each of its limits in the
+// field <limit> (see SplitKey); a SlidingWindowLog keeps its log in a
+// sorted set under the key itself. The part in braces is the Redis Cluster
+// hash tag, so a bucket and its logs share a slot and one atomic call
+// evaluates all limits of a key value. Each component is
 // escaped injectively: '{', '}', ':', '/', '%' and every byte outside
 // printable ASCII become %XX (uppercase hex), so no value can close the tag
 // early, reach into another policy's or namespace's keys, or collide with a
@@ -97,6 +104,50 @@ func writeComponent(b *strings.Builder, s string) {
 		}
 		b.WriteByte(c)
 	}
+}
+
+// SplitKey tells where the state of the limit named by key lives: in the
+// field field of the Redis hash bucket. A key of Key's shape,
+// <prefix>{<tag>}:<field> with a non-empty tag (HashTag's) and a non-empty
+// field without ':', splits at the tag's closing brace: all limits of one
+// (namespace, policy, key value) share the bucket <prefix>{<tag>}. Any
+// other key is a bucket of its own with field "" (tests use plain names),
+// except that a key ending with its tag (<prefix>{<tag>} itself) is no
+// valid key at all: it is the bucket of the keys <prefix>{<tag>}:<field>
+// (Request.Validate rejects it). Both results are substrings of key.
+//
+// A SlidingWindowLog's log is the sorted set at key itself; for a key that
+// splits, the bucket's field records that the log holds the limit's state,
+// so a limit whose algorithm changes between a log and a hash field never
+// reads the other's stale state.
+func SplitKey(key string) (bucket, field string) {
+	end := tagEnd(key)
+	if end < 0 || len(key)-end < 2 || key[end] != ':' || strings.IndexByte(key[end+1:], ':') >= 0 {
+		return key, ""
+	}
+	return key[:end], key[end+1:]
+}
+
+// RedisKey returns the Redis key that holds the state of the limit named
+// by key when it counts with alg, and the field there: the bucket and the
+// limit's field for a hash algorithm, the key itself (and no field) for a
+// SlidingWindowLog. For logs and debugging; the stores work it out alone.
+func RedisKey(key string, alg Algorithm) (redisKey, field string) {
+	if alg == SlidingWindowLog {
+		return key, ""
+	}
+	return SplitKey(key)
+}
+
+// tagEnd returns the index just past the '}' that closes key's hash tag,
+// or -1 when key has no (non-empty) tag.
+func tagEnd(key string) int {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			return s + 1 + e + 1
+		}
+	}
+	return -1
 }
 
 // HashTag returns the part of key that Redis Cluster hashes: the bytes

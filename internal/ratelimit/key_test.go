@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -91,6 +92,17 @@ func checkKey(t *testing.T, ns, policy, value, limit string) string {
 	if HashSlot(key) != HashSlot("{"+wantTag+"}") || HashSlot(key) != crc16(wantTag)&16383 {
 		t.Fatalf("slot of %q is not the slot of its tag", key)
 	}
+	// The bucket is everything up to the tag's end, the field the limit;
+	// both in the key's slot. (An empty limit is no field: the key is a
+	// bucket of its own.)
+	bucket, field := SplitKey(key)
+	wantBucket, wantField := key[:strings.LastIndex(key, "}:")+1], key[strings.LastIndex(key, "}:")+2:]
+	if wantField == "" {
+		wantBucket = key
+	}
+	if bucket != wantBucket || field != wantField || HashSlot(bucket) != HashSlot(key) {
+		t.Fatalf("SplitKey(%q) = %q, %q; want %q, %q in the key's slot", key, bucket, field, wantBucket, wantField)
+	}
 	return key
 }
 
@@ -113,17 +125,57 @@ func crc16(s string) uint16 {
 func TestKeyExamples(t *testing.T) {
 	long := strings.Repeat("x", 129)
 	cases := []struct{ ns, policy, value, limit, key string }{
-		{"default", "api", "10.0.0.1", "burst", "sluice:{default/api/10.0.0.1}:burst"},
-		{"default", "api", "a}b{c", "daily", "sluice:{default/api/a%7Db%7Bc}:daily"},
-		{"default", "api", "a/b:c%d", "x", "sluice:{default/api/a%2Fb%3Ac%25d}:x"},
-		{"default", "api", "", "x", "sluice:{default/api/}:x"},
-		{"default", "api", "é \n", "x", "sluice:{default/api/%C3%A9%20%0A}:x"},
-		{"default", "api", strings.Repeat("x", 128), "x", "sluice:{default/api/" + strings.Repeat("x", 128) + "}:x"},
-		{"default", "api", long, "x", "sluice:{default/api/" + want(long) + "}:x"},
+		{"default", "api", "10.0.0.1", "burst", "sluice:v2:{default/api/10.0.0.1}:burst"},
+		{"default", "api", "a}b{c", "daily", "sluice:v2:{default/api/a%7Db%7Bc}:daily"},
+		{"default", "api", "a/b:c%d", "x", "sluice:v2:{default/api/a%2Fb%3Ac%25d}:x"},
+		{"default", "api", "", "x", "sluice:v2:{default/api/}:x"},
+		{"default", "api", "é \n", "x", "sluice:v2:{default/api/%C3%A9%20%0A}:x"},
+		{"default", "api", strings.Repeat("x", 128), "x", "sluice:v2:{default/api/" + strings.Repeat("x", 128) + "}:x"},
+		{"default", "api", long, "x", "sluice:v2:{default/api/" + want(long) + "}:x"},
+		{"default", "api", "v", "a:b}", "sluice:v2:{default/api/v}:a%3Ab%7D"},
 	}
 	for _, c := range cases {
 		if got := checkKey(t, c.ns, c.policy, c.value, c.limit); got != c.key {
 			t.Errorf("Key(%q,%q,%q,%q) = %q, want %q", c.ns, c.policy, c.value, c.limit, got, c.key)
+		}
+	}
+}
+
+func TestSplitKey(t *testing.T) {
+	for key, want := range map[string][2]string{
+		"sluice:v2:{ns/p/v}:burst": {"sluice:v2:{ns/p/v}", "burst"},
+		"x{t}:f":                   {"x{t}", "f"},
+		"{t}:f}":                   {"{t}", "f}"},
+		"{t}:f{g}":                 {"{t}", "f{g}"},
+		// Buckets of their own.
+		"k":        {"k", ""},
+		"a/b":      {"a/b", ""},
+		"{}:f":     {"{}:f", ""},     // an empty tag is no tag
+		"x{t}:":    {"x{t}:", ""},    // no field
+		"x{t}:a:b": {"x{t}:a:b", ""}, // a field holds no ':'
+		"x{t}f":    {"x{t}f", ""},
+		"x{t":      {"x{t", ""},
+	} {
+		if b, f := SplitKey(key); b != want[0] || f != want[1] {
+			t.Errorf("SplitKey(%q) = %q, %q; want %q, %q", key, b, f, want[0], want[1])
+		}
+		if k, f := RedisKey(key, GCRA); k != want[0] || f != want[1] {
+			t.Errorf("RedisKey(%q, GCRA) = %q, %q; want %q, %q", key, k, f, want[0], want[1])
+		}
+		if k, f := RedisKey(key, SlidingWindowLog); k != key || f != "" {
+			t.Errorf("RedisKey(%q, SlidingWindowLog) = %q, %q; want the key itself", key, k, f)
+		}
+	}
+}
+
+// TestValidateKeys: a key ending with its hash tag names a bucket, not a
+// limit, so a bucket of its own can never be another key's bucket.
+func TestValidateKeys(t *testing.T) {
+	l := Limit{Algorithm: SlidingWindowLog, Capacity: 1, Interval: time.Second}
+	for key, ok := range map[string]bool{"sluice:v2:{ns/p/v}:x": true, "k": true, "x{t}:": true, "{}": true, "sluice:v2:{ns/p/v}": false, "{t}": false} {
+		req := Request{Entries: []Entry{{Key: key, Limit: l, Cost: 1}}}
+		if err := req.Validate(); (err == nil) != ok {
+			t.Errorf("key %q: %v", key, err)
 		}
 	}
 }

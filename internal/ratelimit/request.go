@@ -21,8 +21,10 @@ const MaxEntries = 256
 
 // Entry is one limit to check for a request.
 type Entry struct {
-	// Key is the Redis key of the limit's state, normally built by Key.
-	// Keys must be distinct within one Request.
+	// Key names the limit's state, normally built by Key; it must be
+	// distinct within one Request. Entries whose keys share a bucket
+	// (SplitKey) are stored in one Redis hash, a field each, and read,
+	// written and given their expiry together.
 	Key   string
 	Limit Limit
 	// Cost is how many units the request takes, 0..MaxCount. Cost 0
@@ -109,6 +111,9 @@ func (r *Request) Validate() error {
 		e := &r.Entries[i]
 		if e.Key == "" {
 			return fmt.Errorf("%w: entry %d has an empty key", ErrInvalidRequest, i)
+		}
+		if tagEnd(e.Key) == len(e.Key) {
+			return fmt.Errorf("%w: entry %d's key %s ends with its hash tag: that names a bucket, not a limit", ErrInvalidRequest, i, e.Key)
 		}
 		if e.Cost < 0 || e.Cost > MaxCount {
 			return fmt.Errorf("%w: entry %d (%s) cost %d outside 0..%d", ErrInvalidRequest, i, e.Key, e.Cost, MaxCount)

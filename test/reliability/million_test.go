@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/source"
@@ -25,7 +26,7 @@ const distinctKeys = 1_000_000
 
 // algorithms are the six algorithms with 2s windows, one policy each,
 // selected by path; every key value is checked once, so each leaves one
-// key (one state) behind, which must expire.
+// bucket (one state; a log's sorted set besides) behind, which must expire.
 var algorithms = []struct{ path, limit, spec string }{
 	{"/tb", "tb", "tokenBucket: {capacity: 5, refillRate: 5, refillInterval: 2s}"},
 	{"/fw", "fw", "fixedWindow: {limit: 5, window: 2s}"},
@@ -73,7 +74,8 @@ func runDistinct(t *testing.T, checker *check.Checker, prefix string, n, sample 
 					continue
 				}
 				if sampled != nil && i%sample == 0 {
-					sampled(out.Limits[0].Key)
+					key, _ := ratelimit.RedisKey(out.Limits[0].Key, out.Limits[0].Limit.Limit.Algorithm) // its bucket, or a log's own key
+					sampled(key)
 				}
 			}
 		})
@@ -168,7 +170,7 @@ func TestMillionKeyValuesRedis(t *testing.T) {
 					noTTL++
 					t.Errorf("key %s has no TTL (PTTL %d)", k, d)
 				default:
-					limit := k[strings.LastIndexByte(k, ':')+1:]
+					limit := strings.Split(ratelimit.HashTag(k), "/")[1] // the policy, named after its limit
 					maxPTTL[limit] = max(maxPTTL[limit], d)
 				}
 			}

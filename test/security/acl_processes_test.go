@@ -13,6 +13,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
@@ -118,11 +119,16 @@ func TestProcessesAsACLUsers(t *testing.T) {
 				t.Fatalf("%s: answer %+v, want the policy's %d limits", p.Name, other, len(p.Spec.Limits))
 			}
 			for _, l := range other.Policies[0].Limits {
-				ttl, err := admin.PTTL(ctx, l.RedisKey).Result()
-				if err != nil || ttl <= 0 {
-					t.Errorf("%s: counter %s: TTL %v (%v), want one", p.Name, l.RedisKey, ttl, err)
+				alg, err := ratelimit.ParseAlgorithm(l.Algorithm)
+				if err != nil {
+					t.Fatal(err)
 				}
-				counter = l.RedisKey
+				key, _ := ratelimit.RedisKey(l.RedisKey, alg) // a bucket, or a log's own key
+				ttl, err := admin.PTTL(ctx, key).Result()
+				if err != nil || ttl <= 0 {
+					t.Errorf("%s: counter %s: TTL %v (%v), want one", p.Name, key, ttl, err)
+				}
+				counter = key
 			}
 		}
 		if log := aclLog(t, admin); len(log) > 0 {

@@ -88,15 +88,22 @@ func TestACLRules(t *testing.T) {
 	}
 
 	// Counter keys as the check endpoint builds them, hostile values
-	// included: separators are escaped, long values hashed.
-	counters := []string{
+	// included: separators are escaped, long values hashed. Each limit's
+	// key names a sliding log's sorted set; its bucket (the hash of every
+	// other algorithm) is the key up to the hash tag's end.
+	var counters []string
+	for _, k := range []string{
 		ratelimit.Key("shop", "api", "203.0.113.7", "burst"),
 		ratelimit.Key("shop", "api", "}:{policies}/x", "day"),
 		ratelimit.Key("shop", "api", strings.Repeat("v", 500), "burst"),
 		ratelimit.Key("ns", "p", "", "l"),
+	} {
+		bucket, _ := ratelimit.SplitKey(k)
+		counters = append(counters, k, bucket)
 	}
 	table := []string{policytable.HashKey, policytable.RevisionKey}
-	others := []string{"app:session:1", "sluice:other", "sluice:{shop/api}:x", "sluice:{policies}:other", "sluice:{policies}x"}
+	others := []string{"app:session:1", "sluice:other", "sluice:{shop/api}:x", "sluice:{policies}:other", "sluice:{policies}x",
+		"sluice:v2:other", "sluice:v2:{policies}", "sluice:{shop/api/203.0.113.7}:burst"} // the last: the layout before v2
 
 	library := scriptCommands(t, filepath.Join(root, "internal", "ratelimit", "redisstore", "lua", "sluice.lua"))
 	tableScripts := scriptCommands(t, filepath.Join(root, "internal", "policytable", "table.go"))

@@ -94,6 +94,41 @@ func TestMaxKeys(t *testing.T) {
 	}
 }
 
+// TestMaxKeysCountsBuckets: the cap counts buckets, one per (policy, key
+// value), whatever the number of its limits: a full store still takes a
+// limit of a bucket it holds, and no limit of another.
+func TestMaxKeysCountsBuckets(t *testing.T) {
+	clock := ratelimittest.FutureClock()
+	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(2))
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	three := func(value string, limits ...string) *ratelimit.Request {
+		req := &ratelimit.Request{}
+		for _, l := range limits {
+			req.Entries = append(req.Entries, ratelimit.Entry{Key: ratelimit.Key("ns", "p", value, l), Limit: window, Cost: 1})
+		}
+		return req
+	}
+	var dec ratelimit.Decision
+	for _, v := range []string{"a", "b"} {
+		if err := s.Check(ctx, 0, three(v, "x", "y", "z"), &dec); err != nil || !dec.Allowed {
+			t.Fatalf("bucket %s: %v, %+v", v, err, dec)
+		}
+	}
+	if s.Len() != 2 {
+		t.Fatalf("two buckets of three limits held as %d", s.Len())
+	}
+	if err := s.Check(ctx, 0, three("a", "w"), &dec); err != nil || !dec.Allowed {
+		t.Fatalf("a new limit of a held bucket: %v, %+v", err, dec)
+	}
+	if err := s.Check(ctx, 0, three("c", "x"), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a third bucket: %v, want ErrCapacity", err)
+	}
+	if err := s.Check(ctx, 0, three("a", "x", "y", "z", "w"), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 || dec.Results[3].Remaining != 0 {
+		t.Fatalf("the held bucket's limits: %v, %+v", err, dec)
+	}
+}
+
 // TestMaxKeysExpiredKeyReused: an expired key the store still holds is
 // used again without needing room.
 func TestMaxKeysExpiredKeyReused(t *testing.T) {

@@ -1,7 +1,10 @@
 // Package memstore is an in-process ratelimit.Store built on the model:
 // exact for one process, safe for concurrent use, with memory bounded by
-// the keys whose state is still live (a sweeper drops expired state) and,
-// optionally, by a cap on those keys (WithMaxKeys).
+// the buckets whose state is still live (a sweeper drops expired state)
+// and, optionally, by a cap on those buckets (WithMaxKeys). Like the Redis
+// store it keeps one bucket per (policy, key value) (ratelimit.SplitKey),
+// holding the state of each of its limits, which expires with the
+// longest-lived of them.
 // It backs `manager local` when no Redis is configured, and serves as a
 // second implementation in the differential tests.
 package memstore
@@ -26,27 +29,28 @@ const numShards = 64
 // DefaultSweepInterval is how often expired state is removed.
 const DefaultSweepInterval = 10 * time.Second
 
-// DefaultMaxKeys is the cap `manager local` puts on the keys it holds:
-// about 175 MB at about 175 bytes per key.
+// DefaultMaxKeys is the cap `manager local` puts on the buckets it holds:
+// about 200 MB at about 200 bytes per bucket of one limit (a bucket of
+// three takes about 340).
 const DefaultMaxKeys = 1_000_000
 
 // reclaimEvery is the least time between two sweeps of one shard to make
-// room for new keys while the store is full: a store full of live keys
-// does not scan its shards for every request that brings a new key.
+// room for new buckets while the store is full: a store full of live
+// buckets does not scan its shards for every request that brings a new one.
 const reclaimEvery = 100 * time.Millisecond
 
-// Store is the in-memory Store. A call locks the shards of all its keys in
-// ascending shard order (so calls never deadlock), reads the clock, then
+// Store is the in-memory Store. A call locks the shards of all its buckets
+// in ascending shard order (so calls never deadlock), reads the clock, then
 // evaluates and commits every entry under those locks: the call is atomic
-// with respect to every key it touches.
+// with respect to every bucket it touches.
 type Store struct {
 	shards [numShards]shard
 	seed   maphash.Seed
 	now    func() time.Time
 	sweep  time.Duration
 
-	// keys counts the keys the maps hold, expired or not; a new key is
-	// counted before it is added, so maxKeys is never exceeded.
+	// keys counts the buckets the maps hold, expired or not; a new bucket
+	// is counted before it is added, so maxKeys is never exceeded.
 	keys    atomic.Int64
 	maxKeys int64 // 0: no cap
 	errFull error
@@ -78,11 +82,43 @@ const (
 	shrinkMinPeak = 1024
 )
 
-// item is one key's state and the µs at which it becomes untouched again
-// (its TTL end); from then on it is ignored and may be swept.
+// item is one bucket: the state of each of its limits and the µs at which
+// the last of them becomes untouched again (its TTL end); from then on it
+// is ignored and may be swept. A limit's state stays until the bucket
+// goes, also when the limit is no longer used (renamed, removed): reading
+// a state after its own expiry gives what an untouched one would.
 type item struct {
-	st  model.State
-	exp int64
+	exp   int64
+	first limit   // most buckets hold one to three limits
+	more  []limit // the others
+}
+
+// limit is one limit's state in its bucket.
+type limit struct {
+	field string
+	st    model.State
+}
+
+// state returns the state of field, or nil.
+func (it *item) state(field string) *model.State {
+	if it.first.field == field {
+		return &it.first.st
+	}
+	for i := range it.more {
+		if it.more[i].field == field {
+			return &it.more[i].st
+		}
+	}
+	return nil
+}
+
+// set stores field's state.
+func (it *item) set(field string, st model.State) {
+	if p := it.state(field); p != nil {
+		*p = st
+		return
+	}
+	it.more = append(it.more, limit{field: field, st: st})
 }
 
 // Option configures a Store.
@@ -95,11 +131,12 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // disables the sweeper (expired state is then only replaced on use).
 func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweep = d } }
 
-// WithMaxKeys caps the keys the store holds (0 or less: no cap, the
-// default). When it holds n keys and expired ones cannot be reclaimed, a
-// request that needs a key it does not hold gets an error wrapping
-// ratelimit.ErrCapacity and changes nothing; requests on the keys it holds
-// are decided as always.
+// WithMaxKeys caps the buckets the store holds (0 or less: no cap, the
+// default): a bucket is one (policy, key value), whatever the number of its
+// limits (see ratelimit.SplitKey). When it holds n buckets and expired
+// ones cannot be reclaimed, a request that needs a bucket it does not hold
+// gets an error wrapping ratelimit.ErrCapacity and changes nothing;
+// requests on the buckets it holds are decided as always.
 func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = int64(max(n, 0)) } }
 
 // New returns a Store and starts its sweeper; Close stops it.
@@ -125,22 +162,27 @@ func New(opts ...Option) *Store {
 var _ ratelimit.Store = (*Store)(nil)
 
 // scratch holds one call's working slices, pooled to avoid allocations.
+// Entries i, buckets g (in order of first appearance).
 type scratch struct {
 	params   []model.Params
-	shardOf  []uint8
-	locked   []uint8
+	field    []string // entry i's field in its bucket
+	bucketOf []int    // entry i's bucket
 	verdicts []model.Verdict
 	nexts    []model.State
-	absent   []bool // the key is not in its shard's map
+
+	bucket  []string // bucket g's key
+	shardOf []uint8
+	items   []*item // bucket g's item when the map holds it, else nil
+	locked  []uint8
 }
 
 func (sc *scratch) reset(n int) {
 	sc.params = grow(sc.params, n)
-	sc.shardOf = grow(sc.shardOf, n)
+	sc.field = grow(sc.field, n)
+	sc.bucketOf = grow(sc.bucketOf, n)
 	sc.verdicts = grow(sc.verdicts, n)
 	sc.nexts = grow(sc.nexts, n)
-	sc.absent = grow(sc.absent, n)
-	sc.locked = sc.locked[:0]
+	sc.bucket, sc.shardOf, sc.items, sc.locked = sc.bucket[:0], sc.shardOf[:0], sc.items[:0], sc.locked[:0]
 }
 
 func grow[T any](s []T, n int) []T {
@@ -166,20 +208,34 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 	for i := range req.Entries {
 		e := &req.Entries[i]
 		sc.params[i] = model.CompileValid(e.Limit)
-		sc.shardOf[i] = uint8(maphash.String(s.seed, e.Key) % numShards)
-		sc.locked = insertSorted(sc.locked, sc.shardOf[i])
+		bucket, field := ratelimit.SplitKey(e.Key)
+		sc.field[i] = field
+		g := 0
+		for g < len(sc.bucket) && sc.bucket[g] != bucket {
+			g++
+		}
+		if g == len(sc.bucket) {
+			sh := uint8(maphash.String(s.seed, bucket) % numShards)
+			sc.bucket, sc.shardOf = append(sc.bucket, bucket), append(sc.shardOf, sh)
+			sc.locked = insertSorted(sc.locked, sh)
+		}
+		sc.bucketOf[i] = g
 	}
+	sc.items = grow(sc.items, len(sc.bucket))
 	err := s.check(req, dec, sc)
 	if errors.Is(err, errNoRoom) && s.reclaim() {
 		err = s.check(req, dec, sc) // decided again: time and state may have moved
 	}
+	clear(sc.items) // drop references held by the pool
+	clear(sc.bucket)
+	clear(sc.field)
 	if errors.Is(err, errNoRoom) {
 		return s.errFull
 	}
 	return err
 }
 
-// errNoRoom: the request needs new keys and the store holds its maximum.
+// errNoRoom: the request needs new buckets and the store holds its maximum.
 var errNoRoom = errors.New("no room")
 
 // check evaluates and commits req under the locks of its shards, or
@@ -195,22 +251,22 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	}()
 
 	now := s.now().UnixMicro()
+	for g, b := range sc.bucket {
+		sc.items[g] = s.shards[sc.shardOf[g]].m[b]
+	}
 	for i := range req.Entries {
-		e := &req.Entries[i]
 		var st *model.State
-		it := s.shards[sc.shardOf[i]].m[e.Key]
-		if it != nil && now < it.exp {
-			st = &it.st
+		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
+			st = it.state(sc.field[i])
 		}
-		sc.absent[i] = it == nil
-		sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, e.Cost)
+		sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
 	commit := dec.Allowed && !req.DryRun
 	if commit {
 		var added int64
-		for i := range req.Entries {
-			if sc.absent[i] && sc.verdicts[i].Allowed && req.Entries[i].Cost > 0 {
+		for g := range sc.bucket {
+			if sc.items[g] == nil && s.writes(req, sc, g) {
 				added++
 			}
 		}
@@ -227,29 +283,45 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		v := &sc.verdicts[i]
 		dec.Results = append(dec.Results, v.Result(dec.Allowed))
 		if commit && v.Allowed && req.Entries[i].Cost > 0 {
-			s.commit(sc.shardOf[i], req.Entries[i].Key, sc.nexts[i], now+v.ResetAfter)
+			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now+v.ResetAfter)
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
 	}
 	return nil
 }
 
-// commit stores a key's state; a new key was counted in s.keys already.
-func (s *Store) commit(sh uint8, key string, st model.State, exp int64) {
-	shard := &s.shards[sh]
-	shard.minExp = min(shard.minExp, exp)
-	if it := shard.m[key]; it != nil {
-		it.st, it.exp = st, exp
-		return
+// writes reports whether committing req writes to bucket g: whether an
+// entry of it allows and costs something.
+func (s *Store) writes(req *ratelimit.Request, sc *scratch, g int) bool {
+	for i := range req.Entries {
+		if sc.bucketOf[i] == g && sc.verdicts[i].Allowed && req.Entries[i].Cost > 0 {
+			return true
+		}
 	}
-	shard.m[key] = &item{st: st, exp: exp}
-	if len(shard.m) > shard.peak {
-		shard.peak = len(shard.m)
-	}
+	return false
 }
 
-// reclaim sweeps the shards that may hold expired keys and were not swept
-// in the last reclaimEvery, and reports whether it removed any.
+// commit stores a limit's state in bucket g, whose expiry moves to exp
+// if that is later; a new bucket was counted in s.keys already.
+func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int64) {
+	shard := &s.shards[sc.shardOf[g]]
+	it := sc.items[g]
+	if it == nil {
+		it = &item{exp: exp, first: limit{field: field, st: st}}
+		sc.items[g] = it
+		shard.m[sc.bucket[g]] = it
+		if len(shard.m) > shard.peak {
+			shard.peak = len(shard.m)
+		}
+	} else {
+		it.set(field, st)
+		it.exp = max(it.exp, exp)
+	}
+	shard.minExp = min(shard.minExp, it.exp)
+}
+
+// reclaim sweeps the shards that may hold expired buckets and were not
+// swept in the last reclaimEvery, and reports whether it removed any.
 func (s *Store) reclaim() bool {
 	removed := 0
 	for i := range s.shards {
@@ -279,8 +351,8 @@ func insertSorted(s []uint8, v uint8) []uint8 {
 	return s
 }
 
-// Len returns how many keys hold state, expired or not (until swept): the
-// keys WithMaxKeys caps.
+// Len returns how many buckets hold state, expired or not (until swept):
+// the buckets WithMaxKeys caps.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {

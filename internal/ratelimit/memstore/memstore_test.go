@@ -112,6 +112,40 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestBucketExpiry: a bucket lives as long as its longest-lived limit's
+// state, also when a request names only its short limit, and then goes
+// with all its limits.
+func TestBucketExpiry(t *testing.T) {
+	clock := ratelimittest.FutureClock()
+	s := newSim(t, clock)
+	short := ratelimit.Entry{Key: ratelimit.Key("ns", "p", "v", "short"), Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Second}, Cost: 1}
+	long := ratelimit.Entry{Key: ratelimit.Key("ns", "p", "v", "long"), Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Hour}, Cost: 1}
+	var dec ratelimit.Decision
+	check := func(req ratelimit.Request) {
+		t.Helper()
+		if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(ratelimit.Request{Entries: []ratelimit.Entry{short, long}})
+	clock.Advance(2 * time.Second)
+	check(ratelimit.Request{Entries: []ratelimit.Entry{short}})
+	clock.Advance(2 * time.Second)
+	if n := s.Sweep(); n != 0 || s.Len() != 1 {
+		t.Fatalf("swept %d buckets, %d left; want the bucket kept for its long limit", n, s.Len())
+	}
+	peek := long
+	peek.Cost = 0
+	check(ratelimit.Request{Entries: []ratelimit.Entry{peek}})
+	if dec.Results[0].Remaining != 4 {
+		t.Fatalf("long limit after the short one's requests: %+v", dec.Results[0])
+	}
+	clock.Advance(time.Hour)
+	if n := s.Sweep(); n != 1 || s.Len() != 0 {
+		t.Fatalf("swept %d buckets, %d left; want the bucket gone", n, s.Len())
+	}
+}
+
 func TestSweeperRunsAndStops(t *testing.T) {
 	s := memstore.New(memstore.WithSweepInterval(5 * time.Millisecond))
 	req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Millisecond}, Cost: 1}}}
@@ -143,6 +177,7 @@ func TestInvalidRequests(t *testing.T) {
 		"duplicate": {Entries: []ratelimit.Entry{{Key: "k", Limit: l}, {Key: "k", Limit: l}}},
 		"bad limit": {Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 1}}}},
 		"neg cost":  {Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: -1}}},
+		"a bucket":  {Entries: []ratelimit.Entry{{Key: "sluice:v2:{ns/p/v}", Limit: l, Cost: 1}}},
 	} {
 		if err := s.Check(context.Background(), 0, &req, &dec); err == nil {
 			t.Errorf("%s: no error", name)

@@ -10,17 +10,25 @@ import (
 
 // Reference is the model applied directly, one call at a time, with no
 // expiry of its own: the plainest reading of the algorithms, which the
-// stores are compared against. Not safe for concurrent use.
+// stores are compared against. It also tells which Redis keys a Redis
+// store holds after the same calls, and when each expires (Keys,
+// ExpiresAt). Not safe for concurrent use.
 type Reference struct {
 	Clock  *Clock
 	states map[string]model.State
-	// expires is the µs at which each written key's TTL ends.
-	expires map[string]int64
+	// redis is, per Redis key written, its kind and the µs at which its
+	// TTL ends.
+	redis map[string]redisKey
+}
+
+type redisKey struct {
+	log bool // a sorted set (a log); else a hash (a bucket)
+	exp int64
 }
 
 // NewReference returns an empty Reference reading clock.
 func NewReference(clock *Clock) *Reference {
-	return &Reference{Clock: clock, states: map[string]model.State{}, expires: map[string]int64{}}
+	return &Reference{Clock: clock, states: map[string]model.State{}, redis: map[string]redisKey{}}
 }
 
 // Check implements ratelimit.Store.
@@ -46,22 +54,43 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 		dec.Results = append(dec.Results, v.Result(dec.Allowed))
 		if dec.Allowed && !req.DryRun && v.Allowed && e.Cost > 0 {
 			r.states[e.Key] = nexts[i]
-			r.expires[e.Key] = now + v.ResetAfter
+			r.written(e, now+v.ResetAfter)
 		}
 	}
 	return nil
 }
 
-// ExpiresAt returns when the TTL of key's last write ends, in µs.
-func (r *Reference) ExpiresAt(key string) (int64, bool) {
-	us, ok := r.expires[key]
-	return us, ok
+// written records what a Redis store writes for entry e's new state,
+// which is untouched again at exp (µs): the bucket's expiry moves to exp
+// if that is later, and a log's key expires at exp. A key of the other
+// kind is replaced (deleted first), so its expiry starts over.
+func (r *Reference) written(e ratelimit.Entry, exp int64) {
+	bucket, field := ratelimit.SplitKey(e.Key)
+	log := e.Limit.Algorithm == ratelimit.SlidingWindowLog
+	if log {
+		r.redis[e.Key] = redisKey{log: true, exp: exp}
+		if field == "" {
+			return // a log that is its own bucket: the sorted set alone
+		}
+	}
+	if k, ok := r.redis[bucket]; ok && !k.log {
+		exp = max(exp, k.exp)
+	}
+	r.redis[bucket] = redisKey{exp: exp}
 }
 
-// Keys returns every key ever written.
+// ExpiresAt returns when a Redis store's key (a bucket or a log, see Keys)
+// expires after the calls so far, in µs.
+func (r *Reference) ExpiresAt(redisKey string) (int64, bool) {
+	k, ok := r.redis[redisKey]
+	return k.exp, ok
+}
+
+// Keys returns the Redis keys a Redis store holds after the calls so far
+// (if none has expired): every bucket and log ever written.
 func (r *Reference) Keys() []string {
-	keys := make([]string, 0, len(r.states))
-	for k := range r.states {
+	keys := make([]string, 0, len(r.redis))
+	for k := range r.redis {
 		keys = append(keys, k)
 	}
 	return keys

@@ -12,9 +12,10 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
-// TestFixedWindowClockKeys: a clock-aligned window's key holds its count
-// and window start, and expires exactly at the window's end, the same
-// moment for every key whenever its first request came.
+// TestFixedWindowClockKeys: a clock-aligned window's field in its bucket
+// holds its count and window start, and the bucket expires exactly at the
+// window's end, the same moment for every key value whenever its first
+// request came.
 func TestFixedWindowClockKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := ratelimittest.FutureClock() // on an hour, so on a minute
@@ -36,14 +37,16 @@ func TestFixedWindowClockKeys(t *testing.T) {
 	}
 	clock.Advance(300 * time.Millisecond)
 	check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{b}})
-	for _, k := range []string{a.Key, b.Key} {
+	bucketA, field := ratelimit.SplitKey(a.Key)
+	bucketB, _ := ratelimit.SplitKey(b.Key)
+	for _, k := range []string{bucketA, bucketB} {
 		if at := srv.Client().PExpireTime(ctx, k).Val(); at != time.Duration(boundaryMs)*time.Millisecond {
 			t.Fatalf("%s expires at %s, want the boundary %dms", k, at, boundaryMs)
 		}
 	}
-	got := srv.Client().HGetAll(ctx, a.Key).Val()
-	if len(got) != 3 || got["a"] != "7" || got["n"] != "3" || got["s"] != strconv.FormatInt(start, 10) {
-		t.Fatalf("state of %s: %v", a.Key, got)
+	got := srv.Client().HGetAll(ctx, bucketA).Val()
+	if len(got) != 2 || got[field] != "7:3:"+strconv.FormatInt(start, 10) || got[":exp"] != strconv.FormatInt(boundaryMs, 10) {
+		t.Fatalf("state of %s: %v", bucketA, got)
 	}
 
 	// At the boundary the count is fresh, and the key lives to the next one.
@@ -52,13 +55,13 @@ func TestFixedWindowClockKeys(t *testing.T) {
 	if r := dec.Results[0]; !dec.Allowed || r.Remaining != 2 || r.Reset != time.Minute {
 		t.Fatalf("at the boundary: %+v", dec)
 	}
-	if at := srv.Client().PExpireTime(ctx, a.Key).Val(); at != time.Duration(boundaryMs)*time.Millisecond+time.Minute {
-		t.Fatalf("after the boundary %s expires at %s", a.Key, at)
+	if at := srv.Client().PExpireTime(ctx, bucketA).Val(); at != time.Duration(boundaryMs)*time.Millisecond+time.Minute {
+		t.Fatalf("after the boundary %s expires at %s", bucketA, at)
 	}
 }
 
 // TestFixedWindowClockServerTime: without a simulated clock, windows are
-// aligned on the server's TIME: a 1h window's key expires on the hour.
+// aligned on the server's TIME: a 1h window's bucket expires on the hour.
 func TestFixedWindowClockServerTime(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv, redisstore.Options{})
@@ -67,7 +70,8 @@ func TestFixedWindowClockServerTime(t *testing.T) {
 	before := time.Now()
 	dec := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}})
 	after := time.Now()
-	at := srv.Client().PExpireTime(context.Background(), key).Val()
+	bucket, _ := ratelimit.SplitKey(key)
+	at := srv.Client().PExpireTime(context.Background(), bucket).Val()
 	end := time.UnixMilli(at.Milliseconds())
 	if at%time.Hour != 0 || end.Before(before) || end.After(after.Add(time.Hour)) {
 		t.Fatalf("key expires at %s (%s), want the next hour after %s", end.UTC(), at, before.UTC())
@@ -104,8 +108,9 @@ func TestFixedWindowClockEdited(t *testing.T) {
 	if r := both(hour, 1); !r.Allowed || r.Remaining != 1 || r.Reset != 54*time.Minute+30*time.Second {
 		t.Fatalf("1m edited to 1h: %+v", r)
 	}
-	if got := srv.Client().HGet(context.Background(), key, "s").Val(); got != strconv.FormatInt(hourStart, 10) {
-		t.Fatalf("window start %s, want the hour's %d", got, hourStart)
+	bucket, field := ratelimit.SplitKey(key)
+	if got := srv.Client().HGet(context.Background(), bucket, field).Val(); got != "7:4:"+strconv.FormatInt(hourStart, 10) {
+		t.Fatalf("state %s, want a count of 4 from the hour's start %d", got, hourStart)
 	}
 	clock.Advance(15 * time.Minute)
 	if r := both(minute, 1); !r.Allowed || r.Remaining != 2 || r.Reset != 30*time.Second {

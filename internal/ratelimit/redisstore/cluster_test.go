@@ -70,8 +70,11 @@ func TestCluster(t *testing.T) {
 		}
 		for i := range 20 {
 			key := ratelimit.Key("ns", "p", fmt.Sprint("spread-", i), "burst")
-			if got := client.ClusterKeySlot(ctx, key).Val(); got != int64(ratelimit.HashSlot(key)) {
-				t.Fatalf("CLUSTER KEYSLOT %s = %d, HashSlot = %d", key, got, ratelimit.HashSlot(key))
+			bucket, _ := ratelimit.SplitKey(key)
+			for _, k := range []string{key, bucket} {
+				if got := client.ClusterKeySlot(ctx, k).Val(); got != int64(ratelimit.HashSlot(key)) {
+					t.Fatalf("CLUSTER KEYSLOT %s = %d, HashSlot(%s) = %d", k, got, key, ratelimit.HashSlot(key))
+				}
 			}
 		}
 	})
@@ -90,7 +93,8 @@ func TestCluster(t *testing.T) {
 		if n := s.Stats().Calls - before; n != 4 {
 			t.Fatalf("allowed 2-slot request made %d calls, want 2 dry + 2 consuming", n)
 		}
-		stateX := client.Dump(ctx, x[0].Key).Val()
+		bucketX, _ := ratelimit.SplitKey(x[0].Key)
+		stateX := client.Dump(ctx, bucketX).Val()
 
 		before = s.Stats().Calls
 		dec = check(t, s, ratelimit.Request{Entries: append(slices.Clone(x), y)})
@@ -100,7 +104,7 @@ func TestCluster(t *testing.T) {
 		if n := s.Stats().Calls - before; n != 2 {
 			t.Fatalf("denied 2-slot request made %d calls, want 2 dry runs", n)
 		}
-		if got := client.Dump(ctx, x[0].Key).Val(); got != stateX {
+		if got := client.Dump(ctx, bucketX).Val(); got != stateX {
 			t.Fatal("a denied multi-slot request changed another slot's state")
 		}
 	})

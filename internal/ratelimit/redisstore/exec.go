@@ -194,10 +194,10 @@ func (m *command) deliver() {
 				err = fmt.Errorf("unexpected reply: call %d of %d not found at value %d of %d", i+1, len(m.calls), pos, len(val))
 				break
 			}
-			pos += 2 + 6*len(c.keys)
+			pos += 2 + 6*c.entries
 		}
 		if err == nil && pos != len(val) {
-			err = fmt.Errorf("unexpected reply of %d values for %d calls of %d entries", len(val), len(m.calls), m.nkeys)
+			err = fmt.Errorf("unexpected reply of %d values for %d calls of %d keys", len(val), len(m.calls), m.nkeys)
 		}
 	}
 	pos := 0
@@ -206,7 +206,7 @@ func (m *command) deliver() {
 			c.err = err
 			continue
 		}
-		end := pos + 2 + 6*len(c.keys)
+		end := pos + 2 + 6*c.entries
 		c.reply = val[pos+1 : end : end]
 		pos = end
 	}

@@ -66,7 +66,7 @@ func TestDeliver(t *testing.T) {
 	newCommand := func(sizes ...int) *command {
 		m := &command{}
 		for _, n := range sizes {
-			m.calls = append(m.calls, &call{keys: make([]string, n)})
+			m.calls = append(m.calls, &call{keys: make([]string, n), entries: n})
 			m.nkeys += n
 		}
 		return m
@@ -86,7 +86,7 @@ func TestDeliver(t *testing.T) {
 	m.deliver()
 	for i, c := range m.calls {
 		fill := int64(11 * (i + 1))
-		if c.err != nil || len(c.reply) != 1+6*len(c.keys) || c.reply[0] != 1 || c.reply[len(c.reply)-1] != fill {
+		if c.err != nil || len(c.reply) != 1+6*c.entries || c.reply[0] != 1 || c.reply[len(c.reply)-1] != fill {
 			t.Fatalf("call %d: reply %v, err %v", i+1, c.reply, c.err)
 		}
 	}

@@ -178,15 +178,17 @@ func (s *Store) Close() error {
 // call is one request's share of a library call: the entries of one
 // group (one Cluster slot) of one Check. Flushers merge the calls queued
 // together into few commands (see command), so it holds only its own part
-// of the arguments: its keys, its header and its entries (see
-// lua/sluice.lua). Everything is copied into the call's own storage at
-// build time: a caller that gives up may reuse its Request while a flusher
-// still sends the call. Keys and arguments are passed to go-redis by
-// pointer into that storage, which boxes them without allocating.
+// of the arguments: its keys (per entry its bucket, and a log's key), its
+// header and its entries (see lua/sluice.lua). Everything is copied into
+// the call's own storage at build time: a caller that gives up may reuse
+// its Request while a flusher still sends the call. Keys and arguments are
+// passed to go-redis by pointer into that storage, which boxes them
+// without allocating.
 type call struct {
-	keys []string
-	args []string // the header, then one per entry
-	slot int      // Cluster slot of the keys; 0 outside Cluster
+	keys    []string
+	args    []string // the header, then one per entry
+	entries int
+	slot    int // Cluster slot of the keys; 0 outside Cluster
 
 	// Set by the flusher before the job is done: the call's segment of
 	// the reply (decision, then six per entry), or the error.
@@ -194,9 +196,9 @@ type call struct {
 	err   error
 
 	// Inline storage for calls of up to inlineEntries entries.
-	keyBuf  [inlineEntries]string
+	keyBuf  [2 * inlineEntries]string
 	argBuf  [1 + inlineEntries]string
-	textBuf [24 + 64*inlineEntries]byte
+	textBuf [24 + 96*inlineEntries]byte
 }
 
 const inlineEntries = 4
@@ -396,15 +398,16 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 	return nil
 }
 
-// build fills the call: its keys, its header "n:dryRun:time" and its
-// entries "algorithm:capacity:rate:interval:cost:shadow", formatted into
-// one string that the arguments slice.
+// build fills the call: its keys (per entry its bucket, then a log's own
+// key), its header "n:dryRun:time" and its entries
+// "algorithm:capacity:rate:interval:cost:shadow:field", formatted into one
+// string that the arguments slice.
 func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, dry bool, now int64, cluster bool) {
 	n := len(idx)
-	c.keys, c.args = c.keyBuf[:0], c.argBuf[:0]
+	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
 	buf := c.textBuf[:0]
 	if n > inlineEntries {
-		c.keys, c.args, buf = make([]string, 0, n), make([]string, 0, 1+n), make([]byte, 0, 24+64*n)
+		c.keys, c.args, buf = make([]string, 0, 2*n), make([]string, 0, 1+n), make([]byte, 0, 24+96*n)
 	}
 	var ends [1 + inlineEntries]int
 	end := ends[:0]
@@ -421,7 +424,11 @@ func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, d
 	end = append(end, len(buf))
 	for _, i := range idx {
 		p, e := &params[i], &req.Entries[i]
-		c.keys = append(c.keys, e.Key)
+		bucket, field := ratelimit.SplitKey(e.Key)
+		c.keys = append(c.keys, bucket)
+		if p.Alg == ratelimit.SlidingWindowLog {
+			c.keys = append(c.keys, e.Key)
+		}
 		buf = strconv.AppendInt(buf, int64(p.Alg), 10)
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, p.Capacity, 10)
@@ -431,7 +438,8 @@ func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, d
 		buf = strconv.AppendInt(buf, p.Interval, 10)
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, e.Cost, 10)
-		buf = append(buf, ':', flag(e.Shadow))
+		buf = append(buf, ':', flag(e.Shadow), ':')
+		buf = append(buf, field...)
 		end = append(end, len(buf))
 	}
 	all, from := string(buf), 0

@@ -54,14 +54,15 @@ func TestAllOrNothing(t *testing.T) {
 	a := ratelimit.Entry{Key: ratelimit.Key("ns", "p", "v", "a"), Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Second}, Cost: 1}
 	b := ratelimit.Entry{Key: ratelimit.Key("ns", "p", "v", "b"), Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 1, Interval: time.Minute}, Cost: 1}
 	check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{b}})
-	before := dump(t, srv, a.Key)
+	bucket, _ := ratelimit.SplitKey(a.Key) // b's too
+	before := dump(t, srv, bucket)
 
 	dec := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{a, b}})
 	if dec.Allowed || !dec.Results[0].Allowed || dec.Results[0].Remaining != 10 || dec.Results[1].Allowed {
 		t.Fatalf("denied request reported %+v", dec)
 	}
-	if after := dump(t, srv, a.Key); after != before {
-		t.Fatalf("first limit's state changed by a denied request: %q -> %q", before, after)
+	if after := dump(t, srv, bucket); after != before {
+		t.Fatalf("the bucket changed by a denied request: %q -> %q", before, after)
 	}
 
 	b.Shadow = true
@@ -127,50 +128,60 @@ func TestKeysExpire(t *testing.T) {
 	t.Logf("%d keys written, all gone after their TTLs", len(keys))
 }
 
-// TestAlgorithmChange: a key holding another algorithm's state (the user
+// TestAlgorithmChange: a limit holding another algorithm's state (the user
 // changed a limit's algorithm) is treated as untouched, never an error,
-// whatever the Redis type involved (hash, sorted set, or a foreign string).
+// whatever the Redis type involved (a field of the bucket's hash, the log's
+// sorted set, or something foreign at either key), for keys of Key's shape
+// (a field in a bucket) and keys of their own.
 func TestAlgorithmChange(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := ratelimittest.FutureClock()
 	s := newStore(t, srv, simOpts(clock, redisstore.ModeFunctions))
 	ref := ratelimittest.NewReference(clock)
-	key := ratelimit.Key("ns", "p", "v", "changing")
 	order := []ratelimit.Algorithm{
 		ratelimit.TokenBucket, ratelimit.SlidingWindowLog, ratelimit.FixedWindow, ratelimit.FixedWindowClock, ratelimit.FixedWindow,
 		ratelimit.LeakyBucket, ratelimit.GCRA, ratelimit.SlidingWindowCounter, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog,
 		ratelimit.TokenBucket,
 	}
-	for i, alg := range order {
-		l := ratelimittest.NoRefillLimits(7)[alg-1]
-		fresh := check(t, ref, ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint("fresh", i), Limit: l, Cost: 2}}})
-		got := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 2}}})
-		if got.Results[0] != fresh.Results[0] {
-			t.Fatalf("%s over the previous algorithm's state: %+v, want %+v", alg, got.Results[0], fresh.Results[0])
-		}
-	}
-	// Something that is not Sluice's at all.
 	ctx := context.Background()
-	for _, set := range []func() error{
-		func() error { return srv.Client().Set(ctx, key, "junk", 0).Err() },
-		func() error { return srv.Client().HSet(ctx, key, "a", "1", "t", "-5", "l", "x").Err() },
-		func() error { return srv.Client().ZAdd(ctx, key, redis.Z{Score: 1, Member: "bad"}).Err() },
-		func() error { return srv.Client().RPush(ctx, key, "x").Err() },
-	} {
-		srv.Client().Del(ctx, key)
-		if err := set(); err != nil {
-			t.Fatal(err)
-		}
-		for _, alg := range ratelimit.Algorithms {
+	for n, key := range []string{ratelimit.Key("ns", "p", "v", "changing"), "changing"} {
+		for i, alg := range order {
 			l := ratelimittest.NoRefillLimits(7)[alg-1]
-			req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}, DryRun: true}
-			if dec := check(t, s, req); !dec.Allowed || dec.Results[0].Remaining != 6 {
-				t.Fatalf("%s over foreign data: %+v", alg, dec)
+			fresh := check(t, ref, ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint("fresh", n, "/", i), Limit: l, Cost: 2}}})
+			got := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 2}}})
+			if got.Results[0] != fresh.Results[0] {
+				t.Fatalf("%s: %s over the previous algorithm's state: %+v, want %+v", key, alg, got.Results[0], fresh.Results[0])
 			}
 		}
-		check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ratelimittest.NoRefillLimits(7)[0], Cost: 1}}})
-		if pttl := srv.Client().PTTL(ctx, key).Val(); pttl <= 0 {
-			t.Fatalf("overwritten key has no TTL: %s", pttl)
+		// Something that is not Sluice's at all, at the bucket and at the log.
+		bucket, _ := ratelimit.SplitKey(key)
+		for _, set := range []func(k string) error{
+			func(k string) error { return srv.Client().Set(ctx, k, "junk", 0).Err() },
+			func(k string) error {
+				return srv.Client().HSet(ctx, k, "a", "1", "changing", "1:-5:x", ":exp", "x").Err()
+			},
+			func(k string) error { return srv.Client().ZAdd(ctx, k, redis.Z{Score: 1, Member: "bad"}).Err() },
+			func(k string) error { return srv.Client().RPush(ctx, k, "x").Err() },
+		} {
+			for _, k := range []string{bucket, key} {
+				srv.Client().Del(ctx, k)
+				if err := set(k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, alg := range ratelimit.Algorithms {
+				l := ratelimittest.NoRefillLimits(7)[alg-1]
+				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}, DryRun: true}
+				if dec := check(t, s, req); !dec.Allowed || dec.Results[0].Remaining != 6 {
+					t.Fatalf("%s: %s over foreign data: %+v", key, alg, dec)
+				}
+			}
+			for _, alg := range []ratelimit.Algorithm{ratelimit.SlidingWindowLog, ratelimit.TokenBucket} {
+				check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ratelimittest.NoRefillLimits(7)[alg-1], Cost: 1}}})
+				if pttl := srv.Client().PTTL(ctx, bucket).Val(); pttl <= 0 {
+					t.Fatalf("%s: %s over foreign data: the bucket %s has no TTL: %s", key, alg, bucket, pttl)
+				}
+			}
 		}
 	}
 }
