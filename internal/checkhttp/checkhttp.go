@@ -20,7 +20,7 @@ import (
 )
 
 // HeaderNames are the headers SetHeaders may write (in the order of the
-// h* indexes), spelled as sent
+// h* indexes, and of HeaderScratch.Value), spelled as sent
 // (RateLimit and RateLimit-Policy in the draft's spelling, which is not
 // Go's canonical "Ratelimit").
 var HeaderNames = []string{
@@ -50,13 +50,14 @@ func SetHeaders(h http.Header, out *check.Outcome, now time.Time) {
 	AppendHeaders(h, out, now, new(HeaderScratch))
 }
 
-// HeaderScratch is AppendHeaders' reusable memory: the buffer values are
-// rendered in, and the slices the header map is given. A server reads a
-// response's header map when it writes the response, so the next answer
-// may reuse them.
+// HeaderScratch is the reusable memory of AppendHeaders and Render: the
+// buffer values are rendered in, and the slices the header map is given.
+// A server reads a response's header map when it writes the response, so
+// the next answer may reuse them.
 type HeaderScratch struct {
-	buf  []byte
-	vals [numHeaders]string
+	buf      []byte
+	from, to [numHeaders]int // each value's place in buf; from == to: not sent
+	vals     [numHeaders]string
 }
 
 // Indexes of HeaderNames.
@@ -75,8 +76,28 @@ const (
 // values are cut from. Header names are set as written in the drafts, not
 // in Go's canonical "Ratelimit".
 func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderScratch) {
+	sc.Render(out, now)
+	if len(sc.buf) == 0 {
+		return
+	}
+	all := string(sc.buf) // the one allocation for every value
+	for i := range numHeaders {
+		if sc.from[i] == sc.to[i] {
+			continue
+		}
+		sc.vals[i] = all[sc.from[i]:sc.to[i]]
+		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbor
+	}
+}
+
+// Render renders the values of the headers AppendHeaders sets, and
+// nothing more: Value(i) is then the value of HeaderNames[i]. It is
+// AppendHeaders for a server that copies header values into its own
+// response (the check routes on fasthttp), and allocates nothing once sc's
+// buffer has grown.
+func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 	buf := sc.buf[:0]
-	var ends [numHeaders]int // where each value ends in buf; 0: not sent
+	sc.from, sc.to = [numHeaders]int{}, [numHeaders]int{}
 	var style ratelimitv1alpha1.HeaderStyle
 	var lr *check.LimitResult
 	if out.Tightest >= 0 && !out.Degraded {
@@ -84,52 +105,50 @@ func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderS
 		style = lr.Policy.HeaderStyle
 	}
 	if style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth {
-		id := len(buf)
+		sc.from[hPolicy] = len(buf)
 		buf = appendQuotaID(buf, lr)
 		idEnd := len(buf)
 		buf = append(buf, ";q="...)
 		buf = strconv.AppendInt(buf, lr.Limit.Limit.Capacity, 10)
 		buf = append(buf, ";w="...)
 		buf = strconv.AppendInt(buf, max(CeilSeconds(lr.Limit.Window), 1), 10)
-		ends[hPolicy] = len(buf)
-		buf = append(buf, buf[id:idEnd]...)
+		sc.to[hPolicy], sc.from[hRateLimit] = len(buf), len(buf)
+		buf = append(buf, buf[sc.from[hPolicy]:idEnd]...)
 		buf = append(buf, ";r="...)
 		buf = strconv.AppendInt(buf, lr.Remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, CeilSeconds(lr.Reset), 10)
-		ends[hRateLimit] = len(buf)
+		sc.to[hRateLimit] = len(buf)
 	}
 	if style == ratelimitv1alpha1.HeaderStyleLegacy || style == ratelimitv1alpha1.HeaderStyleBoth {
+		sc.from[hLimit] = len(buf)
 		buf = strconv.AppendInt(buf, lr.Limit.Limit.Capacity, 10)
-		ends[hLimit] = len(buf)
+		sc.to[hLimit], sc.from[hRemaining] = len(buf), len(buf)
 		buf = strconv.AppendInt(buf, lr.Remaining, 10)
-		ends[hRemaining] = len(buf)
+		sc.to[hRemaining], sc.from[hReset] = len(buf), len(buf)
 		resetAt := now.Add(lr.Reset)
 		unix := resetAt.Unix()
 		if resetAt.Nanosecond() > 0 {
 			unix++ // round up: never announce a reset before it happens
 		}
 		buf = strconv.AppendInt(buf, unix, 10)
-		ends[hReset] = len(buf)
+		sc.to[hReset] = len(buf)
 	}
 	if !out.Allowed && out.RetryAfter > 0 && out.RetryAfter != ratelimit.Never {
+		sc.from[hRetryAfter] = len(buf)
 		buf = strconv.AppendInt(buf, CeilSeconds(out.RetryAfter), 10)
-		ends[hRetryAfter] = len(buf)
+		sc.to[hRetryAfter] = len(buf)
 	}
 	sc.buf = buf
-	if len(buf) == 0 {
-		return
+}
+
+// Value is the value of HeaderNames[i] that Render rendered, nil when that
+// header is not sent. It is valid until sc is used again.
+func (sc *HeaderScratch) Value(i int) []byte {
+	if sc.from[i] == sc.to[i] {
+		return nil
 	}
-	all := string(buf) // the one allocation for every value
-	start := 0
-	for i, end := range ends {
-		if end == 0 {
-			continue
-		}
-		sc.vals[i] = all[start:end]
-		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbor
-		start = end
-	}
+	return sc.buf[sc.from[i]:sc.to[i]:sc.to[i]]
 }
 
 // appendQuotaID appends the IETF headers' name of lr's limit,

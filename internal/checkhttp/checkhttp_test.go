@@ -228,3 +228,29 @@ func TestAppendHeadersAllocations(t *testing.T) {
 		t.Errorf("%v allocations, want 1", n)
 	}
 }
+
+// Render renders the values AppendHeaders sets, for every style and for
+// allowed and denied answers, and nothing for an answer without headers.
+func TestRenderMatchesAppendHeaders(t *testing.T) {
+	now := time.Unix(1_800_000_000, 250_000_000)
+	sc := new(HeaderScratch)
+	for _, style := range []ratelimitv1alpha1.HeaderStyle{ratelimitv1alpha1.HeaderStyleBoth, ratelimitv1alpha1.HeaderStyleIETF, ratelimitv1alpha1.HeaderStyleLegacy, ratelimitv1alpha1.HeaderStyleNone} {
+		allowed := denied(testPolicy(t, style), 0)
+		allowed.Allowed, allowed.Reason, allowed.Limits[0].Remaining = true, check.ReasonAllowed, 3
+		for _, out := range []*check.Outcome{denied(testPolicy(t, style), 1500*time.Millisecond), allowed, {Allowed: true, Tightest: -1}} {
+			h := http.Header{}
+			AppendHeaders(h, out, now, new(HeaderScratch))
+			sc.Render(out, now)
+			for i, name := range HeaderNames {
+				want, got := h[name], sc.Value(i)
+				if len(want) == 0 && got != nil || len(want) == 1 && string(got) != want[0] {
+					t.Errorf("%s: %s = %q, AppendHeaders %q", style, name, got, want)
+				}
+			}
+		}
+	}
+	out := denied(testPolicy(t, ratelimitv1alpha1.HeaderStyleBoth), 1500*time.Millisecond)
+	if n := testing.AllocsPerRun(100, func() { sc.Render(out, now) }); n != 0 {
+		t.Errorf("Render: %v allocations, want 0", n)
+	}
+}

@@ -40,7 +40,12 @@ type Problem struct {
 func WriteProblem(w http.ResponseWriter, p Problem) {
 	w.Header().Set("Content-Type", ProblemContentType)
 	w.WriteHeader(p.Status)
-	_, _ = w.Write(appendProblem(nil, &p, p.Detail, p.RetryAfter))
+	_, _ = w.Write(AppendProblem(nil, &p))
+}
+
+// AppendProblem appends the body WriteProblem writes for p to buf.
+func AppendProblem(buf []byte, p *Problem) []byte {
+	return appendProblem(buf, p, p.Detail, p.RetryAfter)
 }
 
 // problemContentType is shared by every denial (capacity 1: see
@@ -65,10 +70,20 @@ func WriteDenial(w http.ResponseWriter, out *check.Outcome, status int) {
 }
 
 // AppendDenial is WriteDenial for the hot path: the body is rendered into
-// buf (returned for reuse) by the same code as DenialProblem and
-// WriteProblem, without building the detail string or anything that
-// outlives the call.
+// buf (returned for reuse) by DenialBody.
 func AppendDenial(w http.ResponseWriter, out *check.Outcome, status int, buf []byte) []byte {
+	body, buf := DenialBody(out, status, buf)
+	w.Header()["Content-Type"] = problemContentType
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return buf
+}
+
+// DenialBody renders the problem body of the denial out, answered with
+// status, into buf (returned, grown, for reuse; body is a part of it), by
+// the same code as DenialProblem and WriteProblem, without building the
+// detail string or anything that outlives the call.
+func DenialBody(out *check.Outcome, status int, buf []byte) (body, reuse []byte) {
 	policy := deciderName(out)
 	p, buf, retry := describeDenial(out, status, policy, buf[:0])
 	p.Policy = policy
@@ -78,10 +93,7 @@ func AppendDenial(w http.ResponseWriter, out *check.Outcome, status int, buf []b
 	}
 	detail := len(buf)
 	buf = appendProblem(buf, &p, buf[:detail], retryAfter)
-	w.Header()["Content-Type"] = problemContentType
-	w.WriteHeader(status)
-	_, _ = w.Write(buf[detail:])
-	return buf
+	return buf[detail:], buf
 }
 
 // deciderName names the denying policy ("" for none).
