@@ -83,8 +83,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		delay = 0
 		peer := peerAddr(c)
 		if reason := l.admit(peer); reason != "" {
+			l.metrics.rejected(reason) // counted before the peer can see the close
 			_ = c.Close()
-			l.metrics.rejected(reason)
 			if n, ok := l.rejectLog.due(); ok {
 				l.log.Warn("connection closed: over the cap", "reason", reason, "peer", peer.String(),
 					"max_connections", l.maxConns, "max_connections_per_peer", l.perPeer, "closed_since_last_log", n)
