@@ -43,9 +43,6 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	case "sniff": // a body without Content-Type
 		_, _ = w.Write([]byte("<html><body>hi</body></html>"))
 	case "empty":
-	case "late": // changed after WriteHeader: not sent
-		w.WriteHeader(http.StatusTooManyRequests)
-		h.Set("X-Late", "1")
 	case "crlf":
 		h.Set("X-Injected", "a\r\nSet-Cookie: evil=1")
 		w.WriteHeader(http.StatusForbidden)
@@ -99,9 +96,15 @@ func tryRoundTrip(addr, raw string) (*http.Response, string, error) {
 	return resp, string(body), nil
 }
 
-// TestFrontMatchesNetHTTP sends the same bytes to the handler behind
-// net/http and behind the front: the handler must see the same request
-// and the client must get the same answer, on the pooled path and off it.
+// TestFrontMatchesNetHTTP sends the same bytes to a net/http handler
+// behind net/http and behind the front (through the adaptor: the handler
+// has no native routes): the handler must see the same request and the
+// client must get the same answer. The adaptor serves the dashboard,
+// /v1/check, metrics and probes; none of them reads Request.Close or sets
+// a header after WriteHeader, where the adaptor differs (it leaves Close
+// unset, shows HTTP/1.0's implied "Connection: close" in the header map,
+// and sends headers set after WriteHeader). The check routes are native,
+// and webhook's TestRoutesAnswerAlike holds them to net/http's answers.
 func TestFrontMatchesNetHTTP(t *testing.T) {
 	std := httptest.NewServer(http.HandlerFunc(echo))
 	defer std.Close()
@@ -110,25 +113,22 @@ func TestFrontMatchesNetHTTP(t *testing.T) {
 
 	const nginx = "X-Original-URL: http://shop.example.com/api/items?page=2\r\nX-Original-Method: GET\r\nX-Real-IP: 10.1.2.3\r\nX-Forwarded-For: 10.1.2.3\r\n"
 	requests := map[string]string{
-		"nginx auth-url":         "GET /check/ns HTTP/1.1\r\nHost: sluice:8080\r\n" + nginx + "\r\n",
-		"policy and query":       "GET /check/ns/api-per-ip?a=1&b=two HTTP/1.1\r\nHost: h\r\n" + nginx + "\r\n",
-		"empty query":            "GET /check/ns? HTTP/1.1\r\nHost: h\r\n\r\n",
-		"repeated header":        "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2, 3.3.3.3\r\n\r\n",
-		"names in any case":      "GET /check/ns HTTP/1.1\r\nhost: h\r\nx-real-ip: 10.0.0.1\r\nX-USER: alice\r\nx_under_score: u\r\n\r\n",
-		"spaces around values":   "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-User:   alice \t\r\nX-Empty:\r\n\r\n",
-		"head":                   "HEAD /check/ns HTTP/1.1\r\nHost: h\r\n\r\n",
-		"http/1.0":               "GET /check/ns HTTP/1.0\r\nHost: h\r\n\r\n",
-		"connection close":       "GET /check/ns HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
-		"escaped path (adapter)": "GET /check/n%73/p%2Fq HTTP/1.1\r\nHost: h\r\n\r\n",
-		"envoy":                  "GET /envoy/ns/api/items?x=1 HTTP/1.1\r\nHost: shop.example.com\r\n\r\n",
-		"parentheses (adapter)":  "GET /check/ns/(x) HTTP/1.1\r\nHost: h\r\n\r\n",
-		"body (adapter)":         "POST /check/ns HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
-		"chunked (adapter)":      "POST /v1/check HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-		"other route (adapter)":  "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n",
-		"sniffed body":           "GET /check/ns?mode=sniff HTTP/1.1\r\nHost: h\r\n\r\n",
-		"no body":                "GET /check/ns?mode=empty HTTP/1.1\r\nHost: h\r\n\r\n",
-		"header after status":    "GET /check/ns?mode=late HTTP/1.1\r\nHost: h\r\n\r\n",
-		"newline in a value":     "GET /check/ns?mode=crlf HTTP/1.1\r\nHost: h\r\n\r\n",
+		"nginx auth-url":       "GET /check/ns HTTP/1.1\r\nHost: sluice:8080\r\n" + nginx + "\r\n",
+		"policy and query":     "GET /check/ns/api-per-ip?a=1&b=two HTTP/1.1\r\nHost: h\r\n" + nginx + "\r\n",
+		"empty query":          "GET /check/ns? HTTP/1.1\r\nHost: h\r\n\r\n",
+		"repeated header":      "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2, 3.3.3.3\r\n\r\n",
+		"names in any case":    "GET /check/ns HTTP/1.1\r\nhost: h\r\nx-real-ip: 10.0.0.1\r\nX-USER: alice\r\nx_under_score: u\r\n\r\n",
+		"spaces around values": "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-User:   alice \t\r\nX-Empty:\r\n\r\n",
+		"head":                 "HEAD /check/ns HTTP/1.1\r\nHost: h\r\n\r\n",
+		"escaped path":         "GET /check/n%73/p%2Fq HTTP/1.1\r\nHost: h\r\n\r\n",
+		"envoy":                "GET /envoy/ns/api/items?x=1 HTTP/1.1\r\nHost: shop.example.com\r\n\r\n",
+		"parentheses":          "GET /check/ns/(x) HTTP/1.1\r\nHost: h\r\n\r\n",
+		"body":                 "POST /check/ns HTTP/1.1\r\nHost: h\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+		"chunked":              "POST /v1/check HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"other route":          "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n",
+		"sniffed body":         "GET /check/ns?mode=sniff HTTP/1.1\r\nHost: h\r\n\r\n",
+		"no body":              "GET /check/ns?mode=empty HTTP/1.1\r\nHost: h\r\n\r\n",
+		"newline in a value":   "GET /check/ns?mode=crlf HTTP/1.1\r\nHost: h\r\n\r\n",
 	}
 	for name, raw := range requests {
 		t.Run(name, func(t *testing.T) {
@@ -151,101 +151,118 @@ func TestFrontMatchesNetHTTP(t *testing.T) {
 	}
 }
 
-// TestFrontPooledPath: the check routes take the pooled path; whatever
-// net/http would parse differently goes through the general adapter.
-func TestFrontPooledPath(t *testing.T) {
-	f := newFront(http.NotFoundHandler())
-	cases := map[string]bool{
-		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n":                        true,
-		"GET /check/ns/p?x=1&y=a:b@c HTTP/1.1\r\nHost: h\r\n\r\n":          true,
-		"HEAD /envoy/ns/a/b HTTP/1.1\r\nHost: h\r\n\r\n":                   true,
-		"GET /check/n%73 HTTP/1.1\r\nHost: h\r\n\r\n":                      false,
-		"GET /check/ns/(x) HTTP/1.1\r\nHost: h\r\n\r\n":                    false,
-		"GET /checks HTTP/1.1\r\nHost: h\r\n\r\n":                          false,
-		"GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n":                         false,
-		"POST /check/ns HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx": false,
-		"PROPFIND /check/ns HTTP/1.1\r\nHost: h\r\n\r\n":                   false,
-		"GET http://h/check/ns HTTP/1.1\r\nHost: h\r\n\r\n":                false,
-		// An empty chunked body is no body.
-		"POST /check/ns HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n": true,
-	}
-	for raw, want := range cases {
-		var req fasthttp.Request
-		req.Header.DisableNormalizing()
-		if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
-			t.Fatalf("%q: %v", raw, err)
+// withNative is a handler with native routes: native answers what it
+// takes, ServeHTTP the rest.
+type withNative struct {
+	http.Handler
+	native func(*fasthttp.RequestCtx) bool
+}
+
+func (h withNative) ServeFastHTTP(ctx *fasthttp.RequestCtx) bool { return h.native(ctx) }
+
+// nativeUnder takes the requests under prefix, answering with answer.
+func nativeUnder(prefix string, h http.Handler, answer func(*fasthttp.RequestCtx)) withNative {
+	return withNative{Handler: h, native: func(ctx *fasthttp.RequestCtx) bool {
+		if !strings.HasPrefix(string(ctx.RequestURI()), prefix) {
+			return false
 		}
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
-		if _, got := f.pooledMethod(&ctx); got != want {
-			t.Errorf("%q: pooled %v, want %v", raw, got, want)
+		answer(ctx)
+		return true
+	}}
+}
+
+// TestFrontNativeRoutes: a handler's native routes answer the requests
+// they take; every other request reaches its ServeHTTP.
+func TestFrontNativeRoutes(t *testing.T) {
+	addr := startFront(t, nativeUnder("/check/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Route", "net/http")
+	}), func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("RateLimit", "native "+string(ctx.Request.Header.Peek("X-User")))
+	}))
+	for raw, want := range map[string]string{
+		"GET /check/ns HTTP/1.1\r\nHost: h\r\nX-User: alice\r\n\r\n":        "native alice",
+		"GET /checks HTTP/1.1\r\nHost: h\r\n\r\n":                           "net/http",
+		"POST /v1/check HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}": "net/http",
+	} {
+		resp, _ := roundTrip(t, addr, raw)
+		got := resp.Header.Get("X-Route") + resp.Header.Get("RateLimit")
+		if resp.StatusCode != http.StatusOK || got != want {
+			t.Errorf("%q: status %d, route %q; want 200 from %q", raw, resp.StatusCode, got, want)
 		}
 	}
 }
 
-// TestFrontAllocations: a pooled request costs one allocation (all of its
-// strings), whatever the number of headers.
-func TestFrontAllocations(t *testing.T) {
-	var sawUser string
-	value := []string{"x"}
-	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sawUser = r.Header.Get("X-User")
-		w.Header()["RateLimit"] = value
+// TestFrontNativeAllocations: the native route costs the server no
+// allocation of its own.
+func TestFrontNativeAllocations(t *testing.T) {
+	f := newFront(nativeUnder("/check/", http.NotFoundHandler(), func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("RateLimit", "x")
 	}))
 	var req fasthttp.Request
 	req.Header.DisableNormalizing()
-	raw := "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-Original-URL: http://a/b\r\nX-Original-Method: GET\r\nX-Real-IP: 10.0.0.1\r\nX-User: alice\r\n\r\n"
-	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+	if err := req.Read(bufio.NewReader(strings.NewReader("GET /check/ns HTTP/1.1\r\nHost: h\r\nX-Real-IP: 10.0.0.1\r\n\r\n"))); err != nil {
 		t.Fatal(err)
 	}
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
 	ctx.Response.Header.DisableNormalizing()
-	allocs := testing.AllocsPerRun(1000, func() {
+	if n := testing.AllocsPerRun(1000, func() {
 		ctx.Response.Reset()
 		f.serve(&ctx)
-	})
-	if sawUser != "alice" {
-		t.Fatalf("handler saw X-User %q", sawUser)
+	}); n != 0 {
+		t.Errorf("%.1f allocations per native request, want 0", n)
 	}
-	if allocs > 1 {
-		t.Errorf("%.1f allocations per pooled request, want at most 1", allocs)
-	}
+}
+
+// bothRoutes are the same handler without and with a native route for
+// /check/, so that a test holds both routes to its rules.
+func bothRoutes(h http.Handler, native func(*fasthttp.RequestCtx)) map[string]http.Handler {
+	return map[string]http.Handler{"net/http": h, "native": nativeUnder("/check/", h, native)}
 }
 
 // TestFrontHeaderLimit: headers up to MaxHeaderBytes are served, larger
 // ones get 431, and the server goes on answering.
 func TestFrontHeaderLimit(t *testing.T) {
-	addr := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	for route, h := range bothRoutes(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-User-Length", strconv.Itoa(len(r.Header.Get("X-User"))))
-	}))
-	get := func(userLen int) *http.Response {
-		resp, _ := roundTrip(t, addr, "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-User: "+strings.Repeat("u", userLen)+"\r\n\r\n")
-		return resp
-	}
-	if resp := get(MaxHeaderBytes - 1024); resp.StatusCode != http.StatusOK || resp.Header.Get("X-User-Length") != strconv.Itoa(MaxHeaderBytes-1024) {
-		t.Errorf("header just under the limit: %d %v", resp.StatusCode, resp.Header)
-	}
-	if resp := get(MaxHeaderBytes + 1); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		t.Errorf("header over the limit: status %d, want 431", resp.StatusCode)
-	}
-	if resp := get(5); resp.StatusCode != http.StatusOK {
-		t.Errorf("after the large header: status %d", resp.StatusCode)
+	}), func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("X-User-Length", strconv.Itoa(len(ctx.Request.Header.Peek("X-User"))))
+	}) {
+		addr := startFront(t, h)
+		get := func(userLen int) *http.Response {
+			resp, _ := roundTrip(t, addr, "GET /check/ns HTTP/1.1\r\nHost: h\r\nX-User: "+strings.Repeat("u", userLen)+"\r\n\r\n")
+			return resp
+		}
+		if resp := get(MaxHeaderBytes - 1024); resp.StatusCode != http.StatusOK || resp.Header.Get("X-User-Length") != strconv.Itoa(MaxHeaderBytes-1024) {
+			t.Errorf("%s: header just under the limit: %d %v", route, resp.StatusCode, resp.Header)
+		}
+		if resp := get(MaxHeaderBytes + 1); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("%s: header over the limit: status %d, want 431", route, resp.StatusCode)
+		}
+		if resp := get(5); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: after the large header: status %d", route, resp.StatusCode)
+		}
 	}
 }
 
 // TestFrontPanic: a handler's panic is a 500 on that request only.
 func TestFrontPanic(t *testing.T) {
-	addr := startFront(t, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	for route, h := range bothRoutes(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		if r.URL.RawQuery == "panic" {
 			panic("boom")
 		}
-	}))
-	if resp, _ := roundTrip(t, addr, "GET /check/ns?panic HTTP/1.1\r\nHost: h\r\n\r\n"); resp.StatusCode != http.StatusInternalServerError {
-		t.Errorf("panic: status %d, want 500", resp.StatusCode)
-	}
-	if resp, _ := roundTrip(t, addr, "GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n"); resp.StatusCode != http.StatusOK {
-		t.Errorf("after the panic: status %d", resp.StatusCode)
+	}), func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.QueryArgs().QueryString()) == "panic" {
+			panic("boom")
+		}
+	}) {
+		addr := startFront(t, h)
+		if resp, _ := roundTrip(t, addr, "GET /check/ns?panic HTTP/1.1\r\nHost: h\r\n\r\n"); resp.StatusCode != http.StatusInternalServerError || !resp.Close {
+			t.Errorf("%s: panic: status %d, close %v; want 500 and Connection: close", route, resp.StatusCode, resp.Close)
+		}
+		if resp, _ := roundTrip(t, addr, "GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n"); resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: after the panic: status %d", route, resp.StatusCode)
+		}
 	}
 }
 
@@ -272,31 +289,6 @@ func TestServeStopsWithContext(t *testing.T) {
 	}
 }
 
-// BenchmarkFront is the pooled path's cost per request, the handler
-// aside: an ingress-nginx auth-url request in, rate-limit headers out.
-func BenchmarkFront(b *testing.B) {
-	value := []string{`"p/l";r=9;t=1`}
-	f := newFront(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header()["RateLimit"] = value
-		w.WriteHeader(http.StatusOK)
-	}))
-	var req fasthttp.Request
-	req.Header.DisableNormalizing()
-	raw := "GET /check/ns HTTP/1.1\r\nHost: sluice:8080\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n" +
-		"X-Original-Method: GET\r\nX-Real-IP: 10.1.2.3\r\nX-Forwarded-For: 10.1.2.3\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n"
-	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
-		b.Fatal(err)
-	}
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 4321}, nil)
-	ctx.Response.Header.DisableNormalizing()
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx.Response.Reset()
-		f.serve(&ctx)
-	}
-}
-
 // TestServeEndedBeforeStart: a context that ends before the server took
 // its listener still stops it; nothing serves after Serve returned.
 func TestServeEndedBeforeStart(t *testing.T) {
@@ -320,16 +312,19 @@ func TestServeEndedBeforeStart(t *testing.T) {
 // Connection: close so the proxy does not reuse the connection.
 func TestDrain(t *testing.T) {
 	for _, raw := range []string{
-		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n",                         // pooled
+		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n",                         // native
 		"POST /v1/check HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}", // adaptor
 	} {
 		started, release := make(chan struct{}), make(chan struct{})
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := nativeUnder("/check/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(started)
 			<-release
 			if err := r.Context().Err(); err != nil {
 				http.Error(w, "context ended: "+err.Error(), http.StatusInternalServerError)
 			}
+		}), func(*fasthttp.RequestCtx) {
+			close(started)
+			<-release
 		})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

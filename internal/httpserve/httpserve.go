@@ -4,10 +4,10 @@
 // The server is fasthttp, not net/http: the check endpoint answers a
 // proxy's auth hook for every request a cluster serves, and net/http's
 // per-request allocations, header maps and background-read goroutine cost
-// about as much CPU as the decision itself. Handlers stay net/http
-// handlers: the check routes reach them through a pooled adapter that
-// allocates one string per request (front.go), every other route through
-// fasthttp's general adapter.
+// about as much CPU as the decision itself. A handler that implements
+// Native serves its hot routes on fasthttp directly (the check routes);
+// every other route is a net/http handler's, through fasthttp's adaptor
+// (front.go).
 //
 // What clients may hold is bounded (Config): connections per process and
 // per peer address, the time an idle keep-alive connection stays open;
@@ -33,7 +33,8 @@ import (
 const MaxHeaderBytes = 64 << 10
 
 // Serve serves h on ln with the default Config until ctx ends, then shuts
-// down gracefully (up to 10 s for requests in flight).
+// down gracefully (up to 10 s for requests in flight). When h implements
+// Native, its native routes answer the requests they take.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return Config{}.Serve(ctx, ln, h)
 }
@@ -84,8 +85,9 @@ func newServer(h http.Handler, idle time.Duration) *fasthttp.Server {
 		// hold 64 KiB.
 		ReadBufferSize:    MaxHeaderBytes,
 		ReduceMemoryUsage: true,
-		// Header names are canonicalized as net/http does (front.go), and
-		// response names are sent as the handler spells them: the drafts'
+		// Request header names are read as sent (the adaptor and the
+		// native routes canonicalize them as net/http does), and response
+		// names are sent as the handler spells them: the drafts'
 		// "RateLimit", not "Ratelimit".
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,
