@@ -31,4 +31,9 @@ const (
 	// ReasonRedisUnavailable: Redis could not be reached or refused the
 	// write; the controller retries with backoff.
 	ReasonRedisUnavailable = "RedisUnavailable"
+
+	// ReasonTargetNotFound: a targetRef names an HTTPRoute, Gateway, rule
+	// or listener that does not exist; the message says which. The
+	// policy applies to its other targets, and to this one once it exists.
+	ReasonTargetNotFound = "TargetNotFound"
 )

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/buildinfo"
@@ -50,6 +51,9 @@ func Scheme() *runtime.Scheme {
 		panic(err) // static registrations: fails in every test if wrong
 	}
 	if err := ratelimitv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := gatewayv1.Install(s); err != nil {
 		panic(err)
 	}
 	return s
@@ -100,7 +104,8 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval}); err != nil {
+	// r.Targets is set by SetupWithManager when Gateway API is installed.
+	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets}); err != nil {
 		return nil, err
 	}
 	// Probes never depend on Redis: a Redis outage must not restart pods.

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,16 +17,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -53,6 +58,10 @@ type Reconciler struct {
 	// LastGood remembers the last version of each policy that compiled, so
 	// the table sync can restore it while a newer version is invalid.
 	LastGood *LastGood
+	// Targets resolves targetRefs from the cluster's Gateways and
+	// HTTPRoutes; nil when Gateway API is not installed (a policy with
+	// targetRefs then reports its targets not found).
+	Targets *TargetResolver
 }
 
 // LastGood is the last table entry of each policy, by namespace/name, that
@@ -64,10 +73,21 @@ func NewLastGood() *LastGood { return policy.NewLastGood[types.NamespacedName, p
 
 // SetupWithManager registers the reconciler. Status-only updates (our own
 // patches) do not trigger a reconcile.
+// When the cluster serves Gateway API, a change to any Gateway or
+// HTTPRoute reconciles every policy with targetRefs: a route's edit
+// reaches enforcement as a policy's does (other routes' edits can change
+// which requests a targeted route receives).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Named("ratelimitpolicy").
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if GatewayAPIInstalled(mgr.GetRESTMapper()) {
+		if r.Targets == nil {
+			r.Targets = &TargetResolver{Client: mgr.GetClient()}
+		}
+		b = b.Watches(&gatewayv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies)).
+			Watches(&gatewayv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies))
+	}
+	return b.Named("ratelimitpolicy").
 		WithOptions(controller.Options{
 			// Retry Redis outages from 100ms up to every 30s (the default
 			// backs off to 16 minutes), so policies turn Ready soon after
@@ -75,6 +95,34 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, 30*time.Second),
 		}).
 		Complete(r)
+}
+
+// GatewayAPIInstalled reports whether the API server serves Gateway API's
+// HTTPRoutes and Gateways (v1).
+func GatewayAPIInstalled(mapper apimeta.RESTMapper) bool {
+	for _, kind := range []string{"HTTPRoute", "Gateway"} {
+		if _, err := mapper.RESTMapping(schema.GroupKind{Group: gatewayv1.GroupName, Kind: kind}, gatewayv1.GroupVersion.Version); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// targetingPolicies are the policies with targetRefs, for a Gateway or
+// HTTPRoute event.
+func (r *Reconciler) targetingPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list ratelimitv1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "list policies for a Gateway API change")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if p := &list.Items[i]; len(p.Spec.TargetRefs) > 0 {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
+	}
+	return out
 }
 
 // Reconcile brings one policy's table entry and status in line with its spec.
@@ -102,14 +150,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 	}()
 
-	compiled, err := policy.Compile(p.Namespace, p.Name, &p.Spec)
+	res, err := r.resolve(ctx, &p)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("resolve targetRefs: %w", err) // the API server's: retried
+	}
+	p.Status.Ancestors = mergeAncestors(p.Status.Ancestors, res.Ancestors, p.Generation)
+	compiled, err := policy.CompileTargeted(p.Namespace, p.Name, &p.Spec, res.Routes)
 	if err != nil {
 		r.stalled(&p, err)
 		log.Info("policy does not compile; the last good version stays in force", "err", err.Error())
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
 
-	entry := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec}
+	entry := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec, Routes: res.Routes}
 	revision, err := r.Publisher.Apply(ctx, &entry)
 	if err != nil {
 		r.redisUnavailable(&p, err)
@@ -117,7 +170,56 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	}
 	r.LastGood.Accept(req.NamespacedName, entry)
 	r.applied(&p, compiled, revision)
+	if len(res.Missing) > 0 {
+		r.targetsMissing(&p, res.Missing)
+	}
 	return ctrl.Result{}, nil
+}
+
+// resolve resolves p's targetRefs, reporting every target not found when
+// Gateway API is not installed.
+func (r *Reconciler) resolve(ctx context.Context, p *ratelimitv1alpha1.RateLimitPolicy) (*Resolution, error) {
+	if len(p.Spec.TargetRefs) == 0 {
+		return &Resolution{}, nil
+	}
+	if r.Targets == nil {
+		res := &Resolution{Routes: &policy.Routes{}}
+		for i := range p.Spec.TargetRefs {
+			res.missing(p, i, "Gateway API (gateway.networking.k8s.io/v1) is not installed in this cluster", ReasonTargetNotFound)
+		}
+		return res, nil
+	}
+	return r.Targets.Resolve(ctx, p)
+}
+
+// mergeAncestors is the new ancestor statuses, each condition keeping its
+// last transition time from the old status while its status is unchanged.
+func mergeAncestors(old, fresh []gatewayv1.PolicyAncestorStatus, generation int64) []gatewayv1.PolicyAncestorStatus {
+	for i := range fresh {
+		var conds []metav1.Condition
+		for _, o := range old {
+			if equality.Semantic.DeepEqual(o.AncestorRef, fresh[i].AncestorRef) {
+				conds = slices.Clone(o.Conditions)
+				break
+			}
+		}
+		for _, c := range fresh[i].Conditions {
+			c.ObservedGeneration = generation
+			apimeta.SetStatusCondition(&conds, c)
+		}
+		fresh[i].Conditions = conds
+	}
+	return fresh
+}
+
+// targetsMissing: what was found is in force, but a target is not: Ready
+// is False until it exists, naming it.
+func (r *Reconciler) targetsMissing(p *ratelimitv1alpha1.RateLimitPolicy, missing []string) {
+	msg := truncate(strings.Join(missing, "; ")+"; the policy applies to the targets that exist", 30000)
+	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonTargetNotFound, msg)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonTargetNotFound, "Resolve", "%s", msg)
+	}
 }
 
 func (r *Reconciler) removed(ctx context.Context, key types.NamespacedName) error {

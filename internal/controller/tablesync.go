@@ -71,6 +71,9 @@ type TableSync struct {
 	// Recorder, when set, records the Warning events: the eviction risk,
 	// and a policy found missing from the table and written back.
 	Recorder recorder.EventRecorder
+	// Targets resolves the targetRefs of policies that have them (nil:
+	// Gateway API is not installed, and no target is found).
+	Targets *TargetResolver
 
 	// checked is each policy's compile outcome by UID, for the generation
 	// it was compiled at: a generation's spec never changes, so a policy
@@ -125,14 +128,18 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 	if err := s.Client.List(ctx, &list); err != nil {
 		return err
 	}
-	compileErrs := s.compileErrors(list.Items)
+	routes, err := s.resolveTargets(ctx, list.Items)
+	if err != nil {
+		return err
+	}
+	compileErrs := s.compileErrorsWithRoutes(list.Items, routes)
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
 	risk := s.checkMemory(ctx, list.Items)
 	var want map[string]*policytable.Entry
 	var lost []string
 	res, err := s.Syncer.Sync(ctx, func(current map[string]policytable.Entry) map[string]*policytable.Entry {
-		want = desiredEntries(list.Items, compileErrs, current, s.LastGood)
+		want = desiredEntries(list.Items, routes, compileErrs, current, s.LastGood)
 		lost = lostEntries(s.inTable, current, want)
 		return want
 	})
@@ -259,6 +266,37 @@ func (s *TableSync) checkMemory(ctx context.Context, items []ratelimitv1alpha1.R
 // compiling only the generations not seen before; policies no longer
 // listed are forgotten.
 func (s *TableSync) compileErrors(items []ratelimitv1alpha1.RateLimitPolicy) []error {
+	return s.compileErrorsWithRoutes(items, nil)
+}
+
+// resolveTargets resolves the targetRefs of the policies that have them,
+// by UID: the routes of their targets change without their generation.
+func (s *TableSync) resolveTargets(ctx context.Context, items []ratelimitv1alpha1.RateLimitPolicy) (map[types.UID]*policy.Routes, error) {
+	var out map[types.UID]*policy.Routes
+	for i := range items {
+		p := &items[i]
+		if len(p.Spec.TargetRefs) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[types.UID]*policy.Routes{}
+		}
+		if s.Targets == nil {
+			out[p.UID] = &policy.Routes{}
+			continue
+		}
+		res, err := s.Targets.Resolve(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("resolve the targetRefs of %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		out[p.UID] = res.Routes
+	}
+	return out, nil
+}
+
+// compileErrorsWithRoutes is compileErrors for policies whose targets
+// resolved to routes: those compile at every sync.
+func (s *TableSync) compileErrorsWithRoutes(items []ratelimitv1alpha1.RateLimitPolicy, routes map[types.UID]*policy.Routes) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seen := make(map[types.UID]compileOutcome, len(items))
@@ -266,7 +304,10 @@ func (s *TableSync) compileErrors(items []ratelimitv1alpha1.RateLimitPolicy) []e
 	for i := range items {
 		p := &items[i]
 		o, ok := s.checked[p.UID]
-		if !ok || o.generation != p.Generation {
+		if r, targeted := routes[p.UID]; targeted {
+			_, err := policy.CompileTargeted(p.Namespace, p.Name, &p.Spec, r)
+			o = compileOutcome{generation: p.Generation, err: err}
+		} else if !ok || o.generation != p.Generation {
 			_, err := policy.Compile(p.Namespace, p.Name, &p.Spec)
 			o = compileOutcome{generation: p.Generation, err: err}
 		}
@@ -281,14 +322,14 @@ func (s *TableSync) compileErrors(items []ratelimitv1alpha1.RateLimitPolicy) []e
 // being the listed policies' compile errors, else its last good version),
 // or, for an invalid policy this process has no last good version of (it
 // has just started), the entry already in the table.
-func desiredEntries(items []ratelimitv1alpha1.RateLimitPolicy, compileErrs []error, current map[string]policytable.Entry, lastGood *LastGood) map[string]*policytable.Entry {
+func desiredEntries(items []ratelimitv1alpha1.RateLimitPolicy, routes map[types.UID]*policy.Routes, compileErrs []error, current map[string]policytable.Entry, lastGood *LastGood) map[string]*policytable.Entry {
 	want := make(map[string]*policytable.Entry, len(items))
 	for i := range items {
 		p := &items[i]
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		spec := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec}
+		spec := policytable.Entry{Namespace: p.Namespace, Name: p.Name, Generation: p.Generation, Spec: p.Spec, Routes: routes[p.UID]}
 		e, ok := lastGood.InForce(types.NamespacedName{Namespace: p.Namespace, Name: p.Name}, spec, compileErrs[i])
 		if !ok {
 			if e, ok = current[spec.ID()]; !ok {

@@ -97,13 +97,14 @@ func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
 	if m.forDescriptors != r.IsDescriptor() {
 		return false, nil
 	}
-	if m.forDescriptors {
+	switch {
+	case m.forDescriptors:
 		if !m.matchesDescriptor(r) {
 			return false, nil
 		}
-	} else if !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) {
+	case !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header):
 		return false, nil
-	} else if m.routes != nil && !m.routes.matches(r) {
+	case m.routes != nil && !m.routes.matches(r):
 		return false, nil
 	}
 	if m.when == nil {

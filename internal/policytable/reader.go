@@ -134,7 +134,7 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 	problems := map[string]string{}
 	for i := range entries {
 		e := &entries[i]
-		p, err := policy.Compile(e.Namespace, e.Name, &e.Spec)
+		p, err := policy.CompileTargeted(e.Namespace, e.Name, &e.Spec, e.Routes)
 		if err != nil {
 			// The controller validated it: only a different version of
 			// Sluice can disagree. Keep what this process enforced before.

@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // Redis names of the table.
@@ -46,6 +47,9 @@ type Entry struct {
 	Name       string                                `json:"name"`
 	Generation int64                                 `json:"generation"`
 	Spec       ratelimitv1alpha1.RateLimitPolicySpec `json:"spec"`
+	// Routes are the spec's targetRefs as the controller resolved them
+	// from the cluster's Gateways and HTTPRoutes; nil without targetRefs.
+	Routes *policy.Routes `json:"routes,omitempty"`
 }
 
 // ID is the entry's field in the hash.

@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -139,4 +141,25 @@ func (e *Environment) WriteKubeconfig(file, name string, groups ...string) error
 		return err
 	}
 	return os.WriteFile(file, raw, 0o600)
+}
+
+// GatewayAPICRDDir is the folder of Gateway API's standard-channel CRDs in
+// the module cache, at the version go.mod requires (the API's types are
+// built from the same module, so the two agree).
+func GatewayAPICRDDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("find the gateway-api module: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("gateway-api CRDs: %w (run `go mod download sigs.k8s.io/gateway-api`)", err)
+	}
+	return dir, nil
 }

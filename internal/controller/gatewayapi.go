@@ -1,0 +1,389 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
+)
+
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes;gateways,verbs=get;list;watch
+
+// ControllerName is the controllerName of the policies' ancestor statuses.
+const ControllerName gatewayv1.GatewayController = "ratelimit.sluice.dev/controller"
+
+// Reasons of the Accepted condition of an ancestor status (GEP-713).
+const (
+	ReasonTargetAccepted = string(gatewayv1.PolicyReasonAccepted)
+	ReasonTargetNotFound = string(gatewayv1.PolicyReasonTargetNotFound)
+	ReasonTargetInvalid  = string(gatewayv1.PolicyReasonInvalid)
+)
+
+const gatewayGroup = gatewayv1.GroupName
+
+// Resolution is what a policy's targetRefs resolve to: the routing its
+// matcher compiles, the ancestor statuses, and the targets not found.
+type Resolution struct {
+	Routes    *policy.Routes
+	Ancestors []gatewayv1.PolicyAncestorStatus
+	// Missing describes each target that was not found or names a section
+	// its object lacks, for the Ready condition's message.
+	Missing []string
+}
+
+// TargetResolver reads Gateways and HTTPRoutes (read-only) to resolve
+// targetRefs.
+type TargetResolver struct {
+	Client client.Reader
+}
+
+// gatewayRef is one Gateway and the listener a reference names ("": all).
+type gatewayRef struct {
+	key      types.NamespacedName
+	listener string
+}
+
+// Resolve resolves p's targetRefs; a policy without them resolves to nil
+// routes. An error is the API server's (not a missing target).
+func (r *TargetResolver) Resolve(ctx context.Context, p *ratelimitv1alpha1.RateLimitPolicy) (*Resolution, error) {
+	res := &Resolution{}
+	if len(p.Spec.TargetRefs) == 0 {
+		return res, nil
+	}
+	res.Routes = &policy.Routes{}
+	targetRoutes := map[types.NamespacedName][]string{} // route -> targeted rule names ("" whole route)
+	targetGateways := map[types.NamespacedName][]string{}
+	var gateways []types.NamespacedName
+	addGateway := func(k types.NamespacedName) {
+		if !slices.Contains(gateways, k) {
+			gateways = append(gateways, k)
+		}
+	}
+	for i, t := range p.Spec.TargetRefs {
+		key := types.NamespacedName{Namespace: p.Namespace, Name: string(t.Name)}
+		section := ""
+		if t.SectionName != nil {
+			section = string(*t.SectionName)
+		}
+		switch t.Kind {
+		case "HTTPRoute":
+			var route gatewayv1.HTTPRoute
+			if err := r.Client.Get(ctx, key, &route); err != nil {
+				if !notFound(err) {
+					return nil, err
+				}
+				res.missing(p, i, "HTTPRoute "+key.String()+" not found", ReasonTargetNotFound)
+				continue
+			}
+			if section != "" && !hasRule(&route, section) {
+				res.missing(p, i, fmt.Sprintf("HTTPRoute %s has no rule named %q", key, section), ReasonTargetInvalid)
+				continue
+			}
+			targetRoutes[key] = append(targetRoutes[key], section)
+			for _, g := range parentGateways(&route) {
+				addGateway(g.key)
+			}
+		case "Gateway":
+			var gw gatewayv1.Gateway
+			if err := r.Client.Get(ctx, key, &gw); err != nil {
+				if !notFound(err) {
+					return nil, err
+				}
+				res.missing(p, i, "Gateway "+key.String()+" not found", ReasonTargetNotFound)
+				continue
+			}
+			if section != "" && !slices.ContainsFunc(gw.Spec.Listeners, func(l gatewayv1.Listener) bool { return string(l.Name) == section }) {
+				res.missing(p, i, fmt.Sprintf("Gateway %s has no listener named %q", key, section), ReasonTargetInvalid)
+				continue
+			}
+			targetGateways[key] = append(targetGateways[key], section)
+			addGateway(key)
+		}
+	}
+	if len(targetRoutes) > 0 {
+		routes, err := r.routesByGateway(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gateways {
+			var gw gatewayv1.Gateway
+			if err := r.Client.Get(ctx, g, &gw); err != nil {
+				if !notFound(err) {
+					return nil, err
+				}
+				res.ancestor(g, metav1.ConditionFalse, ReasonTargetNotFound, "Gateway "+g.String()+", a parent of the targeted route, not found")
+				continue
+			}
+			table := routeTable(&gw, routes[g], targetRoutes)
+			if !slices.ContainsFunc(table.Entries, func(e policy.RouteEntry) bool { return e.Targeted }) {
+				res.ancestor(g, metav1.ConditionFalse, ReasonTargetInvalid, "no targeted route is attached to this Gateway's listeners (hostnames or sectionName do not match)")
+				continue
+			}
+			res.Routes.Tables = append(res.Routes.Tables, table)
+			res.ancestor(g, metav1.ConditionTrue, ReasonTargetAccepted, "the policy applies to the targeted routes' requests on this Gateway")
+		}
+	}
+	for g, sections := range targetGateways {
+		var gw gatewayv1.Gateway
+		if err := r.Client.Get(ctx, g, &gw); err != nil {
+			return nil, err
+		}
+		res.Routes.Tables = append(res.Routes.Tables, listenerTable(&gw, sections))
+		if !slices.ContainsFunc(res.Ancestors, func(a gatewayv1.PolicyAncestorStatus) bool { return isGateway(a.AncestorRef, g) }) {
+			res.ancestor(g, metav1.ConditionTrue, ReasonTargetAccepted, "the policy applies to this Gateway's requests")
+		}
+	}
+	slices.SortFunc(res.Routes.Tables, func(a, b policy.RouteTable) int { return strings.Compare(a.Gateway, b.Gateway) })
+	return res, nil
+}
+
+func notFound(err error) bool {
+	return apierrors.IsNotFound(err) || apimeta.IsNoMatchError(err)
+}
+
+func (res *Resolution) missing(p *ratelimitv1alpha1.RateLimitPolicy, i int, msg, reason string) {
+	res.Missing = append(res.Missing, fmt.Sprintf("spec.targetRefs[%d]: %s", i, msg))
+	t := p.Spec.TargetRefs[i]
+	group, kind, ns := gatewayv1.Group(gatewayGroup), t.Kind, gatewayv1.Namespace(p.Namespace)
+	res.Ancestors = append(res.Ancestors, gatewayv1.PolicyAncestorStatus{
+		AncestorRef:    gatewayv1.ParentReference{Group: &group, Kind: &kind, Namespace: &ns, Name: t.Name, SectionName: t.SectionName},
+		ControllerName: ControllerName,
+		Conditions:     []metav1.Condition{acceptedCondition(p.Generation, metav1.ConditionFalse, reason, msg)},
+	})
+}
+
+func (res *Resolution) ancestor(g types.NamespacedName, status metav1.ConditionStatus, reason, msg string) {
+	group, kind, ns := gatewayv1.Group(gatewayGroup), gatewayv1.Kind("Gateway"), gatewayv1.Namespace(g.Namespace)
+	res.Ancestors = append(res.Ancestors, gatewayv1.PolicyAncestorStatus{
+		AncestorRef:    gatewayv1.ParentReference{Group: &group, Kind: &kind, Namespace: &ns, Name: gatewayv1.ObjectName(g.Name)},
+		ControllerName: ControllerName,
+		Conditions:     []metav1.Condition{acceptedCondition(0, status, reason, msg)},
+	})
+}
+
+func acceptedCondition(generation int64, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	return metav1.Condition{Type: string(gatewayv1.PolicyConditionAccepted), Status: status, Reason: reason, Message: msg, ObservedGeneration: generation}
+}
+
+func isGateway(ref gatewayv1.ParentReference, g types.NamespacedName) bool {
+	return ref.Kind != nil && *ref.Kind == "Gateway" && string(ref.Name) == g.Name && ref.Namespace != nil && string(*ref.Namespace) == g.Namespace
+}
+
+func hasRule(route *gatewayv1.HTTPRoute, name string) bool {
+	return slices.ContainsFunc(route.Spec.Rules, func(r gatewayv1.HTTPRouteRule) bool { return r.Name != nil && string(*r.Name) == name })
+}
+
+// parentGateways are the Gateways a route attaches to.
+func parentGateways(route *gatewayv1.HTTPRoute) []gatewayRef {
+	var out []gatewayRef
+	for _, ref := range route.Spec.ParentRefs {
+		if ref.Group != nil && *ref.Group != gatewayGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
+			continue
+		}
+		ns := route.Namespace
+		if ref.Namespace != nil {
+			ns = string(*ref.Namespace)
+		}
+		g := gatewayRef{key: types.NamespacedName{Namespace: ns, Name: string(ref.Name)}}
+		if ref.SectionName != nil {
+			g.listener = string(*ref.SectionName)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// attachedRoute is one route attached to a Gateway, through some of its
+// listeners ("" among them: all).
+type attachedRoute struct {
+	route     *gatewayv1.HTTPRoute
+	listeners []string
+}
+
+// routesByGateway lists every HTTPRoute of the cluster by the Gateways it
+// attaches to: the precedence of a targeted route's matches depends on
+// the other routes of its Gateways, whoever owns them.
+func (r *TargetResolver) routesByGateway(ctx context.Context) (map[types.NamespacedName][]attachedRoute, error) {
+	var list gatewayv1.HTTPRouteList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	out := map[types.NamespacedName][]attachedRoute{}
+	for i := range list.Items {
+		route := &list.Items[i]
+		for _, g := range parentGateways(route) {
+			routes := out[g.key]
+			if j := slices.IndexFunc(routes, func(a attachedRoute) bool { return a.route == route }); j >= 0 {
+				routes[j].listeners = append(routes[j].listeners, g.listener)
+				continue
+			}
+			out[g.key] = append(routes, attachedRoute{route: route, listeners: []string{g.listener}})
+		}
+	}
+	return out, nil
+}
+
+// routeTable is a Gateway's routing: every match of every rule of every
+// attached route, with its hostnames narrowed by the listeners it attaches
+// through, ordered by route age and name, then rule and match order.
+func routeTable(gw *gatewayv1.Gateway, routes []attachedRoute, targets map[types.NamespacedName][]string) policy.RouteTable {
+	slices.SortFunc(routes, func(a, b attachedRoute) int {
+		if c := a.route.CreationTimestamp.Compare(b.route.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.route.Namespace+"/"+a.route.Name, b.route.Namespace+"/"+b.route.Name)
+	})
+	table := policy.RouteTable{Gateway: gw.Namespace + "/" + gw.Name}
+	for rank, a := range routes {
+		route := a.route
+		hostnames, attached := effectiveHostnames(gw, a.listeners, route.Spec.Hostnames)
+		if !attached {
+			continue
+		}
+		key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
+		sections, isTarget := targets[key]
+		for ri, rule := range route.Spec.Rules {
+			ruleName := strconv.Itoa(ri)
+			if rule.Name != nil {
+				ruleName = string(*rule.Name)
+			}
+			targeted := isTarget && (slices.Contains(sections, "") || rule.Name != nil && slices.Contains(sections, string(*rule.Name)))
+			matches := rule.Matches
+			if len(matches) == 0 {
+				matches = []gatewayv1.HTTPRouteMatch{{}} // no matches: every request (PathPrefix "/")
+			}
+			for mi, m := range matches {
+				e := routeEntry(m)
+				e.Hostnames, e.Targeted = hostnames, targeted
+				e.Order = rank<<20 | ri<<10 | mi
+				e.Route, e.Rule = key.String(), ruleName
+				table.Entries = append(table.Entries, e)
+			}
+		}
+	}
+	return table
+}
+
+// routeEntry translates one HTTPRouteMatch, with Gateway API's defaults.
+func routeEntry(m gatewayv1.HTTPRouteMatch) policy.RouteEntry {
+	e := policy.RouteEntry{Path: policy.RoutePathMatch{Type: policy.PathPrefix, Value: "/"}}
+	if m.Path != nil {
+		if m.Path.Type != nil {
+			e.Path.Type = string(*m.Path.Type)
+		}
+		if m.Path.Value != nil {
+			e.Path.Value = *m.Path.Value
+		}
+	}
+	if m.Method != nil {
+		e.Method = string(*m.Method)
+	}
+	for _, h := range m.Headers {
+		v := policy.RouteValueMatch{Type: policy.MatchExact, Name: string(h.Name), Value: h.Value}
+		if h.Type != nil {
+			v.Type = string(*h.Type)
+		}
+		e.Headers = append(e.Headers, v)
+	}
+	for _, q := range m.QueryParams {
+		v := policy.RouteValueMatch{Type: policy.MatchExact, Name: string(q.Name), Value: q.Value}
+		if q.Type != nil {
+			v.Type = string(*q.Type)
+		}
+		e.QueryParams = append(e.QueryParams, v)
+	}
+	return e
+}
+
+// listenerTable is a Gateway target's routing: one entry per listener with
+// its hostname, those named in sections targeted ("" in sections: all).
+func listenerTable(gw *gatewayv1.Gateway, sections []string) policy.RouteTable {
+	table := policy.RouteTable{Gateway: gw.Namespace + "/" + gw.Name}
+	for i, l := range gw.Spec.Listeners {
+		e := policy.RouteEntry{Order: i, Route: "Gateway " + gw.Name, Rule: "listener " + string(l.Name),
+			Targeted: slices.Contains(sections, "") || slices.Contains(sections, string(l.Name))}
+		if l.Hostname != nil {
+			e.Hostnames = []string{string(*l.Hostname)}
+		}
+		table.Entries = append(table.Entries, e)
+	}
+	return table
+}
+
+// effectiveHostnames intersects a route's hostnames with those of the
+// listeners it attaches through (all of the Gateway's when a reference
+// names none). attached is false when no hostname is left: the route is
+// not attached there. An empty list means any host.
+func effectiveHostnames(gw *gatewayv1.Gateway, listeners []string, routeHosts []gatewayv1.Hostname) (hosts []string, attached bool) {
+	anyHost := false
+	for _, l := range gw.Spec.Listeners {
+		if !slices.Contains(listeners, "") && !slices.Contains(listeners, string(l.Name)) {
+			continue
+		}
+		if l.Protocol != gatewayv1.HTTPProtocolType && l.Protocol != gatewayv1.HTTPSProtocolType {
+			continue
+		}
+		if l.Hostname == nil {
+			if len(routeHosts) == 0 {
+				anyHost = true
+			}
+			for _, h := range routeHosts {
+				hosts = appendUnique(hosts, string(h))
+			}
+			attached = true
+			continue
+		}
+		lh := string(*l.Hostname)
+		if len(routeHosts) == 0 {
+			hosts, attached = appendUnique(hosts, lh), true
+			continue
+		}
+		for _, h := range routeHosts {
+			if in, ok := intersectHostname(lh, string(h)); ok {
+				hosts, attached = appendUnique(hosts, in), true
+			}
+		}
+	}
+	if anyHost {
+		return nil, attached
+	}
+	return hosts, attached
+}
+
+// intersectHostname is the more specific of two hostnames when one
+// covers the other ("*.example.com" and "a.example.com" give
+// "a.example.com"); ok is false when they share no host.
+func intersectHostname(a, b string) (string, bool) {
+	a, b = strings.ToLower(a), strings.ToLower(b)
+	covers := func(wild, h string) bool {
+		suffix, ok := strings.CutPrefix(wild, "*")
+		return ok && len(h) > len(suffix) && strings.HasSuffix(h, suffix)
+	}
+	switch {
+	case a == b:
+		return a, true
+	case covers(a, b):
+		return b, true
+	case covers(b, a):
+		return a, true
+	}
+	return "", false
+}
+
+func appendUnique(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
