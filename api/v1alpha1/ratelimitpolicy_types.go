@@ -98,7 +98,7 @@ type RateLimitPolicySpec struct {
 // RequestMatch selects requests. Lists are alternatives (a request matches
 // hosts when its host matches any of them); fields combine with AND.
 //
-// +kubebuilder:validation:XValidation:rule="!(has(self.domain) || has(self.descriptor)) || !(has(self.hosts) || has(self.paths) || has(self.methods) || has(self.headers))",message="hosts, paths, methods and headers select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"
+// +kubebuilder:validation:XValidation:rule="!(has(self.domain) || has(self.descriptor)) || !(has(self.hosts) || has(self.paths) || has(self.methods) || has(self.headers) || has(self.exemptClients))",message="hosts, paths, methods, headers and exemptClients select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"
 type RequestMatch struct {
 	// hosts match the request's Host, exactly or as "*.suffix" for any
 	// subdomain. Empty matches every host.
@@ -138,6 +138,18 @@ type RequestMatch struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	When string `json:"when,omitempty"`
+
+	// exemptClients are client addresses the policy never applies to:
+	// networks in CIDR notation ("10.0.0.0/8", "2001:db8::/32") or single
+	// addresses, as ingress-nginx's limit-whitelist exempts them. The
+	// client address is the one {client_ip} reads (forwarded headers
+	// believed only from trusted proxies).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c) || isIP(c))",message="each entry must be a network in CIDR notation such as 10.0.0.0/8, or an IP address"
+	ExemptClients []string `json:"exemptClients,omitempty"`
 
 	// domain makes this a descriptor policy that answers Envoy rate limit
 	// service (RLS v3) requests of this domain. Which namespaces may answer

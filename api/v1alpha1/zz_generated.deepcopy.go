@@ -285,6 +285,11 @@ func (in *RequestMatch) DeepCopyInto(out *RequestMatch) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.ExemptClients != nil {
+		in, out := &in.ExemptClients, &out.ExemptClients
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Descriptor != nil {
 		in, out := &in.Descriptor, &out.Descriptor
 		*out = make([]DescriptorEntryMatch, len(*in))

@@ -155,6 +155,14 @@ func compileKey(src string, forDescriptors bool, path *field.Path) (keyTemplate,
 func compileMatchField(m *ratelimitv1alpha1.RequestMatch, path *field.Path) (matcher, field.ErrorList) {
 	match := compileMatch(m)
 	errs := validateMatch(m, path)
+	for i, c := range m.ExemptClients {
+		p, err := parseClientNetwork(c)
+		if err != nil {
+			errs = append(errs, field.Invalid(path.Child("exemptClients").Index(i), c, err.Error()))
+			continue
+		}
+		match.exempt = append(match.exempt, p)
+	}
 	if m.When != "" {
 		w, err := compileWhen(m.When)
 		if err != nil {
@@ -240,8 +248,8 @@ func validateDescriptorMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path
 	if m.Domain == "" && len(m.Descriptor) == 0 {
 		return nil
 	}
-	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || len(m.Headers) > 0 {
-		errs = append(errs, field.Invalid(path, "", "hosts, paths, methods and headers select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"))
+	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.ExemptClients) > 0 {
+		errs = append(errs, field.Invalid(path, "", "hosts, paths, methods, headers and exemptClients select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"))
 	}
 	if len(m.Domain) > 253 {
 		errs = append(errs, field.TooLong(path.Child("domain"), m.Domain, 253))

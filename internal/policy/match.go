@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -26,6 +28,9 @@ type matcher struct {
 	domain         string // "": any domain
 	descriptor     []entryMatch
 	anyDescriptor  bool // no descriptor entries named: every descriptor matches
+
+	// exempt are client networks the policy never applies to.
+	exempt []netip.Prefix
 
 	// routes, for a policy with targetRefs, are its targets' routing:
 	// the request must be one a target receives.
@@ -102,7 +107,7 @@ func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
 		if !m.matchesDescriptor(r) {
 			return false, nil
 		}
-	case !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header):
+	case !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) || m.exempts(r.ClientIP):
 		return false, nil
 	case m.routes != nil && !m.routes.matches(r):
 		return false, nil
@@ -111,6 +116,33 @@ func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
 		return true, nil
 	}
 	return m.when.eval(vars)
+}
+
+// exempts reports whether ip is in one of the exempt networks.
+func (m *matcher) exempts(ip netip.Addr) bool {
+	if len(m.exempt) == 0 || !ip.IsValid() {
+		return false
+	}
+	ip = ip.Unmap()
+	for _, p := range m.exempt {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseClientNetwork reads a CIDR or a single address as a network.
+func parseClientNetwork(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("must be a network in CIDR notation such as 10.0.0.0/8, or an IP address")
+	}
+	ip = ip.Unmap()
+	return netip.PrefixFrom(ip, ip.BitLen()), nil
 }
 
 // matchesDescriptor reports whether r's domain and descriptor match: the

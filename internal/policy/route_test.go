@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -106,4 +107,22 @@ func containsAll(s string, parts ...string) bool {
 		}
 	}
 	return true
+}
+
+func TestExemptClients(t *testing.T) {
+	p := mustCompile(t, "match: {exemptClients: [10.0.0.0/8, '192.0.2.7', '2001:db8::/32']}\n"+oneLimit)
+	for ip, want := range map[string]bool{
+		"10.1.2.3": false, "192.0.2.7": false, "192.0.2.8": true, "2001:db8:1::1": false, "2001:db9::1": true, "::ffff:10.0.0.1": false,
+	} {
+		r := req("GET", "h", "/")
+		r.ClientIP = netip.MustParseAddr(ip)
+		var e Eval
+		e.Reset(r)
+		if got, _ := e.Match(p); got != want {
+			t.Errorf("%s: match %v, want %v", ip, got, want)
+		}
+	}
+	if _, err := compileYAML("match: {exemptClients: [10.0.0.0/33]}\n" + oneLimit); err == nil || !strings.Contains(err.Error(), "spec.match.exemptClients[0]") {
+		t.Errorf("bad network: %v", err)
+	}
 }

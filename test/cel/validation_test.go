@@ -113,6 +113,14 @@ limits:
   slidingWindowCounter: {limit: 50, window: 1m}
 `),
 		Entry("eight limits", "limits:\n"+fixedWindowLimits(8)),
+		Entry("a policy targeting a route, exempting networks", `
+targetRefs:
+- {group: gateway.networking.k8s.io, kind: HTTPRoute, name: api, sectionName: orders}
+- {group: gateway.networking.k8s.io, kind: Gateway, name: edge}
+match:
+  exemptClients: [10.0.0.0/8, "2001:db8::1"]
+  headers: [{name: X-Plan, value: free}]
+`+tokenBucket10),
 		Entry("a descriptor policy", `
 match:
   domain: edge
@@ -234,6 +242,23 @@ key: "{client_ip}"
 			"spec.limits[0].fixedWindow.alignment", "Unsupported value"),
 		Entry("alignment on a sliding window", withLimit("slidingWindowLog: {limit: 1, window: 1h, alignment: Clock}"),
 			"spec.limits[0]", "alignment is fixedWindow's only"),
+		Entry("an exempt client that is no network", `
+match:
+  exemptClients: [10.0.0.0/8, not-an-ip]
+`+tokenBucket10, "spec.match.exemptClients", "must be a network in CIDR notation"),
+		Entry("exempt clients in a descriptor policy", `
+match:
+  domain: edge
+  exemptClients: [10.0.0.0/8]
+`+tokenBucket10, "spec.match", "exemptClients select HTTP checks"),
+		Entry("targetRefs with paths", `
+targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}]
+match:
+  paths: [/x]
+`+tokenBucket10, "spec.match", "takes its hosts, paths and methods from its targets"),
+		Entry("a targetRef to a Service", `
+targetRefs: [{group: "", kind: Service, name: r}]
+`+tokenBucket10, "spec.targetRefs", "targetRefs name HTTPRoutes or Gateways"),
 		Entry("a descriptor entry without a key", `
 match:
   descriptor: [{value: x}]
