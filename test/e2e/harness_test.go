@@ -58,16 +58,33 @@ type response struct {
 
 // client reaches names under example.com (the hosts the examples' routes
 // match) at loopback, so a request carries the Host a route asks for.
-var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".example.com") {
-			addr = net.JoinHostPort("127.0.0.1", port)
-		}
-		return (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-	},
-}}
+var client = clientFrom(nil)
+
+// clientFrom is client with its connections made from source, one of the
+// loopback addresses (127.0.0.0/8), so that a proxy sees each test's
+// clients at addresses of their own; nil lets the system choose.
+func clientFrom(source net.IP) *http.Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	if source != nil {
+		dialer.LocalAddr = &net.TCPAddr{IP: source}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".example.com") {
+				addr = net.JoinHostPort("127.0.0.1", port)
+			}
+			return dialer.DialContext(ctx, network, addr)
+		},
+	}}
+}
 
 func get(t *testing.T, url string, header map[string]string) response {
+	t.Helper()
+	return getWith(t, client, url, header)
+}
+
+// getWith is get through c.
+func getWith(t *testing.T, c *http.Client, url string, header map[string]string) response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -76,7 +93,7 @@ func get(t *testing.T, url string, header map[string]string) response {
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -110,10 +127,16 @@ func (r response) dump() string {
 // statuses sends n requests and returns their status codes.
 func statuses(t *testing.T, url string, n int, header map[string]string) ([]int, []response) {
 	t.Helper()
+	return statusesWith(t, client, url, n, header)
+}
+
+// statusesWith is statuses through c.
+func statusesWith(t *testing.T, c *http.Client, url string, n int, header map[string]string) ([]int, []response) {
+	t.Helper()
 	codes := make([]int, n)
 	resps := make([]response, n)
 	for i := range n {
-		resps[i] = get(t, url, header)
+		resps[i] = getWith(t, c, url, header)
 		codes[i] = resps[i].status
 	}
 	return codes, resps
