@@ -1,20 +1,25 @@
 package webhook
 
 import (
+	"bufio"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/source"
 )
 
-// benchHandler is the check endpoint over the memory store, so the
+// benchServer is the check endpoint over the memory store, so the
 // benchmark measures the HTTP-to-decision path alone.
-func benchHandler(b *testing.B, specYAML string) http.Handler {
+func benchServer(b *testing.B, specYAML string) *Server {
 	b.Helper()
 	store := memstore.New()
 	b.Cleanup(func() { store.Close() })
@@ -26,6 +31,14 @@ func benchHandler(b *testing.B, specYAML string) http.Handler {
 	return s
 }
 
+// benchClients is the number of client IPs the requests come from.
+const benchClients = 10_000
+
+// clientIP is the address of client i.
+func clientIP(i int) string {
+	return "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+}
+
 // nginxRequests are auth-url requests from distinct client IPs.
 func nginxRequests(n int) []*http.Request {
 	reqs := make([]*http.Request, n)
@@ -34,10 +47,45 @@ func nginxRequests(n int) []*http.Request {
 		r.RemoteAddr = "127.0.0.1:40000"
 		r.Header.Set("X-Original-URL", "http://shop.example.com/api/items?page=2")
 		r.Header.Set("X-Original-Method", "GET")
-		r.Header.Set("X-Real-IP", "10."+strconv.Itoa(i>>16&255)+"."+strconv.Itoa(i>>8&255)+"."+strconv.Itoa(i&255))
+		r.Header.Set("X-Real-IP", clientIP(i))
 		reqs[i] = r
 	}
 	return reqs
+}
+
+// nginxContexts are the same requests as ingress-nginx sends them, read
+// by fasthttp as the check process's server reads them.
+func nginxContexts(b *testing.B, n int) []*fasthttp.RequestCtx {
+	ctxs := make([]*fasthttp.RequestCtx, n)
+	for i := range ctxs {
+		raw := "GET /check/bench HTTP/1.1\r\nHost: sluice.sluice-system:8080\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n" +
+			"X-Original-Method: GET\r\nX-Real-IP: " + clientIP(i) + "\r\nX-Forwarded-For: " + clientIP(i) + "\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n"
+		ctxs[i] = nativeContext(b, raw)
+	}
+	return ctxs
+}
+
+// nativeContext is raw read as the check process's server reads it
+// (header names as sent), from a peer in the default trusted proxies.
+func nativeContext(tb testing.TB, raw string) *fasthttp.RequestCtx {
+	ctx, err := readNative(raw)
+	if err != nil {
+		tb.Fatalf("%q: %v", raw, err)
+	}
+	return ctx
+}
+
+func readNative(raw string) (*fasthttp.RequestCtx, error) {
+	var req fasthttp.Request
+	req.Header.DisableNormalizing()
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		return nil, err
+	}
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+	ctx.Request.Header.DisableNormalizing()
+	ctx.Response.Header.DisableNormalizing()
+	return ctx, nil
 }
 
 // discardWriter is a ResponseWriter that keeps nothing but the headers map,
@@ -51,29 +99,54 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(s int)           { w.status = s }
 
-func runHandlerBench(b *testing.B, spec string, wantStatus int) {
-	h := benchHandler(b, spec)
-	reqs := nginxRequests(10_000)
-	w := &discardWriter{h: http.Header{}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		clear(w.h)
-		h.ServeHTTP(w, reqs[i%len(reqs)])
-		if w.status != wantStatus && wantStatus != 0 {
-			b.Fatalf("status %d, want %d", w.status, wantStatus)
+// runCheckBench runs the check route over both routes: native, as the
+// check process serves it (fasthttp's parsing aside), and net/http's
+// (its server aside).
+func runCheckBench(b *testing.B, spec string, wantStatus int) {
+	b.Run("native", func(b *testing.B) {
+		s := benchServer(b, spec)
+		ctxs := nginxContexts(b, benchClients)
+		for _, ctx := range ctxs { // a server's contexts are reused, their buffers grown
+			s.ServeFastHTTP(ctx)
+			ctx.Response.Reset()
 		}
-	}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			ctx := ctxs[i%len(ctxs)]
+			ctx.Response.Reset()
+			if !s.ServeFastHTTP(ctx) {
+				b.Fatal("not served natively")
+			}
+			if status := ctx.Response.StatusCode(); status != wantStatus && wantStatus != 0 {
+				b.Fatalf("status %d, want %d", status, wantStatus)
+			}
+		}
+	})
+	b.Run("net-http", func(b *testing.B) {
+		s := benchServer(b, spec)
+		reqs := nginxRequests(benchClients)
+		w := &discardWriter{h: http.Header{}}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			clear(w.h)
+			s.ServeHTTP(w, reqs[i%len(reqs)])
+			if w.status != wantStatus && wantStatus != 0 {
+				b.Fatalf("status %d, want %d", w.status, wantStatus)
+			}
+		}
+	})
 }
 
 // BenchmarkCheckAllowed: one token bucket that allows.
 func BenchmarkCheckAllowed(b *testing.B) {
-	runHandlerBench(b, "limits: [{name: burst, tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}}]", http.StatusOK)
+	runCheckBench(b, "limits: [{name: burst, tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}}]", http.StatusOK)
 }
 
 // BenchmarkCheckThreeLimits: burst, minute and day on one key.
 func BenchmarkCheckThreeLimits(b *testing.B) {
-	runHandlerBench(b, `limits:
+	runCheckBench(b, `limits:
 - {name: burst, tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}}
 - {name: minute, fixedWindow: {limit: 1000000000, window: 1m}}
 - {name: day, fixedWindow: {limit: 1000000000, window: 24h}}`, http.StatusOK)
@@ -81,5 +154,5 @@ func BenchmarkCheckThreeLimits(b *testing.B) {
 
 // BenchmarkCheckDenied: a limit that every request exceeds (the cache answers).
 func BenchmarkCheckDenied(b *testing.B) {
-	runHandlerBench(b, "key: global\nlimits: [{name: none, fixedWindow: {limit: 1, window: 24h}}]", 0)
+	runCheckBench(b, "key: global\nlimits: [{name: none, fixedWindow: {limit: 1, window: 24h}}]", 0)
 }

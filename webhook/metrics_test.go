@@ -3,7 +3,6 @@ package webhook
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -27,13 +26,12 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s)
-	defer ts.Close()
+	url := serveFast(t, s)
 	h := map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/", "X-Forwarded-Host": "h"}
 	for i := 0; i < 5; i++ {
-		do(t, "GET", ts.URL+"/check/shop", h)
+		do(t, "GET", url+"/check/shop", h)
 	}
-	resp, err := http.Get(ts.URL + "/metrics")
+	resp, err := http.Get(url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/sluice-dev/sluice/clientip"
@@ -58,7 +59,7 @@ func badHeader(h, format string, args ...any) error {
 const maxURLLength = policy.MaxURLBytes
 
 // detectProfile picks the profile from the headers when it is not fixed.
-func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
+func detectProfile(fixed Profile, h http.Header) (Profile, error) {
 	if fixed != ProfileAuto && fixed != "" {
 		return fixed, nil
 	}
@@ -66,8 +67,8 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 	// sets, so a client behind Traefik can send X-Original-URL and one
 	// behind nginx X-Forwarded-Uri. Both kinds at once cannot be told
 	// apart: refuse rather than let the client choose its reading.
-	nginx := headerValue(r.Header, "X-Original-Url") != ""
-	forwardAuth := headerValue(r.Header, "X-Forwarded-Uri") != "" || headerValue(r.Header, "X-Forwarded-Method") != ""
+	nginx := headerValue(h, "X-Original-Url") != ""
+	forwardAuth := headerValue(h, "X-Forwarded-Uri") != "" || headerValue(h, "X-Forwarded-Method") != ""
 	switch {
 	case nginx && forwardAuth:
 		return "", badHeader("X-Original-URL", "sent together with X-Forwarded-Uri or X-Forwarded-Method: the proxy cannot be told from its client; start the check endpoint with --profile nginx or --profile forwardauth")
@@ -79,12 +80,21 @@ func detectProfile(fixed Profile, r *http.Request) (Profile, error) {
 	return "", badHeader("X-Original-URL", "missing: the check endpoint needs the original request, as ingress-nginx auth-url (X-Original-URL, X-Original-Method) or ForwardAuth (X-Forwarded-Method, X-Forwarded-Uri, X-Forwarded-Host) send it")
 }
 
+// checkRequest is what the check routes read of a check request, from
+// net/http's request or from fasthttp's.
+type checkRequest struct {
+	method, host string
+	rawQuery     string      // the check URL's query, as sent
+	header       http.Header // canonical names
+	peer         netip.Addr
+}
+
 // originalRequest rebuilds the request the proxy is asking about into out.
-// envoyPath is the original path for the Envoy profile (the part of the
-// check URL after the namespace). It allocates nothing for a well-formed,
-// already normalized request.
-func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted *clientip.TrustedProxies, out *policy.Request) error {
-	*out = policy.Request{Header: r.Header}
+// envoyRest is the original path and query for the Envoy profile (the part
+// of the check URL after the namespace). It allocates nothing for a
+// well-formed, already normalized request.
+func originalRequest(profile Profile, r *checkRequest, envoyRest string, trusted *clientip.TrustedProxies, out *policy.Request) error {
+	*out = policy.Request{Header: r.header}
 	var o original
 	var err error
 	switch profile {
@@ -93,7 +103,7 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 	case ProfileForwardAuth:
 		o, err = forwardAuthOriginal(r)
 	case ProfileEnvoy:
-		o, err = envoyOriginal(r, envoyPath)
+		o, err = envoyOriginal(r, envoyRest)
 	default:
 		return fmt.Errorf("unknown profile %q", profile)
 	}
@@ -103,7 +113,7 @@ func originalRequest(profile Profile, r *http.Request, envoyPath string, trusted
 	if err := o.read(profile, out); err != nil {
 		return err
 	}
-	out.ClientIP = trusted.FromRequest(r)
+	out.ClientIP = trusted.ClientIP(r.peer, r.header["X-Forwarded-For"], headerValue(r.header, "X-Real-Ip"))
 	return nil
 }
 
@@ -114,13 +124,13 @@ type original struct {
 }
 
 // nginxOriginal reads ingress-nginx's X-Original-URL and X-Original-Method.
-func nginxOriginal(r *http.Request) (original, error) {
+func nginxOriginal(r *checkRequest) (original, error) {
 	var o original
-	raw := headerValue(r.Header, "X-Original-Url")
+	raw := headerValue(r.header, "X-Original-Url")
 	if raw == "" {
 		return o, badHeader("X-Original-URL", "missing")
 	}
-	o.method = headerValue(r.Header, "X-Original-Method")
+	o.method = headerValue(r.header, "X-Original-Method")
 	if o.method == "" {
 		return o, badHeader("X-Original-Method", "missing")
 	}
@@ -134,7 +144,7 @@ func nginxOriginal(r *http.Request) (original, error) {
 	// X-Original-URL's host is the Host header ($http_host), but nginx
 	// routes an absolute-form request by the host of its request line.
 	// The auth-url can pass the host nginx routed by ($host).
-	if h, ok := routedHost(r.URL.RawQuery); ok {
+	if h, ok := routedHost(r.rawQuery); ok {
 		if h == "" {
 			return o, badHeader("host", "the check URL's host parameter is empty")
 		}
@@ -145,17 +155,17 @@ func nginxOriginal(r *http.Request) (original, error) {
 
 // forwardAuthOriginal reads Traefik's and Caddy's X-Forwarded-Method,
 // -Uri and -Host.
-func forwardAuthOriginal(r *http.Request) (original, error) {
+func forwardAuthOriginal(r *checkRequest) (original, error) {
 	o := original{scheme: "http"}
-	o.method = headerValue(r.Header, "X-Forwarded-Method")
+	o.method = headerValue(r.header, "X-Forwarded-Method")
 	if o.method == "" {
 		return o, badHeader("X-Forwarded-Method", "missing")
 	}
-	o.rest = headerValue(r.Header, "X-Forwarded-Uri")
+	o.rest = headerValue(r.header, "X-Forwarded-Uri")
 	if o.rest == "" {
 		return o, badHeader("X-Forwarded-Uri", "missing")
 	}
-	o.authority = headerValue(r.Header, "X-Forwarded-Host")
+	o.authority = headerValue(r.header, "X-Forwarded-Host")
 	if o.authority == "" {
 		return o, badHeader("X-Forwarded-Host", "missing")
 	}
@@ -169,12 +179,9 @@ func forwardAuthOriginal(r *http.Request) (original, error) {
 }
 
 // envoyOriginal reads Envoy's ext_authz check request: the original's
-// method, Host and query, and its path after the route's prefix.
-func envoyOriginal(r *http.Request, envoyPath string) (original, error) {
-	o := original{method: r.Method, scheme: "http", authority: r.Host, rest: envoyPath}
-	if r.URL.RawQuery != "" {
-		o.rest += "?" + r.URL.RawQuery
-	}
+// method and Host, and its path and query after the route's prefix (rest).
+func envoyOriginal(r *checkRequest, rest string) (original, error) {
+	o := original{method: r.method, scheme: "http", authority: r.host, rest: rest}
 	if len(o.rest)+len(o.authority) > maxURLLength {
 		return o, badHeader("path", "longer than %d bytes", maxURLLength)
 	}

@@ -7,6 +7,7 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -50,6 +51,7 @@ type requestState struct {
 	out     check.Outcome
 	headers checkhttp.HeaderScratch
 	buf     []byte
+	native  nativeState // the native route's reading of the request
 }
 
 // New builds the endpoint. Routes:
@@ -97,9 +99,12 @@ func New(o Options) (*Server, error) {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler. Checks, nearly every request this
-// server sees, skip the mux's pattern matching.
+// server sees, skip the mux's pattern matching. The check process serves
+// the check routes natively on fasthttp (ServeFastHTTP); this is their
+// net/http route, for servers of its own (tests, the middleware's remote
+// mode) and the requests ServeFastHTTP leaves to it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, "/check/") {
+	if strings.HasPrefix(r.URL.Path, checkPrefix) {
 		s.handleCheck(w, r)
 		return
 	}
@@ -110,7 +115,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-const envoyPrefix = "/envoy/"
+const (
+	checkPrefix = "/check/"
+	envoyPrefix = "/envoy/"
+)
 
 // requestTarget is the path of the request line as sent: still escaped,
 // without the query.
@@ -129,35 +137,60 @@ func ok(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
-	rest := strings.TrimPrefix(r.URL.Path, "/check/")
-	namespace, policyName, _ := strings.Cut(rest, "/")
-	if namespace == "" || strings.Contains(policyName, "/") {
-		http.NotFound(w, r)
-		return
-	}
-	profile, err := detectProfile(s.opts.Profile, r)
-	if err != nil {
-		s.badRequest(w, err)
-		return
-	}
-	s.decide(w, r, profile, "", namespace, policyName)
+// route is where a check request is answered: a namespace, one policy or
+// all, and for Envoy the original path.
+type route struct {
+	namespace, policy string
+	envoy             bool
+	// envoyPath is the original path as Envoy sent it (Envoy only).
+	envoyPath string
 }
 
-// handleEnvoy serves /envoy/{namespace}{original path}: Envoy's ext_authz
+// checkRoute reads /check/{namespace}[/{policy}] from the check URL's path.
+func checkRoute(path string) (route, bool) {
+	rest := strings.TrimPrefix(path, checkPrefix)
+	namespace, policyName, _ := strings.Cut(rest, "/")
+	if namespace == "" || strings.Contains(policyName, "/") {
+		return route{}, false
+	}
+	return route{namespace: namespace, policy: policyName}, true
+}
+
+// envoyRoute reads /envoy/{namespace}{original path}: Envoy's ext_authz
 // HTTP service with path_prefix /envoy/{namespace} appends the original
 // path as it received it, so it is cut from the target undecoded.
-func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request, target string) {
+func envoyRoute(target string) (route, bool) {
 	rest := target[len(envoyPrefix):]
 	namespace, original := rest, "/"
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		namespace, original = rest[:i], rest[i:]
 	}
 	if !validNamespace(namespace) {
+		return route{}, false
+	}
+	return route{namespace: namespace, envoy: true, envoyPath: original}, true
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	rt, found := checkRoute(r.URL.Path)
+	if !found {
 		http.NotFound(w, r)
 		return
 	}
-	s.decide(w, r, ProfileEnvoy, original, namespace, "")
+	s.serveCheck(w, r, rt, "")
+}
+
+func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request, target string) {
+	rt, found := envoyRoute(target)
+	if !found {
+		http.NotFound(w, r)
+		return
+	}
+	rest := rt.envoyPath
+	if r.URL.RawQuery != "" {
+		rest += "?" + r.URL.RawQuery
+	}
+	s.serveCheck(w, r, rt, rest)
 }
 
 // validNamespace reports whether s can be a namespace (a DNS label).
@@ -173,16 +206,18 @@ func validNamespace(s string) bool {
 	return true
 }
 
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile, envoyPath, namespace, policyName string) {
+// serveCheck answers a check request on the net/http route; envoyRest is
+// the Envoy route's original path and query.
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, rt route, envoyRest string) {
 	st := s.state.Get().(*requestState)
 	defer s.state.Put(st)
-	if err := originalRequest(profile, r, envoyPath, s.opts.TrustedProxies, &st.req); err != nil {
+	in := checkRequest{method: r.Method, host: r.Host, rawQuery: r.URL.RawQuery, header: r.Header, peer: clientip.Peer(r.RemoteAddr)}
+	profile, err := s.read(st, &in, rt, envoyRest)
+	if err != nil {
 		s.badRequest(w, err)
 		return
 	}
-	err := s.opts.Checker.CheckInto(r.Context(), check.Input{Namespace: namespace, Policy: policyName, Request: &st.req}, &st.out)
-	st.req.Header = nil // do not keep the request's headers alive in the pool
-	if err != nil {
+	if err := s.check(r.Context(), st, rt); err != nil {
 		s.checkError(w, err)
 		return
 	}
@@ -195,6 +230,26 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, profile Profile,
 	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
 }
 
+// read rebuilds the original request a check request describes into
+// st.req, and says which profile read it. An error is the proxy's (400).
+func (s *Server) read(st *requestState, in *checkRequest, rt route, envoyRest string) (Profile, error) {
+	profile := ProfileEnvoy
+	if !rt.envoy {
+		var err error
+		if profile, err = detectProfile(s.opts.Profile, in.header); err != nil {
+			return "", err
+		}
+	}
+	return profile, originalRequest(profile, in, envoyRest, s.opts.TrustedProxies, &st.req)
+}
+
+// check decides st.req into st.out.
+func (s *Server) check(ctx context.Context, st *requestState, rt route) error {
+	err := s.opts.Checker.CheckInto(ctx, check.Input{Namespace: rt.namespace, Policy: rt.policy, Request: &st.req}, &st.out)
+	st.req.Header = nil // do not keep the request's headers alive in the pool
+	return err
+}
+
 // denyStatus is the policy's deny status, else 403 for nginx (nginx turns
 // any auth_request status other than 2xx, 401 and 403 into 500), else 429.
 func denyStatus(profile Profile, out *check.Outcome) int {
@@ -205,13 +260,23 @@ func denyStatus(profile Profile, out *check.Outcome) int {
 }
 
 func (s *Server) badRequest(w http.ResponseWriter, err error) {
-	checkhttp.WriteProblem(w, checkhttp.Problem{
+	checkhttp.WriteProblem(w, badRequestProblem(err))
+}
+
+func badRequestProblem(err error) checkhttp.Problem {
+	return checkhttp.Problem{
 		Type: checkhttp.ProblemBadRequest, Title: "Bad check request",
 		Status: http.StatusBadRequest, Detail: err.Error(),
-	})
+	}
 }
 
 func (s *Server) checkError(w http.ResponseWriter, err error) {
+	checkhttp.WriteProblem(w, s.checkProblem(err))
+}
+
+// checkProblem is the answer to a check that failed: 404 for a policy
+// that does not exist, else 500 (logged).
+func (s *Server) checkProblem(err error) checkhttp.Problem {
 	status := http.StatusInternalServerError
 	title := "Check failed"
 	if errors.Is(err, check.ErrUnknownPolicy) {
@@ -219,5 +284,5 @@ func (s *Server) checkError(w http.ResponseWriter, err error) {
 	} else {
 		s.opts.Logger.Error("check failed", "err", err)
 	}
-	checkhttp.WriteProblem(w, checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: title, Status: status, Detail: err.Error()})
+	return checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: title, Status: status, Detail: err.Error()}
 }

@@ -1,14 +1,11 @@
 package webhook
 
 import (
-	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 )
 
@@ -161,26 +158,14 @@ limits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]
 // The Envoy route takes the original path as Envoy sent it and decodes it
 // once: "%252e%252e" is the text "%2e%2e", not "..", and "//" or "/./"
 // are cleaned, never answered with a redirect (which Envoy would hand to
-// the client as the answer). Served by net/http and by the fasthttp front
-// the check process runs.
+// the client as the answer). Served by net/http and natively on fasthttp,
+// as the check process serves it.
 func TestEnvoyPathIsDecodedOnce(t *testing.T) {
 	ep := exhausted(t, Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- httpserve.Serve(ctx, ln, ep.Config.Handler) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	netHTTP := serveNetHTTP(t, ep.server)
 
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for name, base := range map[string]string{"net/http": ep.URL, "fasthttp": "http://" + ln.Addr().String()} {
+	for name, base := range map[string]string{"net/http": netHTTP, "fasthttp": ep.URL} {
 		for _, p := range []string{"/api/%252e%252e/pub", "//api/items", "/api/./items", "/x/../api/items", "/api/items%3Fq", "/%61pi/items"} {
 			req, _ := http.NewRequest("GET", base+"/envoy/shop"+p, nil)
 			req.Host = "api.example.com"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
@@ -40,8 +42,11 @@ func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
 	return p
 }
 
+// endpoint is a check endpoint served as the check process serves it
+// (internal/httpserve: fasthttp, with the check routes native).
 type endpoint struct {
-	*httptest.Server
+	URL     string
+	server  *Server
 	checker *check.Checker
 	source  *source.Static
 }
@@ -55,9 +60,36 @@ func newEndpoint(t testing.TB, store ratelimit.Store, opts Options, policies ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s)
+	return &endpoint{URL: serveFast(t, s), server: s, checker: c, source: src}
+}
+
+// serveFast serves h with httpserve, as the check process does, until the
+// test ends, and returns its URL.
+func serveFast(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- httpserve.Serve(ctx, ln, h) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// serveNetHTTP serves h with net/http until the test ends, and returns
+// its URL.
+func serveNetHTTP(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	return &endpoint{Server: ts, checker: c, source: src}
+	return ts.URL
 }
 
 func redisStore(t testing.TB) (*redistest.Server, *redisstore.Store) {
@@ -257,6 +289,7 @@ func TestUnmatchedRequestsAreAllowedWithoutHeaders(t *testing.T) {
 
 func TestBadRequestsNameTheHeader(t *testing.T) {
 	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "api", shopPolicy))
+	routes := map[string]string{"native": ep.URL, "net/http": serveNetHTTP(t, ep.server)}
 	tests := []struct {
 		name    string
 		path    string
@@ -270,15 +303,26 @@ func TestBadRequestsNameTheHeader(t *testing.T) {
 		{"nginx bad method", "/check/shop", map[string]string{"X-Original-URL": "http://h/", "X-Original-Method": "G E T"}, "X-Original-Method"},
 		{"forwardauth without host", "/check/shop", map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/"}, "X-Forwarded-Host: missing"},
 		{"forwardauth without uri", "/check/shop", map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Host": "h"}, "X-Forwarded-Uri: missing"},
+		{"url of 20 KiB", "/check/shop", map[string]string{"X-Original-URL": "http://h/" + strings.Repeat("a", 20<<10), "X-Original-Method": "GET"}, "X-Original-URL: longer than"},
+		// Over the check process's header limit (httpserve.MaxHeaderBytes):
+		// its server answers 431 before the route sees it.
 		{"url of 100 KiB", "/check/shop", map[string]string{"X-Original-URL": "http://h/" + strings.Repeat("a", 100<<10), "X-Original-Method": "GET"}, "X-Original-URL: longer than"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp, body := do(t, "GET", ep.URL+tt.path, tt.headers)
-			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tt.want) {
-				t.Fatalf("status %d body %s; want 400 naming %q", resp.StatusCode, body, tt.want)
-			}
-		})
+		for route, url := range routes {
+			t.Run(tt.name+"/"+route, func(t *testing.T) {
+				resp, body := do(t, "GET", url+tt.path, tt.headers)
+				if route == "native" && len(tt.headers["X-Original-URL"]) > httpserve.MaxHeaderBytes {
+					if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+						t.Fatalf("status %d body %.200s; want 431", resp.StatusCode, body)
+					}
+					return
+				}
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+					t.Fatalf("status %d body %.200s; want 400 naming %q", resp.StatusCode, body, tt.want)
+				}
+			})
+		}
 	}
 }
 
