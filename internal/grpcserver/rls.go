@@ -201,6 +201,10 @@ func partStatus(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_Des
 	}
 	lr := tightestOfPart(out, part)
 	if lr == nil {
+		// No figures for this part (a remembered denial of another part
+		// answered without Redis), but its policies' limits still apply:
+		// a status without current_limit would say none does.
+		status.CurrentLimit = matchedLimit(out, part)
 		return status
 	}
 	status.CurrentLimit = currentLimit(lr)
@@ -269,6 +273,28 @@ func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
 		}
 	}
 	return best
+}
+
+// matchedLimit describes the smallest limit of the enforced policies the
+// part matched (nil when it matched none), for a part without figures.
+func matchedLimit(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_RateLimit {
+	var best *check.LimitResult
+	for i := range out.Policies {
+		pr := &out.Policies[i]
+		if pr.Part != part || pr.MissingKey || pr.Policy.Shadow {
+			continue
+		}
+		for j := range pr.Policy.Limits {
+			l := &pr.Policy.Limits[j]
+			if best == nil || l.Limit.Capacity < best.Limit.Limit.Capacity {
+				best = &check.LimitResult{Policy: pr.Policy, Limit: l}
+			}
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return currentLimit(best)
 }
 
 // units are the rate limit service's units, by their length.
