@@ -113,6 +113,7 @@ func TestTargetedPolicies(t *testing.T) {
 	c := start(t)
 	t.Run("HTTPRoute", func(t *testing.T) { policyTargetingAnHTTPRoute(t, c.in(t, "shop")) })
 	t.Run("rule", func(t *testing.T) { policyTargetingOneRule(t, c.in(t, "team")) })
+	t.Run("listener", func(t *testing.T) { policyTargetingAListener(t, c.in(t, "edge")) })
 }
 
 // apply creates or updates objects from YAML documents.
@@ -323,6 +324,29 @@ func policyTargetingOneRule(t *testing.T, c *cluster) {
 		cond := apimeta.FindStatusCondition(p.Status.Conditions, ratelimitv1alpha1.ConditionReady)
 		return cond != nil && cond.Reason == ratelimitv1alpha1.ReasonTargetNotFound && cond.ObservedGeneration == p.Generation, fmt.Sprintf("%+v", cond)
 	})
+}
+
+func policyTargetingAListener(t *testing.T, c *cluster) {
+	c.apply(t, &gatewayv1.Gateway{}, gateway)
+	c.apply(t, &ratelimitv1alpha1.RateLimitPolicy{}, `
+metadata: {name: other-listener}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: edge, sectionName: other}]
+  key: global
+  limits: [{name: minute, fixedWindow: {limit: 1, window: 1m}}]
+`)
+	eventually(t, "the policy is Ready", func() (bool, string) { return ready(c.policy(t, "other-listener")) })
+	eventually(t, "the listener's requests are limited", func() (bool, string) {
+		got := c.statuses(t, 2, "GET", "other.test", "/anything")
+		return got[1] == http.StatusTooManyRequests, fmt.Sprint(got)
+	})
+	if got := c.statuses(t, 3, "GET", "api.example.com", "/anything"); got[2] != http.StatusOK {
+		t.Errorf("the other listener's host: %v, want 200s", got)
+	}
+	p := c.policy(t, "other-listener")
+	if len(p.Status.Ancestors) != 1 || !apimeta.IsStatusConditionTrue(p.Status.Ancestors[0].Conditions, "Accepted") {
+		t.Errorf("ancestors: %+v", p.Status.Ancestors)
+	}
 }
 
 func TestMain(m *testing.M) {
