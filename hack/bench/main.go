@@ -142,7 +142,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.ghz, "ghz", "bin/ghz", "the ghz binary (RLS part)")
 	fs.StringVar(&o.peer, "ratelimit", "bin/service_cmd", "envoyproxy/ratelimit's service_cmd binary (RLS part)")
 	fs.BoolVar(&o.rlsLean, "rls-lean", true, "in each RLS round, also load every configuration with a lean grpc-go generator (bench grpc-load), to separate the servers' cost from ghz's")
-	fs.StringVar(&o.rlsProfile, "rls-profile", "", "after the RLS rounds, save a CPU profile of Sluice allowing one descriptor under load to this file and report its top")
+	fs.StringVar(&o.rlsProfile, "rls-profile", "", "after the RLS rounds, save a CPU profile of Sluice under each scenario's load (lean generator) to FILE-<scenario>.pprof and report their tops")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

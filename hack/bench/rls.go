@@ -309,7 +309,9 @@ func writeFiles(dir string, files map[string]string) error {
 // rlsResults are the samples of each scenario (outer) on each server.
 type rlsResults struct {
 	servers []*rlsServer
-	profile string // `go tool pprof -top` of Sluice under load, with -rls-profile
+	// profiles are `go tool pprof -top` of Sluice under each scenario's
+	// load, with -rls-profile.
+	profiles []string
 }
 
 // runRLS is the RLS part: servers, warm-up, checked answers, interleaved
@@ -393,11 +395,13 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 
 	if o.rlsProfile != "" {
 		sluice := servers[2]
-		top, err := profileUnderLoad(sluice, load(sluice, rlsScenarios[0]), o, ps.dir)
-		if err != nil {
-			return res, fmt.Errorf("profile: %w", err)
+		for _, sc := range rlsScenarios {
+			top, err := profileUnderLoad(sluice, sc, o)
+			if err != nil {
+				return res, fmt.Errorf("profile: %w", err)
+			}
+			res.profiles = append(res.profiles, top)
 		}
-		res.profile = top
 	}
 	return res, nil
 }
@@ -427,9 +431,11 @@ func checkAnswers(servers []*rlsServer) error {
 	return nil
 }
 
-// profileUnderLoad takes a CPU profile of Sluice while ghz loads it, saves
-// it to o.rlsProfile and returns the top of `go tool pprof -top`.
-func profileUnderLoad(s *rlsServer, g ghzRun, o options, dir string) (string, error) {
+// profileUnderLoad takes a CPU profile of Sluice while the lean generator
+// loads it with the scenario's requests (ghz would take most of the CPUs
+// from it), saves it to <o.rlsProfile>-<scenario>.pprof and returns the
+// top of `go tool pprof -top`.
+func profileUnderLoad(s *rlsServer, sc *rlsScenario, o options) (string, error) {
 	secs := max(1, int(o.duration.Seconds())-1)
 	type result struct {
 		b   []byte
@@ -450,7 +456,7 @@ func profileUnderLoad(s *rlsServer, g ghzRun, o options, dir string) (string, er
 		}
 		done <- result{b, err}
 	}()
-	w, err := g.run(dir)
+	w, err := grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
 	if err != nil {
 		return "", err
 	}
@@ -458,15 +464,16 @@ func profileUnderLoad(s *rlsServer, g ghzRun, o options, dir string) (string, er
 	if r.err != nil {
 		return "", r.err
 	}
-	if err := os.WriteFile(o.rlsProfile, r.b, 0o644); err != nil {
+	file := strings.TrimSuffix(o.rlsProfile, ".pprof") + "-" + strings.TrimSuffix(filepath.Base(sc.data), ".json") + ".pprof"
+	if err := os.WriteFile(file, r.b, 0o644); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(os.Stderr, "bench: CPU profile of Sluice (%s, %.0f req/s) saved to %s\n", g.data, w.rps, o.rlsProfile)
-	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=30", o.manager, o.rlsProfile).Output()
+	fmt.Fprintf(os.Stderr, "bench: CPU profile of Sluice (%s, %.0f req/s) saved to %s\n", sc.name, w.rps, file)
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", o.manager, file).Output()
 	if err != nil {
 		return "", fmt.Errorf("go tool pprof: %w", err)
 	}
-	return fmt.Sprintf("%.0f req/s during the profile\n%s", w.rps, top), nil
+	return fmt.Sprintf("%s: %.0f req/s during the profile (lean generator), saved to %s\n%s", sc.name, w.rps, file, top), nil
 }
 
 // renderRLS is the RLS part's section of the report.
@@ -492,8 +499,8 @@ func renderRLS(res rlsResults, rounds int, d time.Duration) string {
 		fmt.Fprintln(&b, "\nTargets with the lean generator:")
 		renderRLSTargets(&b, res.servers, func(s *rlsServer) []*config { return s.lean })
 	}
-	if res.profile != "" {
-		fmt.Fprintf(&b, "\n### CPU profile of Sluice, one descriptor, allowing (ghz)\n\n```\n%s```\n", res.profile)
+	for _, p := range res.profiles {
+		fmt.Fprintf(&b, "\n### CPU profile of Sluice\n\n```\n%s```\n", p)
 	}
 	return b.String()
 }
