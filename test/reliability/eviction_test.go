@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -496,4 +497,60 @@ func toAny(ss []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// TestEvictedTableHashIsAMissingTable is what an allkeys-* eviction of the
+// table's hash alone (its revision kept: 16 of 20 losses under
+// allkeys-random in TestEvictionUnderMemoryPressure, 3 of 3 under
+// allkeys-lru) must leave the check processes: every policy, until the
+// table sync writes the table back whole. A policy's single write (a
+// reconcile racing the restore) must be refused, as it is when FLUSHALL
+// took the revision too (TestPartlyRestoredTableKeepsEveryPolicy).
+//
+// Known gap: today the revision alone makes the table present, so the
+// write succeeds and every check process reloads a table of one policy,
+// lifting the others until the next sync (up to --sync-interval, 3s); a
+// check process that starts meanwhile enforces nothing. The fix belongs
+// to internal/policytable (the revision inside the hash, so the table is
+// one key that is evicted or flushed whole; or a marker field the scripts
+// and the reader require).
+func TestEvictedTableHashIsAMissingTable(t *testing.T) {
+	if os.Getenv("SLUICE_KNOWN_GAPS") == "" {
+		t.Skip("known gap (issue 17, item 3): a table whose hash alone was evicted takes a single policy's write; SLUICE_KNOWN_GAPS=1 runs it")
+	}
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	table := policytable.New(newClient(t, srv.Addr()))
+	entries := make([]*policytable.Entry, len(faultPolicies))
+	for i, p := range faultPolicies {
+		entries[i] = &policytable.Entry{Namespace: p.namespace, Name: p.name, Generation: 1, Spec: p.parse(t)}
+	}
+	if _, _, err := table.Replace(ctx, entries, nil); err != nil {
+		t.Fatal(err)
+	}
+	reader := policytable.NewReader(table, 0, quiet)
+	done := make(chan struct{})
+	go func() { reader.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, 5*time.Second, "reader loads the table", func() error {
+		if n := len(reader.Policies().All()); n != len(entries) {
+			return fmt.Errorf("%d policies", n)
+		}
+		return nil
+	})
+
+	if err := srv.Client().Del(ctx, policytable.HashKey).Err(); err != nil { // evicted
+		t.Fatal(err)
+	}
+	if _, _, err := table.Put(ctx, entries[0]); !errors.Is(err, policytable.ErrTableMissing) {
+		t.Errorf("a single write into a table whose hash was evicted: %v, want ErrTableMissing", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the reader's change message and polls
+	set := reader.Policies()
+	for _, e := range entries {
+		if set.Get(e.Namespace, e.Name) == nil {
+			t.Errorf("the reader holds revision %d without %s: that policy is not enforced", set.Revision, e.ID())
+		}
+	}
 }
