@@ -1,36 +1,48 @@
-# Release targets, included by the Makefile: the image (ko), the installer.
+# Release targets, included by the Makefile: the image and the installer.
+# Their tools are pinned and built from the Go module proxy into bin/
+# (crane, helm); the image needs no other registry.
 
-KO_VERSION ?= v0.19.1
-KO := $(BIN)/ko-$(KO_VERSION)
-# The image `make image` builds and `make image-push` pushes; build-installer
-# pins it by digest into dist/install.yaml.
+CRANE_VERSION ?= v0.22.1
+CRANE := $(BIN)/crane-$(CRANE_VERSION)
+HELM_VERSION ?= v3.22.0
+HELM := $(BIN)/helm-$(HELM_VERSION)
+# The Kubernetes minor version `helm template` and `helm lint` assume by
+# default (Helm's release builds set it from their client-go; go install
+# does not): client-go v0.37 in Helm v3.22.
+HELM_K8S_MINOR ?= 37
+# The image `make image` builds (IMG's tag is not part of it: the layout is
+# named by digest), `make image-push` pushes and build-installer pins.
 IMG ?= ghcr.io/sluice-dev/sluice:$(VERSION)
-IMAGE_LAYOUT := $(BIN)/image
+IMAGE_LAYOUT ?= $(BIN)/image
 PLATFORMS ?= linux/amd64,linux/arm64
+DIST ?= dist
 
-# ko reads .ko.yaml (base image, flags, ldflags from VERSION and REVISION).
-# IMG without its tag or digest (a registry's :port stays).
-IMG_REPO = $(shell r='$(IMG)'; r=$${r%%@*}; case $${r##*/} in (*:*) r=$${r%:*};; esac; echo $$r)
-IMG_TAG  = $(shell r='$(IMG)'; r=$${r%%@*}; case $${r##*/} in (*:*) echo $${r##*:};; (*) echo latest;; esac)
-KO_ENV = VERSION=$(VERSION) REVISION=$(REVISION) KO_DOCKER_REPO=$(IMG_REPO)
-KO_LABELS = --image-label org.opencontainers.image.source=https://github.com/sluice-dev/sluice \
-  --image-label org.opencontainers.image.version=$(VERSION) --image-label org.opencontainers.image.revision=$(REVISION)
+# `make test` builds the tools test/release runs (and finds by these names).
+test: release-tools
+
+.PHONY: release-tools
+release-tools: $(CRANE) $(HELM) ## Build crane and helm (pinned) into bin/.
 
 .PHONY: image
-image: $(KO) ## Build the image for $(PLATFORMS) without a Docker daemon into the OCI layout bin/image (ko).
-	rm -rf $(IMAGE_LAYOUT)
-	$(KO_ENV) $(KO) build ./cmd/manager --bare --push=false --platform=$(PLATFORMS) $(KO_LABELS) --oci-layout-path=$(IMAGE_LAYOUT) \
-	  || { echo "make image: ko could not build the image; it pulls the base image (.ko.yaml, or KO_DEFAULTBASEIMAGE) from its registry, which must be reachable" >&2; exit 1; }
-	@echo "image: $(IMAGE_LAYOUT), index $$(python3 -c 'import json; print(json.load(open("$(IMAGE_LAYOUT)/index.json"))["manifests"][-1]["digest"])')"
+image: $(CRANE) ## Build the image for $(PLATFORMS) into the OCI layout bin/image: no Docker daemon, no registry.
+	CRANE=$(CRANE) OUT=$(IMAGE_LAYOUT) PLATFORMS=$(PLATFORMS) VERSION=$(VERSION) REVISION=$(REVISION) GO=$(GO) hack/build-image.sh
 
 .PHONY: image-push
-image-push: $(KO) ## Build and push the image to IMG (a repository:tag) for $(PLATFORMS).
-	$(KO_ENV) $(KO) build ./cmd/manager --bare --platform=$(PLATFORMS) $(KO_LABELS) --tags=$(IMG_TAG)
+image-push: $(CRANE) ## Push the image in bin/image (make image first) to IMG (a repository:tag); prints its digest.
+	@test -f $(IMAGE_LAYOUT)/index.json || { echo "image-push: $(IMAGE_LAYOUT) holds no image: run 'make image' first" >&2; exit 1; }
+	$(CRANE) push $(IMAGE_LAYOUT) $(IMG)
 
 .PHONY: build-installer
 build-installer: envtest ## Write dist/install.yaml: config/default with IMG pinned by digest (IMG's own, or bin/image's).
-	IMG=$(IMG) KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl LAYOUT=$(IMAGE_LAYOUT) OUT=dist/install.yaml hack/build-installer.sh
+	IMG=$(IMG) KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl LAYOUT=$(IMAGE_LAYOUT) OUT=$(DIST)/install.yaml hack/build-installer.sh
 
-$(KO):
-	GOBIN=$(BIN)/.tmp-ko $(GO) install github.com/google/ko@$(KO_VERSION)
-	mv $(BIN)/.tmp-ko/ko $@ && rm -rf $(BIN)/.tmp-ko
+$(CRANE):
+	GOBIN=$(BIN)/.tmp-crane $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
+	mv $(BIN)/.tmp-crane/crane $@ && rm -rf $(BIN)/.tmp-crane
+
+$(HELM):
+	GOBIN=$(BIN)/.tmp-helm $(GO) install -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)" \
+	  helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(BIN)/.tmp-helm/helm $@ && rm -rf $(BIN)/.tmp-helm

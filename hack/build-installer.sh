@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Writes one installer manifest (kubebuilder's dist/install.yaml): everything
 # config/default installs, with the image that config/manager names
-# (ghcr.io/sluice-dev/sluice:latest) replaced by IMG, pinned by digest.
+# (ghcr.io/sluice-dev/sluice:latest) replaced by IMG, pinned by digest, and
+# without the two Redis Secrets (sluice-redis-check, sluice-redis-controller):
+# their placeholders would overwrite a user's credentials each time a new
+# release's installer is applied. The user creates them once (the README's
+# install step); the pods start when they exist.
 #
 #   IMG=registry.example/sluice@sha256:<digest> hack/build-installer.sh
 #   IMG=registry.example/sluice:v0.1.0 hack/build-installer.sh   # digest from LAYOUT
@@ -64,12 +68,27 @@ trap 'rm -rf "$overlay"' EXIT
   elif [[ -n $tag ]]; then
     echo "  newTag: $tag"
   fi
+  echo "patches:"
+  for secret in sluice-redis-check sluice-redis-controller; do
+    echo "- patch: |-"
+    echo "    \$patch: delete"
+    echo "    apiVersion: v1"
+    echo "    kind: Secret"
+    echo "    metadata:"
+    echo "      name: $secret"
+    echo "      namespace: sluice-system"
+  done
 } >"$overlay/kustomization.yaml"
 
 mkdir -p "$(dirname "$OUT")"
 "$KUBECTL" kustomize "$overlay" >"$OUT.tmp"
 if grep -q "image: $base_image:latest" "$OUT.tmp"; then
   echo "build-installer: $OUT still names $base_image:latest" >&2
+  rm -f "$OUT.tmp"
+  exit 1
+fi
+if grep -q '^kind: Secret$' "$OUT.tmp"; then
+  echo "build-installer: $OUT still holds a Secret" >&2
   rm -f "$OUT.tmp"
   exit 1
 fi

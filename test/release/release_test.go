@@ -1,11 +1,14 @@
-// Package release tests what a release ships: the installer manifest
-// (hack/build-installer.sh, `make build-installer`) and the version a build
-// stamps into the binary and its /metrics.
+// Package release tests what a release ships and how it is made: the
+// installer manifest (hack/build-installer.sh, `make build-installer`), the
+// version a build stamps into the binary and its /metrics, the image
+// (`make image`, `make image-push`), the Helm chart (charts/sluice) and
+// `make release`, with crane and helm as `make release-tools` builds them.
 package release
 
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -85,8 +88,13 @@ func TestInstallerPinsTheImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Everything config/default installs but the Redis Secrets, which the
+	// user creates once: a new release's installer must not reset them.
 	want := map[string]bool{}
 	for _, u := range decode(t, def) {
+		if u.GetKind() == "Secret" {
+			continue
+		}
 		want[key(u)] = true
 	}
 	got := map[string]bool{}
@@ -114,6 +122,52 @@ func TestInstallerPinsTheImage(t *testing.T) {
 	}
 	if workloads != 2 {
 		t.Errorf("install.yaml has %d workloads with containers, want 2 (controller and check Deployments)", workloads)
+	}
+}
+
+// The installer applied as the README says: server-side apply to an empty
+// cluster, then the two Redis Secrets; applying it again (an upgrade)
+// leaves the Secrets alone.
+func TestInstallerAppliesToAPIServer(t *testing.T) {
+	root := kubetest.RepoRoot(t)
+	kubetest.TrackFiles(t, filepath.Join(root, "config"), filepath.Join(root, "hack", "build-installer.sh"))
+	const img = "registry.example/sluice@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	out := filepath.Join(t.TempDir(), "install.yaml")
+	run(t, root, []string{"IMG=" + img, "KUBECTL=" + filepath.Join(kubetest.Assets(t), "kubectl"), "OUT=" + out}, time.Minute,
+		filepath.Join(root, "hack", "build-installer.sh"))
+	c := kubetest.Start(t, kubetest.Options{})
+	applied := c.MustKubectl("apply", "--server-side", "-f", out)
+	t.Logf("kubectl apply --server-side -f install.yaml:\n%s", applied)
+	if strings.Contains(applied, "Warning") {
+		t.Errorf("the API server warned:\n%s", applied)
+	}
+	for _, component := range []string{"check", "controller"} {
+		c.MustKubectl("-n", "sluice-system", "create", "secret", "generic", "sluice-redis-"+component,
+			"--from-literal=url=redis://redis.example:6379/0", "--from-literal=username=sluice-"+component, "--from-literal=password=secret-"+component)
+	}
+	again := c.MustKubectl("apply", "--server-side", "-f", out)
+	if strings.Contains(again, "secret/") {
+		t.Errorf("applying install.yaml again touched a Secret:\n%s", again)
+	}
+	for _, component := range []string{"check", "controller"} {
+		pw := c.MustKubectl("-n", "sluice-system", "get", "secret", "sluice-redis-"+component, "-o", "jsonpath={.data.password}")
+		if pw != base64.StdEncoding.EncodeToString([]byte("secret-"+component)) {
+			t.Errorf("Secret sluice-redis-%s lost its password after the second apply", component)
+		}
+		image := c.MustKubectl("-n", "sluice-system", "get", "deployment", "sluice-"+component, "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+		if image != img {
+			t.Errorf("Deployment sluice-%s runs %s, want %s", component, image, img)
+		}
+	}
+	c.MustKubectl("-n", "sluice-system", "get", "networkpolicy", "sluice-check", "sluice-controller")
+	if ns := c.MustKubectl("get", "namespace", "sluice-system", "-o", "jsonpath={.metadata.labels.pod-security\\.kubernetes\\.io/enforce}"); ns != "restricted" {
+		t.Errorf("namespace sluice-system enforces Pod Security %q, want restricted", ns)
+	}
+	if can, _ := c.Kubectl("auth", "can-i", "get", "secrets", "-n", "sluice-system", "--as=system:serviceaccount:sluice-system:sluice-controller"); strings.TrimSpace(can) != "no" {
+		t.Errorf("the controller may read Secrets: %q", can)
+	}
+	if can, _ := c.Kubectl("auth", "can-i", "list", "ratelimitpolicies.ratelimit.sluice.dev", "-A", "--as=system:serviceaccount:sluice-system:sluice-check"); strings.TrimSpace(can) != "no" {
+		t.Errorf("the check endpoint's ServiceAccount may list policies: %q", can)
 	}
 }
 
