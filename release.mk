@@ -1,6 +1,6 @@
-# Release targets, included by the Makefile: the image and the installer.
-# Their tools are pinned and built from the Go module proxy into bin/
-# (crane, helm); the image needs no other registry.
+# Release targets, included by the Makefile: the image, the installer and
+# the Helm chart. Their tools are pinned and built from the Go module proxy
+# into bin/ (crane, helm); the image needs no other registry.
 
 CRANE_VERSION ?= v0.22.1
 CRANE := $(BIN)/crane-$(CRANE_VERSION)
@@ -35,6 +35,12 @@ image-push: $(CRANE) ## Push the image in bin/image (make image first) to IMG (a
 .PHONY: build-installer
 build-installer: envtest ## Write dist/install.yaml: config/default with IMG pinned by digest (IMG's own, or bin/image's).
 	IMG=$(IMG) KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl LAYOUT=$(IMAGE_LAYOUT) OUT=$(DIST)/install.yaml hack/build-installer.sh
+
+.PHONY: chart
+chart: $(HELM) ## Lint and package charts/sluice into dist/ (VERSION=vX.Y.Z sets its version; the image digest from bin/image).
+	HELM=$(HELM) OUT=$(DIST) VERSION=$(VERSION) \
+	  DIGEST=$$(test -f $(IMAGE_LAYOUT)/index.json && python3 -c 'import json; print(json.load(open("$(IMAGE_LAYOUT)/index.json"))["manifests"][-1]["digest"])') \
+	  hack/package-chart.sh
 
 $(CRANE):
 	GOBIN=$(BIN)/.tmp-crane $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
