@@ -1,0 +1,100 @@
+package ingressconvert
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// WriteYAML writes the policies as YAML documents separated by "---", each
+// after a comment that says where it comes from, what it enforces, and
+// how to point its Ingress (or the HTTPRoute that replaces it) at Sluice.
+func WriteYAML(w io.Writer, policies []Policy) error {
+	for i, p := range policies {
+		doc, err := policyYAML(p)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", p.Object.Name, err)
+		}
+		var b strings.Builder
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		for _, line := range Comment(p) {
+			b.WriteString(strings.TrimRight("# "+line, " ") + "\n")
+		}
+		b.Write(doc)
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Comment is the comment above a policy, a line each.
+func Comment(p Policy) []string {
+	lines := []string{fmt.Sprintf("Ingress %s (%s):", p.Ingress, p.Source)}
+	for _, e := range p.Explain {
+		lines = append(lines, "  "+e)
+	}
+	if p.AuthURL != "" {
+		lines = append(lines, "With ingress-nginx: have it ask Sluice about the Ingress's requests, and remove what this policy replaces:")
+		cmd := "  kubectl annotate ingress"
+		if p.IngressNamespace != "" {
+			cmd += " --namespace " + p.IngressNamespace
+		}
+		lines = append(lines, cmd+" "+p.IngressName+" --overwrite \\")
+		args := []string{fmt.Sprintf("'%s=%s'", p.AuthURLAnnotation, p.AuthURL)}
+		for _, r := range p.Remove {
+			args = append(args, r+"-")
+		}
+		for i, a := range args {
+			end := " \\"
+			if i == len(args)-1 {
+				end = ""
+			}
+			lines = append(lines, "    "+a+end)
+		}
+	} else {
+		lines = append(lines, "The Ingress already asks another auth service (auth-url), and nginx asks one per location: apply this policy through its HTTPRoute.")
+	}
+	hosts := make([]string, 0, len(p.Hosts))
+	for _, h := range p.Hosts {
+		if h == "" {
+			h = "any host"
+		}
+		hosts = append(hosts, h)
+	}
+	lines = append(lines,
+		fmt.Sprintf("With Gateway API: once HTTPRoutes replace the Ingress (for %s), replace match.hosts and", strings.Join(hosts, ", ")),
+		"match.paths with the routes, naming a rule with sectionName where a route also holds other Ingresses' paths:",
+		"  targetRefs:",
+		"  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: <the HTTPRoute>}",
+	)
+	return lines
+}
+
+// policyYAML is the object as a person would write it: no status, no
+// empty creationTimestamp or response.
+func policyYAML(p Policy) ([]byte, error) {
+	raw, err := json.Marshal(p.Object)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if spec, ok := m["spec"].(map[string]any); ok {
+		if r, ok := spec["response"].(map[string]any); ok && len(r) == 0 {
+			delete(spec, "response")
+		}
+	}
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return yaml.Marshal(m)
+}
