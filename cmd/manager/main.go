@@ -21,7 +21,7 @@ commands:
   check      serve the check endpoint from the Redis policy table (no Kubernetes access)
   all        controller and check endpoint in one process
   local      serve the check endpoint for RateLimitPolicy YAML files in a folder (no cluster)
-  convert    convert other rate limiters' configuration to RateLimitPolicy YAML (convert envoy-ratelimit FILE...)
+  convert    convert other rate limiters' configuration to RateLimitPolicy YAML (convert envoy-ratelimit FILE..., convert ingress-nginx FILE...|-)
   version    print the version of the binary and of its Redis library
 
 Run 'manager <command> -h' for a command's flags.
