@@ -211,7 +211,7 @@ func (s *TableSync) checkMemory(ctx context.Context, items []ratelimitv1alpha1.R
 		evictionUnsafe.Set(-1)
 		msg := err.Error()
 		if redisconn.IsPermissionDenied(err) {
-			msg = "the controller's Redis user may not run INFO (grant it +info): " + msg
+			msg = "the controller's Redis user may not run INFO memory (grant it +info|memory): " + msg
 		}
 		if msg != s.memoryErr {
 			s.memoryErr = msg

@@ -46,8 +46,9 @@ func (m MemoryPolicy) String() string {
 
 // ReadMemoryPolicies reads INFO memory from the server c writes to: every
 // master of a Cluster, else the one server (the Sentinels' current master
-// for a failover client). It needs the INFO command (ACL +info); CONFIG GET
-// would also do, but it can read every setting, passwords included.
+// for a failover client). It runs INFO memory, which the ACL grants alone
+// as +info|memory (no other section); CONFIG GET would also do, but it can
+// read every setting, passwords included.
 func ReadMemoryPolicies(ctx context.Context, c redis.UniversalClient) ([]MemoryPolicy, error) {
 	cc, ok := c.(*redis.ClusterClient)
 	if !ok {

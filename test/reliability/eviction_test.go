@@ -421,8 +421,9 @@ func diff(before, after map[string]string, key string) string {
 
 // TestControllerUserReadsMaxmemoryPolicy runs the eviction check as the
 // controller's Redis user of config/redis/users.acl: the check needs INFO
-// (ACL +info). While the shipped user lacks it, the controller says once
-// that it cannot check, and the table sync goes on; with +info it reads
+// memory (ACL +info|memory, that section alone). While the shipped user
+// lacks it, the controller says once that it cannot check, and the table
+// sync goes on; with it, the controller reads
 // the policy.
 func TestControllerUserReadsMaxmemoryPolicy(t *testing.T) {
 	const user = "sluice-controller"
@@ -448,15 +449,15 @@ func TestControllerUserReadsMaxmemoryPolicy(t *testing.T) {
 	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, Username: user, Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
 
-	shippedGrants := slices.Contains(rules, "+info") || slices.Contains(rules, "+@all")
+	shippedGrants := slices.Contains(rules, "+info|memory") || slices.Contains(rules, "+info") || slices.Contains(rules, "+@all")
 	_, err = redisconn.ReadMemoryPolicies(ctx, c)
 	switch {
 	case shippedGrants && err != nil:
 		t.Fatalf("the shipped %s user grants INFO, yet: %v", user, err)
 	case !shippedGrants && !redisconn.IsPermissionDenied(err):
-		t.Fatalf("the shipped %s user lacks +info; reading maxmemory-policy: %v, want NOPERM", user, err)
+		t.Fatalf("the shipped %s user lacks +info|memory; reading maxmemory-policy: %v, want NOPERM", user, err)
 	case !shippedGrants:
-		t.Logf("config/redis/users.acl: %s may not run INFO (%v); the controller cannot check the eviction risk until the line gains +info", user, err)
+		t.Logf("config/redis/users.acl: %s may not run INFO (%v); the controller cannot check the eviction risk until the line gains +info|memory", user, err)
 		// The table sync goes on, and says once why it cannot check.
 		cstore, err := redisstore.New(c, redisstore.Options{})
 		if err != nil {
@@ -474,21 +475,25 @@ func TestControllerUserReadsMaxmemoryPolicy(t *testing.T) {
 				t.Fatalf("table sync as %s: %v", user, err)
 			}
 		}
-		if got := lines.matching("grant it +info"); len(got) != 1 {
+		if got := lines.matching("grant it +info|memory"); len(got) != 1 {
 			t.Errorf("after 3 syncs the controller said %d times that it may not run INFO, want once: %q", len(got), got)
 		}
 		if err := policiesOnNode(ctx, admin, faultPolicies); err != nil {
 			t.Errorf("the table sync as %s: %v", user, err)
 		}
-		if err := admin.Do(ctx, "ACL", "SETUSER", user, "+info").Err(); err != nil {
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "+info|memory").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got, err := redisconn.ReadMemoryPolicies(ctx, c)
 	if err != nil || len(got) != 1 || got[0].Policy != "allkeys-lru" || got[0].MaxMemory != 8<<20 || !got[0].EvictsTable() {
-		t.Fatalf("as %s with +info: %v, %v; want allkeys-lru with maxmemory 8 MiB", user, got, err)
+		t.Fatalf("as %s with +info|memory: %v, %v; want allkeys-lru with maxmemory 8 MiB", user, got, err)
 	}
-	t.Logf("as %s with +info: %v", user, got)
+	// That grant is INFO memory alone: the whole INFO stays refused.
+	if err := c.Info(ctx).Err(); !redisconn.IsPermissionDenied(err) {
+		t.Errorf("as %s with +info|memory, INFO: %v, want NOPERM", user, err)
+	}
+	t.Logf("as %s with +info|memory: %v; INFO without a section refused", user, got)
 }
 
 func toAny(ss []string) []any {
