@@ -1,50 +1,22 @@
 package ingressconvert
 
 import (
-	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/sluice-dev/sluice/internal/conversion"
 )
 
-// Pos is a place in an input file.
-type Pos struct {
-	File string
-	Line int
-}
-
-func (p Pos) String() string {
-	if p.Line == 0 {
-		return p.File
-	}
-	return fmt.Sprintf("%s:%d", p.File, p.Line)
-}
-
-// Severity says how much a report matters.
-type Severity int
+// Pos, Severity and the severities are the converters' shared ones.
+type (
+	Pos      = conversion.Pos
+	Severity = conversion.Severity
+)
 
 const (
-	// Note: decisions carry over exactly (or ingress-nginx enforced
-	// nothing there either); the report says something worth knowing.
-	Note Severity = iota
-	// Inexact: something ingress-nginx enforced is not carried over, or
-	// is carried over differently; the report says what happens instead.
-	Inexact
-	// Error: ingress-nginx refuses the Ingress (or nginx its
-	// configuration), or the input cannot be read; no policy is written
-	// for that Ingress.
-	Error
+	Note    = conversion.Note
+	Inexact = conversion.Inexact
+	Error   = conversion.Error
 )
-
-func (s Severity) String() string {
-	switch s {
-	case Note:
-		return "note"
-	case Inexact:
-		return "inexact"
-	default:
-		return "error"
-	}
-}
 
 // Report is one finding about one Ingress, at the line it is about.
 type Report struct {
@@ -80,13 +52,5 @@ func (rs *reports) add(r Report) { *rs = append(*rs, r) }
 
 // sorted orders reports by file (in the given order), line, then as found.
 func (rs reports) sorted(fileOrder map[string]int) []Report {
-	out := append([]Report(nil), rs...)
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].Pos, out[j].Pos
-		if a.File != b.File {
-			return fileOrder[a.File] < fileOrder[b.File]
-		}
-		return a.Line < b.Line
-	})
-	return out
+	return conversion.SortByPos(rs, func(r *Report) Pos { return r.Pos }, fileOrder)
 }
