@@ -1,6 +1,6 @@
-# Release targets, included by the Makefile: the image, the installer and
-# the Helm chart. Their tools are pinned and built from the Go module proxy
-# into bin/ (crane, helm); the image needs no other registry.
+# Release targets, included by the Makefile: the image, the installer, the
+# Helm chart and releases. Their tools are pinned and built from the Go
+# module proxy into bin/ (crane, helm); the image needs no other registry.
 
 CRANE_VERSION ?= v0.22.1
 CRANE := $(BIN)/crane-$(CRANE_VERSION)
@@ -24,7 +24,7 @@ test: release-tools
 release-tools: $(CRANE) $(HELM) ## Build crane and helm (pinned) into bin/.
 
 .PHONY: image
-image: $(CRANE) ## Build the image for $(PLATFORMS) into the OCI layout bin/image: no Docker daemon, no registry.
+image: $(CRANE) ## Build the image (linux/amd64, linux/arm64; PLATFORMS) into the OCI layout bin/image: no Docker daemon, no registry.
 	CRANE=$(CRANE) OUT=$(IMAGE_LAYOUT) PLATFORMS=$(PLATFORMS) VERSION=$(VERSION) REVISION=$(REVISION) GO=$(GO) hack/build-image.sh
 
 .PHONY: image-push
@@ -33,7 +33,7 @@ image-push: $(CRANE) ## Push the image in bin/image (make image first) to IMG (a
 	$(CRANE) push $(IMAGE_LAYOUT) $(IMG)
 
 .PHONY: build-installer
-build-installer: envtest ## Write dist/install.yaml: config/default with IMG pinned by digest (IMG's own, or bin/image's).
+build-installer: envtest ## Write dist/install.yaml: config/default but the Redis Secrets, IMG pinned by digest (its own, or bin/image's).
 	IMG=$(IMG) KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl LAYOUT=$(IMAGE_LAYOUT) OUT=$(DIST)/install.yaml hack/build-installer.sh
 
 .PHONY: chart
@@ -41,6 +41,11 @@ chart: $(HELM) ## Lint and package charts/sluice into dist/ (VERSION=vX.Y.Z sets
 	HELM=$(HELM) OUT=$(DIST) VERSION=$(VERSION) \
 	  DIGEST=$$(test -f $(IMAGE_LAYOUT)/index.json && python3 -c 'import json; print(json.load(open("$(IMAGE_LAYOUT)/index.json"))["manifests"][-1]["digest"])') \
 	  hack/package-chart.sh
+
+.PHONY: release
+release: envtest $(CRANE) $(HELM) ## Release VERSION=vX.Y.Z: build the image, write dist/install.yaml and the chart, then tag.
+	VERSION=$(VERSION) IMG=$(IMG) MAKE="$(MAKE)" IMAGE_LAYOUT=$(IMAGE_LAYOUT) DIST=$(DIST) CRANE=$(CRANE) HELM=$(HELM) \
+	  KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl hack/release.sh
 
 $(CRANE):
 	GOBIN=$(BIN)/.tmp-crane $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
