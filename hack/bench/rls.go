@@ -469,7 +469,7 @@ func profileUnderLoad(s *rlsServer, sc *rlsScenario, o options) (string, error) 
 		return "", err
 	}
 	fmt.Fprintf(os.Stderr, "bench: CPU profile of Sluice (%s, %.0f req/s) saved to %s\n", sc.name, w.rps, file)
-	top, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", o.manager, file).Output()
+	top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=30", o.manager, file).Output()
 	if err != nil {
 		return "", fmt.Errorf("go tool pprof: %w", err)
 	}
