@@ -111,8 +111,8 @@ test-fast: envtest ## Unit and envtest suites only, without test/ (whole process
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/test/')
 
 .PHONY: test-reliability
-test-reliability: deps ## Run only the reliability tests (Redis killed, frozen, flushed, failed over under load) with their figures.
-	$(GO) test -count=1 -v ./test/reliability/
+test-reliability: deps envtest ## Run only the reliability tests (Redis killed, frozen, flushed, failed over under load) with their figures.
+	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test -count=1 -v ./test/reliability/
 
 .PHONY: test-e2e
 test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envtest, redis-server, nginx, Caddy, Envoy, Traefik) with their log.
@@ -122,6 +122,8 @@ test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envte
 
 # The image, the installer, the chart and releases: release.mk.
 include release.mk
+# The 20-minute soak (not part of make test): soak.mk.
+include soak.mk
 
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN)/.tmp-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

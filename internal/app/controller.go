@@ -105,7 +105,11 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		return nil, err
 	}
 	// r.Targets is set by SetupWithManager when Gateway API is installed.
-	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets}); err != nil {
+	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets,
+		Recorder: r.Recorder,
+		// maxmemory-policy of every master, for the eviction warning.
+		Memory: func(ctx context.Context) ([]redisconn.MemoryPolicy, error) { return redisconn.ReadMemoryPolicies(ctx, parts.client) },
+	}); err != nil {
 		return nil, err
 	}
 	// Probes never depend on Redis: a Redis outage must not restart pods.

@@ -208,6 +208,8 @@ func TestACLRules(t *testing.T) {
 		allow(controllerUser, "EXEC")
 		allow(controllerUser, "HGETALL", policytable.HashKey)
 		allow(controllerUser, "PING")
+		// INFO memory alone, for maxmemory-policy (the eviction check); plain INFO stays refused.
+		allow(controllerUser, "INFO", "memory")
 		for _, k := range append(append([]string{}, counters...), others...) {
 			refuse(controllerUser, "EVAL", "return 1", 1, k)
 			refuse(controllerUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
