@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -278,7 +279,9 @@ func TestGatewayAPIWiring(t *testing.T) {
 	kube.MustKubectl("wait", "--for=condition=Ready", "rlp", "--all", "-n", "shop", "--timeout=30s")
 
 	var route gatewayv1.HTTPRoute
+	var gw gatewayv1.Gateway
 	ofKind(t, gatewayAPIExample(t, root, "route.yaml"), "HTTPRoute", &route)
+	ofKind(t, gatewayAPIExample(t, root, "route.yaml"), "Gateway", &gw)
 	app, appAddr := startUsageApp(t)
 
 	for i, w := range []*wiring{
@@ -292,6 +295,11 @@ func TestGatewayAPIWiring(t *testing.T) {
 		w.clientIP = fmt.Sprintf("127.0.20.%d", i+1)
 		t.Run(w.name, func(t *testing.T) { testExtAuthWiring(t, dir, w, &route, app, appAddr) })
 	}
+	t.Run("envoy-gateway-ratelimit.yaml", func(t *testing.T) {
+		w := envoyGatewayRateLimit(t, egRLS, grpcAddr, &gw, &route)
+		w.clientIP = "127.0.20.32"
+		testEnvoyGatewayRateLimit(t, dir, w, &route, app, appAddr)
+	})
 	t.Run("istio-ratelimit.yaml", func(t *testing.T) {
 		w := istioRateLimit(t, istioRLS, grpcAddr)
 		w.clientIP = "127.0.20.31"
@@ -341,9 +349,21 @@ func testExtAuthWiring(t *testing.T, dir string, w *wiring, route *gatewayv1.HTT
 	if after, _ := app.hits(); after-before != 3 {
 		t.Errorf("the application received %d checkouts, want 3", after-before)
 	}
+	for _, h := range []string{"X-RateLimit-Limit", "RateLimit", "Retry-After"} {
+		if got := last.header.Values(h); len(got) != 1 {
+			t.Errorf("the denial has %s %q, want Sluice's one", h, got)
+		}
+	}
 	// The whole route: 20 a minute, three taken by the checkouts.
 	resps := expectRuns(t, app, c, base+"/api/items", nil, 18, "[200 x17, 429 x1]")
 	checkDenial(t, resps[17], "api-per-client/minute", 20, 60)
+	// Every example hands the backend the rate-limit headers of an allowed
+	// request (headersToBackend, headersToUpstreamOnAllow,
+	// allowedResponseHeaders, or the gRPC answer's headers).
+	_, upstream := app.hits()
+	if got := upstream.Values("RateLimit"); len(got) != 1 || !strings.Contains(got[0], `"api-per-client/minute";r=0`) {
+		t.Errorf("the application's last request carried RateLimit %q, want Sluice's api-per-client/minute r=0", got)
+	}
 }
 
 // envoyGatewayHTTP is Envoy as Envoy Gateway v1.9 configures it from
@@ -751,4 +771,299 @@ func testIstioRateLimit(t *testing.T, dir string, w *wiring, route *gatewayv1.HT
 	// The client's bucket counted the five allowed ones only.
 	resps = expectRuns(t, app, c, base+"/api/items", nil, 16, "[200 x15, 429 x1]")
 	checkDenial(t, resps[15], "istio-per-client/minute", 20, 60)
+}
+
+// envoyGatewayModule is the Envoy Gateway release whose translation the
+// tests reproduce, and whose own output they take where it is a file.
+const envoyGatewayModule = "github.com/envoyproxy/gateway@v1.9.1"
+
+// goModuleDir downloads a module (path@version) through the Go module
+// proxy, outside this module, and returns its folder in the module cache.
+func goModuleDir(t *testing.T, module string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=on")
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &info); err != nil || jerr != nil || info.Dir == "" {
+		t.Fatalf("go mod download %s: %v %s\n%s", module, err, info.Error, out)
+	}
+	return info.Dir
+}
+
+// envoyGatewayRateLimitCluster is the cluster ratelimit_cluster exactly as
+// Envoy Gateway v1.9.1 writes it (its translator's expected output,
+// internal/xds/translator/testdata/out/xds-ir/global-ratelimit-query-parameters.clusters.yaml:
+// its own rate limit Deployment over mTLS), with the field names protobuf
+// gives them, as EnvoyPatchPolicy's JSON patches address them.
+func envoyGatewayRateLimitCluster(t *testing.T) obj {
+	t.Helper()
+	file := filepath.Join(goModuleDir(t, envoyGatewayModule), "internal", "xds", "translator", "testdata", "out", "xds-ir", "global-ratelimit-query-parameters.clusters.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clusters []obj
+	if err := yaml.Unmarshal(b, &clusters); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range clusters {
+		if c["name"] == "ratelimit_cluster" {
+			return snakeKeys(c).(obj)
+		}
+	}
+	t.Fatalf("%s: no ratelimit_cluster", file)
+	return nil
+}
+
+// snakeKeys renames protobuf JSON's lowerCamelCase field names to the
+// fields' own (loadAssignment: load_assignment); type URLs and map keys
+// with dots (typed_extension_protocol_options) stay.
+func snakeKeys(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			if !strings.ContainsAny(k, ".@") {
+				var b strings.Builder
+				for _, r := range k {
+					if r >= 'A' && r <= 'Z' {
+						b.WriteByte('_')
+						r += 'a' - 'A'
+					}
+					b.WriteRune(r)
+				}
+				k = b.String()
+			}
+			out[k] = snakeKeys(x)
+		}
+		return out
+	case []any:
+		for i := range v {
+			v[i] = snakeKeys(v[i])
+		}
+	}
+	return v
+}
+
+// jsonPatch applies the replace and remove operations of RFC 6902 (what
+// the example uses) to doc at a JSON pointer.
+func jsonPatch(t *testing.T, doc any, op, path string, value any) {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	cur := doc
+	for i, p := range parts {
+		p = strings.ReplaceAll(strings.ReplaceAll(p, "~1", "/"), "~0", "~")
+		last := i == len(parts)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			if _, ok := c[p]; !ok {
+				t.Fatalf("JSON patch %s %s: %s is not there", op, path, p)
+			}
+			if last {
+				if op == "remove" {
+					delete(c, p)
+				} else {
+					c[p] = value
+				}
+				return
+			}
+			cur = c[p]
+		case []any:
+			n, err := strconv.Atoi(p)
+			if err != nil || n >= len(c) {
+				t.Fatalf("JSON patch %s %s: no element %s", op, path, p)
+			}
+			if last {
+				if op != "replace" {
+					t.Fatalf("JSON patch %s of an array element is not applied by the test", op)
+				}
+				c[n] = value
+				return
+			}
+			cur = c[n]
+		default:
+			t.Fatalf("JSON patch %s %s: %s is not an object or array", op, path, p)
+		}
+	}
+}
+
+// envoyGatewayRateLimit is Envoy as Envoy Gateway v1.9 configures it from
+// envoy-gateway-ratelimit.yaml (internal/xds/translator/ratelimit.go) with
+// the EnvoyGateway configuration of its comment (timeout 250ms,
+// failClosed): the rate limit filter of the listener's domain
+// (<namespace>/<gateway>/<listener>) calling ratelimit_cluster, and on each
+// route of the targeted HTTPRoute a RateLimitPerRoute whose actions are the
+// route's entry (generic_key, key and value the route's name) and, for a
+// sourceCIDR Distinct selector, remote_address_match for the CIDR
+// (masked_remote_address) and for the client's address (remote_address).
+// The cluster is Envoy Gateway's own, patched by the example's
+// EnvoyPatchPolicy; only its address is then the check process's.
+func envoyGatewayRateLimit(t *testing.T, docs []map[string]any, grpcAddr string, gw *gatewayv1.Gateway, route *gatewayv1.HTTPRoute) *wiring {
+	var btp struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct{ Name, Namespace string }
+		Spec       struct {
+			TargetRefs []struct{ Group, Kind, Name string } `json:"targetRefs"`
+			RateLimit  struct {
+				Type   string `json:"type"`
+				Global struct {
+					Rules []struct {
+						ClientSelectors []struct {
+							SourceCIDR *struct{ Type, Value string } `json:"sourceCIDR"`
+						} `json:"clientSelectors"`
+						Limit struct {
+							Requests int    `json:"requests"`
+							Unit     string `json:"unit"`
+						} `json:"limit"`
+						XRateLimitHeaders string `json:"xRateLimitHeaders"`
+					} `json:"rules"`
+				} `json:"global"`
+			} `json:"rateLimit"`
+		}
+	}
+	ofKind(t, docs, "BackendTrafficPolicy", &btp)
+	if len(btp.Spec.TargetRefs) != 1 || btp.Spec.TargetRefs[0].Kind != "HTTPRoute" || btp.Spec.TargetRefs[0].Name != route.Name || btp.Metadata.Namespace != route.Namespace {
+		t.Fatalf("the BackendTrafficPolicy targets %+v, want the HTTPRoute %s/%s", btp.Spec.TargetRefs, route.Namespace, route.Name)
+	}
+	var epp struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct{ Name, Namespace string }
+		Spec       struct {
+			TargetRef   struct{ Group, Kind, Name string } `json:"targetRef"`
+			Type        string                             `json:"type"`
+			JSONPatches []struct {
+				Type      string `json:"type"`
+				Name      string `json:"name"`
+				Operation struct {
+					Op    string `json:"op"`
+					Path  string `json:"path"`
+					Value any    `json:"value"`
+				} `json:"operation"`
+			} `json:"jsonPatches"`
+		}
+	}
+	ofKind(t, docs, "EnvoyPatchPolicy", &epp)
+	if epp.Spec.TargetRef.Kind != "Gateway" || epp.Spec.TargetRef.Name != gw.Name || epp.Metadata.Namespace != gw.Namespace {
+		t.Fatalf("the EnvoyPatchPolicy targets %+v, want the Gateway %s/%s", epp.Spec.TargetRef, gw.Namespace, gw.Name)
+	}
+	cluster := envoyGatewayRateLimitCluster(t)
+	for _, p := range epp.Spec.JSONPatches {
+		if p.Type != "type.googleapis.com/envoy.config.cluster.v3.Cluster" || p.Name != "ratelimit_cluster" {
+			t.Fatalf("a JSON patch of %s %s is not applied by the test", p.Type, p.Name)
+		}
+		jsonPatch(t, cluster, p.Operation.Op, p.Operation.Path, p.Operation.Value)
+	}
+	// The check Service's address, which the patch wrote, becomes the
+	// check process's.
+	sa := cluster["load_assignment"].(obj)["endpoints"].([]any)[0].(obj)["lb_endpoints"].([]any)[0].(obj)["endpoint"].(obj)["address"].(obj)["socket_address"].(obj)
+	if sa["address"] != "sluice-check.sluice-system.svc.cluster.local" || fmt.Sprint(sa["port_value"]) != "9090" {
+		t.Fatalf("ratelimit_cluster's endpoint after the patch: %v, want the check Service's port 9090", sa)
+	}
+	host, port, _ := strings.Cut(grpcAddr, ":")
+	pn, _ := strconv.Atoi(port)
+	sa["address"], sa["port_value"] = host, pn
+
+	domain := gw.Namespace + "/" + gw.Name + "/" + string(*route.Spec.ParentRefs[0].SectionName)
+	allAddresses := obj{"ranges": []any{obj{"address_prefix": "0.0.0.0", "prefix_len": 0}}}
+	routeNames := map[string]string{}
+	for i, rule := range route.Spec.Rules {
+		routeNames[string(*rule.Name)] = fmt.Sprintf("httproute/%s/%s/rule/%d/match/0/%s", route.Namespace, route.Name, i,
+			strings.ReplaceAll(string(route.Spec.Hostnames[0]), ".", "_"))
+		if len(rule.Matches) != 1 {
+			t.Fatalf("rule %s: the test names one match per rule", *rule.Name)
+		}
+	}
+	return &wiring{
+		name:        "envoy-gateway-ratelimit.yaml",
+		description: "Envoy Gateway's BackendTrafficPolicy global rate limit with the EnvoyPatchPolicy",
+		filters: []any{obj{"name": "envoy.filters.http.ratelimit", "typed_config": obj{
+			"@type":                              "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+			"domain":                             domain,
+			"timeout":                            "0.25s",
+			"failure_mode_deny":                  true,
+			"disable_x_envoy_ratelimited_header": true,
+			"enable_x_ratelimit_headers":         "DRAFT_VERSION_03",
+			"rate_limit_service": obj{"transport_api_version": "V3",
+				"grpc_service": obj{"envoy_grpc": obj{"cluster_name": "ratelimit_cluster"}}},
+		}}},
+		route: func(rule string) map[string]any {
+			var limits []any
+			for _, r := range btp.Spec.RateLimit.Global.Rules {
+				name := routeNames[rule]
+				actions := []any{obj{"generic_key": obj{"descriptor_key": name, "descriptor_value": name}}}
+				for _, s := range r.ClientSelectors {
+					if s.SourceCIDR == nil || s.SourceCIDR.Type != "Distinct" || s.SourceCIDR.Value != "0.0.0.0/0" {
+						t.Fatalf("client selector %+v is not translated by the test", s)
+					}
+					actions = append(actions,
+						obj{"remote_address_match": obj{"descriptor_key": "masked_remote_address", "descriptor_value": s.SourceCIDR.Value, "address_matcher": allAddresses}},
+						obj{"remote_address_match": obj{"descriptor_key": "remote_address", "descriptor_value": "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%", "address_matcher": allAddresses}})
+				}
+				limit := obj{"actions": actions}
+				switch r.XRateLimitHeaders {
+				case "Off":
+					limit["x_ratelimit_option"] = "OFF"
+				case "DraftVersion03":
+					limit["x_ratelimit_option"] = "DRAFT_VERSION_03"
+				}
+				limits = append(limits, limit)
+			}
+			return obj{"typed_per_filter_config": obj{"envoy.filters.http.ratelimit": obj{
+				"@type":       "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+				"domain":      domain,
+				"rate_limits": limits,
+			}}}
+		},
+		clusters: []any{cluster},
+	}
+}
+
+// testEnvoyGatewayRateLimit sends the descriptors of
+// envoy-gateway-ratelimit.yaml through its Envoy: a bucket per client on
+// each rule of the route, 3 a minute on checkout (eg-checkout-per-client)
+// and 20 on api (eg-api-per-client), and Sluice's headers on the denial,
+// once: the example turns Envoy's own X-RateLimit-* off.
+func testEnvoyGatewayRateLimit(t *testing.T, dir string, w *wiring, route *gatewayv1.HTTPRoute, app *upstream, appAddr string) {
+	port := systest.FreePort(t)
+	conf := w.bootstrap(t, route, port, appAddr)
+	t.Logf("%s, in Envoy:\n%s", w.description, conf)
+	runEnvoy(t, dir, "envoy-gateway-ratelimit.json", conf, port)
+	base := "http://shop.example.com:" + strconv.Itoa(port)
+	c := from(w.clientIP)
+	before, _ := app.hits()
+	var codes []int
+	var last response
+	for range 4 {
+		req, err := http.NewRequest(http.MethodPost, base+"/checkout/cart", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		last = response{status: resp.StatusCode, header: resp.Header}
+		codes = append(codes, resp.StatusCode)
+	}
+	t.Logf("POST /checkout/cart: %s; the denial:\n%s", runsOf(codes), last.dump())
+	if got := runsOf(codes); got != "[200 x3, 429 x1]" {
+		t.Errorf("POST /checkout/cart: %s, want [200 x3, 429 x1] (eg-checkout-per-client)", got)
+	}
+	checkDenial(t, last, "eg-checkout-per-client/minute", 3, 60)
+	for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "Retry-After"} {
+		if got := last.header.Values(h); len(got) != 1 {
+			t.Errorf("the denial has %s %q, want Sluice's one", h, got)
+		}
+	}
+	if after, _ := app.hits(); after-before != 3 {
+		t.Errorf("the application received %d checkouts, want 3", after-before)
+	}
+	// The api rule has a bucket of its own: the checkouts took none of it.
+	resps := expectRuns(t, app, c, base+"/api/items", nil, 21, "[200 x20, 429 x1]")
+	checkDenial(t, resps[20], "eg-api-per-client/minute", 20, 60)
 }
