@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -45,8 +44,9 @@ func TestFixedWindowClockKeys(t *testing.T) {
 		}
 	}
 	got := srv.Client().HGetAll(ctx, bucketA).Val()
-	if len(got) != 2 || got[field] != "7:3:"+strconv.FormatInt(start, 10) || got[":exp"] != strconv.FormatInt(boundaryMs, 10) {
-		t.Fatalf("state of %s: %v", bucketA, got)
+	if alg, vals := fieldState(t, got[field]); len(got) != 2 || alg != ratelimit.FixedWindowClock || len(vals) != 2 || vals[0] != 3 || vals[1] != start ||
+		expiryField(t, got[":exp"]) != boundaryMs {
+		t.Fatalf("state of %s: %q", bucketA, got)
 	}
 
 	// At the boundary the count is fresh, and the key lives to the next one.
@@ -109,8 +109,8 @@ func TestFixedWindowClockEdited(t *testing.T) {
 		t.Fatalf("1m edited to 1h: %+v", r)
 	}
 	bucket, field := ratelimit.SplitKey(key)
-	if got := srv.Client().HGet(context.Background(), bucket, field).Val(); got != "7:4:"+strconv.FormatInt(hourStart, 10) {
-		t.Fatalf("state %s, want a count of 4 from the hour's start %d", got, hourStart)
+	if alg, vals := fieldState(t, srv.Client().HGet(context.Background(), bucket, field).Val()); alg != ratelimit.FixedWindowClock || vals[0] != 4 || vals[1] != hourStart {
+		t.Fatalf("state %s %v, want a count of 4 from the hour's start %d", alg, vals, hourStart)
 	}
 	clock.Advance(15 * time.Minute)
 	if r := both(minute, 1); !r.Allowed || r.Remaining != 2 || r.Reset != 30*time.Second {

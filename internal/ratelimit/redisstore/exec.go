@@ -13,7 +13,7 @@ import (
 // command is one library invocation (FCALL or EVALSHA) carrying one or
 // more calls: numkeys, every call's keys in order, then every call's
 // arguments in the same order. The reply holds per call its ordinal in the
-// command (1-based), its decision and six values per entry; deliver checks
+// command (1-based), its decision and four values per entry; deliver checks
 // the whole layout before handing any call its segment, so a reply can
 // never be attributed to the wrong call.
 type command struct {
@@ -194,7 +194,7 @@ func (m *command) deliver() {
 				err = fmt.Errorf("unexpected reply: call %d of %d not found at value %d of %d", i+1, len(m.calls), pos, len(val))
 				break
 			}
-			pos += 2 + 6*c.entries
+			pos += 2 + replyValues*c.entries
 		}
 		if err == nil && pos != len(val) {
 			err = fmt.Errorf("unexpected reply of %d values for %d calls of %d keys", len(val), len(m.calls), m.nkeys)
@@ -206,7 +206,7 @@ func (m *command) deliver() {
 			c.err = err
 			continue
 		}
-		end := pos + 2 + 6*c.entries
+		end := pos + 2 + replyValues*c.entries
 		c.reply = val[pos+1 : end : end]
 		pos = end
 	}

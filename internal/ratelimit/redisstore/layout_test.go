@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,9 +63,19 @@ func TestBucketLayout(t *testing.T) {
 	}
 	got := admin.HGetAll(ctx, bucket).Val()
 	dayEnd := (clock.Micros()/(24*time.Hour).Microseconds() + 1) * (24 * time.Hour).Microseconds()
-	if len(got) != 4 || !strings.HasPrefix(got["burst"], "1:") || !strings.HasPrefix(got["minute"], "2:20:") || !strings.HasPrefix(got["day"], "7:20:") ||
-		got[":exp"] != strconv.FormatInt(dayEnd/1000, 10) {
-		t.Fatalf("bucket %v", got)
+	if len(got) != 4 {
+		t.Fatalf("bucket %q", got)
+	}
+	for field, want := range map[string]struct {
+		alg   ratelimit.Algorithm
+		count int64
+	}{"burst": {ratelimit.TokenBucket, 80}, "minute": {ratelimit.FixedWindow, 20}, "day": {ratelimit.FixedWindowClock, 20}} {
+		if alg, vals := fieldState(t, got[field]); alg != want.alg || len(vals) != 2 || vals[0] != want.count {
+			t.Errorf("field %s: %s %v, want %s with %d", field, alg, vals, want.alg, want.count)
+		}
+	}
+	if exp := expiryField(t, got[":exp"]); exp != dayEnd/1000 {
+		t.Fatalf("bucket's :exp %d, want the day's end %dms", exp, dayEnd/1000)
 	}
 	if at := admin.PExpireTime(ctx, bucket).Val(); at != time.Duration(dayEnd)*time.Microsecond {
 		t.Fatalf("bucket expires at %s, want the day's end (%dµs), the longest state's", at, dayEnd)
@@ -78,8 +90,8 @@ func TestBucketLayout(t *testing.T) {
 
 	// A sliding log beside them: its sorted set, its mark in the bucket.
 	check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{burst, log}})
-	if v := admin.HGet(ctx, bucket, "log").Val(); v != "3" {
-		t.Fatalf("the log's field holds %q, want 3", v)
+	if v := admin.HGet(ctx, bucket, "log").Val(); v != "\x03" {
+		t.Fatalf("the log's field holds %q, want its mark, the byte 3", v)
 	}
 	if n := admin.ZCard(ctx, log.Key).Val(); n != 1 {
 		t.Fatalf("the log holds %d entries", n)
@@ -129,6 +141,29 @@ func TestMalformedCalls(t *testing.T) {
 			t.Fatalf("%s: %d keys written", name, n)
 		}
 	}
+}
+
+// fieldState decodes a limit's field in its bucket: the algorithm id as a
+// byte, then its values as little-endian doubles.
+func fieldState(t *testing.T, v string) (ratelimit.Algorithm, []int64) {
+	t.Helper()
+	if len(v) < 1 || (len(v)-1)%8 != 0 {
+		t.Fatalf("field %q is no state", v)
+	}
+	vals := make([]int64, (len(v)-1)/8)
+	for i := range vals {
+		vals[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[1+8*i:]))))
+	}
+	return ratelimit.Algorithm(v[0]), vals
+}
+
+// expiryField decodes a bucket's :exp field (ms, a little-endian double).
+func expiryField(t *testing.T, v string) int64 {
+	t.Helper()
+	if len(v) != 8 {
+		t.Fatalf(":exp %q is no expiry", v)
+	}
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v))))
 }
 
 // commandCalls reads INFO commandstats: calls per command.

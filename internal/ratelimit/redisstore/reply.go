@@ -8,11 +8,14 @@ import (
 )
 
 // parseReply reads one call's segment of a reply (see command.deliver):
-// the decision, then six integers per entry of idx (see lua/sluice.lua).
+// the decision, then four integers per entry of idx (see lua/sluice.lua):
+// retry-after (0 when the entry allows), remaining, reset, reset after
+// consuming. What remains after consuming is remaining minus the cost for
+// an entry that allows (every algorithm counts so), else remaining.
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
 func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
-	if len(vals) != 1+6*len(idx) {
+	if len(vals) != 1+replyValues*len(idx) {
 		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), len(idx))
 	}
 	decision, err := boolOf(vals[0])
@@ -21,16 +24,17 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 	}
 	want := true
 	for k, i := range idx {
-		f := vals[1+6*k : 7+6*k]
-		v := model.Verdict{Remaining: f[1], Reset: f[2], RetryAfter: f[3], RemainingAfter: f[4], ResetAfter: f[5]}
-		if v.Allowed, err = boolOf(f[0]); err != nil {
-			return false, fmt.Errorf("unexpected reply for %s: %w", req.Entries[i].Key, err)
+		e := &req.Entries[i]
+		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
+		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3]}
+		if v.Allowed {
+			v.RemainingAfter -= e.Cost
 		}
 		if err := checkVerdict(&v); err != nil {
-			return false, fmt.Errorf("unexpected reply for %s: %w", req.Entries[i].Key, err)
+			return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
 		}
 		verdicts[i] = v
-		if !v.Allowed && !req.Entries[i].Shadow {
+		if !v.Allowed && !e.Shadow {
 			want = false
 		}
 	}
@@ -39,6 +43,9 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 	}
 	return decision, nil
 }
+
+// replyValues is the number of reply values per entry.
+const replyValues = 4
 
 func boolOf(n int64) (bool, error) {
 	switch n {
@@ -56,10 +63,10 @@ func checkVerdict(v *model.Verdict) error {
 		return fmt.Errorf("remaining %d/%d out of range", v.Remaining, v.RemainingAfter)
 	case v.Reset < 0 || v.ResetAfter < 0:
 		return fmt.Errorf("reset %d/%d negative", v.Reset, v.ResetAfter)
-	case v.Allowed && v.RetryAfter != 0:
-		return fmt.Errorf("retry-after %d on an allowed entry", v.RetryAfter)
 	case !v.Allowed && v.RetryAfter < 1 && v.RetryAfter != model.Never:
 		return fmt.Errorf("retry-after %d on a denied entry", v.RetryAfter)
+	case !v.Allowed && v.ResetAfter != v.Reset:
+		return fmt.Errorf("reset after consuming %d differs from reset %d on a denied entry", v.ResetAfter, v.Reset)
 	}
 	return nil
 }

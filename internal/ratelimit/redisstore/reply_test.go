@@ -18,7 +18,7 @@ func TestParseReply(t *testing.T) {
 	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Second}
 	req := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: l, Cost: 1, Shadow: true}}}
 	idx := []int{0, 1}
-	ok := []int64{1, 1, 4, 100, 0, 3, 200, 0, 0, 5, -1, 0, 5}
+	ok := []int64{1, 0, 4, 100, 200, -1, 0, 5, 5}
 	verdicts := make([]model.Verdict, 2)
 	allowed, err := parseReply(ok, req, idx, verdicts)
 	if err != nil || !allowed {
@@ -41,17 +41,17 @@ func TestParseReply(t *testing.T) {
 		val  []int64
 		want string
 	}{
-		"nil":              {nil, "0 values for 2 entries"},
-		"short":            {ok[:7], "7 values for 2 entries"},
-		"long":             {append(append([]int64(nil), ok...), 0), "14 values"},
-		"decision 2":       {with(0, 2), "decision"},
-		"allowed 7":        {with(1, 7), "not 0 or 1"},
-		"negative left":    {with(2, -3), "remaining"},
-		"negative reset":   {with(3, -1), "reset"},
-		"retry on allowed": {with(4, 10), "retry-after"},
-		"denied, no retry": {with(10, 0), "retry-after"},
-		"denied, retry -5": {with(10, -5), "retry-after"},
-		"wrong decision":   {with(0, 0), "disagrees"},
+		"nil":                  {nil, "0 values for 2 entries"},
+		"short":                {ok[:5], "5 values for 2 entries"},
+		"long":                 {append(append([]int64(nil), ok...), 0), "10 values"},
+		"decision 2":           {with(0, 2), "decision"},
+		"negative left":        {with(2, -3), "remaining"},
+		"allowed beyond left":  {with(2, 0), "remaining"},
+		"negative reset":       {with(3, -1), "reset"},
+		"negative reset after": {with(4, -1), "reset"},
+		"denied, retry -5":     {with(5, -5), "retry-after"},
+		"denied, reset after":  {with(8, 6), "reset after consuming"},
+		"wrong decision":       {with(0, 0), "disagrees"},
 	} {
 		_, err := parseReply(c.val, req, idx, make([]model.Verdict, 2))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -74,7 +74,7 @@ func TestDeliver(t *testing.T) {
 	segment := func(tag int64, n int, fill int64) []int64 {
 		s := []int64{tag, 1}
 		for range n {
-			s = append(s, 1, fill, fill, 0, fill, fill)
+			s = append(s, 0, fill, fill, fill)
 		}
 		return s
 	}
@@ -86,7 +86,7 @@ func TestDeliver(t *testing.T) {
 	m.deliver()
 	for i, c := range m.calls {
 		fill := int64(11 * (i + 1))
-		if c.err != nil || len(c.reply) != 1+6*c.entries || c.reply[0] != 1 || c.reply[len(c.reply)-1] != fill {
+		if c.err != nil || len(c.reply) != 1+4*c.entries || c.reply[0] != 1 || c.reply[len(c.reply)-1] != fill {
 			t.Fatalf("call %d: reply %v, err %v", i+1, c.reply, c.err)
 		}
 	}

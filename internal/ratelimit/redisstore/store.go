@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -191,7 +192,7 @@ type call struct {
 	slot    int // Cluster slot of the keys; 0 outside Cluster
 
 	// Set by the flusher before the job is done: the call's segment of
-	// the reply (decision, then six per entry), or the error.
+	// the reply (decision, then four per entry), or the error.
 	reply []int64
 	err   error
 
@@ -214,6 +215,8 @@ type checkState struct {
 	abandoned bool
 	params    []model.Params
 	verdicts  []model.Verdict
+	buckets   []string // entry i's bucket and field (ratelimit.SplitKey)
+	fields    []string
 	groups    [][]int
 	consumed  []bool
 	job       job
@@ -221,6 +224,8 @@ type checkState struct {
 
 	paramBuf   [8]model.Params
 	verdictBuf [8]model.Verdict
+	bucketBuf  [8]string
+	fieldBuf   [8]string
 	idxBuf     [8]int
 	groupBuf   [1][]int
 	boolBuf    [1]bool
@@ -286,11 +291,47 @@ func (s *Store) compile(req *ratelimit.Request, cs *checkState) {
 	if n > len(cs.paramBuf) {
 		cs.params, cs.verdicts = make([]model.Params, 0, n), make([]model.Verdict, 0, n)
 	}
+	cs.buckets, cs.fields = cs.bucketBuf[:0], cs.fieldBuf[:0]
+	if n > len(cs.bucketBuf) {
+		cs.buckets, cs.fields = make([]string, 0, n), make([]string, 0, n)
+	}
 	for i := range req.Entries {
 		cs.params = append(cs.params, model.CompileValid(req.Entries[i].Limit))
+		bucket, field := ratelimit.SplitKey(req.Entries[i].Key)
+		cs.buckets, cs.fields = append(cs.buckets, bucket), append(cs.fields, field)
 	}
 	cs.verdicts = cs.verdicts[:n]
 	s.group(req, cs)
+	for _, idx := range cs.groups {
+		adjacentBuckets(cs.buckets, idx)
+	}
+}
+
+// adjacentBuckets reorders idx, stably, so that the entries of one bucket
+// are adjacent, as the library wants them. They usually are already (a
+// policy's limits come together).
+func adjacentBuckets(buckets []string, idx []int) {
+	adjacent := true
+	for p := 1; p < len(idx) && adjacent; p++ {
+		if b := buckets[idx[p]]; b != buckets[idx[p-1]] {
+			for q := p - 2; q >= 0; q-- {
+				if buckets[idx[q]] == b {
+					adjacent = false
+					break
+				}
+			}
+		}
+	}
+	if adjacent {
+		return
+	}
+	first := make(map[string]int, len(idx)) // bucket -> position of its first entry
+	for p, i := range idx {
+		if _, ok := first[buckets[i]]; !ok {
+			first[buckets[i]] = p
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return first[buckets[idx[a]]] < first[buckets[idx[b]]] })
 }
 
 // round sends one call per group, waits, and parses the replies into
@@ -346,7 +387,7 @@ func (s *Store) prepare(ctx context.Context, req *ratelimit.Request, cs *checkSt
 		}
 	}
 	for g, idx := range cs.groups {
-		j.calls[g].build(req, cs.params, idx, dry, now, s.cluster != nil)
+		j.calls[g].build(req, cs, idx, dry, now, s.cluster != nil)
 	}
 	return j
 }
@@ -401,8 +442,9 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:dryRun:time" and its entries
 // "algorithm:capacity:rate:interval:cost:shadow:field", formatted into one
-// string that the arguments slice.
-func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, dry bool, now int64, cluster bool) {
+// string that the arguments slice. The entries of one bucket are adjacent
+// in idx (adjacentBuckets).
+func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
 	n := len(idx)
 	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
 	buf := c.textBuf[:0]
@@ -423,9 +465,8 @@ func (c *call) build(req *ratelimit.Request, params []model.Params, idx []int, d
 	}
 	end = append(end, len(buf))
 	for _, i := range idx {
-		p, e := &params[i], &req.Entries[i]
-		bucket, field := ratelimit.SplitKey(e.Key)
-		c.keys = append(c.keys, bucket)
+		p, e, field := &cs.params[i], &req.Entries[i], cs.fields[i]
+		c.keys = append(c.keys, cs.buckets[i])
 		if p.Alg == ratelimit.SlidingWindowLog {
 			c.keys = append(c.keys, e.Key)
 		}

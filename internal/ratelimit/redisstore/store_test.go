@@ -160,6 +160,10 @@ func TestAlgorithmChange(t *testing.T) {
 			func(k string) error {
 				return srv.Client().HSet(ctx, k, "a", "1", "changing", "1:-5:x", ":exp", "x").Err()
 			},
+			func(k string) error { // a state's size, values out of range: NaN (the Key's field), -1 (a key of its own)
+				return srv.Client().HSet(ctx, k, "changing", "\x01"+strings.Repeat("\xff", 16),
+					"", "\x02\x00\x00\x00\x00\x00\x00\xf0\xbf"+strings.Repeat("\x00", 8)).Err()
+			},
 			func(k string) error { return srv.Client().ZAdd(ctx, k, redis.Z{Score: 1, Member: "bad"}).Err() },
 			func(k string) error { return srv.Client().RPush(ctx, k, "x").Err() },
 		} {

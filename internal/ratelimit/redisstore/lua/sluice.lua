@@ -8,25 +8,29 @@
 --
 -- Layout (v2; ratelimit.Key and ratelimit.SplitKey build the names): the
 -- limits of one bucket (a policy and a key value) share one hash. Each
--- limit's state is one field, named after the limit, holding
--- "<algorithm>:<values>":
---   TokenBucket          1:<tokens>:<time of the last refill step>
---   FixedWindow          2:<count>:<window start>
---   SlidingWindowCounter 4:<window index>:<current count>:<previous count>
---   LeakyBucket, GCRA    5:<level>:<time> and 6:<level>:<time>
---   FixedWindowClock     7:<count>:<window start>
--- A field holding anything else (another algorithm's state: the limit was
--- edited) is untouched, and replaced on write. The field ':exp' holds the
--- bucket's expiry in ms: the latest moment at which a state written to the
--- bucket is untouched again. The key expires exactly then (PEXPIREAT), so
--- a state never expires before its time whichever limits a request names,
--- and a bucket's expiry never moves earlier while it lives.
+-- limit's state is one field, named after the limit, holding its algorithm
+-- id as a byte, then its values as little-endian doubles (struct.pack
+-- '<Bdd', exact: every value is an integer in [0, 2^52]):
+--   TokenBucket          1, tokens, time of the last refill step
+--   FixedWindow          2, count, window start
+--   SlidingWindowCounter 4, window index, current count, previous ('<Bddd')
+--   LeakyBucket, GCRA    5 or 6, level, time
+--   FixedWindowClock     7, count, window start
+-- (Binary, not decimal text: struct.unpack and struct.pack cost a fraction
+-- of string.match, tonumber and string.format, and this runs per limit on
+-- every request.) A field holding anything else (another algorithm's
+-- state: the limit was edited) is untouched, and replaced on write. The
+-- field ':exp' holds the bucket's expiry in ms ('<d'): the latest moment
+-- at which a state written to the bucket is untouched again. The key
+-- expires exactly then (PEXPIREAT), so a state never expires before its
+-- time whichever limits a request names, and a bucket's expiry never moves
+-- earlier while it lives.
 -- A sliding window log keeps its own sorted set, scored by admission time.
--- Its limit's field in the bucket holds '3' while the log is the limit's
--- state: a log whose field holds anything else, or nothing, is untouched
--- (another algorithm wrote the limit since), and the bucket's expiry covers
--- the log's. A log whose key is its own bucket (a key not of Key's shape,
--- as tests use) is just the sorted set.
+-- Its limit's field in the bucket holds the byte 3 while the log is the
+-- limit's state: a log whose field holds anything else, or nothing, is
+-- untouched (another algorithm wrote the limit since), and the bucket's
+-- expiry covers the log's. A log whose key is its own bucket (a key not of
+-- Key's shape, as tests use) is just the sorted set.
 --
 -- check(keys, args)
 --   Several independent requests share one call to amortize the cost of
@@ -35,7 +39,8 @@
 --   taken in order (a later request sees what an earlier one consumed).
 --   keys: per request, per entry: its bucket, then for a sliding window
 --         log its log's key; all in one Cluster slot. The entries of one
---         request that name one bucket must have distinct fields.
+--         request that name one bucket must be adjacent and have distinct
+--         fields.
 --   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
 --         dryRun 0|1, time in µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:shadow:field"
@@ -47,9 +52,11 @@
 --         if they arrived in the same microsecond, in order.
 --   reply: a flat array of integers, per request:
 --           its ordinal (1, 2, ...: the caller checks the layout with it),
---           decision (1 allowed, 0 denied), then per entry six values:
---           allowed, remaining, reset µs, retry-after µs (-1 never, 0 when
---           allowed), remaining after consuming, reset after consuming.
+--           decision (1 allowed, 0 denied), then per entry four values:
+--           retry-after µs (0: the entry allows; -1: never), remaining,
+--           reset µs, and reset after consuming (µs; the reset when the
+--           entry denies). Remaining after consuming is remaining minus
+--           the cost for an entry that allows, for every algorithm.
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
 -- A denied or dry-run request writes nothing. Per request, each bucket is
@@ -62,10 +69,11 @@
 -- Cost per call matters (this runs for every request a cluster serves):
 -- the hot path creates no closures and no tables (scratch arrays and the
 -- reply table are reused from call to call; every slot read is written
--- earlier in the same call), parsed arguments are memoized, and globals are
--- looked up once. What remains is mostly the redis.call round trips: TIME
--- once per call, then per bucket a read, a write and (when it moves) the
--- expiry.
+-- earlier in the same call), parsed arguments are memoized, globals are
+-- looked up once, and it makes few Lua calls (each costs about as much as
+-- ten comparisons). Besides the Lua work, what remains is the redis.call
+-- round trips: TIME once per call, then per bucket a read, a write and
+-- (when it moves) the expiry.
 
 local NEVER = -1
 local MAXU = 4503599627370496      -- 2^52: bound of stored values and times
@@ -74,37 +82,42 @@ local LOGMOD = 1125899906842624    -- 2^50: sliding log cumulative counters wrap
 local MAXENTRIES = 256             -- per request
 local MAXKEYS = 8192               -- per call
 local EXPIRY = ':exp'              -- a bucket's field holding its expiry (ms)
-local LOGMARK = '3'                -- a log's field in its bucket
+local LOGMARK = '\3'               -- a log's field in its bucket
 
 -- Functions see the standard library and the redis API only when called,
 -- not while the library loads: init() binds them on the first call.
-local call, pcall_, floor, ceil, tonum, format, match, typeof, unpack_
+local call, pcall_, floor, ceil, tonum, format, match, typeof, unpack_, spack, sunpack
 
 local function init()
   call, pcall_ = redis.call, redis.pcall
   floor, ceil = math.floor, math.ceil
   tonum, format, match, typeof, unpack_ = tonumber, string.format, string.match, type, unpack
+  spack, sunpack = struct.pack, struct.unpack
 end
 
 -- Scratch, reused by every call. Requests r, entries j (in argument order
--- across the call) and groups g (one per bucket of a request, across the
--- call):
+-- across the call) and groups g (the adjacent entries of one bucket in a
+-- request, across the call):
 --   R_HDR[r]: request r's parsed header; R_G[r]: the groups before its
 --   first; R_NG[r]: its groups.
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
---   entry); E_K[j]: the index of its bucket in keys (a log's key follows);
---   E_G[j]: its group; E_V[j]: its field's stored value (a string, or
---   false); E_OK[j]: whether it allows.
---   G_KEY[g]: the bucket; G_N[g] and G_E[g][1..G_N[g]]: its entries, in
---   order; G_OWN[g]: the group is one log whose key is its own bucket (no
---   hash); G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored
---   expiry (ms, 0 when none).
+--   entry); E_OK[j]: whether it allows; for a log also E_LK[j], its key,
+--   and E_V[j], its field's stored value (a string, or false).
+--   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_OWN[g]:
+--   the group is one log whose key is its own bucket (no hash);
+--   G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored expiry (ms,
+--   0 when none); G_LOG[g]: it holds a log to write.
+--   Pending writes, should the request be allowed: G_W[g][1..G_M[g]], the
+--   bucket's fields and values to set, and G_WEXP[g], the latest expiry
+--   (µs) of the states written (0: nothing to write).
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_K, E_G, E_V, E_OK = {}, {}, {}, {}, {}
-local G_KEY, G_N, G_E, G_OWN, G_FOREIGN, G_EXP = {}, {}, {}, {}, {}, {}
--- Pending writes of allowed entries: the expiry (µs) and the values to
--- store (see commit); for logs also how (W_MODE: REPLACE deletes the key
--- first) and the member to drop (W_M).
+local E_REC, E_OK, E_LK, E_V = {}, {}, {}, {}
+local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG = {}, {}, {}, {}, {}, {}, {}
+local G_W, G_M, G_WEXP = {}, {}, {}
+-- A log's pending write: how (W_MODE: REPLACE deletes the key first), the
+-- expiry (µs), the score below which entries go (W_A), the new member's
+-- time, cumulative cost and cost (W_B, W_C, W_D), and the member it
+-- replaces (W_M).
 local W_EXP, W_A, W_B, W_C, W_D, W_M, W_MODE = {}, {}, {}, {}, {}, {}, {}
 local REPLACE, KEEP = 0, 1
 -- ARGS: the arguments of one HMGET or HSET; OUT: the reply.
@@ -124,60 +137,52 @@ local function toint(s, lo, hi)
   return n
 end
 
--- num parses a stored value: an integer in [0, 2^52], else nil (also for
--- nil and false).
-local function num(s)
-  local n = tonum(s)
-  if n == nil or n ~= floor(n) or n < 0 or n > MAXU then
-    return nil
-  end
-  return n
-end
-
--- A verdict occupies OUT[o+1..o+6]: allowed, remaining, reset, retry,
--- remainingAfter, resetAfter.
-local function allow(o, remaining, reset, remaining_after, reset_after)
-  OUT[o + 1], OUT[o + 2], OUT[o + 3] = 1, remaining, reset
-  OUT[o + 4], OUT[o + 5], OUT[o + 6] = 0, remaining_after, reset_after
+-- A verdict occupies OUT[o+1..o+4]: retry-after (0: allowed), remaining,
+-- reset, reset after consuming. (What remains after consuming is remaining
+-- minus the cost for every algorithm: the caller works it out.)
+local function allow(o, remaining, reset, reset_after)
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
   return true
 end
 
 local function deny(o, remaining, reset, retry)
-  OUT[o + 1], OUT[o + 2], OUT[o + 3] = 0, remaining, reset
-  OUT[o + 4], OUT[o + 5], OUT[o + 6] = retry, remaining, reset
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = retry, remaining, reset, reset
   return false
 end
 
--- Each hash algorithm: (j, v, capacity, rate, interval, now, cost, o),
--- v being the stored field (a string, or false), fills the verdict at o,
--- records entry j's pending write when it allows (W_EXP and the values,
--- see commit), and returns whether it allows. A field that does not match
--- the algorithm's pattern, or holds a value out of range, is untouched.
+-- Each hash algorithm: (v, capacity, rate, interval, now, cost, o), v
+-- being the stored field (a string, or false), fills the verdict at o and
+-- returns whether it allows; when it allows a cost, also the field's new
+-- value and when that state is untouched again (µs). A field that is not
+-- this algorithm's state (its size and first byte), or holds a value out
+-- of range, is untouched. Stored values are checked inline, not by a
+-- helper: a Lua call costs more than the comparisons (as floor(n) == n
+-- would; n % 1 == 0 is the same test).
 
-local function token_bucket(j, v, cap, rate, iv, now, cost, o)
+local function token_bucket(v, cap, rate, iv, now, cost, o)
   local tokens, last = cap, now
-  if v then
-    local t, l = match(v, '^1:(%d+):(%d+)$')
-    t, l = num(t), num(l)
-    if t and l then
-      tokens, last = t, l
-      if tokens > cap then
-        tokens = cap
-      end
-      if tokens < cap and now > last then
-        local steps = floor((now - last) / iv)
-        if steps > 0 then
-          if steps >= ceil((cap - tokens) / rate) then
-            tokens = cap
-          else
-            tokens = tokens + steps * rate
-            last = last + steps * iv
-          end
+  local a, t, l
+  if v and #v == 17 then
+    a, t, l = sunpack('<Bdd', v)
+  end
+  if a == 1 and t >= 0 and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+    tokens, last = t, l
+    if tokens > cap then
+      tokens = cap
+    end
+    if tokens < cap and now > last then
+      local steps = floor((now - last) / iv)
+      if steps > 0 then
+        if steps >= ceil((cap - tokens) / rate) then
+          tokens = cap
+        else
+          tokens = tokens + steps * rate
+          last = last + steps * iv
         end
       end
-      if tokens >= cap then
-        last = now
-      end
+    end
+    if tokens >= cap then
+      last = now
     end
   end
   local reset = 0
@@ -192,20 +197,23 @@ local function token_bucket(j, v, cap, rate, iv, now, cost, o)
     if left < cap then
       reset_after = last + ceil((cap - left) / rate) * iv - now
     end
-    W_EXP[j], W_A[j], W_B[j] = now + reset_after, left, last
-    return allow(o, tokens, reset, left, reset_after)
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, tokens, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bdd', 1, left, last), now + reset_after
+    end
+    return true
   end
   return deny(o, tokens, reset, last + ceil((cost - tokens) / rate) * iv - now)
 end
 
-local function fixed_window(j, v, limit, _, window, now, cost, o)
+local function fixed_window(v, limit, _, window, now, cost, o)
   local count, start = 0, now
-  if v then
-    local n, s = match(v, '^2:(%d+):(%d+)$')
-    n, s = num(n), num(s)
-    if n and s and n > 0 and now < s + window then
-      count, start = n, s
-    end
+  local a, n, s
+  if v and #v == 17 then
+    a, n, s = sunpack('<Bdd', v)
+  end
+  if a == 2 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s + window then
+    count, start = n, s
   end
   local remaining, reset = limit - count, 0
   if remaining < 0 then
@@ -221,8 +229,11 @@ local function fixed_window(j, v, limit, _, window, now, cost, o)
     if count + cost > 0 then
       reset_after = start + window - now
     end
-    W_EXP[j], W_A[j], W_B[j] = start + window, count + cost, start
-    return allow(o, remaining, reset, limit - count - cost, reset_after)
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bdd', 2, count + cost, start), start + window
+    end
+    return true
   end
   return deny(o, remaining, reset, start + window - now)
 end
@@ -233,16 +244,16 @@ end
 -- stepped back) stays the window; the stored start is read through its
 -- window index, so a state written under another window length still ends
 -- on a boundary of this one.
-local function fixed_window_clock(j, v, limit, _, window, now, cost, o)
+local function fixed_window_clock(v, limit, _, window, now, cost, o)
   local k, count = floor(now / window), 0
-  if v then
-    local n, s = match(v, '^7:(%d+):(%d+)$')
-    n, s = num(n), num(s)
-    if n and s and n > 0 then
-      local sk = floor(s / window)
-      if sk >= k then
-        k, count = sk, n
-      end
+  local a, n, s
+  if v and #v == 17 then
+    a, n, s = sunpack('<Bdd', v)
+  end
+  if a == 7 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 then
+    local sk = floor(s / window)
+    if sk >= k then
+      k, count = sk, n
     end
   end
   local start = k * window
@@ -261,8 +272,11 @@ local function fixed_window_clock(j, v, limit, _, window, now, cost, o)
     if count + cost > 0 then
       reset_after = finish - now
     end
-    W_EXP[j], W_A[j], W_B[j] = finish, count + cost, start
-    return allow(o, remaining, reset, limit - count - cost, reset_after)
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bdd', 7, count + cost, start), finish
+    end
+    return true
   end
   return deny(o, remaining, reset, finish - now)
 end
@@ -344,7 +358,7 @@ local function sliding_log(j, key, current, limit, window, now, cost, o)
     end
     W_MODE[j] = foreign and REPLACE or KEEP
     W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
-    return allow(o, remaining, reset, limit - total - cost, at + window - now)
+    return allow(o, remaining, reset, at + window - now)
   end
   -- The oldest entries must leave until total-left+cost <= limit: find
   -- the first whose cumulative cost since base reaches need. (Only a live
@@ -412,20 +426,21 @@ local function first_at_most(lo, hi, room, n, window)
   return lo
 end
 
-local function sliding_counter(j, v, limit, _, window, now, cost, o)
+local function sliding_counter(v, limit, _, window, now, cost, o)
   local k = floor(now / window)
   local curr, prev = 0, 0
-  if v then
-    local sk, sc, sp = match(v, '^4:(%d+):(%d+):(%d+)$')
-    sk, sc, sp = num(sk), num(sc), num(sp)
-    if sk and sc and sp then
-      if k == sk then
-        curr, prev = sc, sp
-      elseif k == sk + 1 then
-        prev = sc
-      elseif k < sk then
-        k, curr, prev = sk, sc, sp
-      end
+  local a, sk, sc, sp
+  if v and #v == 25 then
+    a, sk, sc, sp = sunpack('<Bddd', v)
+  end
+  if a == 4 and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+    sp >= 0 and sp <= MAXU and sp % 1 == 0 then
+    if k == sk then
+      curr, prev = sc, sp
+    elseif k == sk + 1 then
+      prev = sc
+    elseif k < sk then
+      k, curr, prev = sk, sc, sp
     end
   end
   local start = k * window
@@ -446,17 +461,17 @@ local function sliding_counter(j, v, limit, _, window, now, cost, o)
   if cost > limit then
     return deny(o, remaining, reset, NEVER)
   elseif est + cost <= limit then
-    local left, reset_after = limit - est - cost, 0
-    if left < 0 then
-      left = 0
-    end
+    local reset_after = 0
     if curr + cost > 0 then
       reset_after = start + 2 * window - now
     elseif prev > 0 then
       reset_after = start + window - now
     end
-    W_EXP[j], W_A[j], W_B[j], W_C[j] = start + 2 * window, k, curr + cost, prev
-    return allow(o, remaining, reset, left, reset_after)
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bddd', 4, k, curr + cost, prev), start + 2 * window
+    end
+    return true
   end
   local at
   local room = limit - curr - cost
@@ -471,25 +486,25 @@ local function sliding_counter(j, v, limit, _, window, now, cost, o)
 end
 
 -- Leaky bucket (policing) and GCRA: one meter, told apart by the state's
--- algorithm (pattern pat). The level is in scaled units: a unit of cost is
--- `iv` of them and `rate` drain per µs (rate and iv are already divided by
--- their gcd). GCRA's TAT is time + level/rate.
-local function meter(pat, j, v, cap, rate, iv, now, cost, o)
+-- algorithm alg. The level is in scaled units: a unit of cost is `iv` of
+-- them and `rate` drain per µs (rate and iv are already divided by their
+-- gcd). GCRA's TAT is time + level/rate.
+local function meter(alg, v, cap, rate, iv, now, cost, o)
   local level, at = 0, now
-  if v then
-    local sv, st = match(v, pat)
-    sv, st = num(sv), num(st)
-    if sv and st then
-      level, at = sv, st
-      if now > at then
-        local elapsed = now - at
-        if elapsed >= ceil(level / rate) then
-          level = 0
-        else
-          level = level - elapsed * rate
-        end
-        at = now
+  local a, sv, st
+  if v and #v == 17 then
+    a, sv, st = sunpack('<Bdd', v)
+  end
+  if a == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0 then
+    level, at = sv, st
+    if now > at then
+      local elapsed = now - at
+      if elapsed >= ceil(level / rate) then
+        level = 0
+      else
+        level = level - elapsed * rate
       end
+      at = now
     end
   end
   local full = cap * iv
@@ -509,112 +524,132 @@ local function meter(pat, j, v, cap, rate, iv, now, cost, o)
     if after ~= 0 then
       reset_after = at + ceil(after / rate) - now
     end
-    W_EXP[j], W_A[j], W_B[j] = now + reset_after, after, at
-    return allow(o, remaining, reset, floor((full - after) / iv), reset_after)
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bdd', alg, after, at), now + reset_after
+    end
+    return true
   end
   return deny(o, remaining, reset, at + ceil((level - (cap - cost) * iv) / rate) - now)
 end
 
--- evaluate runs the algorithm of entry j, whose arguments are e; its
--- verdict goes to OUT at o.
-local function evaluate(keys, e, j, now, o)
-  local alg, v = e[1], E_V[j]
-  if alg == 1 then
-    return token_bucket(j, v, e[2], e[3], e[4], now, e[5], o)
-  elseif alg == 2 then
-    return fixed_window(j, v, e[2], e[3], e[4], now, e[5], o)
-  elseif alg == 3 then
-    return sliding_log(j, keys[E_K[j] + 1], G_OWN[E_G[j]] or v == LOGMARK, e[2], e[4], now, e[5], o)
-  elseif alg == 4 then
-    return sliding_counter(j, v, e[2], e[3], e[4], now, e[5], o)
-  elseif alg == 5 then
-    return meter('^5:(%d+):(%d+)$', j, v, e[2], e[3], e[4], now, e[5], o)
-  elseif alg == 7 then
-    return fixed_window_clock(j, v, e[2], e[3], e[4], now, e[5], o)
-  end
-  return meter('^6:(%d+):(%d+)$', j, v, e[2], e[3], e[4], now, e[5], o)
-end
-
--- read reads group g's bucket once: its entries' fields into E_V, its
--- expiry into G_EXP. A key that is not a hash counts as empty (foreign);
--- a log that is its own bucket has nothing to read here.
-local function read(g)
-  local ge, n = G_E[g], G_N[g]
-  G_FOREIGN[g], G_EXP[g] = false, 0
+-- evaluate reads group g's bucket once (HMGET of its entries' fields and
+-- ':exp'; a key that is not a hash counts as empty: foreign), runs the
+-- algorithm of each of its entries, whose verdicts go to OUT at base + 4*j,
+-- and gathers the group's pending writes. It returns false when a
+-- non-shadow entry denies.
+local function evaluate(g, now, base)
+  local first, last = G_FIRST[g], G_LAST[g]
+  local r, foreign, stored = false, false, 0
   if G_OWN[g] then
-    E_V[ge[1]] = false
-    return
-  end
-  local r
-  if n == 1 then
-    r = pcall_('HMGET', G_KEY[g], E_REC[ge[1]][7], EXPIRY)
+    E_V[first] = false
   else
-    for x = 1, n do
-      ARGS[x] = E_REC[ge[x]][7]
+    local n = last - first + 1
+    if n == 1 then
+      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], EXPIRY)
+    else
+      for x = 1, n do
+        ARGS[x] = E_REC[first + x - 1][7]
+      end
+      ARGS[n + 1] = EXPIRY
+      r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, n + 1))
     end
-    ARGS[n + 1] = EXPIRY
-    r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, n + 1))
-  end
-  if r.err then
-    G_FOREIGN[g] = true
-    for x = 1, n do
-      E_V[ge[x]] = false
+    if r.err then
+      r, foreign = false, true
+    else
+      local e = r[n + 1]
+      if e and #e == 8 then
+        e = sunpack('<d', e)
+        if e >= 0 and e <= MAXU and e % 1 == 0 then
+          stored = e
+        end
+      end
     end
-    return
   end
-  for x = 1, n do
-    E_V[ge[x]] = r[x]
+  local w = G_W[g]
+  if not w then
+    w = {}
+    G_W[g] = w
   end
-  G_EXP[g] = num(r[n + 1]) or 0
+  local allowed, m, wexp, log = true, 0, 0, false
+  for j = first, last do
+    local e = E_REC[j]
+    local alg, v, ok, val, exp = e[1], r and r[j - first + 1]
+    if alg == 1 then
+      ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+    elseif alg == 2 then
+      ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+    elseif alg == 4 then
+      ok, val, exp = sliding_counter(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+    elseif alg == 7 then
+      ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+    elseif alg == 3 then
+      E_V[j] = v
+      ok = sliding_log(j, E_LK[j], G_OWN[g] or v == LOGMARK, e[2], e[4], now, e[5], base + 4 * j)
+      if ok and e[5] > 0 then
+        log, exp = true, W_EXP[j]
+        if v ~= LOGMARK then
+          val = LOGMARK
+        end
+      end
+    else
+      ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+    end
+    E_OK[j] = ok
+    if not ok then
+      if not e[6] then
+        allowed = false
+      end
+    elseif exp then
+      if val then
+        w[m + 1], w[m + 2] = e[7], val
+        m = m + 2
+      end
+      if exp > wexp then
+        wexp = exp
+      end
+    end
+  end
+  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
+  return allowed
 end
 
--- commit writes group g's pending states: each log's entry and expiry,
+-- commit writes group g's pending writes: each log's entry and expiry,
 -- then one HSET of the bucket's changed fields (a log's field only when it
--- did not say '3' yet) and, when the bucket's expiry moves later, the new
--- expiry in ':exp' and PEXPIREAT. A foreign key is deleted first.
-local function commit(keys, g)
-  local ge, n = G_E[g], G_N[g]
-  local m, exp = 0, 0
-  for x = 1, n do
-    local j = ge[x]
-    local e = E_REC[j]
-    if E_OK[j] and e[5] > 0 then
-      local alg = e[1]
-      local ms = ceil(W_EXP[j] / 1000)
-      if ms > exp then
-        exp = ms
-      end
-      if alg == 3 then
-        write_log(j, keys[E_K[j] + 1], ms)
-        if E_V[j] ~= LOGMARK then
-          ARGS[m + 1], ARGS[m + 2] = e[7], LOGMARK
-          m = m + 2
-        end
-      elseif alg == 4 then
-        ARGS[m + 1], ARGS[m + 2] = e[7], format('4:%d:%d:%d', W_A[j], W_B[j], W_C[j])
-        m = m + 2
-      else
-        ARGS[m + 1], ARGS[m + 2] = e[7], format('%d:%d:%d', alg, W_A[j], W_B[j])
-        m = m + 2
+-- did not hold the log's mark yet) and, when the bucket's expiry moves
+-- later, the new expiry in ':exp' and PEXPIREAT. A foreign key is deleted
+-- first.
+local function commit(g)
+  if G_LOG[g] then
+    for j = G_FIRST[g], G_LAST[g] do
+      if E_OK[j] and E_REC[j][1] == 3 and E_REC[j][5] > 0 then
+        write_log(j, E_LK[j], ceil(W_EXP[j] / 1000))
       end
     end
   end
-  if G_OWN[g] then
-    return
+  local exp = G_WEXP[g]
+  if exp == 0 or G_OWN[g] then
+    return -- nothing written, or a log that is its own bucket
   end
+  local w, m = G_W[g], G_M[g]
+  exp = ceil(exp / 1000)
   local later = exp > G_EXP[g]
   if later then
-    ARGS[m + 1], ARGS[m + 2] = EXPIRY, format('%d', exp)
+    w[m + 1], w[m + 2] = EXPIRY, spack('<d', exp)
     m = m + 2
+  elseif m == 0 then
+    return -- logs whose field holds their mark, within the bucket's expiry
   end
-  if m > 0 then
-    if G_FOREIGN[g] then
-      call('DEL', G_KEY[g])
-    end
-    call('HSET', G_KEY[g], unpack_(ARGS, 1, m))
-    if later then
-      call('PEXPIREAT', G_KEY[g], ARGS[m])
-    end
+  if G_FOREIGN[g] then
+    call('DEL', G_KEY[g])
+  end
+  if m == 2 then
+    call('HSET', G_KEY[g], w[1], w[2])
+  else
+    call('HSET', G_KEY[g], unpack_(w, 1, m))
+  end
+  if later then
+    call('PEXPIREAT', G_KEY[g], format('%d', exp))
   end
 end
 
@@ -684,10 +719,9 @@ local function entry(s)
 end
 
 -- parse checks every request's arguments and keys into the scratch arrays
--- and groups each request's entries by bucket. It returns the number of
--- requests, or nil and an error message. Groups are found by scanning the
--- request's groups (interned strings compare by address): a request has
--- at most 256 entries.
+-- and groups each request's entries by bucket: the entries of one bucket
+-- must be adjacent. It returns the number of requests, or nil and an error
+-- message.
 local function parse(keys, args)
   local nk, na = #keys, #args
   if nk < 1 or nk > MAXKEYS then
@@ -696,7 +730,7 @@ local function parse(keys, args)
   local p, j0, k, r, ng = 1, 0, 0, 0, 0
   while p <= na do
     r = r + 1
-    local h = header(args[p])
+    local h = hmemo[args[p]] or header(args[p])
     if h == nil then
       return nil, 'bad header for request ' .. r
     end
@@ -705,51 +739,48 @@ local function parse(keys, args)
       return nil, 'request ' .. r .. ' wants ' .. n .. ' entries: too few arguments'
     end
     R_HDR[r], R_G[r] = h, ng
-    local g0 = ng + 1
+    local g0, bucket, logs = ng + 1, nil, false
     for j = j0 + 1, j0 + n do
-      local e = entry(args[p + j - j0])
+      local s = args[p + j - j0]
+      local e = ememo[s] or entry(s)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
       end
       k = k + 1
-      local bucket, kb, own = keys[k], k, false
+      local b, own = keys[k], false
       if e[1] == 3 then
         k = k + 1
-        own = keys[k] == bucket
+        own, logs = keys[k] == b, true
+        E_LK[j] = keys[k]
       end
       if k > nk then
         return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
       end
-      local g = g0
-      while g <= ng and G_KEY[g] ~= bucket do
-        g = g + 1
-      end
-      if g > ng then
-        ng = g
-        G_KEY[g], G_N[g], G_OWN[g] = bucket, 0, own
-        if not G_E[g] then
-          G_E[g] = {}
-        end
-      elseif own or G_OWN[g] then
-        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
-      end
-      local ge, field = G_E[g], e[7]
-      for x = 1, G_N[g] do
-        if E_REC[ge[x]][7] == field then
-          return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
-        end
-      end
-      G_N[g] = G_N[g] + 1
-      ge[G_N[g]] = j
-      E_REC[j], E_K[j], E_G[j] = e, kb, g
-    end
-    -- A log's key is no bucket of the same request.
-    for j = j0 + 1, j0 + n do
-      if E_REC[j][1] == 3 and not G_OWN[E_G[j]] then
-        local log = keys[E_K[j] + 1]
+      if b ~= bucket or own or G_OWN[ng] then
         for g = g0, ng do
-          if G_KEY[g] == log then
-            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
+          if G_KEY[g] == b then
+            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
+          end
+        end
+        ng, bucket = ng + 1, b
+        G_KEY[ng], G_FIRST[ng], G_OWN[ng] = b, j, own
+      else
+        local f = e[7]
+        for x = G_FIRST[ng], j - 1 do
+          if E_REC[x][7] == f then
+            return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
+          end
+        end
+      end
+      G_LAST[ng], E_REC[j] = j, e
+    end
+    if logs then -- a log's key is no bucket of the same request
+      for j = j0 + 1, j0 + n do
+        if E_REC[j][1] == 3 then
+          for g = g0, ng do
+            if G_KEY[g] == E_LK[j] and not G_OWN[g] then
+              return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
+            end
           end
         end
       end
@@ -785,35 +816,26 @@ local function sluice_check(keys, args)
     end
     OUT[o + 1] = r
     local d = o + 2
-    -- entry j's verdict is at d + 6*(j-j0-1), whatever order the buckets
-    -- are evaluated in
-    local base = d - 6 * (j0 + 1)
+    -- entry j's verdict is at d + 4*(j-j0-1): base + 4*j
+    local base = d - 4 * (j0 + 1)
     local allowed = true
     local g1, g2 = R_G[r] + 1, R_G[r] + R_NG[r]
     for g = g1, g2 do
-      read(g)
-      local ge = G_E[g]
-      for x = 1, G_N[g] do
-        local j = ge[x]
-        local e = E_REC[j]
-        local ok = evaluate(keys, e, j, now, base + 6 * j)
-        E_OK[j] = ok
-        if not ok and not e[6] then
-          allowed = false
-        end
+      if not evaluate(g, now, base) then
+        allowed = false
       end
     end
     if allowed then
       OUT[d] = 1
       if not h[2] then
         for g = g1, g2 do
-          commit(keys, g)
+          commit(g)
         end
       end
     else
       OUT[d] = 0
     end
-    o = d + 6 * n
+    o = d + 4 * n
     j0 = j0 + n
   end
   OUT[o + 1] = nil -- the reply ends here (OUT may be longer from an earlier call)
