@@ -92,7 +92,7 @@ func TestEnvoyRLS(t *testing.T) {
 		// the budget is never exceeded. Counting reported costs over the
 		// limit (a bucket in debt) needs the engine to charge an entry
 		// whatever the decision; until it does, this stays skipped rather
-		// than asserting the wrong behaviour.
+		// than asserting the wrong behavior.
 		t.Skip("a usage report over what remains is not counted yet (Sluice counts no denied request); see the README's note on cost after the response")
 		c := from("127.0.0.41")
 		alice := map[string]string{"X-User-Id": "alice", "X-Test-Usage": "600"}
