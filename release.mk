@@ -25,6 +25,7 @@ release-tools: $(CRANE) $(HELM) ## Build crane and helm (pinned) into bin/.
 
 .PHONY: image
 image: $(CRANE) ## Build the image (linux/amd64, linux/arm64; PLATFORMS) into the OCI layout bin/image: no Docker daemon, no registry.
+	test -d /usr/share/ca-certificates/mozilla || hack/install-deps.sh update-ca-certificates=ca-certificates
 	CRANE=$(CRANE) OUT=$(IMAGE_LAYOUT) PLATFORMS=$(PLATFORMS) VERSION=$(VERSION) REVISION=$(REVISION) GO=$(GO) hack/build-image.sh
 
 .PHONY: image-push
