@@ -13,7 +13,8 @@ import (
 
 // TestControllerRoleIsLeastPrivilege lists what the controller's
 // ClusterRole allows and fails on anything beyond reading policies,
-// writing their status, recording Events and holding its Lease. A new
+// writing their status, recording Events, holding its Lease and reading
+// Gateways and HTTPRoutes (for targetRefs). A new
 // permission must be added here on purpose, with a reason.
 func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("rbac", "role.yaml"))
@@ -30,6 +31,8 @@ func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 		"/events:create,patch":              "record Events (core API)",
 		"events.k8s.io/events:create,patch": "record Events (events API)",
 		"coordination.k8s.io/leases:create,delete,get,list,patch,update,watch": "hold the leader-election Lease",
+		"gateway.networking.k8s.io/gateways:get,list,watch":                    "resolve targetRefs to Gateways (read only)",
+		"gateway.networking.k8s.io/httproutes:get,list,watch":                  "resolve targetRefs to HTTPRoutes and their precedence (read only)",
 	}
 	seen := map[string]bool{}
 	for _, rule := range role.Rules {
