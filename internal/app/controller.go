@@ -108,7 +108,9 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets,
 		Recorder: r.Recorder,
 		// maxmemory-policy of every master, for the eviction warning.
-		Memory: func(ctx context.Context) ([]redisconn.MemoryPolicy, error) { return redisconn.ReadMemoryPolicies(ctx, parts.client) },
+		Memory: func(ctx context.Context) ([]redisconn.MemoryPolicy, error) {
+			return redisconn.ReadMemoryPolicies(ctx, parts.client)
+		},
 	}); err != nil {
 		return nil, err
 	}
