@@ -112,7 +112,7 @@ func (r *Request) Validate() error {
 		if e.Key == "" {
 			return fmt.Errorf("%w: entry %d has an empty key", ErrInvalidRequest, i)
 		}
-		if tagEnd(e.Key) == len(e.Key) {
+		if e.Key[len(e.Key)-1] == '}' && tagEnd(e.Key) == len(e.Key) {
 			return fmt.Errorf("%w: entry %d's key %s ends with its hash tag: that names a bucket, not a limit", ErrInvalidRequest, i, e.Key)
 		}
 		if e.Cost < 0 || e.Cost > MaxCount {

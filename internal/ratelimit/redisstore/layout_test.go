@@ -122,6 +122,7 @@ func TestMalformedCalls(t *testing.T) {
 		"too few keys for a log": {[]string{"b"}, []string{"1:0:-", "3:5:0:1000000:1:0:l"}},
 		"too many keys":          {[]string{"b", "c"}, []string{"1:0:-", tb + "a"}},
 		"duplicate field":        {[]string{"b", "b"}, []string{"2:0:-", tb + "a", tb + "a"}},
+		"bucket split apart":     {[]string{"b", "c", "b"}, []string{"3:0:-", tb + "a", tb + "a", tb + "c"}},
 		"own log in a bucket":    {[]string{"b", "b", "b"}, []string{"2:0:-", tb + "a", "3:5:0:1000000:1:0:"}},
 		"log at a bucket":        {[]string{"b", "c", "c"}, []string{"2:0:-", "3:5:0:1000000:1:0:l", tb + "a"}},
 		"second request bad":     {[]string{"b", "c"}, []string{"1:0:-", tb + "a", "1:0:-", "9:1:1:1:1:0:a"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +118,34 @@ func TestDeliver(t *testing.T) {
 	for i, c := range m.calls {
 		if c.err != m.err {
 			t.Errorf("failed command: call %d err %v", i+1, c.err)
+		}
+	}
+}
+
+// TestAdjacentBuckets: a call's entries are reordered, stably, so that
+// those of one bucket are adjacent, as the library wants them.
+func TestAdjacentBuckets(t *testing.T) {
+	for _, c := range []struct{ buckets, want string }{
+		{"", ""},
+		{"a", "0"},
+		{"aab", "012"},
+		{"aba", "021"},
+		{"abcab", "03142"},
+		{"abcba", "04132"},
+		{"aabbcc", "012345"},
+	} {
+		buckets := strings.Split(c.buckets, "")
+		idx := make([]int, len(buckets))
+		for i := range idx {
+			idx[i] = i
+		}
+		adjacentBuckets(buckets, idx)
+		var got strings.Builder
+		for _, i := range idx {
+			got.WriteString(strconv.Itoa(i))
+		}
+		if got.String() != c.want {
+			t.Errorf("buckets %q: order %s, want %s", c.buckets, got.String(), c.want)
 		}
 	}
 }
