@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ const DefaultSweepInterval = 10 * time.Second
 
 // DefaultMaxKeys is the cap `manager local` puts on the buckets it holds:
 // about 200 MB at about 200 bytes per bucket of one limit (a bucket of
-// three takes about 340).
+// three takes about 360).
 const DefaultMaxKeys = 1_000_000
 
 // reclaimEvery is the least time between two sweeps of one shard to make
@@ -112,13 +113,15 @@ func (it *item) state(field string) *model.State {
 	return nil
 }
 
-// set stores field's state.
+// set stores field's state. A new field is copied: it is a substring of
+// its request's key, which it would otherwise keep alive (the first
+// field's key is the bucket's map key anyway).
 func (it *item) set(field string, st model.State) {
 	if p := it.state(field); p != nil {
 		*p = st
 		return
 	}
-	it.more = append(it.more, limit{field: field, st: st})
+	it.more = append(it.more, limit{field: strings.Clone(field), st: st})
 }
 
 // Option configures a Store.
