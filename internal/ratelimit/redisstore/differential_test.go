@@ -18,8 +18,10 @@ import (
 // the memory store and the Lua library on one simulated clock and requires
 // identical decisions (allowed, remaining, reset, retry-after) for every
 // request; retry-after moments are probed 1µs before and at. Afterwards
-// every key in Redis must expire exactly when the model says its state is
-// untouched again.
+// every key in Redis (a bucket, or a log) must expire exactly when the
+// model says the last state written to it is untouched again. (Requests
+// name random subsets of each bucket's three limits, so a bucket's expiry
+// is checked against writes of any of its limits.)
 func TestDifferential(t *testing.T) {
 	type run struct {
 		name     string
@@ -53,8 +55,9 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
-// checkExpiries: Redis holds exactly the keys the model wrote, each with a
-// TTL ending at the model's TTL rounded up to the millisecond.
+// checkExpiries: Redis holds exactly the keys the layout holds for the
+// model's writes (Reference.Keys: buckets and logs), each with a TTL ending
+// at the model's TTL rounded up to the millisecond.
 func checkExpiries(t *testing.T, ref *ratelimittest.Reference, nodes ...*redis.Client) {
 	t.Helper()
 	ctx := context.Background()
@@ -68,7 +71,7 @@ func checkExpiries(t *testing.T, ref *ratelimittest.Reference, nodes ...*redis.C
 		checkNodeExpiries(t, ref, c, keys)
 	}
 	if total != len(ref.Keys()) {
-		t.Fatalf("redis holds %d keys, the model wrote %d", total, len(ref.Keys()))
+		t.Fatalf("redis holds %d keys, the model's writes make %d", total, len(ref.Keys()))
 	}
 	t.Logf("%d keys, every expiry equal to the model's", total)
 }
