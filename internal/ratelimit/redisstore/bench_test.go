@@ -31,8 +31,29 @@ func benchRequest(value string, n int) *ratelimit.Request {
 	return req
 }
 
+// policyLimits are the limits of hack/bench's policies: "allow" has the
+// first, "three" all of them; they always allow.
+var policyLimits = []struct {
+	name  string
+	limit ratelimit.Limit
+}{
+	{"burst", ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 1_000_000_000, Rate: 1_000_000, Interval: time.Second}},
+	{"minute", ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1_000_000_000, Interval: time.Minute}},
+	{"day", ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1_000_000_000, Interval: 24 * time.Hour}},
+}
+
+func policyRequest(value string, n int) *ratelimit.Request {
+	req := &ratelimit.Request{}
+	for _, l := range policyLimits[:n] {
+		req.Entries = append(req.Entries, ratelimit.Entry{Key: ratelimit.Key("bench", "three", value, l.name), Limit: l.limit, Cost: 1})
+	}
+	return req
+}
+
 // BenchmarkCheck: one request of one or three limits against a local
-// redis-server, sequential (one round trip per op: latency) and from many
+// redis-server (a token bucket, a sliding window counter and GCRA; and
+// hack/bench's policies: a token bucket, and a token bucket with two fixed
+// windows), sequential (one round trip per op: latency) and from many
 // goroutines (pipelined and merged by the store: throughput). Besides time
 // and allocations it reports the server's own time in the library per
 // decision (redis-µs/op, from INFO commandstats: FCALL, inner commands
@@ -51,9 +72,19 @@ func BenchmarkCheck(b *testing.B) {
 	if err := s.EnsureLoaded(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	for _, n := range []int{1, 3} {
-		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
-			req := benchRequest("seq", n)
+	for _, c := range []struct {
+		name string
+		n    int
+		req  func(value string, n int) *ratelimit.Request
+	}{
+		{"entries=1", 1, benchRequest},
+		{"entries=3", 3, benchRequest},
+		{"policy=one", 1, policyRequest},
+		{"policy=three", 3, policyRequest},
+	} {
+		n, request := c.n, c.req
+		b.Run(c.name, func(b *testing.B) {
+			req := request("seq", n)
 			var dec ratelimit.Decision
 			cpu := resetStats(b, srv)
 			for b.Loop() {
@@ -63,7 +94,7 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			reportRedisTime(b, srv, cpu)
 		})
-		b.Run(fmt.Sprintf("entries=%d/parallel", n), func(b *testing.B) {
+		b.Run(c.name+"/parallel", func(b *testing.B) {
 			before := s.Stats()
 			cpu := resetStats(b, srv)
 			var next atomic.Int64
@@ -72,7 +103,7 @@ func BenchmarkCheck(b *testing.B) {
 				reqs := make([]*ratelimit.Request, 100)
 				base := next.Add(1) * 100
 				for i := range reqs {
-					reqs[i] = benchRequest(fmt.Sprint(base+int64(i)), n)
+					reqs[i] = request(fmt.Sprint(base+int64(i)), n)
 				}
 				var dec ratelimit.Decision
 				for i := 0; pb.Next(); i++ {
