@@ -114,23 +114,18 @@ func TestMalformedCalls(t *testing.T) {
 		keys []string
 		args []string
 	}{
-		"no keys":                            {nil, []string{"1:0:-", tb + "a"}},
-		"bad header":                         {[]string{"b"}, []string{"x:0:-", tb + "a"}},
-		"bad entry":                          {[]string{"b"}, []string{"1:0:-", "1:10:1:1000000:1:0"}},
-		"field with a colon":                 {[]string{"b"}, []string{"1:0:-", tb + "a:b"}},
-		"too few keys":                       {[]string{"b"}, []string{"2:0:-", tb + "a", tb + "c"}},
-		"too few keys for a log in a bucket": {[]string{"b"}, []string{"2:0:-", tb + "a", "+3:5:0:1000000:1:0:l"}},
-		"too few keys for a log":             {[]string{"b"}, []string{"1:0:-", "3:5:0:1000000:1:0:l"}},
-		"too many keys":                      {[]string{"b", "c"}, []string{"1:0:-", tb + "a"}},
-		"duplicate field":                    {[]string{"b"}, []string{"2:0:-", tb + "a", "+" + tb + "a"}},
-		"bucket named twice":                 {[]string{"b", "b"}, []string{"2:0:-", tb + "a", tb + "c"}},
-		"bucket split apart":                 {[]string{"b", "c", "b"}, []string{"3:0:-", tb + "a", tb + "a", tb + "c"}},
-		"no bucket to continue":              {[]string{"b"}, []string{"1:0:-", "+" + tb + "a"}},
-		"continuing a request":               {[]string{"b"}, []string{"1:0:-", tb + "a", "1:0:-", "+" + tb + "c"}},
-		"continuing an own log":              {[]string{"b", "b"}, []string{"2:0:-", "3:5:0:1000000:1:0:", "+" + tb + "a"}},
-		"own log in a bucket":                {[]string{"b", "b", "b"}, []string{"2:0:-", tb + "a", "3:5:0:1000000:1:0:"}},
-		"log at a bucket":                    {[]string{"b", "c", "c"}, []string{"2:0:-", "3:5:0:1000000:1:0:l", tb + "a"}},
-		"second request bad":                 {[]string{"b", "c"}, []string{"1:0:-", tb + "a", "1:0:-", "9:1:1:1:1:0:a"}},
+		"no keys":                {nil, []string{"1:0:-", tb + "a"}},
+		"bad header":             {[]string{"b"}, []string{"x:0:-", tb + "a"}},
+		"bad entry":              {[]string{"b"}, []string{"1:0:-", "1:10:1:1000000:1:0"}},
+		"field with a colon":     {[]string{"b"}, []string{"1:0:-", tb + "a:b"}},
+		"too few keys":           {[]string{"b"}, []string{"2:0:-", tb + "a", tb + "c"}},
+		"too few keys for a log": {[]string{"b"}, []string{"1:0:-", "3:5:0:1000000:1:0:l"}},
+		"too many keys":          {[]string{"b", "c"}, []string{"1:0:-", tb + "a"}},
+		"duplicate field":        {[]string{"b", "b"}, []string{"2:0:-", tb + "a", tb + "a"}},
+		"bucket split apart":     {[]string{"b", "c", "b"}, []string{"3:0:-", tb + "a", tb + "a", tb + "c"}},
+		"own log in a bucket":    {[]string{"b", "b", "b"}, []string{"2:0:-", tb + "a", "3:5:0:1000000:1:0:"}},
+		"log at a bucket":        {[]string{"b", "c", "c"}, []string{"2:0:-", "3:5:0:1000000:1:0:l", tb + "a"}},
+		"second request bad":     {[]string{"b", "c"}, []string{"1:0:-", tb + "a", "1:0:-", "9:1:1:1:1:0:a"}},
 	} {
 		args := []any{"FCALL", redisstore.FunctionName, len(c.keys)}
 		for _, k := range c.keys {

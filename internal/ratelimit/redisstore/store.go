@@ -179,7 +179,7 @@ func (s *Store) Close() error {
 // call is one request's share of a library call: the entries of one
 // group (one Cluster slot) of one Check. Flushers merge the calls queued
 // together into few commands (see command), so it holds only its own part
-// of the arguments: its keys (per bucket its key, and a log's key), its
+// of the arguments: its keys (per entry its bucket, and a log's key), its
 // header and its entries (see lua/sluice.lua). Everything is copied into
 // the call's own storage at build time: a caller that gives up may reuse
 // its Request while a flusher still sends the call. Keys and arguments are
@@ -439,11 +439,11 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 	return nil
 }
 
-// build fills the call: its keys (per bucket its key, and a log's own key
-// after the bucket's), its header "n:dryRun:time" and its entries
-// "[+]algorithm:capacity:rate:interval:cost:shadow:field" ('+': the
-// previous entry's bucket), formatted into one string that the arguments
-// slice. The entries of one bucket are adjacent in idx (adjacentBuckets).
+// build fills the call: its keys (per entry its bucket, then a log's own
+// key), its header "n:dryRun:time" and its entries
+// "algorithm:capacity:rate:interval:cost:shadow:field", formatted into one
+// string that the arguments slice. The entries of one bucket are adjacent
+// in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
 	n := len(idx)
 	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
@@ -464,13 +464,9 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = append(buf, '-')
 	}
 	end = append(end, len(buf))
-	for k, i := range idx {
+	for _, i := range idx {
 		p, e, field := &cs.params[i], &req.Entries[i], cs.fields[i]
-		if k > 0 && cs.buckets[i] == cs.buckets[idx[k-1]] {
-			buf = append(buf, '+')
-		} else {
-			c.keys = append(c.keys, cs.buckets[i])
-		}
+		c.keys = append(c.keys, cs.buckets[i])
 		if p.Alg == ratelimit.SlidingWindowLog {
 			c.keys = append(c.keys, e.Key)
 		}

@@ -37,17 +37,15 @@
 --   entering a script; each keeps its own all-or-nothing semantics and gets
 --   exactly the result it would get as a call of its own, the requests
 --   taken in order (a later request sees what an earlier one consumed).
---   keys: per request, per bucket its key, then, for each sliding window
---         log among the bucket's entries, the log's key; all in one
---         Cluster slot.
+--   keys: per request, per entry: its bucket, then for a sliding window
+--         log its log's key; all in one Cluster slot. The entries of one
+--         request that name one bucket must be adjacent and have distinct
+--         fields.
 --   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
 --         dryRun 0|1, time in µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:shadow:field"
 --         (algorithm 1..7, interval in µs, shadow 0|1, all in decimal;
---         field: the limit's field in its bucket, without ':'), the
---         entries of one bucket adjacent, with distinct fields, each but
---         the first marked by a leading '+' (it takes no key of its own:
---         a bucket's key comes once, whatever its number of limits).
+--         field: the limit's field in its bucket, without ':').
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -696,9 +694,8 @@ local function header(s)
   return {n, dry == '1', t} -- an explicit time: not worth remembering
 end
 
--- entry parses "[+]algorithm:capacity:rate:interval:cost:shadow:field"
--- into {alg, cap, rate, iv, cost, shadow, field, continues}; nil if
--- malformed.
+-- entry parses "algorithm:capacity:rate:interval:cost:shadow:field" into
+-- {alg, cap, rate, iv, cost, shadow, field}; nil if malformed.
 local function entry(s)
   local rec = ememo[s]
   if rec then
@@ -707,13 +704,13 @@ local function entry(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local plus, alg, cap, rate, iv, cost, shadow, field = match(s, '^(%+?)(%d+):(%d+):(%d+):(%d+):(%d+):([01]):([^:]*)$')
+  local alg, cap, rate, iv, cost, shadow, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):([^:]*)$')
   alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
   iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
   if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
     return nil
   end
-  rec = {alg, cap, rate, iv, cost, shadow == '1', field, plus == '+'}
+  rec = {alg, cap, rate, iv, cost, shadow == '1', field}
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
   end
@@ -722,9 +719,9 @@ local function entry(s)
 end
 
 -- parse checks every request's arguments and keys into the scratch arrays
--- and groups each request's entries by bucket (see check: a bucket's
--- entries are adjacent, its key comes once). It returns the number of
--- requests, or nil and an error message.
+-- and groups each request's entries by bucket: the entries of one bucket
+-- must be adjacent. It returns the number of requests, or nil and an error
+-- message.
 local function parse(keys, args)
   local nk, na = #keys, #args
   if nk < 1 or nk > MAXKEYS then
@@ -742,45 +739,38 @@ local function parse(keys, args)
       return nil, 'request ' .. r .. ' wants ' .. n .. ' entries: too few arguments'
     end
     R_HDR[r], R_G[r] = h, ng
-    local g0, logs = ng + 1, false
+    local g0, bucket, logs = ng + 1, nil, false
     for j = j0 + 1, j0 + n do
       local s = args[p + j - j0]
       local e = ememo[s] or entry(s)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
       end
-      if e[8] then -- the previous entry's bucket
-        if ng < g0 or G_OWN[ng] then
-          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': no bucket to continue'
+      k = k + 1
+      local b, own = keys[k], false
+      if e[1] == 3 then
+        k = k + 1
+        own, logs = keys[k] == b, true
+        E_LK[j] = keys[k]
+      end
+      if k > nk then
+        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
+      end
+      if b ~= bucket or own or G_OWN[ng] then
+        for g = g0, ng do
+          if G_KEY[g] == b then
+            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
+          end
         end
+        ng, bucket = ng + 1, b
+        G_KEY[ng], G_FIRST[ng], G_OWN[ng] = b, j, own
+      else
         local f = e[7]
         for x = G_FIRST[ng], j - 1 do
           if E_REC[x][7] == f then
             return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
           end
         end
-        if e[1] == 3 then
-          k, logs = k + 1, true
-          E_LK[j] = keys[k]
-        end
-      else
-        k = k + 1
-        local b, own = keys[k], false
-        if e[1] == 3 then
-          k, logs = k + 1, true
-          own = keys[k] == b
-          E_LK[j] = keys[k]
-        end
-        for g = g0, ng do
-          if G_KEY[g] == b then
-            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a bucket named twice, or a log and a bucket share a key'
-          end
-        end
-        ng = ng + 1
-        G_KEY[ng], G_FIRST[ng], G_OWN[ng] = b, j, own
-      end
-      if k > nk then
-        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
       end
       G_LAST[ng], E_REC[j] = j, e
     end
