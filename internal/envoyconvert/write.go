@@ -3,7 +3,6 @@ package envoyconvert
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/sluice-dev/sluice/internal/conversion"
 )
@@ -11,23 +10,13 @@ import (
 // WriteYAML writes the policies as YAML documents separated by "---", each
 // after a comment that names the descriptor it came from.
 func WriteYAML(w io.Writer, policies []Policy) error {
+	docs := make([]conversion.Document, len(policies))
 	for i, p := range policies {
-		doc, err := conversion.PolicyYAML(p.Object)
-		if err != nil {
-			return fmt.Errorf("policy %s: %w", p.Object.Name, err)
-		}
-		var b strings.Builder
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		fmt.Fprintf(&b, "# %s: domain %s, descriptor (%s)\n", p.Source, p.Object.Spec.Match.Domain, p.Descriptor)
+		docs[i] = conversion.Document{Policy: p.Object,
+			Comment: []string{fmt.Sprintf("%s: domain %s, descriptor (%s)", p.Source, p.Object.Spec.Match.Domain, p.Descriptor)}}
 		if p.Note != "" {
-			fmt.Fprintf(&b, "# %s\n", p.Note)
-		}
-		b.Write(doc)
-		if _, err := io.WriteString(w, b.String()); err != nil {
-			return err
+			docs[i].Comment = append(docs[i].Comment, p.Note)
 		}
 	}
-	return nil
+	return conversion.WriteYAML(w, docs)
 }

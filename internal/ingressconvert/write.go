@@ -12,24 +12,11 @@ import (
 // after a comment that says where it comes from, what it enforces, and
 // how to point its Ingress (or the HTTPRoute that replaces it) at Sluice.
 func WriteYAML(w io.Writer, policies []Policy) error {
+	docs := make([]conversion.Document, len(policies))
 	for i, p := range policies {
-		doc, err := conversion.PolicyYAML(p.Object)
-		if err != nil {
-			return fmt.Errorf("policy %s: %w", p.Object.Name, err)
-		}
-		var b strings.Builder
-		if i > 0 {
-			b.WriteString("---\n")
-		}
-		for _, line := range Comment(p) {
-			b.WriteString(strings.TrimRight("# "+line, " ") + "\n")
-		}
-		b.Write(doc)
-		if _, err := io.WriteString(w, b.String()); err != nil {
-			return err
-		}
+		docs[i] = conversion.Document{Comment: Comment(p), Policy: p.Object}
 	}
-	return nil
+	return conversion.WriteYAML(w, docs)
 }
 
 // Comment is the comment above a policy, a line each.
