@@ -91,6 +91,31 @@ func (l Limit) Validate() error {
 	return nil
 }
 
+// ValidateDebt checks, for a limit that passed Validate, that it can also
+// be charged always (Entry.ChargeAlways): the bucket algorithms' products
+// stay below MaxUnits with the state up to one Capacity in debt, that is
+// with twice the Capacity (refilling from Capacity below empty, or a level
+// of twice the bucket). The window algorithms count up to 2*Capacity,
+// which always fits.
+func (l Limit) ValidateDebt() error {
+	if !l.Algorithm.hasRate() {
+		return nil
+	}
+	iv := l.IntervalMicros()
+	switch l.Algorithm {
+	case TokenBucket:
+		refills := (2*l.Capacity + l.Rate - 1) / l.Rate
+		if refills > MaxUnits/iv {
+			return fmt.Errorf("%w: TokenBucket charged always refills from a capacity in debt in %d×%s, more than 2^52µs", ErrInvalidLimit, refills, l.Interval)
+		}
+	default:
+		if 2*l.Capacity > MaxUnits/(iv/gcd(iv, l.Rate)) {
+			return fmt.Errorf("%w: %s charged always: 2 × capacity %d × interval %s / gcd(interval µs, rate %d) exceeds 2^52", ErrInvalidLimit, l.Algorithm, l.Capacity, l.Interval, l.Rate)
+		}
+	}
+	return nil
+}
+
 // IntervalMicros is Interval in whole microseconds.
 func (l Limit) IntervalMicros() int64 { return int64(l.Interval / time.Microsecond) }
 

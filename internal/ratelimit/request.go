@@ -36,11 +36,21 @@ type Entry struct {
 	// Shadow entries are evaluated and consumed like the others but never
 	// deny the request; a shadow entry that would deny consumes nothing.
 	Shadow bool
+	// ChargeAlways entries are consumed whatever the decision: also when
+	// another entry denies the request, and also when the cost does not
+	// fit, which takes the limit over (a bucket in debt) so that it denies
+	// until time brings it back under. It is for costs known after the
+	// fact (the tokens a call used, reported once it is done): they were
+	// spent, admitted or not. The debt is capped at one Capacity (a limit
+	// is never more than twice full; Limit.ValidateDebt bounds what that
+	// takes), and on a dry run nothing is written, as always.
+	ChargeAlways bool
 }
 
 // Request is the set of limits one incoming request is checked against.
 // All entries are evaluated at one instant and the outcome is all or
-// nothing: if any non-shadow entry denies, no entry is consumed.
+// nothing: if any non-shadow entry denies, no entry is consumed (except
+// those that charge always).
 type Request struct {
 	Entries []Entry
 	// DryRun evaluates and reports the same Decision a real call would,
@@ -53,8 +63,8 @@ type Request struct {
 //
 // Remaining and Reset describe the state as the call left it: after
 // consumption for an entry that was consumed (the decision allowed and the
-// entry allowed), else unchanged. A dry run reports what the same call
-// would have reported for real.
+// entry allowed, or the entry charges always), else unchanged. A dry run
+// reports what the same call would have reported for real.
 type Result struct {
 	// Allowed reports whether this entry admits the request on its own.
 	Allowed bool
@@ -120,6 +130,11 @@ func (r *Request) Validate() error {
 		}
 		if err := e.Limit.Validate(); err != nil {
 			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+		}
+		if e.ChargeAlways {
+			if err := e.Limit.ValidateDebt(); err != nil {
+				return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+			}
 		}
 	}
 	if i, j, ok := r.duplicate(); ok {

@@ -262,14 +262,17 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
+		if req.Entries[i].ChargeAlways {
+			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
+		} else {
+			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
+		}
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
-	commit := dec.Allowed && !req.DryRun
-	if commit {
+	if !req.DryRun {
 		var added int64
 		for g := range sc.bucket {
-			if sc.items[g] == nil && s.writes(req, sc, g) {
+			if sc.items[g] == nil && s.writes(req, dec.Allowed, sc, g) {
 				added++
 			}
 		}
@@ -284,8 +287,8 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	dec.Results = dec.Results[:0]
 	for i := range req.Entries {
 		v := &sc.verdicts[i]
-		dec.Results = append(dec.Results, v.Result(dec.Allowed))
-		if commit && v.Allowed && req.Entries[i].Cost > 0 {
+		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &req.Entries[i])))
+		if !req.DryRun && s.written(req, dec.Allowed, sc, i) {
 			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now+v.ResetAfter)
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
@@ -293,15 +296,20 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	return nil
 }
 
-// writes reports whether committing req writes to bucket g: whether an
-// entry of it allows and costs something.
-func (s *Store) writes(req *ratelimit.Request, sc *scratch, g int) bool {
+// writes reports whether req, decided allowed or not, writes to bucket g.
+func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int) bool {
 	for i := range req.Entries {
-		if sc.bucketOf[i] == g && sc.verdicts[i].Allowed && req.Entries[i].Cost > 0 {
+		if sc.bucketOf[i] == g && s.written(req, allowed, sc, i) {
 			return true
 		}
 	}
 	return false
+}
+
+// written reports whether entry i of req, decided allowed or not, writes
+// its state (model.Writes).
+func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
+	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
 
 // commit stores a limit's state in bucket g, whose expiry moves to exp

@@ -13,12 +13,32 @@ func Decide(entries []ratelimit.Entry, verdicts []Verdict) bool {
 	return true
 }
 
-// Result converts v to the caller's Result. consumed selects the numbers
-// after consumption; it is true when the decision was allowed and v
-// allowed (also on a dry run, which reports what a real call would).
+// Consumed reports whether an entry's state is the one after consuming: the
+// decision allowed, or the entry charges always (also on a dry run, which
+// reports what a real call would). A verdict that consumed nothing has the
+// same numbers after as before.
+func Consumed(allowed bool, e *ratelimit.Entry) bool { return allowed || e.ChargeAlways }
+
+// Writes reports whether entry e, evaluated to v and next (by Check, or
+// CheckAlways when it charges always) in a request decided allowed or not,
+// writes next: it costs something and is consumed, that is the decision
+// and v allowed, or it charges always and v allowed or charged a state.
+// (Not on a dry run, which writes nothing.)
+func Writes(allowed bool, e *ratelimit.Entry, v *Verdict, next *State) bool {
+	switch {
+	case e.Cost == 0:
+		return false
+	case v.Allowed:
+		return allowed || e.ChargeAlways
+	}
+	return e.ChargeAlways && next.Alg != 0
+}
+
+// Result converts v to the caller's Result. consumed (see Consumed) selects
+// the numbers after consumption.
 func (v *Verdict) Result(consumed bool) ratelimit.Result {
 	r := ratelimit.Result{Allowed: v.Allowed}
-	if consumed && v.Allowed {
+	if consumed {
 		r.Remaining, r.Reset = v.RemainingAfter, ratelimit.MicrosToDuration(v.ResetAfter)
 	} else {
 		r.Remaining, r.Reset = v.Remaining, ratelimit.MicrosToDuration(v.Reset)

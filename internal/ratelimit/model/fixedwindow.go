@@ -6,8 +6,9 @@ import "github.com/sluice-dev/sluice/internal/ratelimit"
 // after the previous window ended (as an INCR+EXPIRE counter whose key's TTL
 // is the window would), and holds at most Capacity units. Unlike such a
 // counter, the window start is state, not a key TTL, and denied requests are
-// not counted.
-func fixedWindow(p Params, s *State, now, cost int64) (v Verdict, next State) {
+// not counted (unless charged always: then the count goes up to twice the
+// limit).
+func fixedWindow(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
 	count, start := int64(0), now
 	if s.Alg == ratelimit.FixedWindow && s.A > 0 && now < s.B+window {
@@ -28,6 +29,11 @@ func fixedWindow(p Params, s *State, now, cost int64) (v Verdict, next State) {
 		next = State{Alg: ratelimit.FixedWindow, A: count + cost, B: start}
 	default:
 		deny(&v, start+window-now)
+	}
+	if always && cost > 0 && !v.Allowed {
+		count = max(count, min(count+cost, 2*limit))
+		charged(&v, endsIn(count))
+		next = State{Alg: ratelimit.FixedWindow, A: count, B: start}
 	}
 	return v, next
 }

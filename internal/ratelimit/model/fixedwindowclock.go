@@ -14,7 +14,7 @@ import "github.com/sluice-dev/sluice/internal/ratelimit"
 // another window length (the limit was edited) still ends on a boundary of
 // the current one. Times are below 2^52 µs and Interval at most
 // MaxInterval, so the window's end stays below 2^53.
-func fixedWindowClock(p Params, s *State, now, cost int64) (v Verdict, next State) {
+func fixedWindowClock(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
 	k, count := now/window, int64(0)
 	if s.Alg == ratelimit.FixedWindowClock && s.A > 0 {
@@ -39,6 +39,11 @@ func fixedWindowClock(p Params, s *State, now, cost int64) (v Verdict, next Stat
 		next = State{Alg: ratelimit.FixedWindowClock, A: count + cost, B: k * window}
 	default:
 		deny(&v, end-now)
+	}
+	if always && cost > 0 && !v.Allowed { // charged over the limit, up to twice it
+		count = max(count, min(count+cost, 2*limit))
+		charged(&v, end-now)
+		next = State{Alg: ratelimit.FixedWindowClock, A: count, B: k * window}
 	}
 	return v, next
 }

@@ -11,7 +11,10 @@ package model
 // TAT = time + level/Rate, and that condition is the classic
 // TAT+cost*T-now <= burst*T with T = Interval/Rate, multiplied out. The
 // state is untouched again when the level has drained (TAT <= now).
-func meter(p Params, s *State, now, cost int64) (v Verdict, next State) {
+// Charged always, the level goes up to twice the bucket (2*Capacity*Interval
+// scaled units, below 2^53 for a limit that passes ValidateDebt); the cost
+// added is at most Capacity, so the sum stays exact up to that bound.
+func meter(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
 	level, at := int64(0), now
 	if s.Alg == p.Alg {
@@ -42,6 +45,11 @@ func meter(p Params, s *State, now, cost int64) (v Verdict, next State) {
 		next = State{Alg: p.Alg, A: after, B: at}
 	default:
 		deny(&v, at+ceilDiv(level-(capacity-cost)*iv, rate)-now)
+	}
+	if always && cost > 0 && !v.Allowed {
+		level = max(level, min(level+min(cost, capacity)*iv, 2*full))
+		charged(&v, drainedIn(level))
+		next = State{Alg: p.Alg, A: level, B: at}
 	}
 	return v, next
 }

@@ -9,7 +9,7 @@ const Never = -1
 // is a state of another algorithm (a limit whose algorithm was changed
 // starts over). Fields per algorithm:
 //
-//	TokenBucket          A = tokens, B = time of the last refill step
+//	TokenBucket          A = tokens (below 0 when charged always), B = time of the last refill step
 //	FixedWindow          A = count, B = window start
 //	FixedWindowClock     A = count, B = window start (a multiple of Interval)
 //	SlidingWindowCounter A = window index (time/window), B = current count, C = previous count
@@ -42,8 +42,9 @@ type Verdict struct {
 	// 0 when Allowed.
 	RetryAfter int64
 	// RemainingAfter and ResetAfter describe the state after consuming the
-	// cost (equal to Remaining and Reset when !Allowed or cost is 0).
-	// ResetAfter is also the TTL of the consumed state.
+	// cost (equal to Remaining and Reset when !Allowed or cost is 0, except
+	// for a cost charged all the same: see CheckAlways). ResetAfter is also
+	// the TTL of the consumed state.
 	RemainingAfter, ResetAfter int64
 }
 
@@ -55,27 +56,50 @@ type Verdict struct {
 // capacity (so a consumed request appends in amortized O(1)): next is valid
 // until the next Check on s, so store it in place of s or drop it.
 func Check(p Params, s *State, now, cost int64) (v Verdict, next State) {
+	return check(p, s, now, cost, false)
+}
+
+// CheckAlways is Check for an entry that charges always
+// (ratelimit.Entry.ChargeAlways): when the cost does not fit, v denies,
+// and next is the state charged all the same, over the limit by at most
+// one Capacity (p's limit must pass Limit.ValidateDebt); v.RemainingAfter
+// and v.ResetAfter then describe that state, and next is meaningful
+// whenever cost > 0.
+func CheckAlways(p Params, s *State, now, cost int64) (v Verdict, next State) {
+	return check(p, s, now, cost, true)
+}
+
+func check(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	var st State
 	if s != nil && s.Alg == p.Alg {
 		st = *s
 	}
 	switch p.Alg {
 	case ratelimit.TokenBucket:
-		return tokenBucket(p, &st, now, cost)
+		v, next = tokenBucket(p, &st, now, cost, always)
 	case ratelimit.FixedWindow:
-		return fixedWindow(p, &st, now, cost)
+		v, next = fixedWindow(p, &st, now, cost, always)
 	case ratelimit.FixedWindowClock:
-		return fixedWindowClock(p, &st, now, cost)
+		v, next = fixedWindowClock(p, &st, now, cost, always)
 	case ratelimit.SlidingWindowLog:
-		return slidingLog(p, &st, now, cost)
+		v, next = slidingLog(p, &st, now, cost, always)
 	case ratelimit.SlidingWindowCounter:
-		return slidingCounter(p, &st, now, cost)
+		v, next = slidingCounter(p, &st, now, cost, always)
 	case ratelimit.LeakyBucket, ratelimit.GCRA:
-		return meter(p, &st, now, cost)
+		v, next = meter(p, &st, now, cost, always)
+	default:
+		// Params not made by Compile: a limit that cannot be evaluated admits nothing.
+		deny(&v, Never)
+		return v, State{}
 	}
-	// Params not made by Compile: a limit that cannot be evaluated admits nothing.
-	deny(&v, Never)
-	return v, State{}
+	if always && !v.Allowed && next.Alg != 0 && v.RetryAfter != Never {
+		// Charged all the same: the same cost fits only once the charge
+		// has drained too. (The charged state denies it: it holds more
+		// than the state that already did.)
+		after, _ := check(p, &next, now, cost, false)
+		v.RetryAfter = after.RetryAfter
+	}
+	return v, next
 }
 
 // deny fills v for a cost that does not fit; retry is µs or Never.
@@ -83,6 +107,13 @@ func deny(v *Verdict, retry int64) {
 	v.Allowed = false
 	v.RetryAfter = retry
 	v.RemainingAfter, v.ResetAfter = v.Remaining, v.Reset
+}
+
+// charged records in v, which denies, the state a forced charge left:
+// nothing remains (the cost did not fit), and it is untouched again after
+// resetAfter µs.
+func charged(v *Verdict, resetAfter int64) {
+	v.RemainingAfter, v.ResetAfter = 0, resetAfter
 }
 
 // allow fills v for a cost that fits.

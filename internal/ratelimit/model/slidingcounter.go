@@ -10,8 +10,9 @@ import (
 // estimate = floor(prev*(window-elapsed)/window) + curr, and a cost fits when
 // estimate+cost <= Capacity (for cost 1 this is the usual
 // "estimate < limit"). The state is untouched again at the end of the window
-// after the current one.
-func slidingCounter(p Params, s *State, now, cost int64) (v Verdict, next State) {
+// after the current one. Charged always, the current count goes up to
+// twice the limit.
+func slidingCounter(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
 	k := now / window
 	var curr, prev int64
@@ -46,6 +47,11 @@ func slidingCounter(p Params, s *State, now, cost int64) (v Verdict, next State)
 		next = State{Alg: ratelimit.SlidingWindowCounter, A: k, B: curr + cost, C: prev}
 	default:
 		deny(&v, swcRetryAt(limit, window, start, elapsed, curr, prev, cost)-now)
+	}
+	if always && cost > 0 && !v.Allowed {
+		curr = max(curr, min(curr+cost, 2*limit))
+		charged(&v, resetOf(curr))
+		next = State{Alg: ratelimit.SlidingWindowCounter, A: k, B: curr, C: prev}
 	}
 	return v, next
 }

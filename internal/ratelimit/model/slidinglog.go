@@ -11,8 +11,10 @@ import (
 // at most Capacity. An entry at time t leaves the window at t+Interval.
 // Times in the log never decrease (a clock step back logs at the last time).
 // The Lua library merges requests of the same µs into one log member; that
-// changes no result, since they leave the window together.
-func slidingLog(p Params, s *State, now, cost int64) (v Verdict, next State) {
+// changes no result, since they leave the window together. Charged always,
+// a request that does not fit is logged all the same, with its cost cut so
+// that the window holds at most twice the limit.
+func slidingLog(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
 	var live []LogEntry
 	if s.Alg == ratelimit.SlidingWindowLog {
@@ -31,19 +33,30 @@ func slidingLog(p Params, s *State, now, cost int64) (v Verdict, next State) {
 	switch {
 	case cost > limit:
 		deny(&v, Never)
+	case cost == 0 && total <= limit:
+		allow(&v, limit-total, v.Reset) // logs nothing
 	case total+cost <= limit:
-		at := max(now, lastAt)
-		end := cost
-		if n := len(live); n > 0 {
-			end = live[n-1].End + cost
-		}
-		allow(&v, limit-total-cost, at+window-now)
-		next = State{Alg: ratelimit.SlidingWindowLog, Log: append(live, LogEntry{At: at, Cost: cost, End: end})}
+		allow(&v, limit-total-cost, max(now, lastAt)+window-now)
+		return v, logged(live, now, lastAt, cost)
 	default:
 		// The oldest entries must leave until total-left+cost <= limit.
 		need := total + cost - limit
 		j := sort.Search(len(live), func(j int) bool { return live[j].End-base >= need })
 		deny(&v, live[j].At+window-now)
 	}
+	if c := min(cost, 2*limit-total); always && c > 0 && !v.Allowed {
+		charged(&v, max(now, lastAt)+window-now)
+		next = logged(live, now, lastAt, c)
+	}
 	return v, next
+}
+
+// logged is the log live with cost logged at now, or at lastAt, the time
+// of its last entry, if that is later (times never decrease).
+func logged(live []LogEntry, now, lastAt, cost int64) State {
+	end := cost
+	if n := len(live); n > 0 {
+		end = live[n-1].End + cost
+	}
+	return State{Alg: ratelimit.SlidingWindowLog, Log: append(live, LogEntry{At: max(now, lastAt), Cost: cost, End: end})}
 }

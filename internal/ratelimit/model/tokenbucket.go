@@ -7,12 +7,13 @@ import "github.com/sluice-dev/sluice/internal/ratelimit"
 // one (the refill clock restarts when the first token is taken from a full
 // bucket), which is what lets the key expire exactly when the bucket is full
 // again (a bucket that kept the refill clock's phase while full could not
-// expire then).
-func tokenBucket(p Params, s *State, now, cost int64) (v Verdict, next State) {
+// expire then). Charged always, the bucket goes down to -Capacity tokens
+// (in debt) and refills from there.
+func tokenBucket(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
 	tokens, last := capacity, now
 	if s.Alg == ratelimit.TokenBucket {
-		tokens, last = min(max(s.A, 0), capacity), s.B
+		tokens, last = min(max(s.A, -capacity), capacity), s.B
 		if tokens < capacity && now > last {
 			if steps := (now - last) / iv; steps > 0 {
 				if steps >= ceilDiv(capacity-tokens, rate) {
@@ -34,7 +35,7 @@ func tokenBucket(p Params, s *State, now, cost int64) (v Verdict, next State) {
 		}
 		return last + ceilDiv(capacity-t, rate)*iv - now
 	}
-	v.Remaining, v.Reset = tokens, fullIn(tokens)
+	v.Remaining, v.Reset = max(tokens, 0), fullIn(tokens)
 	switch {
 	case cost > capacity:
 		deny(&v, Never)
@@ -43,6 +44,11 @@ func tokenBucket(p Params, s *State, now, cost int64) (v Verdict, next State) {
 		next = State{Alg: ratelimit.TokenBucket, A: tokens - cost, B: last}
 	default:
 		deny(&v, last+ceilDiv(cost-tokens, rate)*iv-now)
+	}
+	if always && cost > 0 && !v.Allowed {
+		left := max(tokens-cost, -capacity)
+		charged(&v, fullIn(left))
+		next = State{Alg: ratelimit.TokenBucket, A: left, B: last}
 	}
 	return v, next
 }

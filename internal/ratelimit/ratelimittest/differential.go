@@ -33,8 +33,8 @@ type DiffConfig struct {
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
-	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Shadows, Switches int
-	PerAlgorithm                                                                                map[ratelimit.Algorithm]int
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Shadows, ChargedAlways, Switches int
+	PerAlgorithm                                                                                               map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -44,14 +44,15 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d algorithm switches",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.Switches)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
 }
 
 type diffKey struct {
 	key    string
 	alg    ratelimit.Algorithm
 	limits map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
+	always bool                                    // its entries mostly charge always
 }
 
 // RunDifferential drives one random timeline on ref's clock, sends every
@@ -66,7 +67,7 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	run := fmt.Sprintf("%x", rng.Uint64())
 	keys := make([]*diffKey, cfg.Keys)
 	for i := range keys {
-		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}}
+		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}, always: i%3 == 1}
 		keys[i].switchTo(rng, cfg.Algorithms[i%len(cfg.Algorithms)]) // every algorithm from the start
 	}
 	st := DiffStats{PerAlgorithm: map[ratelimit.Algorithm]int{}}
@@ -120,6 +121,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			if e.Shadow {
 				st.Shadows++
 			}
+			if e.ChargeAlways {
+				st.ChargedAlways++
+			}
 			if r.Allowed {
 				if r.Reset <= maxJump {
 					hint = max(hint, r.Reset)
@@ -135,7 +139,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 				continue
 			}
 			hint = r.RetryAfter
-			if !probed && rng.IntN(4) == 0 {
+			// A dry run reports the retry after a charge it did not make:
+			// the state it leaves admits earlier.
+			if !probed && !(req.DryRun && e.ChargeAlways) && rng.IntN(4) == 0 {
 				probed = true
 				probeRetry(t, ref, send, e, r.RetryAfter)
 				st.Probes += 2
@@ -187,7 +193,11 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
-		req.Entries = append(req.Entries, ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0})
+		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0}
+		// Some keys' entries charge always (a policy's choice); others
+		// then read the debts those leave.
+		e.ChargeAlways = k.always && rng.IntN(4) != 0 && l.ValidateDebt() == nil
+		req.Entries = append(req.Entries, e)
 	}
 	return req
 }
@@ -208,7 +218,7 @@ func fmtRequest(r *ratelimit.Request) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "dryRun=%v", r.DryRun)
 	for _, e := range r.Entries {
-		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v", e.Key, e.Limit, e.Cost, e.Shadow)
+		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways)
 	}
 	return b.String()
 }

@@ -27,6 +27,8 @@ type Step struct {
 	Remaining  int64
 	Reset      time.Duration // Skip: not checked
 	RetryAfter time.Duration // checked when !Allowed unless Skip
+	// Always: the entry charges always (ratelimit.Entry.ChargeAlways).
+	Always bool
 }
 
 // ok is an admitted step without a clock move.
@@ -49,6 +51,18 @@ func denied(advance time.Duration, cost, remaining int64, retry time.Duration) S
 }
 
 func after(advance time.Duration, s Step) Step { s.Advance = advance; return s }
+
+// charged is a step charging always, denied and charged all the same: the
+// result reports the state after the charge (nothing remains, untouched
+// again after reset) and the retry counting the charge.
+func charged(advance time.Duration, cost int64, retry, reset time.Duration) Step {
+	return Step{Advance: advance, Cost: cost, Always: true, Reset: reset, RetryAfter: retry}
+}
+
+// admitted is a step charging always that fits.
+func admitted(cost, remaining int64, reset time.Duration) Step {
+	return Step{Cost: cost, Always: true, Allowed: true, Remaining: remaining, Reset: reset}
+}
 
 func cat(parts ...[]Step) []Step {
 	var out []Step
@@ -231,6 +245,66 @@ func Examples() []Example {
 				},
 			),
 		},
+		// Charged always (usage reported after the fact): a cost that does
+		// not fit is counted all the same, up to twice the limit, and a
+		// check of cost 0 is denied until the debt has gone.
+		{
+			Name:  "FixedWindow/charge-always-limit1000-window1h",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1000, Interval: time.Hour},
+			Steps: []Step{
+				admitted(600, 400, time.Hour),
+				charged(0, 600, time.Hour, time.Hour),
+				denied(0, 0, 0, time.Hour),
+				charged(10*time.Minute, 1500, ratelimit.Never, 50*time.Minute),
+				denied(0, 0, 0, 50*time.Minute),
+				after(50*time.Minute, ok(999, time.Hour)),
+			},
+		},
+		{
+			Name:  "TokenBucket/charge-always-capacity10-refill1per1s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Second},
+			Steps: []Step{
+				admitted(4, 6, 4*time.Second),
+				charged(0, 10, 14*time.Second, 14*time.Second), // 6 - 10: 4 tokens in debt
+				denied(0, 0, 0, 4*time.Second),
+				{Advance: 4 * time.Second, Cost: 0, Allowed: true, Remaining: 0, Reset: 10 * time.Second},
+				charged(0, 100, ratelimit.Never, 20*time.Second), // down to -capacity
+				denied(0, 0, 0, 10*time.Second),
+			},
+		},
+		{
+			// 1 unit of level = 100ms; the bucket holds 5, twice that in debt.
+			Name:  "GCRA/charge-always-rate10per1s-burst5",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 5, Rate: 10, Interval: time.Second},
+			Steps: []Step{
+				admitted(5, 0, 500*time.Millisecond),
+				charged(0, 3, 600*time.Millisecond, 800*time.Millisecond),
+				denied(0, 0, 0, 300*time.Millisecond),
+				charged(0, 5, time.Second, time.Second), // capped at 10
+				after(time.Second, Step{Cost: 5, Allowed: true, Remaining: 0, Reset: 500 * time.Millisecond}),
+			},
+		},
+		{
+			Name:  "SlidingWindowLog/charge-always-limit3-window10s",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowLog, Capacity: 3, Interval: 10 * time.Second},
+			Steps: []Step{
+				admitted(2, 1, 10*time.Second),
+				charged(time.Second, 3, 10*time.Second, 10*time.Second), // the charged entry must leave too
+				denied(0, 0, 0, 9*time.Second),
+				{Advance: 9 * time.Second, Cost: 0, Allowed: true, Remaining: 0, Reset: time.Second},
+			},
+		},
+		{
+			// curr 16 of 10: cost 8 fits once floor(16*(w-e)/w) <= 2 in the
+			// next window, e > 13w/16; cost 0 once it is <= 10, e > 5w/16.
+			Name:  "SlidingWindowCounter/charge-always-limit10-window1m",
+			Limit: ratelimit.Limit{Algorithm: ratelimit.SlidingWindowCounter, Capacity: 10, Interval: time.Minute},
+			Steps: []Step{
+				admitted(8, 2, 2*time.Minute),
+				charged(0, 8, time.Minute+48750001*us, 2*time.Minute),
+				denied(0, 0, 0, time.Minute+18750001*us),
+			},
+		},
 	}
 }
 
@@ -246,7 +320,7 @@ func RunExamples(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelim
 			var dec ratelimit.Decision
 			for n, st := range ex.Steps {
 				clock.Advance(st.Advance)
-				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: st.Cost}}}
+				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: st.Cost, ChargeAlways: st.Always}}}
 				if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
 					t.Fatalf("step %d: %v", n, err)
 				}

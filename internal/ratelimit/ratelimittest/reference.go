@@ -45,14 +45,18 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
-		verdicts[i], nexts[i] = model.Check(p, &st, now, e.Cost)
+		if e.ChargeAlways {
+			verdicts[i], nexts[i] = model.CheckAlways(p, &st, now, e.Cost)
+		} else {
+			verdicts[i], nexts[i] = model.Check(p, &st, now, e.Cost)
+		}
 	}
 	dec.Allowed = model.Decide(req.Entries, verdicts)
 	dec.Results = dec.Results[:0]
 	for i, e := range req.Entries {
 		v := &verdicts[i]
-		dec.Results = append(dec.Results, v.Result(dec.Allowed))
-		if dec.Allowed && !req.DryRun && v.Allowed && e.Cost > 0 {
+		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
+		if !req.DryRun && model.Writes(dec.Allowed, &e, v, &nexts[i]) {
 			r.states[e.Key] = nexts[i]
 			r.written(e, now+v.ResetAfter)
 		}

@@ -11,7 +11,8 @@ import (
 // the decision, then four integers per entry of idx (see lua/sluice.lua):
 // retry-after (0 when the entry allows), remaining, reset, reset after
 // consuming. What remains after consuming is remaining minus the cost for
-// an entry that allows (every algorithm counts so), else remaining.
+// an entry that allows (every algorithm counts so), 0 for one charged all
+// the same (its cost did not fit), else remaining.
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
 func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
@@ -27,10 +28,13 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		e := &req.Entries[i]
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
 		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3]}
-		if v.Allowed {
+		switch {
+		case v.Allowed:
 			v.RemainingAfter -= e.Cost
+		case e.ChargeAlways && e.Cost > 0:
+			v.RemainingAfter = 0
 		}
-		if err := checkVerdict(&v); err != nil {
+		if err := checkVerdict(&v, e); err != nil {
 			return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
 		}
 		verdicts[i] = v
@@ -57,7 +61,7 @@ func boolOf(n int64) (bool, error) {
 	return false, fmt.Errorf("flag %d is not 0 or 1", n)
 }
 
-func checkVerdict(v *model.Verdict) error {
+func checkVerdict(v *model.Verdict, e *ratelimit.Entry) error {
 	switch {
 	case v.Remaining < 0 || v.RemainingAfter < 0 || v.Remaining > ratelimit.MaxCount:
 		return fmt.Errorf("remaining %d/%d out of range", v.Remaining, v.RemainingAfter)
@@ -65,7 +69,7 @@ func checkVerdict(v *model.Verdict) error {
 		return fmt.Errorf("reset %d/%d negative", v.Reset, v.ResetAfter)
 	case !v.Allowed && v.RetryAfter < 1 && v.RetryAfter != model.Never:
 		return fmt.Errorf("retry-after %d on a denied entry", v.RetryAfter)
-	case !v.Allowed && v.ResetAfter != v.Reset:
+	case !v.Allowed && v.ResetAfter != v.Reset && !e.ChargeAlways:
 		return fmt.Errorf("reset after consuming %d differs from reset %d on a denied entry", v.ResetAfter, v.Reset)
 	}
 	return nil

@@ -274,14 +274,45 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 		if err := s.round(ctx, req, cs, false); err != nil {
 			return err
 		}
-		fill(dec, all(cs.consumed), cs)
+		fill(dec, req, all(cs.consumed), cs)
 		return nil
+	}
+	if dryFirst && !allowed && !req.DryRun {
+		if err := s.chargeAlways(ctx, req, cs); err != nil {
+			return err
+		}
 	}
 	for g := range cs.consumed {
 		cs.consumed[g] = allowed // consumed, or would be, only if the whole request is allowed
 	}
-	fill(dec, allowed, cs)
+	fill(dec, req, allowed, cs)
 	return nil
+}
+
+// chargeAlways is the real round of a denied request that spans slots,
+// for its entries that charge always (and cost something): those are
+// charged whatever the decision. Their verdicts replace the dry run's.
+func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *checkState) error {
+	var charged [][]int
+	for _, idx := range cs.groups {
+		var keep []int
+		for _, i := range idx {
+			if e := &req.Entries[i]; e.ChargeAlways && e.Cost > 0 {
+				keep = append(keep, i) // in order: a bucket's entries stay adjacent
+			}
+		}
+		if len(keep) > 0 {
+			charged = append(charged, keep)
+		}
+	}
+	if len(charged) == 0 {
+		return nil
+	}
+	groups, consumed := cs.groups, cs.consumed
+	cs.groups, cs.consumed = charged, make([]bool, len(charged))
+	err := s.round(ctx, req, cs, false)
+	cs.groups, cs.consumed = groups, consumed
+	return err
 }
 
 // compile fills cs's parameters and groups for req.
@@ -434,14 +465,14 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 		if err := finish(reqs[i], cs); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
-		fill(&decs[i], cs.consumed[0], cs) // one group: its decision is the request's
+		fill(&decs[i], reqs[i], cs.consumed[0], cs) // one group: its decision is the request's
 	}
 	return nil
 }
 
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:dryRun:time" and its entries
-// "algorithm:capacity:rate:interval:cost:shadow:field", formatted into one
+// "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
@@ -479,7 +510,7 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = strconv.AppendInt(buf, p.Interval, 10)
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, e.Cost, 10)
-		buf = append(buf, ':', flag(e.Shadow), ':')
+		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
 		end = append(end, len(buf))
 	}
@@ -499,6 +530,18 @@ func flag(b bool) byte {
 		return '1'
 	}
 	return '0'
+}
+
+// entryFlags is an entry's flags digit: 1 shadow, 2 charge always, 3 both.
+func entryFlags(e *ratelimit.Entry) byte {
+	f := byte('0')
+	if e.Shadow {
+		f++
+	}
+	if e.ChargeAlways {
+		f += 2
+	}
+	return f
 }
 
 // group splits the entries by Cluster slot, in order of first appearance;
@@ -536,7 +579,7 @@ func (s *Store) group(req *ratelimit.Request, cs *checkState) {
 
 // fill writes the Decision: an entry reports its numbers after consumption
 // when its group consumed (or, on a dry run, would have).
-func fill(dec *ratelimit.Decision, allowed bool, cs *checkState) {
+func fill(dec *ratelimit.Decision, req *ratelimit.Request, allowed bool, cs *checkState) {
 	dec.Allowed = allowed
 	n := len(cs.verdicts)
 	if cap(dec.Results) < n {
@@ -545,7 +588,7 @@ func fill(dec *ratelimit.Decision, allowed bool, cs *checkState) {
 	dec.Results = dec.Results[:n]
 	for g, idx := range cs.groups {
 		for _, i := range idx {
-			dec.Results[i] = cs.verdicts[i].Result(cs.consumed[g])
+			dec.Results[i] = cs.verdicts[i].Result(model.Consumed(cs.consumed[g], &req.Entries[i]))
 		}
 	}
 }

@@ -10,8 +10,9 @@
 -- limits of one bucket (a policy and a key value) share one hash. Each
 -- limit's state is one field, named after the limit, holding its algorithm
 -- id as a byte, then its values as little-endian doubles (struct.pack
--- '<Bdd', exact: every value is an integer in [0, 2^52]):
---   TokenBucket          1, tokens, time of the last refill step
+-- '<Bdd', exact: every value is an integer in [0, 2^52], tokens in
+-- [-2^52, 2^52]):
+--   TokenBucket          1, tokens (below 0: in debt), time of the last refill step
 --   FixedWindow          2, count, window start
 --   SlidingWindowCounter 4, window index, current count, previous ('<Bddd')
 --   LeakyBucket, GCRA    5 or 6, level, time
@@ -43,9 +44,10 @@
 --         fields.
 --   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
 --         dryRun 0|1, time in µs or '-' for the server's TIME), then n
---         entries "algorithm:capacity:rate:interval:cost:shadow:field"
---         (algorithm 1..7, interval in µs, shadow 0|1, all in decimal;
---         field: the limit's field in its bucket, without ':').
+--         entries "algorithm:capacity:rate:interval:cost:flags:field"
+--         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
+--         1 shadow, 2 charge always, 3 both; field: the limit's field in
+--         its bucket, without ':').
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -55,11 +57,16 @@
 --           decision (1 allowed, 0 denied), then per entry four values:
 --           retry-after µs (0: the entry allows; -1: never), remaining,
 --           reset µs, and reset after consuming (µs; the reset when the
---           entry denies). Remaining after consuming is remaining minus
---           the cost for an entry that allows, for every algorithm.
+--           entry denies, unless it charges always). Remaining after
+--           consuming is remaining minus the cost for an entry that
+--           allows, for every algorithm (0 for one charged all the same).
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
--- A denied or dry-run request writes nothing. Per request, each bucket is
+-- A denied or dry-run request writes nothing, except that a denied one
+-- writes its entries that charge always: those are charged whatever the
+-- decision, and when the cost does not fit the limit goes over (into debt,
+-- up to twice the limit; a token bucket down to -capacity tokens), as
+-- the Go model's CheckAlways documents. Per request, each bucket is
 -- read once (HMGET of its limits' fields and ':exp') and written at most
 -- once (HSET of the fields that changed, plus PEXPIREAT when the expiry
 -- moves later), whatever the number of its limits. A key holding anything
@@ -101,19 +108,23 @@ end
 --   R_HDR[r]: request r's parsed header; R_G[r]: the groups before its
 --   first; R_NG[r]: its groups.
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
---   entry); E_OK[j]: whether it allows; for a log also E_LK[j], its key,
---   and E_V[j], its field's stored value (a string, or false).
+--   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
+--   value (a string, or false), and E_LW[j], whether a write to it is
+--   pending.
 --   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_OWN[g]:
 --   the group is one log whose key is its own bucket (no hash);
 --   G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored expiry (ms,
 --   0 when none); G_LOG[g]: it holds a log to write.
 --   Pending writes, should the request be allowed: G_W[g][1..G_M[g]], the
 --   bucket's fields and values to set, and G_WEXP[g], the latest expiry
---   (µs) of the states written (0: nothing to write).
+--   (µs) of the states written (0: nothing to write); those of entries that
+--   charge always, written whatever the decision: G_WA[g][1..G_MA[g]] and
+--   G_WEXPA[g].
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_OK, E_LK, E_V = {}, {}, {}, {}
+local E_REC, E_LW, E_LK, E_V = {}, {}, {}, {}
 local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG = {}, {}, {}, {}, {}, {}, {}
 local G_W, G_M, G_WEXP = {}, {}, {}
+local G_WA, G_MA, G_WEXPA = {}, {}, {}
 -- A log's pending write: how (W_MODE: REPLACE deletes the key first), the
 -- expiry (µs), the score below which entries go (W_A), the new member's
 -- time, cumulative cost and cost (W_B, W_C, W_D), and the member it
@@ -150,6 +161,19 @@ local function deny(o, remaining, reset, retry)
   return false
 end
 
+-- over is a count n charged cost all the same (an entry that charges
+-- always): up to twice the limit, never down.
+local function over(n, cost, limit)
+  local c = n + cost
+  if c > 2 * limit then
+    c = 2 * limit
+  end
+  if c < n then
+    c = n
+  end
+  return c
+end
+
 -- Each hash algorithm: (v, capacity, rate, interval, now, cost, o), v
 -- being the stored field (a string, or false), fills the verdict at o and
 -- returns whether it allows; when it allows a cost, also the field's new
@@ -159,16 +183,18 @@ end
 -- helper: a Lua call costs more than the comparisons (as floor(n) == n
 -- would; n % 1 == 0 is the same test).
 
-local function token_bucket(v, cap, rate, iv, now, cost, o)
+local function token_bucket(v, cap, rate, iv, now, cost, o, always)
   local tokens, last = cap, now
   local a, t, l
   if v and #v == 17 then
     a, t, l = sunpack('<Bdd', v)
   end
-  if a == 1 and t >= 0 and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+  if a == 1 and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
     tokens, last = t, l
     if tokens > cap then
       tokens = cap
+    elseif tokens < -cap then
+      tokens = -cap
     end
     if tokens < cap and now > last then
       local steps = floor((now - last) / iv)
@@ -185,12 +211,15 @@ local function token_bucket(v, cap, rate, iv, now, cost, o)
       last = now
     end
   end
-  local reset = 0
+  local reset, remaining = 0, tokens
   if tokens < cap then
     reset = last + ceil((cap - tokens) / rate) * iv - now
   end
+  if remaining < 0 then
+    remaining = 0
+  end
   if cost > cap then
-    return deny(o, tokens, reset, NEVER)
+    deny(o, remaining, reset, NEVER)
   elseif cost <= tokens then
     local left = tokens - cost
     local reset_after = 0
@@ -202,11 +231,24 @@ local function token_bucket(v, cap, rate, iv, now, cost, o)
       return true, spack('<Bdd', 1, left, last), now + reset_after
     end
     return true
+  else
+    deny(o, remaining, reset, last + ceil((cost - tokens) / rate) * iv - now)
   end
-  return deny(o, tokens, reset, last + ceil((cost - tokens) / rate) * iv - now)
+  if always and cost > 0 then -- charged all the same: down to -cap tokens
+    local left = tokens - cost
+    if left < -cap then
+      left = -cap
+    end
+    if cost <= cap then -- the retry counts the charge
+      OUT[o + 1] = last + ceil((cost - left) / rate) * iv - now
+    end
+    OUT[o + 4] = last + ceil((cap - left) / rate) * iv - now
+    return false, spack('<Bdd', 1, left, last), now + OUT[o + 4]
+  end
+  return false
 end
 
-local function fixed_window(v, limit, _, window, now, cost, o)
+local function fixed_window(v, limit, _, window, now, cost, o, always)
   local count, start = 0, now
   local a, n, s
   if v and #v == 17 then
@@ -223,7 +265,7 @@ local function fixed_window(v, limit, _, window, now, cost, o)
     reset = start + window - now
   end
   if cost > limit then
-    return deny(o, remaining, reset, NEVER)
+    deny(o, remaining, reset, NEVER)
   elseif count + cost <= limit then
     local reset_after = 0
     if count + cost > 0 then
@@ -234,8 +276,14 @@ local function fixed_window(v, limit, _, window, now, cost, o)
       return true, spack('<Bdd', 2, count + cost, start), start + window
     end
     return true
+  else
+    deny(o, remaining, reset, start + window - now)
   end
-  return deny(o, remaining, reset, start + window - now)
+  if always and cost > 0 then -- charged all the same: up to twice the limit
+    OUT[o + 4] = start + window - now
+    return false, spack('<Bdd', 2, over(count, cost, limit), start), start + window
+  end
+  return false
 end
 
 -- Clock-aligned fixed window: windows are the multiples of the window
@@ -244,7 +292,7 @@ end
 -- stepped back) stays the window; the stored start is read through its
 -- window index, so a state written under another window length still ends
 -- on a boundary of this one.
-local function fixed_window_clock(v, limit, _, window, now, cost, o)
+local function fixed_window_clock(v, limit, _, window, now, cost, o, always)
   local k, count = floor(now / window), 0
   local a, n, s
   if v and #v == 17 then
@@ -266,7 +314,7 @@ local function fixed_window_clock(v, limit, _, window, now, cost, o)
     reset = finish - now
   end
   if cost > limit then
-    return deny(o, remaining, reset, NEVER)
+    deny(o, remaining, reset, NEVER)
   elseif count + cost <= limit then
     local reset_after = reset
     if count + cost > 0 then
@@ -277,8 +325,14 @@ local function fixed_window_clock(v, limit, _, window, now, cost, o)
       return true, spack('<Bdd', 7, count + cost, start), finish
     end
     return true
+  else
+    deny(o, remaining, reset, finish - now)
   end
-  return deny(o, remaining, reset, finish - now)
+  if always and cost > 0 then -- charged all the same: up to twice the limit
+    OUT[o + 4] = finish - now
+    return false, spack('<Bdd', 7, over(count, cost, limit), start), finish
+  end
+  return false
 end
 
 -- Sliding window log: a sorted set scored by admission time; the member is
@@ -298,10 +352,46 @@ local function parse_member(m)
   return c, n
 end
 
+-- log_entry records entry j's pending write to its log: cost logged at
+-- now, or at the time of the log's last entry if that is later (times never
+-- decrease), sharing that entry's member when it is of the same µs.
+local function log_entry(j, foreign, live, cut, now, cost, window, last_at, last_cum, last_cost, last_member)
+  local at = now
+  if last_at > at then
+    at = last_at
+  end
+  local cum, n, drop = cost, cost, false
+  if last_cum then
+    cum = (last_cum + cost) % LOGMOD
+  end
+  if live and at == last_at then
+    drop, n = last_member, last_cost + cost
+  end
+  W_MODE[j] = foreign and REPLACE or KEEP
+  W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
+  return at + window - now
+end
+
+-- log_charge is how much of cost an entry that charges always logs when
+-- it does not fit: what keeps the window within twice the limit (0 for any
+-- other entry).
+local function log_charge(always, cost, limit, total)
+  if not always then
+    return 0
+  end
+  local room = 2 * limit - total
+  if cost < room then
+    return cost
+  end
+  return room
+end
+
 -- sliding_log: current says whether the log at key is the limit's state
 -- (its field in the bucket says so, or the key is its own bucket);
--- otherwise it is untouched without being read, and replaced on write.
-local function sliding_log(j, key, current, limit, window, now, cost, o)
+-- otherwise it is untouched without being read, and replaced on write. It
+-- returns whether the entry allows, and whether it has a write pending
+-- (see log_entry).
+local function sliding_log(j, key, current, limit, window, now, cost, o, always)
   local cut = now - window
   local foreign, live = not current, false
   local total, base, last_at, last_cum, last_cost, last_member = 0, 0, 0, nil, 0, nil
@@ -342,52 +432,58 @@ local function sliding_log(j, key, current, limit, window, now, cost, o)
   if remaining < 0 then
     remaining = 0
   end
+  local charge = 0
   if cost > limit then
-    return deny(o, remaining, reset, NEVER)
+    deny(o, remaining, reset, NEVER)
+    charge = log_charge(always, cost, limit, total)
+  elseif cost == 0 and total <= limit then
+    return allow(o, remaining, reset, reset), false -- logs nothing
   elseif total + cost <= limit then
-    local at = now
-    if last_at > at then
-      at = last_at
-    end
-    local cum, n, drop = cost, cost, false
-    if last_cum then
-      cum = (last_cum + cost) % LOGMOD
-    end
-    if live and at == last_at then
-      drop, n = last_member, last_cost + cost
-    end
-    W_MODE[j] = foreign and REPLACE or KEEP
-    W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
-    return allow(o, remaining, reset, at + window - now)
-  end
-  -- The oldest entries must leave until total-left+cost <= limit: find
-  -- the first whose cumulative cost since base reaches need. (Only a live
-  -- log denies a cost within the limit, so the key holds a readable log.)
-  local need = total + cost - limit
-  local lo = call('ZCOUNT', key, '-inf', format('%d', cut))
-  local hi = call('ZCARD', key) - 1
-  local ok = true
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    local c = parse_member(call('ZRANGE', key, mid, mid)[1])
-    if c == nil then
-      ok = false
-      break
-    end
-    if (c - base) % LOGMOD >= need then
-      hi = mid
+    return allow(o, remaining, reset, log_entry(j, foreign, live, cut, now, cost, window, last_at, last_cum, last_cost, last_member)), true
+  else
+    -- The oldest entries must leave until total-left+cost <= limit: find
+    -- the first whose cumulative cost since base reaches need, counting
+    -- what is charged all the same (a new last entry). (Only a live log
+    -- denies a cost within the limit, so the key holds a readable log.)
+    charge = log_charge(always, cost, limit, total)
+    local need = total + charge + cost - limit
+    local at = nil
+    if need > total then
+      at = now -- the charged entry itself must leave
+      if last_at > at then
+        at = last_at
+      end
     else
-      lo = mid + 1
+      local lo = call('ZCOUNT', key, '-inf', format('%d', cut))
+      local hi = call('ZCARD', key) - 1
+      local ok = true
+      while lo < hi do
+        local mid = floor((lo + hi) / 2)
+        local c = parse_member(call('ZRANGE', key, mid, mid)[1])
+        if c == nil then
+          ok = false
+          break
+        end
+        if (c - base) % LOGMOD >= need then
+          hi = mid
+        else
+          lo = mid + 1
+        end
+      end
+      if ok then
+        at = toint(call('ZRANGE', key, lo, lo, 'WITHSCORES')[2], 0, MAXU)
+      end
+      if at == nil then
+        at = last_at -- unreadable entry: fall back to when the log empties (never early)
+      end
     end
+    deny(o, remaining, reset, at + window - now)
   end
-  local at = nil
-  if ok then
-    at = toint(call('ZRANGE', key, lo, lo, 'WITHSCORES')[2], 0, MAXU)
+  if charge > 0 then
+    OUT[o + 4] = log_entry(j, foreign, live, cut, now, charge, window, last_at, last_cum, last_cost, last_member)
+    return false, true
   end
-  if at == nil then
-    at = last_at -- unreadable entry: fall back to when the log empties (never early)
-  end
-  return deny(o, remaining, reset, at + window - now)
+  return false, false
 end
 
 -- write_log writes entry j's pending log entry to key, and its expiry (ms).
@@ -426,7 +522,37 @@ local function first_at_most(lo, hi, room, n, window)
   return lo
 end
 
-local function sliding_counter(v, limit, _, window, now, cost, o)
+-- swc_retry_at is the earliest time a denied cost fits: later in the
+-- current window (as prev's weight decays), in the next window (where
+-- curr becomes prev), or at the start of the one after.
+local function swc_retry_at(limit, window, start, elapsed, curr, prev, cost)
+  local room = limit - curr - cost
+  if room >= 0 and weighted(prev, window, window - 1) <= room then
+    return start + first_at_most(elapsed + 1, window - 1, room, prev, window)
+  elseif weighted(curr, window, window - 1) <= limit - cost then
+    return start + window + first_at_most(0, window - 1, limit - cost, curr, window)
+  end
+  return start + 2 * window
+end
+
+-- sliding_counter_over denies, and for an entry that charges always
+-- charges the current window all the same (up to twice the limit), the
+-- retry counting that; the state is untouched at the end of the next
+-- window.
+local function sliding_counter_over(o, remaining, reset, retry, always, k, curr, prev, cost, limit, window, start, elapsed, now)
+  deny(o, remaining, reset, retry)
+  if always and cost > 0 then
+    local c = over(curr, cost, limit)
+    if cost <= limit then
+      OUT[o + 1] = swc_retry_at(limit, window, start, elapsed, c, prev, cost) - now
+    end
+    OUT[o + 4] = start + 2 * window - now
+    return false, spack('<Bddd', 4, k, c, prev), start + 2 * window
+  end
+  return false
+end
+
+local function sliding_counter(v, limit, _, window, now, cost, o, always)
   local k = floor(now / window)
   local curr, prev = 0, 0
   local a, sk, sc, sp
@@ -459,7 +585,7 @@ local function sliding_counter(v, limit, _, window, now, cost, o)
     reset = start + window - now
   end
   if cost > limit then
-    return deny(o, remaining, reset, NEVER)
+    return sliding_counter_over(o, remaining, reset, NEVER, always, k, curr, prev, cost, limit, window, start, elapsed, now)
   elseif est + cost <= limit then
     local reset_after = 0
     if curr + cost > 0 then
@@ -473,23 +599,15 @@ local function sliding_counter(v, limit, _, window, now, cost, o)
     end
     return true
   end
-  local at
-  local room = limit - curr - cost
-  if room >= 0 and weighted(prev, window, window - 1) <= room then
-    at = start + first_at_most(elapsed + 1, window - 1, room, prev, window)
-  elseif weighted(curr, window, window - 1) <= limit - cost then
-    at = start + window + first_at_most(0, window - 1, limit - cost, curr, window)
-  else
-    at = start + 2 * window
-  end
-  return deny(o, remaining, reset, at - now)
+  return sliding_counter_over(o, remaining, reset, swc_retry_at(limit, window, start, elapsed, curr, prev, cost) - now,
+    always, k, curr, prev, cost, limit, window, start, elapsed, now)
 end
 
 -- Leaky bucket (policing) and GCRA: one meter, told apart by the state's
 -- algorithm alg. The level is in scaled units: a unit of cost is `iv` of
 -- them and `rate` drain per µs (rate and iv are already divided by their
 -- gcd). GCRA's TAT is time + level/rate.
-local function meter(alg, v, cap, rate, iv, now, cost, o)
+local function meter(alg, v, cap, rate, iv, now, cost, o, always)
   local level, at = 0, now
   local a, sv, st
   if v and #v == 17 then
@@ -517,7 +635,7 @@ local function meter(alg, v, cap, rate, iv, now, cost, o)
   end
   local remaining = floor(room / iv)
   if cost > cap then
-    return deny(o, remaining, reset, NEVER)
+    deny(o, remaining, reset, NEVER)
   elseif level + cost * iv <= full then
     local after = level + cost * iv
     local reset_after = 0
@@ -529,8 +647,32 @@ local function meter(alg, v, cap, rate, iv, now, cost, o)
       return true, spack('<Bdd', alg, after, at), now + reset_after
     end
     return true
+  else
+    deny(o, remaining, reset, at + ceil((level - (cap - cost) * iv) / rate) - now)
   end
-  return deny(o, remaining, reset, at + ceil((level - (cap - cost) * iv) / rate) - now)
+  if always and cost > 0 then
+    -- Charged all the same: up to twice the bucket, never down. At most
+    -- cap is added, so the sum is exact up to that bound (2*full < 2^53
+    -- for a limit charged always) and rounds above it only where the
+    -- bound applies anyway.
+    local add = cost
+    if add > cap then
+      add = cap
+    end
+    local after = level + add * iv
+    if after > 2 * full then
+      after = 2 * full
+    end
+    if after < level then
+      after = level
+    end
+    if cost <= cap then -- the retry counts the charge
+      OUT[o + 1] = at + ceil((after - (cap - cost) * iv) / rate) - now
+    end
+    OUT[o + 4] = at + ceil(after / rate) - now
+    return false, spack('<Bdd', alg, after, at), now + OUT[o + 4]
+  end
+  return false
 end
 
 -- evaluate reads group g's bucket once (HMGET of its entries' fields and
@@ -566,41 +708,44 @@ local function evaluate(g, now, base)
       end
     end
   end
-  local w = G_W[g]
+  local w, wa = G_W[g], G_WA[g]
   if not w then
-    w = {}
-    G_W[g] = w
+    w, wa = {}, {}
+    G_W[g], G_WA[g] = w, wa
   end
-  local allowed, m, wexp, log = true, 0, 0, false
+  local allowed, m, wexp, log, ma, wexpa = true, 0, 0, false, 0, 0
   for j = first, last do
     local e = E_REC[j]
     local alg, v, ok, val, exp = e[1], r and r[j - first + 1]
     if alg == 1 then
-      ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+      ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 2 then
-      ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+      ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 4 then
-      ok, val, exp = sliding_counter(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+      ok, val, exp = sliding_counter(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 7 then
-      ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+      ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 3 then
       E_V[j] = v
-      ok = sliding_log(j, E_LK[j], G_OWN[g] or v == LOGMARK, e[2], e[4], now, e[5], base + 4 * j)
-      if ok and e[5] > 0 then
+      local pending
+      ok, pending = sliding_log(j, E_LK[j], G_OWN[g] or v == LOGMARK, e[2], e[4], now, e[5], base + 4 * j, e[8])
+      E_LW[j] = pending
+      if pending then
         log, exp = true, W_EXP[j]
         if v ~= LOGMARK then
           val = LOGMARK
         end
       end
     else
-      ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j)
+      ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     end
-    E_OK[j] = ok
-    if not ok then
-      if not e[6] then
-        allowed = false
-      end
-    elseif exp then
+    if not ok and not e[6] then
+      allowed = false
+    end
+    -- A pending write (exp) comes from an entry that allows, or from one
+    -- that charges always; the latter is also written when the request
+    -- is denied.
+    if exp then
       if val then
         w[m + 1], w[m + 2] = e[7], val
         m = m + 2
@@ -608,30 +753,44 @@ local function evaluate(g, now, base)
       if exp > wexp then
         wexp = exp
       end
+      if e[8] then
+        if val then
+          wa[ma + 1], wa[ma + 2] = e[7], val
+          ma = ma + 2
+        end
+        if exp > wexpa then
+          wexpa = exp
+        end
+      end
     end
   end
   G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
+  G_MA[g], G_WEXPA[g] = ma, wexpa
   return allowed
 end
 
--- commit writes group g's pending writes: each log's entry and expiry,
--- then one HSET of the bucket's changed fields (a log's field only when it
--- did not hold the log's mark yet) and, when the bucket's expiry moves
--- later, the new expiry in ':exp' and PEXPIREAT. A foreign key is deleted
--- first.
-local function commit(g)
+-- commit writes group g's pending writes (only those of entries that
+-- charge always, for a denied request: always): each log's entry and
+-- expiry, then one HSET of the bucket's changed fields (a log's field only
+-- when it did not hold the log's mark yet) and, when the bucket's expiry
+-- moves later, the new expiry in ':exp' and PEXPIREAT. A foreign key is
+-- deleted first.
+local function commit(g, always)
   if G_LOG[g] then
     for j = G_FIRST[g], G_LAST[g] do
-      if E_OK[j] and E_REC[j][1] == 3 and E_REC[j][5] > 0 then
+      local e = E_REC[j]
+      if e[1] == 3 and E_LW[j] and (e[8] or not always) then
         write_log(j, E_LK[j], ceil(W_EXP[j] / 1000))
       end
     end
   end
-  local exp = G_WEXP[g]
+  local exp, w, m = G_WEXP[g], G_W[g], G_M[g]
+  if always then
+    exp, w, m = G_WEXPA[g], G_WA[g], G_MA[g]
+  end
   if exp == 0 or G_OWN[g] then
     return -- nothing written, or a log that is its own bucket
   end
-  local w, m = G_W[g], G_M[g]
   exp = ceil(exp / 1000)
   local later = exp > G_EXP[g]
   if later then
@@ -694,8 +853,8 @@ local function header(s)
   return {n, dry == '1', t} -- an explicit time: not worth remembering
 end
 
--- entry parses "algorithm:capacity:rate:interval:cost:shadow:field" into
--- {alg, cap, rate, iv, cost, shadow, field}; nil if malformed.
+-- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
+-- {alg, cap, rate, iv, cost, shadow, field, always}; nil if malformed.
 local function entry(s)
   local rec = ememo[s]
   if rec then
@@ -704,13 +863,13 @@ local function entry(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local alg, cap, rate, iv, cost, shadow, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([01]):([^:]*)$')
+  local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
   alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
   iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
   if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
     return nil
   end
-  rec = {alg, cap, rate, iv, cost, shadow == '1', field}
+  rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
   end
@@ -829,11 +988,18 @@ local function sluice_check(keys, args)
       OUT[d] = 1
       if not h[2] then
         for g = g1, g2 do
-          commit(g)
+          commit(g, false)
         end
       end
     else
       OUT[d] = 0
+      if not h[2] then
+        for g = g1, g2 do
+          if G_WEXPA[g] > 0 then
+            commit(g, true)
+          end
+        end
+      end
     end
     o = d + 4 * n
     j0 = j0 + n
