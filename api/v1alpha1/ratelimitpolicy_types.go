@@ -62,7 +62,7 @@ type RateLimitPolicySpec struct {
 	// limits are the limits every bucket has, such as a burst limit and a
 	// daily quota. A request is allowed only when every limit allows it, and
 	// then it is counted against all of them; a denied request is counted
-	// against none.
+	// against none (unless charge is Always).
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=8
@@ -75,6 +75,19 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=1
 	Cost Count `json:"cost,omitempty"`
+
+	// charge says which requests are counted. Admitted counts a request
+	// only when every limit of every policy it matches admits it (all or
+	// nothing). Always counts every request this policy matches, admitted
+	// or not, and a cost that does not fit takes the limit over it (into
+	// debt, by at most one limit's worth), so it denies until time brings
+	// it back under. Always is for costs known only after the fact, such as
+	// the tokens an LLM call used, reported once the response is done
+	// (Envoy's apply_on_stream_done with hits_addend): they were spent
+	// whatever the limit says. Defaults to Admitted.
+	// +optional
+	// +kubebuilder:default=Admitted
+	Charge ChargeMode `json:"charge,omitempty"`
 
 	// mode is Enforce (deny requests over a limit) or Shadow (evaluate and
 	// count, report what would have been denied, never deny). Defaults to Enforce.
@@ -368,6 +381,17 @@ const (
 	ModeEnforce Mode = "Enforce"
 	// ModeShadow evaluates and counts but never denies.
 	ModeShadow Mode = "Shadow"
+)
+
+// ChargeMode says which requests a policy counts.
+// +kubebuilder:validation:Enum=Admitted;Always
+type ChargeMode string
+
+const (
+	// ChargeAdmitted counts only admitted requests, all or nothing.
+	ChargeAdmitted ChargeMode = "Admitted"
+	// ChargeAlways counts every matching request, over the limit if need be.
+	ChargeAlways ChargeMode = "Always"
 )
 
 // FailureMode says what to answer when Redis cannot.

@@ -448,6 +448,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 	if c.denials == nil || out.dryRun {
 		return false
 	}
+	for i := range sc.req.Entries {
+		if e := &sc.req.Entries[i]; e.ChargeAlways && e.Cost > 0 {
+			return false // a cost charged whatever the decision must reach the store
+		}
+	}
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
 		if e.Shadow {

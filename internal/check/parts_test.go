@@ -109,3 +109,44 @@ func TestHTTPAndDescriptorPoliciesKeepApart(t *testing.T) {
 		}
 	}
 }
+
+// A policy with charge Always counts reports that do not fit (the tokens
+// were spent), and the deny cache never answers a report in place of the
+// store: each one reaches the bucket. Token bucket 1000, 100 back a second.
+func TestReportsChargedAlwaysReachTheStore(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "tokens", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\ncharge: Always\nlimits: [{name: t, tokenBucket: {capacity: 1000, refillRate: 100, refillInterval: 1s}}]"))
+	report := func(hits int64) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{withCost(descriptor("user", "alice"), hits)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if out := report(600); !out.Allowed || out.Limits[0].Remaining != 400 {
+		t.Fatalf("600 of 1000: allowed %v, remaining %d; want allowed, 400", out.Allowed, out.Limits[0].Remaining)
+	}
+	// 500 with 400 left: denied, and counted (100 in debt), then again
+	// (600 in debt): the second must not be answered by the cached denial.
+	for i, want := range []time.Duration{6 * time.Second, 11 * time.Second} {
+		out := report(500)
+		if out.Allowed || out.Limits[0].Cached {
+			t.Fatalf("report %d of 500 over the limit: allowed %v, cached %v; want denied by the store", i, out.Allowed, out.Limits[0].Cached)
+		}
+		if out.RetryAfter != want {
+			t.Errorf("report %d of 500: retry after %s, want %s (the debt and the cost refilled)", i, out.RetryAfter, want)
+		}
+	}
+	// A check of cost 0 waits for the debt: 600 tokens, 6 seconds.
+	if out := report(0); out.Allowed || out.RetryAfter != 6*time.Second {
+		t.Fatalf("check of cost 0 in debt: allowed %v, retry after %s; want denied, 6s", out.Allowed, out.RetryAfter)
+	}
+	clock.now = clock.now.Add(6 * time.Second)
+	if out := report(0); !out.Allowed {
+		t.Fatalf("check of cost 0 once the debt is refilled: denied, want allowed")
+	}
+}

@@ -28,6 +28,9 @@ type Policy struct {
 	Cost         int64
 	Shadow       bool
 	FailClosed   bool
+	// ChargeAlways: spec.charge is Always (every matching request is
+	// counted, over the limit if need be).
+	ChargeAlways bool
 	// DenyStatus is the policy's spec.response.denyStatus, 0 when unset
 	// (the check endpoint's profile then decides).
 	DenyStatus  int
@@ -88,6 +91,9 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	for i := range limits {
 		limits[i].Window = quotaWindow(limits[i].Limit)
 	}
+	if p.ChargeAlways {
+		errs = append(errs, checkDebt(limits, specPath)...)
+	}
 	p.Limits, p.Summary = limits, summary
 
 	if len(errs) > 0 {
@@ -107,6 +113,7 @@ func newPolicy(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySp
 		Cost:         int64(spec.Cost),
 		Shadow:       spec.Mode == ratelimitv1alpha1.ModeShadow,
 		FailClosed:   spec.FailureMode == ratelimitv1alpha1.FailureModeClosed,
+		ChargeAlways: spec.Charge == ratelimitv1alpha1.ChargeAlways,
 		HeaderStyle:  spec.Response.Headers,
 	}
 	if p.OnMissingKey == "" {
@@ -191,6 +198,7 @@ func checkEnums(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) f
 		ratelimitv1alpha1.OnMissingKeySkip, ratelimitv1alpha1.OnMissingKeyDeny, ratelimitv1alpha1.OnMissingKeyShared)
 	errs = checkEnum(errs, path.Child("mode"), spec.Mode, ratelimitv1alpha1.ModeEnforce, ratelimitv1alpha1.ModeShadow)
 	errs = checkEnum(errs, path.Child("failureMode"), spec.FailureMode, ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed)
+	errs = checkEnum(errs, path.Child("charge"), spec.Charge, ratelimitv1alpha1.ChargeAdmitted, ratelimitv1alpha1.ChargeAlways)
 	errs = checkEnum(errs, path.Child("response", "headers"), spec.Response.Headers,
 		ratelimitv1alpha1.HeaderStyleIETF, ratelimitv1alpha1.HeaderStyleLegacy, ratelimitv1alpha1.HeaderStyleBoth, ratelimitv1alpha1.HeaderStyleNone)
 	if spec.Cost < 0 || spec.Cost > ratelimit.MaxCount {

@@ -54,6 +54,8 @@ func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost 
 			Limit:  l.Limit,
 			Cost:   cost,
 			Shadow: p.Shadow,
+
+			ChargeAlways: p.ChargeAlways,
 		})
 	}
 	return entries

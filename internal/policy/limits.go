@@ -50,6 +50,21 @@ func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field
 	return out, strings.Join(summary, " "), errs
 }
 
+// checkDebt reports the limits of a policy with charge Always whose state,
+// up to one capacity in debt, would not stay within the engine's exact
+// arithmetic (only bucket algorithms with extreme periods: refilling twice
+// the capacity takes over 71 years).
+func checkDebt(limits []Limit, specPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i := range limits {
+		if err := limits[i].Limit.ValidateDebt(); err != nil {
+			errs = append(errs, field.Invalid(specPath.Child("limits").Index(i), limits[i].Name,
+				fmt.Sprintf("too large for charge Always (%v): use a shorter period or a smaller capacity, or charge Admitted", err)))
+		}
+	}
+	return errs
+}
+
 // checkLimitName reports a name that is not a DNS label or that an earlier
 // limit of the policy took (recorded in seen).
 func checkLimitName(name ratelimitv1alpha1.LimitName, seen map[ratelimitv1alpha1.LimitName]bool, path *field.Path) field.ErrorList {

@@ -183,6 +183,10 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		{"no limits", "key: x", []string{"spec.limits", "Required value"}},
 		{"beyond exact arithmetic", "limits: [{name: l, gcra: {rate: 7, period: 8784h, burst: 1000000000}}]", []string{"spec.limits[0]", "beyond what the engine counts exactly"}},
 		{"bad path", "match: {paths: ['/a*b']}\n" + oneLimit, []string{"spec.match.paths[0]", "'*' only as its last"}},
+		{"bad charge", "charge: Denied\n" + oneLimit, []string{"spec.charge", `Unsupported value: "Denied"`}},
+		// 10^6 × 1h fits 2^52 µs, twice that does not: fine for charge
+		// Admitted (TestCompileLimits), not for Always.
+		{"debt beyond exact arithmetic", "charge: Always\nlimits: [{name: l, gcra: {rate: 1, period: 1h, burst: 1000000}}]", []string{"spec.limits[0]", "too large for charge Always"}},
 		{"bad deny status", "response: {denyStatus: 302}\n" + oneLimit, []string{"spec.response.denyStatus", "400 to 599"}},
 	}
 	for _, tt := range tests {
@@ -242,6 +246,23 @@ limits:
 	entries := p.AppendEntries(nil, "1.2.3.4", p.Cost)
 	if len(entries) != 6 || entries[0].Key != "sluice:v2:{shop/p/1.2.3.4}:tb" || !entries[0].Shadow || entries[0].Cost != 2 {
 		t.Errorf("entries[0] = %+v", entries[0])
+	}
+}
+
+func TestChargeAlways(t *testing.T) {
+	for spec, want := range map[string]bool{
+		oneLimit:                        false,
+		"charge: Admitted\n" + oneLimit: false,
+		"charge: Always\n" + oneLimit:   true,
+	} {
+		p := mustCompile(t, spec)
+		entries := p.AppendEntries(nil, "k", 1)
+		if p.ChargeAlways != want || entries[0].ChargeAlways != want {
+			t.Errorf("%q: policy %v, entry %v; want %v", spec, p.ChargeAlways, entries[0].ChargeAlways, want)
+		}
+	}
+	if _, err := compileYAML("limits: [{name: l, gcra: {rate: 1, period: 1h, burst: 1000000}}]"); err != nil {
+		t.Errorf("the limit too large for charge Always, charged when admitted: %v", err)
 	}
 }
 
