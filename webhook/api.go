@@ -65,9 +65,13 @@ type PolicyReport struct {
 
 // LimitReport is one limit's figures.
 type LimitReport struct {
-	Name              string `json:"name"`
-	Algorithm         string `json:"algorithm"`
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	// RedisKey is the Redis key that holds the limit's state: its
+	// bucket's hash, whose field RedisField is the limit's, or a sliding
+	// window log's own sorted set (no field).
 	RedisKey          string `json:"redisKey"`
+	RedisField        string `json:"redisField,omitempty"`
 	Allowed           bool   `json:"allowed"`
 	Limit             int64  `json:"limit"`
 	Remaining         int64  `json:"remaining"`
@@ -190,8 +194,9 @@ func report(out *check.Outcome) CheckResponse {
 		resp.Policies = append(resp.Policies, rep)
 	}
 	for _, lr := range out.Limits {
+		key, field := ratelimit.RedisKey(lr.Key, lr.Limit.Limit.Algorithm)
 		l := LimitReport{
-			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: lr.Key,
+			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
 			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached,
 		}

@@ -49,7 +49,7 @@ func TestHostileKeyValues(t *testing.T) {
 			if len(key) > ratelimit.MaxKeyLen {
 				t.Errorf("key of %d bytes, more than %d", len(key), ratelimit.MaxKeyLen)
 			}
-			if !strings.HasPrefix(key, "sluice:v2:{ns/per-user/") || ratelimit.HashTag(key) != key[len("sluice:v2:{"):strings.Index(key, "}:")] {
+			if !strings.HasPrefix(key, "sluice:v2:{ns/per-user/") || !strings.HasSuffix(key, "}") || ratelimit.HashTag(key) != key[len("sluice:v2:{"):len(key)-1] {
 				t.Errorf("key %q left its policy's tag", key)
 			}
 		})

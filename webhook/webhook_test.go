@@ -398,7 +398,8 @@ func TestJSONCheck(t *testing.T) {
 	}
 	status, out := post(body + `,"cost":3}`)
 	if status != 200 || !out.Allowed || out.Policies[0].Key != "192.0.2.1" || out.Policies[0].Limits[0].Remaining != 0 ||
-		out.Policies[0].Limits[0].RedisKey != "sluice:v2:{shop/api/192.0.2.1}:burst" || out.Policies[0].Limits[0].Algorithm != "TokenBucket" {
+		out.Policies[0].Limits[0].RedisKey != "sluice:v2:{shop/api/192.0.2.1}" || out.Policies[0].Limits[0].RedisField != "burst" ||
+		out.Policies[0].Limits[0].Algorithm != "TokenBucket" {
 		t.Fatalf("cost 3: %d %+v", status, out)
 	}
 	status, out = post(body + `}`)
