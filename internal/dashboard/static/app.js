@@ -299,7 +299,7 @@
         p.whenError ? el('div', { class: 'kv error' }, 'when expression error (the policy applies): ' + p.whenError) : null);
       if (p.limits && p.limits.length) {
         card.append(el('table', { class: 'limits' },
-          el('thead', null, el('tr', null, ['Limit', 'Algorithm', 'Decision', 'Remaining', 'Reset in', 'Retry after', 'Redis key'].map((h) => el('th', null, h))) ),
+          el('thead', null, el('tr', null, ['Limit', 'Algorithm', 'Decision', 'Remaining', 'Reset in', 'Retry after', 'Redis key (field)'].map((h) => el('th', null, h))) ),
           el('tbody', null, p.limits.map((l) => el('tr', { 'data-limit': l.name },
             el('td', null, el('b', null, l.name)),
             el('td', null, l.algorithm),
@@ -307,7 +307,7 @@
             el('td', { class: 'num remaining' }, l.remaining + ' / ' + l.limit),
             el('td', { class: 'num' }, fmtSeconds(l.resetSeconds)),
             el('td', { class: 'num' }, fmtSeconds(l.retryAfterSeconds)),
-            el('td', { class: 'rediskey' }, el('code', null, l.redisKey)))))));
+            el('td', { class: 'rediskey' }, el('code', null, l.redisField ? l.redisKey + ' ' + l.redisField : l.redisKey)))))));
       }
       out.push(card);
     }
