@@ -94,22 +94,25 @@ func fixedRate(rawURL string, rate int, d time.Duration) (fixedResult, error) {
 	return res, nil
 }
 
-// halfLoad is the latency at half the allowing throughput, measured the
-// two ways the targets allow: wrk closed loop with the fewest connections
-// that reach the rate, and open loop at exactly the rate, where the bare
-// HTTP server under the same generator shows the floor the machine and
-// the generator set.
+// halfLoad is the latency at half the allowing throughput, measured two
+// ways: wrk closed loop with the fewest connections that reach the rate,
+// and open loop at exactly the rate, where the bare servers under the same
+// generator show the floor the machine and the generator set (net/http's,
+// which the target names, and fasthttp's, which Sluice's check routes are
+// served by).
 type halfLoad struct {
 	rate       int
 	closed     wrkResult
 	closedConn int
-	open, bare fixedResult
+	open       fixedResult
+	// bare and bareFast: the bare net/http and fasthttp servers, open loop.
+	bare, bareFast fixedResult
 }
 
-func measureHalfLoad(dir string, bare, sluice *config, rate float64, d time.Duration) (halfLoad, error) {
+func measureHalfLoad(dir string, hc httpConfigs, rate float64, d time.Duration) (halfLoad, error) {
 	h := halfLoad{rate: int(rate)}
 	for c := 1; ; c *= 2 {
-		w, err := runWrk(dir, sluice.url, 1, c, d)
+		w, err := runWrk(dir, hc.allow.url, 1, c, d)
 		if err != nil {
 			return h, fmt.Errorf("closed-loop latency: %w", err)
 		}
@@ -119,11 +122,14 @@ func measureHalfLoad(dir string, bare, sluice *config, rate float64, d time.Dura
 		}
 	}
 	var err error
-	if h.open, err = fixedRate(sluice.url, h.rate, d); err != nil {
+	if h.open, err = fixedRate(hc.allow.url, h.rate, d); err != nil {
 		return h, fmt.Errorf("fixed-rate load: %w", err)
 	}
-	if h.bare, err = fixedRate(bare.url, h.rate, d); err != nil {
-		return h, fmt.Errorf("fixed-rate load (bare): %w", err)
+	if h.bare, err = fixedRate(hc.bare.url, h.rate, d); err != nil {
+		return h, fmt.Errorf("fixed-rate load (%s): %w", hc.bare.name, err)
+	}
+	if h.bareFast, err = fixedRate(hc.bareFast.url, h.rate, d); err != nil {
+		return h, fmt.Errorf("fixed-rate load (%s): %w", hc.bareFast.name, err)
 	}
 	return h, nil
 }

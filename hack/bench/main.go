@@ -1,6 +1,7 @@
 // Command bench measures the check path side by side on this machine: a
-// bare net/http handler (the ceiling), a naive one-EVALSHA-per-request
-// checker (the baseline), and Sluice's check endpoint in three
+// bare net/http handler and a bare fasthttp handler (the ceilings), a
+// naive one-EVALSHA-per-request checker (the baseline), and Sluice's check
+// endpoint in three
 // configurations, interleaved over several rounds so that a noisy machine
 // affects all alike; then Envoy's Rate Limit Service over gRPC the same
 // way: a bare gRPC server (the ceiling), envoyproxy/ratelimit (the peer)
@@ -10,7 +11,7 @@
 //
 //	bench -manager bin/manager [-only http|rls] [-rounds 3] [-duration 5s] [-save bench]
 //	      [-ghz bin/ghz] [-ratelimit bin/service_cmd] [-rls-lean=true] [-rls-profile FILE]
-//	bench serve-bare | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
+//	bench serve-bare | serve-bare-fasthttp | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
 //	bench fixed-rate -url URL -rate N [-duration 5s]   (the open-loop latency run alone)
 //	bench protoset -o FILE   (the RLS v3 descriptors, for ghz or grpcurl --protoset)
 //	bench grpc-load -addr ADDR -data FILE   (the lean RLS generator alone, on a ghz data file)
@@ -42,6 +43,8 @@ func main() {
 		switch os.Args[1] {
 		case "serve-bare":
 			err = serveBare(os.Args[2:])
+		case "serve-bare-fasthttp":
+			err = serveBareFastHTTP(os.Args[2:])
 		case "serve-naive":
 			err = serveNaive(os.Args[2:])
 		case "serve-bare-grpc":
@@ -66,8 +69,11 @@ func main() {
 
 // config is one server under test.
 type config struct {
-	name     string
-	path     string // the check URL's path
+	name string
+	path string // the check URL's path
+	// serve is the subcommand of this program that serves a comparison
+	// server; empty for Sluice (`manager local` with policies).
+	serve    string
 	pid      int
 	url      string
 	rounds   []sample
@@ -218,26 +224,42 @@ func run(args []string) error {
 	return writeReport(report, o.save, o.only)
 }
 
+// httpConfigs are the HTTP part's servers by role.
+type httpConfigs struct {
+	// bare and bareFast are the ceilings: net/http, and fasthttp, which
+	// Sluice's check routes are served by.
+	bare, bareFast *config
+	naive          *config // the baseline
+	// Sluice: one limit allowing, denying every request, three limits
+	// allowing.
+	allow, deny, three *config
+}
+
+// all is every configuration in the order of the rounds and the table.
+func (h httpConfigs) all() []*config {
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.deny, h.three}
+}
+
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
 // round, then at half load, and Redis's memory.
 func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redis.Client) (string, error) {
-	configs := []*config{
-		{name: "bare HTTP 200 (ceiling)", path: "/"},
-		{name: "naive EVALSHA per request (baseline)", path: "/"},
-		{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
-		{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
-		{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
+	h := httpConfigs{
+		bare:     &config{name: "bare net/http 200 (ceiling)", path: "/", serve: "serve-bare"},
+		bareFast: &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
+		naive:    &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
+		allow:    &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
+		deny:     &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
+		three:    &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
 	}
-	if err := ps.startServers(configs, o.manager, redisAddr); err != nil {
+	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
 	}
-	if err := measureRounds(ps.dir, configs, redisPid, rdb, o); err != nil {
+	if err := measureRounds(ps.dir, h.all(), redisPid, rdb, o); err != nil {
 		return "", err
 	}
 
 	// Latency at half the allowing throughput, two ways (see halfLoad).
-	allowRPS := median(configs[2].rounds, func(s sample) float64 { return s.rps })
-	half, err := measureHalfLoad(ps.dir, configs[0], configs[2], allowRPS/2, o.duration)
+	half, err := measureHalfLoad(ps.dir, h, medianRPS(h.allow)/2, o.duration)
 	if err != nil {
 		return "", err
 	}
@@ -245,7 +267,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 	if err != nil {
 		return "", fmt.Errorf("memory: %w", err)
 	}
-	return renderReport(configs, half, mem, o.rounds, o.duration), nil
+	return renderReport(h, half, mem, o.rounds, o.duration), nil
 }
 
 // processes are the programs a run starts, each logging into dir.
@@ -296,9 +318,9 @@ func (ps *processes) startRedis() (addr string, pid int, err error) {
 	return addr, cmd.Process.Pid, nil
 }
 
-// startServers starts each configuration's server (the first two are the
-// comparison servers, this program's own subcommands; the others `manager
-// local` with their policies) and waits until each answers.
+// startServers starts each configuration's server (a comparison server,
+// this program's own subcommand, or `manager local` with the
+// configuration's policies) and waits until each answers.
 func (ps *processes) startServers(configs []*config, manager, redisAddr string) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -308,18 +330,18 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 		addr := freeAddr()
 		c.url = "http://" + addr + c.path
 		var cmd *exec.Cmd
-		switch i {
-		case 0:
-			cmd, err = ps.start(self, "serve-bare", "--listen", addr)
-		case 1:
-			cmd, err = ps.start(self, "serve-naive", "--listen", addr, "--redis", redisAddr)
-		default:
+		switch c.serve {
+		case "serve-naive":
+			cmd, err = ps.start(self, c.serve, "--listen", addr, "--redis", redisAddr)
+		case "":
 			pdir := filepath.Join(ps.dir, "policies"+strconv.Itoa(i))
 			_ = os.MkdirAll(pdir, 0o755)
 			if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(c.policies), 0o644); err != nil {
 				return err
 			}
 			cmd, err = ps.start(manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr)
+		default:
+			cmd, err = ps.start(self, c.serve, "--listen", addr)
 		}
 		if err != nil {
 			return fmt.Errorf("start %s: %w", c.name, err)
@@ -429,6 +451,45 @@ func median(ss []sample, f func(sample) float64) float64 {
 		return 0
 	}
 	return vals[len(vals)/2]
+}
+
+// The medians of one configuration's rounds, shared by the HTTP and RLS
+// tables and their targets so that both read a figure the same way.
+func medianRPS(c *config) float64 { return median(c.rounds, func(s sample) float64 { return s.rps }) }
+
+func medianP50(c *config) time.Duration {
+	return time.Duration(median(c.rounds, func(s sample) float64 { return float64(s.p50) }))
+}
+
+func medianP99(c *config) time.Duration {
+	return time.Duration(median(c.rounds, func(s sample) float64 { return float64(s.p99) }))
+}
+
+// perRequest is the median over c's rounds of f per request (per
+// decision, for a limiter) in that round.
+func perRequest(c *config, f func(sample) float64) float64 {
+	return median(c.rounds, func(s sample) float64 { return f(s) / float64(s.requests) })
+}
+
+func micros(d time.Duration) float64 { return float64(d.Microseconds()) }
+
+func serverCPUPerRequest(c *config) float64 {
+	return perRequest(c, func(s sample) float64 { return micros(s.serverCPU) })
+}
+
+// redisCPUPerRequest is Redis's CPU time per request in µs, read from
+// /proc around each run (measure).
+func redisCPUPerRequest(c *config) float64 {
+	return perRequest(c, func(s sample) float64 { return micros(s.redisCPU) })
+}
+
+// redisCmdsPerRequest counts the commands run inside scripts too.
+func redisCmdsPerRequest(c *config) float64 {
+	return perRequest(c, func(s sample) float64 { return float64(s.redisCmds) })
+}
+
+func redisCallsPerRequest(c *config) float64 {
+	return perRequest(c, func(s sample) float64 { return float64(s.redisCalls) })
 }
 
 func freeAddr() string {

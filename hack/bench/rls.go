@@ -505,12 +505,6 @@ func renderRLS(res rlsResults, rounds int, d time.Duration) string {
 	return b.String()
 }
 
-func rlsRPS(c *config) float64 { return median(c.rounds, func(s sample) float64 { return s.rps }) }
-
-func rlsP99(c *config) time.Duration {
-	return time.Duration(median(c.rounds, func(s sample) float64 { return float64(s.p99) }))
-}
-
 // renderRLSTable writes one row per scenario and server; runs picks the
 // generator's samples.
 func renderRLSTable(b *strings.Builder, servers []*rlsServer, runs func(*rlsServer) []*config) {
@@ -520,43 +514,30 @@ func renderRLSTable(b *strings.Builder, servers []*rlsServer, runs func(*rlsServ
 	for i, sc := range rlsScenarios {
 		for _, s := range servers {
 			c := runs(s)[i]
-			med := func(f func(sample) float64) float64 { return median(c.rounds, f) }
-			perReq := func(f func(sample) time.Duration) float64 {
-				return med(func(s sample) float64 { return float64(f(s).Microseconds()) / float64(s.requests) })
-			}
 			var failed int64
 			for _, smp := range c.rounds {
 				failed += smp.non2xx
 			}
-			p50 := time.Duration(med(func(s sample) float64 { return float64(s.p50) }))
 			fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %.1f | %.1f | %.3f | %.1f | %d | %.2f | %.2f |\n",
-				sc.name, s.name, rlsRPS(c), round(p50), round(rlsP99(c)),
-				perReq(func(s sample) time.Duration { return s.serverCPU }),
-				perReq(func(s sample) time.Duration { return s.redisCPU }),
-				med(func(s sample) float64 { return float64(s.redisCmds) / float64(s.requests) }),
-				perReq(func(s sample) time.Duration { return s.clientCPU }),
-				failed, rlsRPS(c)/rlsRPS(bare[i]), rlsRPS(c)/rlsRPS(peer[i]))
+				sc.name, s.name, medianRPS(c), round(medianP50(c)), round(medianP99(c)),
+				serverCPUPerRequest(c), redisCPUPerRequest(c), redisCmdsPerRequest(c),
+				perRequest(c, func(s sample) float64 { return micros(s.clientCPU) }),
+				failed, medianRPS(c)/medianRPS(bare[i]), medianRPS(c)/medianRPS(peer[i]))
 		}
 	}
 }
 
 // renderRLSTargets writes the targets as ratios of runs.
 func renderRLSTargets(b *strings.Builder, servers []*rlsServer, runs func(*rlsServer) []*config) {
-	target := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
 	bare, peer, sluice := runs(servers[0]), runs(servers[1]), runs(servers[2])
 	one, three, deny := 0, 1, 2
-	r := rlsRPS(sluice[one]) / rlsRPS(peer[one])
+	r := medianRPS(sluice[one]) / medianRPS(peer[one])
 	fmt.Fprintf(b, "- One descriptor, allowing, ≥ 2 × envoyproxy/ratelimit: %.2f × — %s; p99 no worse: %s vs %s — %s\n",
-		r, target(r >= 2), round(rlsP99(sluice[one])), round(rlsP99(peer[one])), target(rlsP99(sluice[one]) <= rlsP99(peer[one])))
-	r = rlsRPS(sluice[three]) / rlsRPS(sluice[one])
+		r, verdict(r >= 2), round(medianP99(sluice[one])), round(medianP99(peer[one])), verdict(medianP99(sluice[one]) <= medianP99(peer[one])))
+	r = medianRPS(sluice[three]) / medianRPS(sluice[one])
 	fmt.Fprintf(b, "- Three descriptors ≥ 0.8 × one descriptor: %.2f × — %s (envoyproxy/ratelimit: %.2f ×)\n",
-		r, target(r >= 0.8), rlsRPS(peer[three])/rlsRPS(peer[one]))
-	r = rlsRPS(sluice[deny]) / rlsRPS(bare[deny])
+		r, verdict(r >= 0.8), medianRPS(peer[three])/medianRPS(peer[one]))
+	r = medianRPS(sluice[deny]) / medianRPS(bare[deny])
 	fmt.Fprintf(b, "- Denial flood ≥ 0.85 × bare gRPC ceiling: %.2f × — %s (envoyproxy/ratelimit: %.2f ×)\n",
-		r, target(r >= 0.85), rlsRPS(peer[deny])/rlsRPS(bare[deny]))
+		r, verdict(r >= 0.85), medianRPS(peer[deny])/medianRPS(bare[deny]))
 }

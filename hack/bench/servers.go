@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
 )
 
 // serveBare answers 200 and does nothing else: the ceiling of any checker
@@ -22,6 +23,20 @@ func serveBare(args []string) error {
 	return http.ListenAndServe(*listen, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	}))
+}
+
+// serveBareFastHTTP answers 200 and does nothing else on fasthttp with its
+// default options: the ceiling of any checker written with fasthttp, as
+// Sluice's check routes are, beside serveBare's net/http one.
+func serveBareFastHTTP(args []string) error {
+	fs := flag.NewFlagSet("serve-bare-fasthttp", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:0", "address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return fasthttp.ListenAndServe(*listen, func(ctx *fasthttp.RequestCtx) {
+		ctx.SetStatusCode(fasthttp.StatusOK)
+	})
 }
 
 // naiveTokenBucket is the token bucket script of the common Redis Lua
