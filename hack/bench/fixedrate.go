@@ -40,12 +40,7 @@ func fixedRate(rawURL string, rate int, d time.Duration) (fixedResult, error) {
 	if err != nil {
 		return fixedResult{}, err
 	}
-	requests := make([][]byte, 10_000)
-	for i := range requests {
-		ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
-		requests[i] = fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n"+
-			"X-Original-Method: GET\r\nX-Real-IP: %s\r\nX-Forwarded-For: %s\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n", u.RequestURI(), u.Host, ip, ip)
-	}
+	requests := authURLRequests(u)
 	total := int(float64(rate) * d.Seconds())
 	interval := time.Second / time.Duration(rate)
 	conns := make([]net.Conn, fixedConns)
@@ -92,6 +87,21 @@ func fixedRate(rawURL string, rate int, d time.Duration) (fixedResult, error) {
 	}
 	res.errors += total - len(all)
 	return res, nil
+}
+
+// loadClients is how many client IPs the HTTP loads send from.
+const loadClients = 10_000
+
+// authURLRequests are the ingress-nginx auth-url requests to u of each of
+// the client IPs wrkScript sends from, as raw HTTP/1.1.
+func authURLRequests(u *url.URL) [][]byte {
+	requests := make([][]byte, loadClients)
+	for i := range requests {
+		ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
+		requests[i] = fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n"+
+			"X-Original-Method: GET\r\nX-Real-IP: %s\r\nX-Forwarded-For: %s\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n", u.RequestURI(), u.Host, ip, ip)
+	}
+	return requests
 }
 
 // halfLoad is the latency at half the allowing throughput, measured two
