@@ -31,6 +31,17 @@ func (j *job) givenUp(now time.Time) error {
 	return nil
 }
 
+// answered reports, without waiting, whether the flusher has signaled the
+// job (taking the signal).
+func (j *job) answered() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // signal wakes the job's owner. It never blocks a flusher: done has room
 // for the one signal a job gets.
 func (j *job) signal() {
