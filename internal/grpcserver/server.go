@@ -125,6 +125,11 @@ type Server struct {
 }
 
 // New builds the server and registers its services.
+// streamWorkers is how many calls grpc-go serves on long-lived goroutines:
+// about the calls in flight of a busy check process (each waits for its
+// Redis round trip), at a few KiB of stack each while idle.
+const streamWorkers = 64
+
 func New(o Options) (*Server, error) {
 	if o.Checker == nil {
 		return nil, errors.New("grpcserver: a Checker is required")
@@ -147,6 +152,11 @@ func New(o Options) (*Server, error) {
 		// Envoy's gRPC clients may ping idle connections (connection_keepalive);
 		// the default policy (one ping per 5 min) would answer them with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Every call is a stream: without workers grpc-go starts a goroutine
+		// per call, whose stack then grows through the handler (morestack
+		// was the largest item of the profile). Workers keep grown stacks;
+		// calls beyond them still get a goroutine of their own.
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if o.TLS != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
