@@ -44,11 +44,11 @@ type Fault struct {
 
 // Proxy forwards connections to one target through the current Fault.
 type Proxy struct {
-	target string
-	ln     net.Listener
-	done   chan struct{}
+	ln   net.Listener
+	done chan struct{}
 
 	mu       sync.Mutex
+	upstream string // where new connections go (target, or SetTarget's)
 	fault    Fault
 	changed  chan struct{} // closed and replaced by every Set
 	conns    map[*conn]struct{}
@@ -101,7 +101,7 @@ func Listen(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, done: make(chan struct{}), changed: make(chan struct{}), conns: map[*conn]struct{}{}}
+	p := &Proxy{upstream: target, ln: ln, done: make(chan struct{}), changed: make(chan struct{}), conns: map[*conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -131,6 +131,15 @@ func (p *Proxy) Set(f Fault) {
 	for _, c := range reset {
 		c.reset()
 	}
+}
+
+// SetTarget sends the connections accepted from now on to target, as a
+// DNS name or a Service repointed at a new primary: connections already
+// open stay with the old target, as the kernel keeps them.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.upstream = target
+	p.mu.Unlock()
 }
 
 // Heal ends every fault.
@@ -226,7 +235,10 @@ func (p *Proxy) serve(c *conn) {
 		delete(p.conns, c)
 		p.mu.Unlock()
 	}()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	p.mu.Lock()
+	target := p.upstream
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		c.reset() // as if the server refused
 		return
