@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/conversion"
 	"github.com/sluice-dev/sluice/internal/envoyconvert"
 	"github.com/sluice-dev/sluice/internal/ingressconvert"
 )
@@ -45,73 +44,51 @@ func runConvert(args []string) error {
 		}
 		return flag.ErrHelp
 	}
+	var cmd *conversion.Command
 	switch args[0] {
 	case "envoy-ratelimit":
-		return runConvertEnvoy(args[1:])
+		cmd = envoyCommand()
 	case "ingress-nginx":
-		return runConvertIngress(args[1:])
+		cmd = ingressCommand()
+	default:
+		return fmt.Errorf("unknown input format %q; the formats are envoy-ratelimit and ingress-nginx", args[0])
 	}
-	return fmt.Errorf("unknown input format %q; the formats are envoy-ratelimit and ingress-nginx", args[0])
+	return cmd.Run(args[1:], os.Stdin, os.Stdout, os.Stderr)
 }
 
-func runConvertEnvoy(args []string) error {
-	fs := flag.NewFlagSet("convert envoy-ratelimit", flag.ContinueOnError)
+// envoyCommand is `manager convert envoy-ratelimit`.
+func envoyCommand() *conversion.Command {
 	var opts envoyconvert.Options
-	var failureMode string
-	fs.StringVar(&opts.Namespace, "namespace", "default", "namespace of the policies (bind their domains to it with --rls-domain DOMAIN=NAMESPACE)")
-	fs.StringVar(&failureMode, "failure-mode", string(ratelimitv1alpha1.FailureModeOpen), "failureMode of the policies: Open, as Envoy's rate limit filter allows when the service fails (failure_mode_deny: false), or Closed for filters with failure_mode_deny: true")
-	fs.BoolVar(&opts.MergeDomains, "merge-domains", false, "accept a domain in several files, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true)")
-	allowPartial := fs.Bool("allow-partial", false, "write the policies and exit 0 even when some decisions cannot be carried over exactly (errors still write nothing)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), convertUsage)
-		fs.PrintDefaults()
+	return &conversion.Command{
+		Name:  "convert envoy-ratelimit",
+		Usage: convertUsage,
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&opts.Namespace, "namespace", "default", "namespace of the policies (bind their domains to it with --rls-domain DOMAIN=NAMESPACE)")
+			failureMode := fs.String("failure-mode", string(ratelimitv1alpha1.FailureModeOpen), "failureMode of the policies: Open, as Envoy's rate limit filter allows when the service fails (failure_mode_deny: false), or Closed for filters with failure_mode_deny: true")
+			fs.BoolVar(&opts.MergeDomains, "merge-domains", false, "accept a domain in several files, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true)")
+			return func() (err error) {
+				opts.FailureMode, err = conversion.ParseFailureMode(*failureMode, false)
+				return err
+			}
+		},
+		AllowPartial:   "write the policies and exit 0 even when some decisions cannot be carried over exactly (errors still write nothing)",
+		NoFiles:        "no configuration files given",
+		ErrorsRefused:  "nothing written: envoyproxy/ratelimit would refuse this configuration",
+		PartialRefused: "nothing written: some decisions cannot be carried over exactly (see above); --allow-partial writes the policies anyway",
+		Convert: func(files []conversion.File) conversion.Outcome {
+			res := envoyconvert.Convert(files, opts)
+			bind := make([]string, len(res.Domains))
+			for i, d := range res.Domains {
+				bind[i] = "--rls-domain " + d + "=" + opts.Namespace
+			}
+			return conversion.Outcome{
+				Reports: reportLines(res.Reports),
+				Worst:   res.Worst(),
+				Write:   func(w io.Writer) error { return envoyconvert.WriteYAML(w, res.Policies) },
+				Summary: fmt.Sprintf("manager convert: %d policies in namespace %s; the check process needs %s", len(res.Policies), opts.Namespace, strings.Join(bind, " ")),
+			}
+		},
 	}
-	files, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		fs.Usage()
-		return errors.New("no configuration files given")
-	}
-	switch ratelimitv1alpha1.FailureMode(failureMode) {
-	case ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed:
-		opts.FailureMode = ratelimitv1alpha1.FailureMode(failureMode)
-	default:
-		return fmt.Errorf("--failure-mode: %q is neither Open nor Closed", failureMode)
-	}
-
-	inputs := make([]envoyconvert.File, 0, len(files))
-	for _, name := range files {
-		data, err := os.ReadFile(name) //nolint:gosec // reading the files the user names is the command's job
-		if err != nil {
-			return err
-		}
-		inputs = append(inputs, envoyconvert.File{Name: name, Data: data})
-	}
-	res := envoyconvert.Convert(inputs, opts)
-	for _, r := range res.Reports {
-		fmt.Fprintln(os.Stderr, r)
-	}
-	switch worst := res.Worst(); {
-	case worst == envoyconvert.Error:
-		return errors.New("nothing written: envoyproxy/ratelimit would refuse this configuration")
-	case worst == envoyconvert.Inexact && !*allowPartial:
-		return errors.New("nothing written: some decisions cannot be carried over exactly (see above); --allow-partial writes the policies anyway")
-	}
-	var out bytes.Buffer
-	if err := envoyconvert.WriteYAML(&out, res.Policies); err != nil {
-		return err
-	}
-	if _, err := io.Copy(os.Stdout, &out); err != nil {
-		return err
-	}
-	bind := make([]string, len(res.Domains))
-	for i, d := range res.Domains {
-		bind[i] = "--rls-domain " + d + "=" + opts.Namespace
-	}
-	fmt.Fprintf(os.Stderr, "manager convert: %d policies in namespace %s; the check process needs %s\n", len(res.Policies), opts.Namespace, strings.Join(bind, " "))
-	return nil
 }
 
 const convertIngressUsage = `usage: manager convert ingress-nginx [flags] FILE...|-
@@ -140,95 +117,50 @@ every Ingress that converts (none for an Ingress with an error).
 flags:
 `
 
-func runConvertIngress(args []string) error {
-	fs := flag.NewFlagSet("convert ingress-nginx", flag.ContinueOnError)
+// ingressCommand is `manager convert ingress-nginx`.
+func ingressCommand() *conversion.Command {
 	var opts ingressconvert.Options
-	var failureMode string
-	fs.StringVar(&opts.Namespace, "namespace", "", "namespace of the policies of Ingresses whose manifests name none (default: none, so that kubectl apply -n decides, as for the Ingress)")
-	fromIngress := fs.Bool("namespace-from-ingress", true, "put each policy in its Ingress's namespace; false puts every policy in --namespace, and the auth-url then names it")
-	fs.StringVar(&opts.AnnotationsPrefix, "annotations-prefix", ingressconvert.DefaultAnnotationsPrefix, "ingress-nginx's --annotations-prefix")
-	fs.StringVar(&opts.CheckURL, "check-url", ingressconvert.DefaultCheckURL, "the check endpoint's base URL, for the auth-url annotation")
-	fs.StringVar(&failureMode, "failure-mode", "", "failureMode of the policies: Open or Closed (default: unset, the API's Open)")
-	allowPartial := fs.Bool("allow-partial", false, "write the policies and exit 0 even when something cannot be converted (an Ingress with an error gets no policy)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), convertIngressUsage)
-		fs.PrintDefaults()
-	}
-	files, err := parseInterleaved(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		fs.Usage()
-		return errors.New("no Ingress manifests given (name files, or - for standard input)")
-	}
-	opts.IgnoreIngressNamespace = !*fromIngress
-	if opts.IgnoreIngressNamespace && opts.Namespace == "" {
-		return errors.New("--namespace-from-ingress=false needs --namespace")
-	}
-	switch ratelimitv1alpha1.FailureMode(failureMode) {
-	case "", ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed:
-		opts.FailureMode = ratelimitv1alpha1.FailureMode(failureMode)
-	default:
-		return fmt.Errorf("--failure-mode: %q is neither Open nor Closed", failureMode)
-	}
-
-	inputs := make([]ingressconvert.File, 0, len(files))
-	stdinRead := false
-	for _, name := range files {
-		var data []byte
-		var err error
-		if name == "-" {
-			if stdinRead {
-				return errors.New("- (standard input) is named twice")
+	return &conversion.Command{
+		Name:  "convert ingress-nginx",
+		Usage: convertIngressUsage,
+		Flags: func(fs *flag.FlagSet) func() error {
+			fs.StringVar(&opts.Namespace, "namespace", "", "namespace of the policies of Ingresses whose manifests name none (default: none, so that kubectl apply -n decides, as for the Ingress)")
+			fromIngress := fs.Bool("namespace-from-ingress", true, "put each policy in its Ingress's namespace; false puts every policy in --namespace, and the auth-url then names it")
+			fs.StringVar(&opts.AnnotationsPrefix, "annotations-prefix", ingressconvert.DefaultAnnotationsPrefix, "ingress-nginx's --annotations-prefix")
+			fs.StringVar(&opts.CheckURL, "check-url", ingressconvert.DefaultCheckURL, "the check endpoint's base URL, for the auth-url annotation")
+			failureMode := fs.String("failure-mode", "", "failureMode of the policies: Open or Closed (default: unset, the API's Open)")
+			return func() (err error) {
+				opts.IgnoreIngressNamespace = !*fromIngress
+				if opts.IgnoreIngressNamespace && opts.Namespace == "" {
+					return errors.New("--namespace-from-ingress=false needs --namespace")
+				}
+				opts.FailureMode, err = conversion.ParseFailureMode(*failureMode, true)
+				return err
 			}
-			stdinRead = true
-			data, err = io.ReadAll(os.Stdin)
-		} else {
-			data, err = os.ReadFile(name) //nolint:gosec // reading the files the user names is the command's job
-		}
-		if err != nil {
-			return err
-		}
-		inputs = append(inputs, ingressconvert.File{Name: name, Data: data})
+		},
+		AllowPartial:   "write the policies and exit 0 even when something cannot be converted (an Ingress with an error gets no policy)",
+		NoFiles:        "no Ingress manifests given (name files, or - for standard input)",
+		Stdin:          true,
+		PartialRefused: "nothing written: some Ingresses cannot be converted exactly, or at all (see above); --allow-partial writes the policies of those that convert",
+		Convert: func(files []conversion.File) conversion.Outcome {
+			res := ingressconvert.Convert(files, opts)
+			return conversion.Outcome{
+				Reports: reportLines(res.Reports),
+				Worst:   res.Worst(),
+				Write:   func(w io.Writer) error { return ingressconvert.WriteYAML(w, res.Policies) },
+				Summary: fmt.Sprintf("manager convert: %d Ingresses read, %d policies written. Through auth-url, Sluice's denials reach clients as 403 "+
+					"(nginx answered limit_req's with the ConfigMap's limit-req-status-code, 503 by default); "+
+					"config/examples/ingress-nginx/ingress-429.yaml answers 429 instead, or any status its snippet returns.", res.Ingresses, len(res.Policies)),
+			}
+		},
 	}
-	res := ingressconvert.Convert(inputs, opts)
-	for _, r := range res.Reports {
-		fmt.Fprintln(os.Stderr, r)
-	}
-	if worst := res.Worst(); worst > ingressconvert.Note && !*allowPartial {
-		return errors.New("nothing written: some Ingresses cannot be converted exactly, or at all (see above); --allow-partial writes the policies of those that convert")
-	}
-	var out bytes.Buffer
-	if err := ingressconvert.WriteYAML(&out, res.Policies); err != nil {
-		return err
-	}
-	if _, err := io.Copy(os.Stdout, &out); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "manager convert: %d Ingresses read, %d policies written. Through auth-url, Sluice's denials reach clients as 403 "+
-		"(nginx answered limit_req's with the ConfigMap's limit-req-status-code, 503 by default); "+
-		"config/examples/ingress-nginx/ingress-429.yaml answers 429 instead, or any status its snippet returns.\n", res.Ingresses, len(res.Policies))
-	return nil
 }
 
-// parseInterleaved parses flags that may follow the files too
-// (manager convert envoy-ratelimit a.yaml --namespace x).
-// Everything after "--" is a file.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var files, rest []string
-	if i := slices.Index(args, "--"); i >= 0 {
-		args, rest = args[:i], args[i+1:]
+// reportLines prints each report as the converters format it.
+func reportLines[R fmt.Stringer](reports []R) []string {
+	out := make([]string, len(reports))
+	for i, r := range reports {
+		out[i] = r.String()
 	}
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			files = append(files, args[0])
-			args = args[1:]
-		}
-	}
-	return append(files, rest...), nil
+	return out
 }

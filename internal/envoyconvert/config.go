@@ -10,14 +10,13 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/internal/conversion"
 )
 
-// File is one envoyproxy/ratelimit configuration file.
-type File struct {
-	// Name is how reports name the file.
-	Name string
-	Data []byte
-}
+// File is one envoyproxy/ratelimit configuration file (Name is how
+// reports name it).
+type File = conversion.File
 
 // config is one parsed file.
 type config struct {

@@ -9,15 +9,14 @@ import (
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/sluice-dev/sluice/internal/conversion"
 )
 
 // File is one input: YAML or JSON holding Ingress manifests, several
-// documents, or a List (as `kubectl get ingress -A -o yaml` writes).
-type File struct {
-	// Name is how reports name the file ("-" for standard input).
-	Name string
-	Data []byte
-}
+// documents, or a List (as `kubectl get ingress -A -o yaml` writes); Name
+// is how reports name it ("-" for standard input).
+type File = conversion.File
 
 // ingress is what the conversion reads of one Ingress manifest.
 type ingress struct {
