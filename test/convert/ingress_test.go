@@ -23,6 +23,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 	"github.com/sluice-dev/sluice/webhook"
@@ -252,10 +253,6 @@ var limitSteps = []limitStep{
 // address: the answers must be the same, step by step, and nginx's must
 // be what limit_req's arithmetic says.
 func TestIngressNginxDecidesAsLimitReq(t *testing.T) {
-	nginx, err := exec.LookPath("nginx")
-	if err != nil {
-		t.Fatal("nginx is not on PATH: run `make test` (hack/install-deps.sh installs the packages the tests run) or `apt-get install nginx`")
-	}
 	src := filepath.Join("testdata", "ingress-shop.yaml")
 	raw, err := os.ReadFile(src)
 	if err != nil {
@@ -297,11 +294,9 @@ func TestIngressNginxDecidesAsLimitReq(t *testing.T) {
 	upstream := strings.TrimPrefix(app.URL, "http://")
 
 	nativePort, sluicePort := systest.FreePort(t), systest.FreePort(t)
-	conf := nginxConf(t, filepath.Join(dir, "nginx"), &ing, nativePort, sluicePort, upstream, checkAddr,
+	conf := nginxHTTP(t, &ing, nativePort, sluicePort, upstream, checkAddr,
 		strings.Replace(string(authURL[1]), "http://sluice-check.sluice-system.svc.cluster.local:8080", "http://"+checkAddr, 1))
-	proc := systest.Start(t, dir, "nginx", nil, nginx, "-e", "stderr", "-p", filepath.Join(dir, "nginx"), "-c", conf)
-	proc.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(nativePort), 10*time.Second)
-	proc.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(sluicePort), 10*time.Second)
+	nginxtest.Start(t, dir, conf, nativePort, sluicePort)
 
 	clients := map[string]*http.Client{}
 	for _, st := range limitSteps {
@@ -392,17 +387,14 @@ func answer(t *testing.T, c *http.Client, url, host string, deny int) byte {
 	return '?'
 }
 
-// nginxConf writes the nginx configuration and returns its path. The
-// first server is ingress-nginx's rendering of the Ingress's rate limits
-// (nginx.tmpl's geo, map and limit_req_zone lines, buildRateLimit's
-// limit_req lines in each location, limit_req_status from the ConfigMap's
-// default), the second its rendering of auth-url (as test/e2e renders it).
-// Both have ingress-nginx's locations for the Ingress's Prefix paths.
-func nginxConf(t *testing.T, prefix string, ing *networkingv1.Ingress, nativePort, sluicePort int, upstream, checkAddr, authURL string) string {
+// nginxHTTP is the nginx configuration's http block. The first server is
+// ingress-nginx's rendering of the Ingress's rate limits (nginx.tmpl's
+// geo, map and limit_req_zone lines, buildRateLimit's limit_req lines in
+// each location, limit_req_status from the ConfigMap's default), the
+// second its rendering of auth-url (nginxtest's, as test/e2e's). Both have
+// ingress-nginx's locations for the Ingress's Prefix paths.
+func nginxHTTP(t *testing.T, ing *networkingv1.Ingress, nativePort, sluicePort int, upstream, checkAddr, authURL string) string {
 	t.Helper()
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	ann := func(name string) string { return ing.Annotations["nginx.ingress.kubernetes.io/"+name] }
 	num := func(name string, def int) int {
 		n, err := strconv.Atoi(ann(name))
@@ -417,27 +409,11 @@ func nginxConf(t *testing.T, prefix string, ing *networkingv1.Ingress, nativePor
 	zone := ing.Namespace + "_" + ing.Name + "_uid"
 	var limits []string
 	var b strings.Builder
-	if os.Geteuid() == 0 {
-		b.WriteString("user root;\n")
-	}
-	fmt.Fprintf(&b, `worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log stderr notice;
-events { worker_connections 256; }
-http {
-	access_log %[1]s/access.log;
-	client_body_temp_path %[1]s/client_body;
-	proxy_temp_path %[1]s/proxy;
-	fastcgi_temp_path %[1]s/fastcgi;
-	uwsgi_temp_path %[1]s/uwsgi;
-	scgi_temp_path %[1]s/scgi;
-	server_tokens off;
-	limit_req_status 503;
+	fmt.Fprintf(&b, `	limit_req_status 503;
 
-	geo $remote_addr $whitelist_%[2]s {
+	geo $remote_addr $whitelist_%[1]s {
 		default 0;
-`, prefix, id)
+`, id)
 	for _, cidr := range strings.Split(ann("limit-whitelist"), ",") {
 		if cidr = strings.TrimSpace(cidr); cidr != "" {
 			fmt.Fprintf(&b, "\t\t%s 1;\n", cidr)
@@ -475,37 +451,14 @@ http {
 		listen 127.0.0.1:%d;
 		server_name %s;
 
-		location = /_external-auth-Lw-Prefix {
-			internal;
-			proxy_pass_request_body     off;
-			proxy_set_header            Content-Length          "";
-			proxy_set_header            X-Forwarded-Proto       "";
-			proxy_set_header            X-Request-ID            $request_id;
-			proxy_set_header            Host                    %s;
-			proxy_set_header            X-Original-URL          $scheme://$http_host$request_uri;
-			proxy_set_header            X-Original-Method       $request_method;
-			proxy_set_header            X-Sent-From             "nginx-ingress-controller";
-			proxy_set_header            X-Real-IP               $remote_addr;
-			proxy_set_header            X-Forwarded-For         $remote_addr;
-			proxy_set_header            X-Auth-Request-Redirect $request_uri;
-			proxy_buffering             off;
-			proxy_http_version          1.1;
-			proxy_pass_request_headers  on;
-			set $target %s;
-			proxy_pass $target;
-		}
-`, sluicePort, host, checkAddr, authURL)
+`, sluicePort, host)
+	b.WriteString(nginxtest.AuthLocation(checkAddr, authURL))
 	for _, l := range locations {
-		fmt.Fprintf(&b, "\t\tlocation %s {\n\t\t\tset $namespace %q;\n\t\t\tauth_request /_external-auth-Lw-Prefix;\n\t\t\tproxy_pass http://%s;\n\t\t}\n", l, ing.Namespace, upstream)
+		fmt.Fprintf(&b, "\t\tlocation %s {\n\t\t\tset $namespace %q;\n\t\t\tauth_request %s;\n\t\t\tproxy_pass http://%s;\n\t\t}\n", l, ing.Namespace, nginxtest.AuthPath, upstream)
 	}
-	b.WriteString("\t}\n}\n")
-	file := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("nginx.conf:\n%s", b.String())
+	b.WriteString("\t}\n")
 	if !slices.Contains(strings.Fields(b.String()), "nodelay;") {
 		t.Fatal("no limit_req rendered")
 	}
-	return file
+	return b.String()
 }

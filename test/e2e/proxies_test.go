@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
@@ -95,39 +96,9 @@ func (s nginxServer) render(checkAddr string) string {
 	if serverName == "" {
 		serverName = "_"
 	}
-	fmt.Fprintf(&b, `
-	server {
-		listen 127.0.0.1:%d;
-		server_name %s;
-
-		location = /_external-auth-Lw-Prefix {
-			internal;
-			proxy_pass_request_body     off;
-			proxy_set_header            Content-Length          "";
-			proxy_set_header            X-Forwarded-Proto       "";
-			proxy_set_header            X-Request-ID            $request_id;
-			proxy_set_header            Host                    %s;
-			proxy_set_header            X-Original-URL          $scheme://$http_host$request_uri;
-			proxy_set_header            X-Original-Method       $request_method;
-			proxy_set_header            X-Sent-From             "nginx-ingress-controller";
-			proxy_set_header            X-Real-IP               $remote_addr;
-			proxy_set_header            X-Forwarded-For         $remote_addr;
-			proxy_set_header            X-Auth-Request-Redirect $request_uri;
-			proxy_buffering             off;
-			proxy_buffer_size           4k;
-			proxy_buffers               4 4k;
-			proxy_request_buffering     on;
-			proxy_http_version          1.1;
-			proxy_pass_request_headers  on;
-			client_max_body_size        1m;
-			set $target %s;
-			proxy_pass $target;
-		}
-
-		location / {
-			set $namespace %q;
-			auth_request /_external-auth-Lw-Prefix;
-`, s.port, serverName, checkAddr, authURL, s.namespace)
+	fmt.Fprintf(&b, "\n\tserver {\n\t\tlisten 127.0.0.1:%d;\n\t\tserver_name %s;\n\n", s.port, serverName)
+	b.WriteString(nginxtest.AuthLocation(checkAddr, authURL))
+	fmt.Fprintf(&b, "\n\t\tlocation / {\n\t\t\tset $namespace %q;\n\t\t\tauth_request %s;\n", s.namespace, nginxtest.AuthPath)
 	for i, h := range s.example.responseHeaders {
 		fmt.Fprintf(&b, "\t\t\tauth_request_set $authHeader%d %s;\n\t\t\tproxy_set_header '%s' $authHeader%d;\n", i, nginxVar(h), h, i)
 	}
@@ -159,51 +130,21 @@ func indent(s, prefix string) string {
 // foreground) with the servers, on loopback.
 func startNginx(t *testing.T, dir, checkAddr string, servers ...nginxServer) *systest.Proc {
 	t.Helper()
-	bin := requireCommand(t, "nginx", "nginx")
-	prefix := filepath.Join(dir, "nginx")
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var conf strings.Builder
-	if os.Geteuid() == 0 {
-		// Workers would switch to nobody, who cannot enter the test's
-		// private temporary directory.
-		conf.WriteString("user root;\n")
-	}
-	fmt.Fprintf(&conf, `worker_processes 1;
-daemon off;
-pid %[1]s/nginx.pid;
-error_log stderr notice;
-events { worker_connections 256; }
-http {
-	access_log %[1]s/access.log;
-	client_body_temp_path %[1]s/client_body;
-	proxy_temp_path %[1]s/proxy;
-	fastcgi_temp_path %[1]s/fastcgi;
-	uwsgi_temp_path %[1]s/uwsgi;
-	scgi_temp_path %[1]s/scgi;
-	server_tokens off;
-`, prefix)
+	var http strings.Builder
 	ports := map[int]bool{}
+	var listen []int
 	for _, s := range servers {
-		conf.WriteString(s.render(checkAddr))
-		if s.hostname != "" && !ports[s.port] {
-			// ingress-nginx's default server: hosts no Ingress names get 404.
-			fmt.Fprintf(&conf, "\tserver {\n\t\tlisten 127.0.0.1:%d default_server;\n\t\tserver_name _;\n\t\treturn 404;\n\t}\n", s.port)
+		http.WriteString(s.render(checkAddr))
+		if !ports[s.port] {
+			if s.hostname != "" {
+				// ingress-nginx's default server: hosts no Ingress names get 404.
+				fmt.Fprintf(&http, "\tserver {\n\t\tlisten 127.0.0.1:%d default_server;\n\t\tserver_name _;\n\t\treturn 404;\n\t}\n", s.port)
+			}
+			listen = append(listen, s.port)
 		}
 		ports[s.port] = true
 	}
-	conf.WriteString("}\n")
-	confFile := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(confFile, []byte(conf.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("nginx.conf:\n%s", conf.String())
-	p := systest.Start(t, dir, "nginx", nil, bin, "-e", "stderr", "-p", prefix, "-c", confFile)
-	for _, s := range servers {
-		p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second)
-	}
-	return p
+	return nginxtest.Start(t, dir, http.String(), listen...)
 }
 
 // startCaddy runs config/examples/caddy/Caddyfile as it is, its
