@@ -14,7 +14,7 @@ import (
 // TestControllerRoleIsLeastPrivilege lists what the controller's
 // ClusterRole allows and fails on anything beyond reading policies,
 // writing their status, recording Events, holding its Lease and reading
-// Gateways and HTTPRoutes (for targetRefs). A new
+// Gateways, HTTPRoutes and Namespaces (for targetRefs). A new
 // permission must be added here on purpose, with a reason.
 func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("rbac", "role.yaml"))
@@ -33,6 +33,9 @@ func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 		"coordination.k8s.io/leases:create,delete,get,list,patch,update,watch": "hold the leader-election Lease",
 		"gateway.networking.k8s.io/gateways:get,list,watch":                    "resolve targetRefs to Gateways (read only)",
 		"gateway.networking.k8s.io/httproutes:get,list,watch":                  "resolve targetRefs to HTTPRoutes and their precedence (read only)",
+		// Labels only: a listener's allowedRoutes.namespaces.selector
+		// decides which namespaces' routes attach to it.
+		"/namespaces:get,list,watch": "decide which namespaces' routes a listener accepts (read only)",
 	}
 	seen := map[string]bool{}
 	for _, rule := range role.Rules {

@@ -7,11 +7,18 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
@@ -32,6 +39,38 @@ const (
 
 const gatewayGroup = gatewayv1.GroupName
 
+// watchGatewayAPI adds the watches of targeted policies to b: a change to
+// any Gateway or HTTPRoute (its status.parents included) reconciles every
+// policy with targetRefs, so a route's edit reaches enforcement as a
+// policy's does (other routes' edits can change which requests a targeted
+// route receives); so does a change to a Namespace's labels, which
+// listeners' allowedRoutes.namespaces.selector read.
+func (r *Reconciler) watchGatewayAPI(mgr ctrl.Manager, b *builder.Builder) *builder.Builder {
+	if r.Targets == nil {
+		r.Targets = &TargetResolver{Client: mgr.GetClient()}
+	}
+	return b.Watches(&gatewayv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies)).
+		Watches(&gatewayv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies), builder.WithPredicates(predicate.LabelChangedPredicate{}))
+}
+
+// targetingPolicies are the policies with targetRefs, for a Gateway or
+// HTTPRoute event.
+func (r *Reconciler) targetingPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list ratelimitv1alpha1.RateLimitPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "list policies for a Gateway API change")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if p := &list.Items[i]; len(p.Spec.TargetRefs) > 0 {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
+	}
+	return out
+}
+
 // Resolution is what a policy's targetRefs resolve to: the routing its
 // matcher compiles, the ancestor statuses, and the targets not found.
 type Resolution struct {
@@ -46,12 +85,6 @@ type Resolution struct {
 // targetRefs.
 type TargetResolver struct {
 	Client client.Reader
-}
-
-// gatewayRef is one Gateway and the listener a reference names ("": all).
-type gatewayRef struct {
-	key      types.NamespacedName
-	listener string
 }
 
 // Resolve resolves p's targetRefs; a policy without them resolves to nil
@@ -91,8 +124,12 @@ func (r *TargetResolver) Resolve(ctx context.Context, p *ratelimitv1alpha1.RateL
 				continue
 			}
 			targetRoutes[key] = append(targetRoutes[key], section)
-			for _, g := range parentGateways(&route) {
-				addGateway(g.key)
+			parents := parentGateways(&route)
+			if len(parents) == 0 {
+				res.unattached(key, "HTTPRoute "+key.String()+" names no Gateway in its parentRefs: it receives no requests")
+			}
+			for _, g := range parents {
+				addGateway(g)
 			}
 		case "Gateway":
 			var gw gatewayv1.Gateway
@@ -116,6 +153,7 @@ func (r *TargetResolver) Resolve(ctx context.Context, p *ratelimitv1alpha1.RateL
 		if err != nil {
 			return nil, err
 		}
+		att := newAttacher(r.Client)
 		for _, g := range gateways {
 			var gw gatewayv1.Gateway
 			if err := r.Client.Get(ctx, g, &gw); err != nil {
@@ -125,9 +163,13 @@ func (r *TargetResolver) Resolve(ctx context.Context, p *ratelimitv1alpha1.RateL
 				res.ancestor(g, metav1.ConditionFalse, ReasonTargetNotFound, "Gateway "+g.String()+", a parent of the targeted route, not found")
 				continue
 			}
-			table := routeTable(&gw, routes[g], targetRoutes)
+			table, unattached, err := routeTable(ctx, att, &gw, routes[g], targetRoutes)
+			if err != nil {
+				return nil, err
+			}
 			if !slices.ContainsFunc(table.Entries, func(e policy.RouteEntry) bool { return e.Targeted }) {
-				res.ancestor(g, metav1.ConditionFalse, ReasonTargetInvalid, "no targeted route is attached to this Gateway's listeners (hostnames or sectionName do not match)")
+				res.ancestor(g, metav1.ConditionFalse, ReasonTargetInvalid,
+					truncate("no targeted route is attached to this Gateway, so the policy applies to none of its requests: "+strings.Join(unattached, "; "), 32768))
 				continue
 			}
 			res.Routes.Tables = append(res.Routes.Tables, table)
@@ -172,6 +214,17 @@ func (res *Resolution) ancestor(g types.NamespacedName, status metav1.ConditionS
 	})
 }
 
+// unattached reports a targeted route that attaches to no Gateway, with
+// the route as the ancestor: there is no Gateway to name.
+func (res *Resolution) unattached(route types.NamespacedName, msg string) {
+	group, kind, ns := gatewayv1.Group(gatewayGroup), gatewayv1.Kind("HTTPRoute"), gatewayv1.Namespace(route.Namespace)
+	res.Ancestors = append(res.Ancestors, gatewayv1.PolicyAncestorStatus{
+		AncestorRef:    gatewayv1.ParentReference{Group: &group, Kind: &kind, Namespace: &ns, Name: gatewayv1.ObjectName(route.Name)},
+		ControllerName: ControllerName,
+		Conditions:     []metav1.Condition{acceptedCondition(0, metav1.ConditionFalse, ReasonTargetInvalid, msg)},
+	})
+}
+
 func acceptedCondition(generation int64, status metav1.ConditionStatus, reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: string(gatewayv1.PolicyConditionAccepted), Status: status, Reason: reason, Message: msg, ObservedGeneration: generation}
 }
@@ -184,75 +237,74 @@ func hasRule(route *gatewayv1.HTTPRoute, name string) bool {
 	return slices.ContainsFunc(route.Spec.Rules, func(r gatewayv1.HTTPRouteRule) bool { return r.Name != nil && string(*r.Name) == name })
 }
 
-// parentGateways are the Gateways a route attaches to.
-func parentGateways(route *gatewayv1.HTTPRoute) []gatewayRef {
-	var out []gatewayRef
+// parentGateways are the Gateways a route's parentRefs name.
+func parentGateways(route *gatewayv1.HTTPRoute) []types.NamespacedName {
+	var out []types.NamespacedName
 	for _, ref := range route.Spec.ParentRefs {
-		if ref.Group != nil && *ref.Group != gatewayGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
-			continue
+		if g, ok := parentGateway(route.Namespace, ref); ok && !slices.Contains(out, g) {
+			out = append(out, g)
 		}
-		ns := route.Namespace
-		if ref.Namespace != nil {
-			ns = string(*ref.Namespace)
-		}
-		g := gatewayRef{key: types.NamespacedName{Namespace: ns, Name: string(ref.Name)}}
-		if ref.SectionName != nil {
-			g.listener = string(*ref.SectionName)
-		}
-		out = append(out, g)
 	}
 	return out
 }
 
-// attachedRoute is one route attached to a Gateway, through some of its
-// listeners ("" among them: all).
-type attachedRoute struct {
-	route     *gatewayv1.HTTPRoute
-	listeners []string
+// parentGateway is the Gateway a parentRef of a route in namespace ns
+// names; ok is false for other kinds of parent.
+func parentGateway(ns string, ref gatewayv1.ParentReference) (types.NamespacedName, bool) {
+	if ref.Group != nil && *ref.Group != gatewayGroup || ref.Kind != nil && *ref.Kind != "Gateway" {
+		return types.NamespacedName{}, false
+	}
+	if ref.Namespace != nil {
+		ns = string(*ref.Namespace)
+	}
+	return types.NamespacedName{Namespace: ns, Name: string(ref.Name)}, true
 }
 
-// routesByGateway lists every HTTPRoute of the cluster by the Gateways it
-// attaches to: the precedence of a targeted route's matches depends on
+// routesByGateway lists every HTTPRoute of the cluster by the Gateways its
+// parentRefs name: the precedence of a targeted route's matches depends on
 // the other routes of its Gateways, whoever owns them.
-func (r *TargetResolver) routesByGateway(ctx context.Context) (map[types.NamespacedName][]attachedRoute, error) {
+func (r *TargetResolver) routesByGateway(ctx context.Context) (map[types.NamespacedName][]*gatewayv1.HTTPRoute, error) {
 	var list gatewayv1.HTTPRouteList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	out := map[types.NamespacedName][]attachedRoute{}
+	out := map[types.NamespacedName][]*gatewayv1.HTTPRoute{}
 	for i := range list.Items {
 		route := &list.Items[i]
 		for _, g := range parentGateways(route) {
-			routes := out[g.key]
-			if j := slices.IndexFunc(routes, func(a attachedRoute) bool { return a.route == route }); j >= 0 {
-				routes[j].listeners = append(routes[j].listeners, g.listener)
-				continue
-			}
-			out[g.key] = append(routes, attachedRoute{route: route, listeners: []string{g.listener}})
+			out[g] = append(out[g], route)
 		}
 	}
 	return out, nil
 }
 
 // routeTable is a Gateway's routing: every match of every rule of every
-// attached route, with its hostnames narrowed by the listeners it attaches
-// through, ordered by route age and name, then rule and match order.
-func routeTable(gw *gatewayv1.Gateway, routes []attachedRoute, targets map[types.NamespacedName][]string) policy.RouteTable {
-	slices.SortFunc(routes, func(a, b attachedRoute) int {
-		if c := a.route.CreationTimestamp.Compare(b.route.CreationTimestamp.Time); c != 0 {
+// route attached to it, with its hostnames narrowed by the listeners that
+// accept it, ordered by route age and name, then rule and match order.
+// unattached says why each targeted route that names the Gateway is not
+// attached to it.
+func routeTable(ctx context.Context, att *attacher, gw *gatewayv1.Gateway, routes []*gatewayv1.HTTPRoute, targets map[types.NamespacedName][]string) (table policy.RouteTable, unattached []string, err error) {
+	slices.SortFunc(routes, func(a, b *gatewayv1.HTTPRoute) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
-		return strings.Compare(a.route.Namespace+"/"+a.route.Name, b.route.Namespace+"/"+b.route.Name)
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	table := policy.RouteTable{Gateway: gw.Namespace + "/" + gw.Name}
-	for rank, a := range routes {
-		route := a.route
-		hostnames, attached := effectiveHostnames(gw, a.listeners, route.Spec.Hostnames)
-		if !attached {
-			continue
-		}
+	table = policy.RouteTable{Gateway: gw.Namespace + "/" + gw.Name}
+	for rank, route := range routes {
 		key := types.NamespacedName{Namespace: route.Namespace, Name: route.Name}
 		sections, isTarget := targets[key]
+		a, err := att.attach(ctx, gw, route)
+		if err != nil {
+			return table, nil, err
+		}
+		if len(a.listeners) == 0 {
+			if isTarget {
+				unattached = append(unattached, "HTTPRoute "+key.String()+": "+strings.Join(a.why, "; "))
+			}
+			continue
+		}
+		hostnames := effectiveHostnames(gw, a.listeners, route.Spec.Hostnames)
 		for ri, rule := range route.Spec.Rules {
 			ruleName := strconv.Itoa(ri)
 			if rule.Name != nil {
@@ -272,7 +324,7 @@ func routeTable(gw *gatewayv1.Gateway, routes []attachedRoute, targets map[types
 			}
 		}
 	}
-	return table
+	return table, unattached, nil
 }
 
 // routeEntry translates one HTTPRouteMatch, with Gateway API's defaults.
@@ -322,43 +374,35 @@ func listenerTable(gw *gatewayv1.Gateway, sections []string) policy.RouteTable {
 }
 
 // effectiveHostnames intersects a route's hostnames with those of the
-// listeners it attaches through (all of the Gateway's when a reference
-// names none). attached is false when no hostname is left: the route is
-// not attached there. An empty list means any host.
-func effectiveHostnames(gw *gatewayv1.Gateway, listeners []string, routeHosts []gatewayv1.Hostname) (hosts []string, attached bool) {
-	anyHost := false
+// listeners that accept it (attacher.attach has found each of them to
+// share a host with the route). An empty list means any host.
+func effectiveHostnames(gw *gatewayv1.Gateway, listeners []string, routeHosts []gatewayv1.Hostname) []string {
+	var hosts []string
 	for _, l := range gw.Spec.Listeners {
-		if !slices.Contains(listeners, "") && !slices.Contains(listeners, string(l.Name)) {
-			continue
-		}
-		if l.Protocol != gatewayv1.HTTPProtocolType && l.Protocol != gatewayv1.HTTPSProtocolType {
+		if !slices.Contains(listeners, string(l.Name)) {
 			continue
 		}
 		if l.Hostname == nil {
 			if len(routeHosts) == 0 {
-				anyHost = true
+				return nil // any host
 			}
 			for _, h := range routeHosts {
 				hosts = appendUnique(hosts, string(h))
 			}
-			attached = true
 			continue
 		}
 		lh := string(*l.Hostname)
 		if len(routeHosts) == 0 {
-			hosts, attached = appendUnique(hosts, lh), true
+			hosts = appendUnique(hosts, lh)
 			continue
 		}
 		for _, h := range routeHosts {
 			if in, ok := intersectHostname(lh, string(h)); ok {
-				hosts, attached = appendUnique(hosts, in), true
+				hosts = appendUnique(hosts, in)
 			}
 		}
 	}
-	if anyHost {
-		return nil, attached
-	}
-	return hosts, attached
+	return hosts
 }
 
 // intersectHostname is the more specific of two hostnames when one

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -72,20 +71,13 @@ type LastGood = policy.LastGood[types.NamespacedName, policytable.Entry]
 func NewLastGood() *LastGood { return policy.NewLastGood[types.NamespacedName, policytable.Entry]() }
 
 // SetupWithManager registers the reconciler. Status-only updates (our own
-// patches) do not trigger a reconcile.
-// When the cluster serves Gateway API, a change to any Gateway or
-// HTTPRoute reconciles every policy with targetRefs: a route's edit
-// reaches enforcement as a policy's does (other routes' edits can change
-// which requests a targeted route receives).
+// patches) do not trigger a reconcile. When the cluster serves Gateway
+// API, the Gateway API objects are watched too (watchGatewayAPI).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if GatewayAPIInstalled(mgr.GetRESTMapper()) {
-		if r.Targets == nil {
-			r.Targets = &TargetResolver{Client: mgr.GetClient()}
-		}
-		b = b.Watches(&gatewayv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies)).
-			Watches(&gatewayv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.targetingPolicies))
+		b = r.watchGatewayAPI(mgr, b)
 	}
 	return b.Named("ratelimitpolicy").
 		WithOptions(controller.Options{
@@ -106,23 +98,6 @@ func GatewayAPIInstalled(mapper apimeta.RESTMapper) bool {
 		}
 	}
 	return true
-}
-
-// targetingPolicies are the policies with targetRefs, for a Gateway or
-// HTTPRoute event.
-func (r *Reconciler) targetingPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
-	var list ratelimitv1alpha1.RateLimitPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
-		logf.FromContext(ctx).Error(err, "list policies for a Gateway API change")
-		return nil
-	}
-	var out []reconcile.Request
-	for i := range list.Items {
-		if p := &list.Items[i]; len(p.Spec.TargetRefs) > 0 {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-		}
-	}
-	return out
 }
 
 // Reconcile brings one policy's table entry and status in line with its spec.

@@ -108,12 +108,19 @@ func start(t *testing.T) *cluster {
 	return &cluster{client: env.Client, checkURL: ts.URL}
 }
 
-// The two scenarios share one API server and controller.
+// The scenarios share one API server and controller (attachment_test.go
+// has those of Gateway API's attachment rules).
 func TestTargetedPolicies(t *testing.T) {
 	c := start(t)
 	t.Run("HTTPRoute", func(t *testing.T) { policyTargetingAnHTTPRoute(t, c.in(t, "shop")) })
 	t.Run("rule", func(t *testing.T) { policyTargetingOneRule(t, c.in(t, "team")) })
 	t.Run("listener", func(t *testing.T) { policyTargetingAListener(t, c.in(t, "edge")) })
+	t.Run("allowedRoutes.namespaces", func(t *testing.T) {
+		routeFromAnotherNamespace(t, c.in(t, "shared-gateway"), c.in(t, "app"))
+	})
+	t.Run("sectionName and port", func(t *testing.T) { sectionNameAndPort(t, c.in(t, "ports")) })
+	t.Run("listener refusals", func(t *testing.T) { listenerRefusals(t, c.in(t, "refusals")) })
+	t.Run("status.parents", func(t *testing.T) { refusedByTheImplementation(t, c.in(t, "impl")) })
 }
 
 // apply creates or updates objects from YAML documents.
