@@ -101,6 +101,9 @@ type wiring struct {
 	// failStatus is what the client gets when Sluice cannot be reached.
 	failStatus int
 	port       int
+	// steps are what the example's policies decide of its client's
+	// requests, in order.
+	steps []wiringStep
 }
 
 // obj is an object of Envoy's configuration.
@@ -308,10 +311,16 @@ func TestGatewayAPIWiring(t *testing.T) {
 		w.start(t, dir, &route, appAddr)
 	}
 	for _, w := range extAuth {
-		t.Run(w.name, func(t *testing.T) { testExtAuthWiring(t, w, app) })
+		w.steps = extAuthSteps(w.clientHeaders)
 	}
-	t.Run(egRL.name, func(t *testing.T) { testEnvoyGatewayRateLimit(t, egRL, app) })
-	t.Run(istioRL.name, func(t *testing.T) { testIstioRateLimit(t, istioRL, app) })
+	egRL.steps, istioRL.steps = envoyGatewayRateLimitSteps, istioRateLimitSteps
+	for _, w := range all {
+		t.Run(w.name, func(t *testing.T) {
+			for _, s := range w.steps {
+				w.run(t, app, s)
+			}
+		})
+	}
 
 	// What each example says happens when Sluice cannot be reached: the
 	// ext_authz examples fail closed with 403 (failOpen: false), Envoy
@@ -342,61 +351,114 @@ func (w *wiring) start(t *testing.T, dir string, route *gatewayv1.HTTPRoute, app
 	runEnvoy(t, dir, strings.NewReplacer(".yaml", "", " ", "-").Replace(w.name)+".json", conf, w.port)
 }
 
-// testExtAuthWiring runs w's Envoy and sends policy.yaml's decisions
-// through it from w's client: three checkouts a minute, twenty requests a
-// minute on the whole route, denials with Sluice's 429, Retry-After and
-// headers, and only allowed requests reaching the application.
-func testExtAuthWiring(t *testing.T, w *wiring, app *upstream) {
-	base := "http://shop.example.com:" + strconv.Itoa(w.port)
+// wiringStep is n requests through an example's Envoy from its client,
+// and what must come of them: the statuses, only the allowed requests
+// reaching the application, and the last one denied by limit with
+// Sluice's 429, Retry-After and headers.
+type wiringStep struct {
+	method, path string
+	header       map[string]string
+	n            int
+	want         string // the statuses, as runs
+	// limit is the denial's "policy/limit", quota its quota in a window
+	// of window seconds.
+	limit         string
+	quota, window int
+	// once are headers the denial carries exactly once: Sluice's, not
+	// doubled by the gateway's own.
+	once []string
+	// problem: the denial's body is Sluice's problem+json.
+	problem bool
+	// allowedRateLimit, when set, says whether the first (allowed)
+	// response carries RateLimit.
+	allowedRateLimit *bool
+	// upstream, when set, is in the one RateLimit header of the
+	// application's last request.
+	upstream string
+}
+
+// extAuthSteps are policy.yaml's decisions, through any of the ext_authz
+// examples: three checkouts a minute, twenty requests a minute on the
+// whole route. Every example hands the backend the rate-limit headers of
+// an allowed request (headersToBackend, headersToUpstreamOnAllow,
+// allowedResponseHeaders, or the gRPC answer's headers).
+func extAuthSteps(clientHeaders bool) []wiringStep {
+	return []wiringStep{
+		{method: http.MethodPost, path: "/checkout/cart", n: 4, want: "[200 x3, 429 x1]",
+			limit: "checkout-per-client/minute", quota: 3, window: 60,
+			once: []string{"X-RateLimit-Limit", "RateLimit", "Retry-After"}, problem: true},
+		// The whole route: 20 a minute, three taken by the checkouts.
+		{method: http.MethodGet, path: "/api/items", n: 18, want: "[200 x17, 429 x1]",
+			limit: "api-per-client/minute", quota: 20, window: 60,
+			allowedRateLimit: &clientHeaders, upstream: `"api-per-client/minute";r=0`},
+	}
+}
+
+// envoyGatewayRateLimitSteps are the descriptors of
+// envoy-gateway-ratelimit.yaml: a bucket per client on each rule of the
+// route, 3 a minute on checkout (eg-checkout-per-client) and 20 on api
+// (eg-api-per-client), and Sluice's headers on the denial, once: the
+// example turns Envoy's own X-RateLimit-* off.
+var envoyGatewayRateLimitSteps = []wiringStep{
+	{method: http.MethodPost, path: "/checkout/cart", n: 4, want: "[200 x3, 429 x1]",
+		limit: "eg-checkout-per-client/minute", quota: 3, window: 60,
+		once: []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "Retry-After"}},
+	// The api rule has a bucket of its own: the checkouts took none of it.
+	{method: http.MethodGet, path: "/api/items", n: 21, want: "[200 x20, 429 x1]",
+		limit: "eg-api-per-client/minute", quota: 20, window: 60},
+}
+
+// istioRateLimitSteps are the descriptors of istio-ratelimit.yaml: 20
+// requests a minute per client (istio-per-client), and 5 a minute per
+// X-Api-Key (istio-per-api-key) beside it.
+var istioRateLimitSteps = []wiringStep{
+	{method: http.MethodGet, path: "/api/items", header: map[string]string{"X-Api-Key": "key-a"}, n: 6, want: "[200 x5, 429 x1]",
+		limit: "istio-per-api-key/minute", quota: 5, window: 60},
+	// The client's bucket counted the five allowed ones only.
+	{method: http.MethodGet, path: "/api/items", n: 16, want: "[200 x15, 429 x1]",
+		limit: "istio-per-client/minute", quota: 20, window: 60},
+}
+
+// run sends s's requests through w's Envoy from w's client and checks
+// what came of them.
+func (w *wiring) run(t *testing.T, app *upstream, s wiringStep) {
+	t.Helper()
+	url := "http://shop.example.com:" + strconv.Itoa(w.port) + s.path
 	c := from(w.clientIP)
-	post := func() response {
-		req, err := http.NewRequest(http.MethodPost, base+"/checkout/cart", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b := make([]byte, 4096)
-		n, _ := resp.Body.Read(b)
-		return response{status: resp.StatusCode, header: resp.Header, body: string(b[:n])}
-	}
 	before, _ := app.hits()
-	var codes []int
-	var last response
-	for range 4 {
-		last = post()
-		codes = append(codes, last.status)
+	codes := make([]int, s.n)
+	resps := make([]response, s.n)
+	for i := range s.n {
+		resps[i] = requestWith(t, c, s.method, url, s.header)
+		codes[i] = resps[i].status
 	}
-	if got := runsOf(codes); got != "[200 x3, 429 x1]" {
-		t.Errorf("POST /checkout/cart: %s, want [200 x3, 429 x1] (checkout-per-client)", got)
+	last := resps[s.n-1]
+	t.Logf("%s %s %v: %s; the last:\n%s", s.method, url, s.header, runsOf(codes), last.dump())
+	if got := runsOf(codes); got != s.want {
+		t.Errorf("%s %s: %s, want %s (%s)", s.method, s.path, got, s.want, s.limit)
 	}
-	checkDenial(t, last, "checkout-per-client/minute", 3, 60)
-	if !strings.Contains(last.body, `"status":429`) {
+	if after, _ := app.hits(); after-before != countOf(codes, http.StatusOK) {
+		t.Errorf("the application received %d requests, want %d (the allowed ones)", after-before, countOf(codes, http.StatusOK))
+	}
+	checkDenial(t, last, s.limit, s.quota, s.window)
+	if s.problem && !strings.Contains(last.body, `"status":429`) {
 		t.Errorf("the denial's body is not Sluice's problem+json:\n%s", last.dump())
 	}
-	if after, _ := app.hits(); after-before != 3 {
-		t.Errorf("the application received %d checkouts, want 3", after-before)
-	}
-	for _, h := range []string{"X-RateLimit-Limit", "RateLimit", "Retry-After"} {
+	for _, h := range s.once {
 		if got := last.header.Values(h); len(got) != 1 {
 			t.Errorf("the denial has %s %q, want Sluice's one", h, got)
 		}
 	}
-	// The whole route: 20 a minute, three taken by the checkouts.
-	resps := expectRuns(t, app, c, base+"/api/items", nil, 18, "[200 x17, 429 x1]")
-	checkDenial(t, resps[17], "api-per-client/minute", 20, 60)
-	if got := resps[0].header.Get("RateLimit"); (got != "") != w.clientHeaders {
-		t.Errorf("an allowed response carries RateLimit %q; want it: %v", got, w.clientHeaders)
+	if s.allowedRateLimit != nil {
+		if got := resps[0].header.Get("RateLimit"); (got != "") != *s.allowedRateLimit {
+			t.Errorf("an allowed response carries RateLimit %q; want it: %v", got, *s.allowedRateLimit)
+		}
 	}
-	// Every example hands the backend the rate-limit headers of an allowed
-	// request (headersToBackend, headersToUpstreamOnAllow,
-	// allowedResponseHeaders, or the gRPC answer's headers).
-	_, upstream := app.hits()
-	if got := upstream.Values("RateLimit"); len(got) != 1 || !strings.Contains(got[0], `"api-per-client/minute";r=0`) {
-		t.Errorf("the application's last request carried RateLimit %q, want Sluice's api-per-client/minute r=0", got)
+	if s.upstream != "" {
+		_, upstream := app.hits()
+		if got := upstream.Values("RateLimit"); len(got) != 1 || !strings.Contains(got[0], s.upstream) {
+			t.Errorf("the application's last request carried RateLimit %q, want Sluice's %s", got, s.upstream)
+		}
 	}
 }
 
@@ -809,19 +871,6 @@ func istioRateLimit(t *testing.T, docs []map[string]any, grpcAddr string) *wirin
 	return w
 }
 
-// testIstioRateLimit sends the descriptors of istio-ratelimit.yaml through
-// its Envoy: 20 requests a minute per client (istio-per-client), and 5 a
-// minute per X-Api-Key (istio-per-api-key) beside it.
-func testIstioRateLimit(t *testing.T, w *wiring, app *upstream) {
-	base := "http://shop.example.com:" + strconv.Itoa(w.port)
-	c := from(w.clientIP)
-	resps := expectRuns(t, app, c, base+"/api/items", map[string]string{"X-Api-Key": "key-a"}, 6, "[200 x5, 429 x1]")
-	checkDenial(t, resps[5], "istio-per-api-key/minute", 5, 60)
-	// The client's bucket counted the five allowed ones only.
-	resps = expectRuns(t, app, c, base+"/api/items", nil, 16, "[200 x15, 429 x1]")
-	checkDenial(t, resps[15], "istio-per-client/minute", 20, 60)
-}
-
 // envoyGatewayModule is the Envoy Gateway release whose translation the
 // tests reproduce, and whose own output they take where it is a file.
 const envoyGatewayModule = "github.com/envoyproxy/gateway@v1.9.1"
@@ -1070,46 +1119,4 @@ func envoyGatewayRateLimit(t *testing.T, docs []map[string]any, grpcAddr string,
 		},
 		clusters: []any{cluster},
 	}
-}
-
-// testEnvoyGatewayRateLimit sends the descriptors of
-// envoy-gateway-ratelimit.yaml through its Envoy: a bucket per client on
-// each rule of the route, 3 a minute on checkout (eg-checkout-per-client)
-// and 20 on api (eg-api-per-client), and Sluice's headers on the denial,
-// once: the example turns Envoy's own X-RateLimit-* off.
-func testEnvoyGatewayRateLimit(t *testing.T, w *wiring, app *upstream) {
-	base := "http://shop.example.com:" + strconv.Itoa(w.port)
-	c := from(w.clientIP)
-	before, _ := app.hits()
-	var codes []int
-	var last response
-	for range 4 {
-		req, err := http.NewRequest(http.MethodPost, base+"/checkout/cart", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		last = response{status: resp.StatusCode, header: resp.Header}
-		codes = append(codes, resp.StatusCode)
-	}
-	t.Logf("POST /checkout/cart: %s; the denial:\n%s", runsOf(codes), last.dump())
-	if got := runsOf(codes); got != "[200 x3, 429 x1]" {
-		t.Errorf("POST /checkout/cart: %s, want [200 x3, 429 x1] (eg-checkout-per-client)", got)
-	}
-	checkDenial(t, last, "eg-checkout-per-client/minute", 3, 60)
-	for _, h := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit", "Retry-After"} {
-		if got := last.header.Values(h); len(got) != 1 {
-			t.Errorf("the denial has %s %q, want Sluice's one", h, got)
-		}
-	}
-	if after, _ := app.hits(); after-before != 3 {
-		t.Errorf("the application received %d checkouts, want 3", after-before)
-	}
-	// The api rule has a bucket of its own: the checkouts took none of it.
-	resps := expectRuns(t, app, c, base+"/api/items", nil, 21, "[200 x20, 429 x1]")
-	checkDenial(t, resps[20], "eg-api-per-client/minute", 20, 60)
 }
