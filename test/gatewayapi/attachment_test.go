@@ -136,7 +136,7 @@ spec:
 	c.allowed(t, "from: Selector, the route's namespace unlabelled", "app.example")
 
 	c.labelNamespace(t, map[string]string{"gateway-access": "shared"})
-	c.limited(t, "from: Selector, the route's namespace labelled", "app.example")
+	c.limited(t, "from: Selector, the route's namespace labeled", "app.example")
 	c.waitAncestor(t, "app", gwc.ns, "shared", metav1.ConditionTrue)
 
 	c.labelNamespace(t, map[string]string{"gateway-access": "none"})

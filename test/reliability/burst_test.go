@@ -21,7 +21,7 @@ const (
 	bursts     = 100
 
 	// The bound the test holds a shared machine to. A check answered after
-	// the deadline by the failure mode is documented behaviour, and a
+	// the deadline by the failure mode is documented behavior, and a
 	// machine whose other tenants take the CPU for tens of milliseconds
 	// can push a burst's tail past it; the defect this test guards against
 	// is systematic (before the store's 8 flushers and its taking of
