@@ -11,6 +11,10 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.match) || !(has(self.match.hosts) || has(self.match.paths) || has(self.match.methods) || has(self.match.domain) || has(self.match.descriptor))",message="a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only",fieldPath=".match"
 // +kubebuilder:validation:XValidation:rule="!has(self.key) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? !self.key.matches('[{](client_ip|method|host|path|header:|query:)') : !self.key.contains('{descriptor'))",message="a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only, and an HTTP policy never from them: the other kind of request has no such values",fieldPath=".key"
 // +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.lease.units) >= self.lease.units)",message="lease.units must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a lease could never be taken",fieldPath=".lease.units"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.cost) || self.lease.units >= self.cost",message="lease.units must be at least cost: a lease serves whole requests",fieldPath=".lease.units"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge != 'Always'",message="a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.mode) || self.mode != 'Shadow'",message="a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy",fieldPath=".lease"
 type RateLimitPolicySpec struct {
 	// targetRefs attach the policy to Gateway API resources (direct policy
 	// attachment, GEP-713): an HTTPRoute, or one of its rules by
@@ -106,6 +110,38 @@ type RateLimitPolicySpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Response Response `json:"response,omitempty"`
+
+	// lease trades exactness for speed on hot keys: each check process
+	// takes units of a bucket from Redis a lease at a time and answers
+	// from memory until the lease is used up or expires. With P check
+	// processes, a bucket then admits at most its limit plus P × units in
+	// any window (units a process holds when a window ends are spent in
+	// the next), and answers' remaining figures are what the process
+	// knows. Unset: every request is decided by Redis exactly (the
+	// default). Checks against the memory store (manager local without
+	// Redis) are exact whatever this says.
+	// +optional
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// Lease is how much of a bucket a check process takes at once, and for
+// how long it may keep it.
+type Lease struct {
+	// units is how many units a process takes from each limit of a bucket
+	// per Redis call (fewer when fewer are left): the most one process can
+	// admit beyond the limit in a window. At least cost, at most the
+	// smallest limit's capacity.
+	// +required
+	Units Count `json:"units"`
+
+	// ttl is how long a process keeps a lease's units. Units not used by
+	// then are dropped, not returned, so they count against the bucket
+	// until it refills or its window ends: a short ttl loses less to a
+	// process that fell quiet. At most 1m. Defaults to "1s".
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || duration(self) <= duration('1m')",message="a lease's ttl must be at most 1m"
+	TTL Duration `json:"ttl,omitempty"`
 }
 
 // RequestMatch selects requests. Lists are alternatives (a request matches

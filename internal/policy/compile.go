@@ -31,6 +31,8 @@ type Policy struct {
 	// ChargeAlways: spec.charge is Always (every matching request is
 	// counted, over the limit if need be).
 	ChargeAlways bool
+	// Lease is spec.lease: zero when the policy is decided exactly.
+	Lease ratelimit.Lease
 	// DenyStatus is the policy's spec.response.denyStatus, 0 when unset
 	// (the check endpoint's profile then decides).
 	DenyStatus  int
@@ -95,6 +97,9 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 		errs = append(errs, checkDebt(limits, specPath)...)
 	}
 	p.Limits, p.Summary = limits, summary
+	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
+	errs = append(errs, lerrs...)
+	p.Lease = lease
 
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()

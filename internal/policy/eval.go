@@ -56,6 +56,7 @@ func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost 
 			Shadow: p.Shadow,
 
 			ChargeAlways: p.ChargeAlways,
+			Lease:        p.Lease,
 		})
 	}
 	return entries

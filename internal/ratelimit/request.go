@@ -45,6 +45,9 @@ type Entry struct {
 	// is never more than twice full; Limit.ValidateDebt bounds what that
 	// takes), and on a dry run nothing is written, as always.
 	ChargeAlways bool
+	// Lease, when enabled, lets a lease store (package lease) answer the
+	// entry from units it took from the bucket earlier; stores ignore it.
+	Lease Lease
 }
 
 // Request is the set of limits one incoming request is checked against.

@@ -59,6 +59,23 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			Expect(k8sClient.Create(ctx, policyFromSpec(namespace, spec))).To(Succeed())
 		},
 		Entry("a token bucket with defaults", tokenBucket10),
+		Entry("a lease on every algorithm, as large as the smallest capacity", `
+cost: 2
+lease: {units: 5, ttl: 1m}
+limits:
+- name: tb
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+- name: fw
+  fixedWindow: {limit: 100, window: 1m, alignment: Clock}
+- name: swl
+  slidingWindowLog: {limit: 5, window: 10s}
+- name: swc
+  slidingWindowCounter: {limit: 1000, window: 1h}
+- name: lb
+  leakyBucket: {capacity: 5, leakRate: 1, leakInterval: 500ms}
+- name: gcra
+  gcra: {rate: 10, period: 1s, burst: 20}
+`),
 		Entry("every algorithm in one policy", `
 limits:
 - name: tb
@@ -265,6 +282,34 @@ match:
 `+tokenBucket10, "spec.match.descriptor[0].key", "Required value"),
 		Entry("a deny status above 599", "response: {denyStatus: 600}\n"+tokenBucket10,
 			"spec.response.denyStatus", "should be less than or equal to 599"),
+		Entry("a lease larger than a limit", `
+lease: {units: 11}
+limits:
+- name: burst
+  tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
+- name: day
+  fixedWindow: {limit: 1000, window: 24h}
+`, "spec.lease.units", "lease.units must not exceed any limit's capacity"),
+		Entry("a lease larger than a gcra burst", `
+lease: {units: 3}
+limits:
+- name: smooth
+  gcra: {rate: 100, period: 1s, burst: 2}
+`, "spec.lease.units", "lease.units must not exceed any limit's capacity"),
+		Entry("a lease smaller than the cost", "cost: 3\nlease: {units: 2}\n"+tokenBucket10,
+			"spec.lease.units", "lease.units must be at least cost"),
+		Entry("a lease of no units", "lease: {units: 0}\n"+tokenBucket10,
+			"spec.lease.units", "should be greater than or equal to 1"),
+		Entry("a lease without units", "lease: {ttl: 1s}\n"+tokenBucket10,
+			"spec.lease.units", "Required value"),
+		Entry("a lease kept over a minute", "lease: {units: 2, ttl: 90s}\n"+tokenBucket10,
+			"spec.lease.ttl", "a lease's ttl must be at most 1m"),
+		Entry("a lease ttl without a unit", "lease: {units: 2, ttl: '5'}\n"+tokenBucket10,
+			"spec.lease.ttl", "must be a duration such as"),
+		Entry("a lease charged always", "charge: Always\nlease: {units: 2}\n"+tokenBucket10,
+			"spec.lease", "a lease cannot serve charge Always"),
+		Entry("a lease in shadow mode", "mode: Shadow\nlease: {units: 2}\n"+tokenBucket10,
+			"spec.lease", "a lease cannot serve mode Shadow"),
 	)
 
 	It("fills in the documented defaults", func() {
@@ -287,6 +332,14 @@ limits:
 		Expect(got.Spec.Response.Headers).To(Equal(ratelimitv1alpha1.HeaderStyleBoth))
 		Expect(got.Spec.Limits[0].LeakyBucket.LeakInterval).To(Equal(ratelimitv1alpha1.Duration("1s")))
 		Expect(got.Status.ObservedGeneration).To(Equal(int64(-1)), "a policy no controller has seen reports observedGeneration -1")
+	})
+
+	It("defaults a lease's ttl to 1s", func() {
+		u := policyFromSpec(namespace, "lease: {units: 3}\n"+tokenBucket10)
+		Expect(k8sClient.Create(ctx, u)).To(Succeed())
+		var got ratelimitv1alpha1.RateLimitPolicy
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(u), &got)).To(Succeed())
+		Expect(got.Spec.Lease).To(Equal(&ratelimitv1alpha1.Lease{Units: 3, TTL: "1s"}))
 	})
 
 	It("rejects an invalid update and keeps the stored version", func() {
