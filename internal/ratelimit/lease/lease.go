@@ -1,0 +1,461 @@
+// Package lease answers hot buckets from memory: a Store wraps another
+// ratelimit.Store and, for entries whose policy asks for it
+// (ratelimit.Entry.Lease), takes Units of the bucket in one call and
+// decides further requests from those units until they are used up or the
+// lease's TTL passes. Units not used by then are dropped, not returned.
+//
+// The bound. Every unit a process admits was taken from the bucket with
+// the algorithm's own semantics, so the units taken in any window are at
+// most what the limit admits exactly in it. A process holds at most Units
+// of a bucket at any moment (a new lease tops the held units up to Units,
+// never beyond). Units taken in one window and spent in the next are the
+// only excess: with P processes, a bucket admits at most its limit plus
+// P × Units in any window. Dropped units are never admitted, so the
+// bound holds; they are admissions lost, at most Units per process and
+// lease.
+//
+// What goes to the wrapped store exactly, as without leases: dry runs,
+// requests with an entry that is not leased (another policy without a
+// lease, shadow, charge Always), costs of 0 (a peek) and costs above
+// Units. A request of several leased buckets (several leased policies, or
+// descriptors) is decided from each one's lease, all or nothing: units
+// reserved from one bucket are put back when another denies.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// DefaultMaxBuckets bounds the buckets a Store holds leases of.
+const DefaultMaxBuckets = 10_000
+
+// Options configure a Store.
+type Options struct {
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// MaxBuckets bounds the buckets held (default DefaultMaxBuckets); a
+	// bucket beyond it is decided by the wrapped store, exactly.
+	MaxBuckets int
+}
+
+// Store is a ratelimit.Store that answers leased entries from memory.
+type Store struct {
+	inner      ratelimit.Store
+	now        func() time.Time
+	maxBuckets int
+
+	mu      sync.RWMutex
+	buckets map[string]*bucket
+
+	takes   atomic.Int64
+	leased  atomic.Int64
+	exact   atomic.Int64
+	dropped atomic.Int64
+}
+
+// New wraps inner. Closing the Store does not close inner.
+func New(inner ratelimit.Store, o Options) *Store {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxBuckets <= 0 {
+		o.MaxBuckets = DefaultMaxBuckets
+	}
+	return &Store{inner: inner, now: o.Now, maxBuckets: o.MaxBuckets, buckets: make(map[string]*bucket)}
+}
+
+// Stats are counts since the Store was made.
+type Stats struct {
+	// Takes is the store calls made to take leases (a denied take that
+	// retried with what was left counts twice).
+	Takes int64
+	// Leased is the requests decided from leases, Exact those passed on.
+	Leased, Exact int64
+	// Dropped is the units of leases that expired unused.
+	Dropped int64
+}
+
+// Stats returns the counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{Takes: s.takes.Load(), Leased: s.leased.Load(), Exact: s.exact.Load(), Dropped: s.dropped.Load()}
+}
+
+// Close drops every lease (their units are lost to the buckets until
+// they refill or their windows end). It does not close the wrapped store.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	clear(s.buckets)
+	s.mu.Unlock()
+	return nil
+}
+
+// group is the entries of one leased bucket in a request.
+type group struct {
+	bucket string
+	from   int // index of the first entry; a group's entries are adjacent
+	n      int
+	cost   int64
+}
+
+// Check decides req from leases when it can (see the package comment),
+// else by the wrapped store.
+func (s *Store) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
+	var buf [4]group
+	groups, ok := s.groups(req, buf[:0])
+	if !ok {
+		s.exact.Add(1)
+		return s.inner.Check(ctx, timeout, req, dec)
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	dec.Results = resize(dec.Results, len(req.Entries))
+	dec.Allowed = true
+	var buf2 [4]reservation
+	held := buf2[:0]
+	for gi := range groups {
+		g := &groups[gi]
+		entries := req.Entries[g.from : g.from+g.n]
+		b, ok := s.bucket(g.bucket, entries)
+		if !ok { // too many buckets held: this request is decided exactly
+			s.putBack(held)
+			s.exact.Add(1)
+			return s.inner.Check(ctx, timeout, req, dec)
+		}
+		gen, allowed, err := s.reserve(ctx, timeout, b, entries, g.cost, dec.Results[g.from:g.from+g.n])
+		if err != nil {
+			s.putBack(held)
+			return err
+		}
+		if !allowed {
+			dec.Allowed = false
+			break
+		}
+		held = append(held, reservation{b: b, gen: gen, cost: g.cost})
+	}
+	if !dec.Allowed {
+		// All or nothing: units reserved from other buckets go back, and
+		// the figures of every entry are those of a denied request.
+		s.putBack(held)
+		s.deniedFigures(groups, len(held), req, dec)
+	}
+	s.leased.Add(1)
+	return nil
+}
+
+// reservation is cost taken from one bucket's lease of generation gen.
+type reservation struct {
+	b    *bucket
+	gen  uint64
+	cost int64
+}
+
+// groups splits req into leased buckets, or reports that req must go to
+// the wrapped store.
+func (s *Store) groups(req *ratelimit.Request, gs []group) ([]group, bool) {
+	if req.DryRun || len(req.Entries) == 0 {
+		return nil, false
+	}
+	for i := range req.Entries {
+		e := &req.Entries[i]
+		if !e.Lease.Enabled() || e.Shadow || e.ChargeAlways || e.Cost < 1 || e.Cost > e.Lease.Units {
+			return nil, false
+		}
+		bucket, _ := ratelimit.SplitKey(e.Key)
+		if n := len(gs); n > 0 && gs[n-1].bucket == bucket {
+			g := &gs[n-1]
+			if e.Cost != g.cost || e.Lease != req.Entries[g.from].Lease {
+				return nil, false
+			}
+			g.n++
+			continue
+		}
+		for j := range gs {
+			if gs[j].bucket == bucket {
+				return nil, false // entries of one bucket apart: not a policy's
+			}
+		}
+		gs = append(gs, group{bucket: bucket, from: i, n: 1, cost: e.Cost})
+	}
+	return gs, true
+}
+
+// putBack returns reserved units to their leases. Units of a lease that
+// was replaced meanwhile are dropped: the new lease holds Units already,
+// and a process never holds more.
+func (s *Store) putBack(held []reservation) {
+	for _, r := range held {
+		r.b.mu.Lock()
+		if r.b.gen == r.gen {
+			r.b.left += r.cost
+		} else {
+			s.dropped.Add(r.cost)
+		}
+		r.b.mu.Unlock()
+	}
+}
+
+// deniedFigures makes the results of the entries whose bucket was not
+// the one that denied read as unconsumed: what is left, as a denied
+// request reports it (nothing was taken). Entries after the denying
+// bucket were not evaluated: they read what their lease holds, if any.
+func (s *Store) deniedFigures(groups []group, denier int, req *ratelimit.Request, dec *ratelimit.Decision) {
+	now := s.now()
+	for gi := range groups {
+		g := &groups[gi]
+		if gi == denier {
+			continue // its results are filled
+		}
+		s.mu.RLock()
+		b := s.buckets[g.bucket]
+		s.mu.RUnlock()
+		for i := 0; i < g.n; i++ {
+			r := &dec.Results[g.from+i]
+			*r = ratelimit.Result{Allowed: true}
+			if b != nil {
+				b.mu.Lock()
+				if b.matches(req.Entries[g.from : g.from+g.n]) {
+					b.figures(i, now, r)
+				}
+				b.mu.Unlock()
+			}
+		}
+	}
+}
+
+// bucket returns the lease state of a bucket for entries, made afresh
+// when the entries' limits or lease changed. ok is false when the Store
+// holds MaxBuckets others that are all in use.
+func (s *Store) bucket(name string, entries []ratelimit.Entry) (*bucket, bool) {
+	s.mu.RLock()
+	b := s.buckets[name]
+	s.mu.RUnlock()
+	if b != nil {
+		return b, true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b = s.buckets[name]; b != nil {
+		return b, true
+	}
+	if len(s.buckets) >= s.maxBuckets && s.sweepLocked() == 0 {
+		return nil, false
+	}
+	b = &bucket{}
+	b.adopt(entries)
+	s.buckets[name] = b
+	return b, true
+}
+
+// sweepLocked forgets buckets with nothing held, no denial to remember and
+// no take under way. It is called when the map is full, so its cost is
+// spread over many inserts.
+func (s *Store) sweepLocked() int {
+	now := s.now()
+	n := 0
+	for name, b := range s.buckets {
+		if b.mu.TryLock() {
+			if b.idle(now) {
+				delete(s.buckets, name)
+				n++
+			}
+			b.mu.Unlock()
+		}
+	}
+	return n
+}
+
+var errWait = errors.New("lease: deadline passed waiting for another check's lease")
+
+// reserve takes cost from b's lease for entries (one bucket), taking a new
+// lease through the wrapped store when the held units do not suffice.
+// Only one caller takes at a time; the others wait for its outcome. It
+// fills results and reports the lease's generation and whether the
+// bucket admits the request.
+func (s *Store) reserve(ctx context.Context, timeout time.Duration, b *bucket, entries []ratelimit.Entry, cost int64, results []ratelimit.Result) (uint64, bool, error) {
+	b.mu.Lock()
+	if !b.matches(entries) {
+		s.dropped.Add(b.left)
+		b.adopt(entries) // the policy changed: what was held was taken for other limits
+	}
+	for {
+		now := s.now()
+		s.expire(b, now)
+		if b.left >= cost {
+			b.left -= cost
+			for i := range results {
+				b.figures(i, now, &results[i])
+			}
+			gen := b.gen
+			b.mu.Unlock()
+			return gen, true, nil
+		}
+		if now.Before(b.deniedUntil) {
+			for i := range results {
+				results[i] = b.denied[i]
+				results[i].Reset = left(b.denied[i].Reset, b.deniedAt, now)
+				if !results[i].Allowed && results[i].RetryAfter != ratelimit.Never {
+					results[i].RetryAfter = max(left(b.denied[i].RetryAfter, b.deniedAt, now), time.Microsecond)
+				}
+			}
+			b.mu.Unlock()
+			return 0, false, nil
+		}
+		if t := b.taking; t != nil {
+			b.mu.Unlock()
+			if err := wait(ctx, timeout, t.done); err != nil {
+				return 0, false, err
+			}
+			if t.err != nil {
+				return 0, false, t.err
+			}
+			b.mu.Lock()
+			continue
+		}
+		// The units held cannot serve cost: they are dropped and a whole
+		// new lease is taken, so a process never holds more than Units
+		// and a denial's retry time is exactly the bucket's for cost.
+		s.dropped.Add(b.left)
+		b.left = 0
+		b.gen++
+		t := &take{done: make(chan struct{})}
+		b.taking = t
+		b.mu.Unlock()
+		got, sent, recv, dec, err := s.take(ctx, timeout, entries, entries[0].Lease.Units, cost)
+		b.mu.Lock()
+		b.taking, t.err = nil, err
+		close(t.done)
+		if err != nil {
+			b.mu.Unlock()
+			return 0, false, err
+		}
+		if !b.matches(entries) {
+			// The entries' policy changed while the store answered: the
+			// units were taken for these entries and are used for them.
+			b.adopt(entries)
+		}
+		if got > 0 {
+			b.left += got
+			b.expires = sent.Add(entries[0].Lease.TTL) // counted from before the take: never kept longer
+			b.takenAt = recv
+			copy(b.atTake, dec.Results)
+			continue
+		}
+		copy(results, dec.Results)
+		if d := retryAfter(dec.Results); d > 0 {
+			// Kept for the checks that wait or arrive meanwhile, so a
+			// denied bucket costs one store call per retry time, not one
+			// per check. Until counts from before the call: it can end
+			// early (one more take), never late.
+			b.deniedAt, b.deniedUntil = recv, sent.Add(d)
+			copy(b.denied, dec.Results)
+		}
+		b.mu.Unlock()
+		return 0, false, nil
+	}
+}
+
+// expire drops b's units when its lease has passed its TTL.
+func (s *Store) expire(b *bucket, now time.Time) {
+	if b.left > 0 && !now.Before(b.expires) {
+		s.dropped.Add(b.left)
+		b.left = 0
+	}
+}
+
+// take debits want units (or, when fewer are left, as many as are left
+// down to cost) from every limit of entries in the wrapped store, with the
+// algorithms' own semantics. It returns the units granted (0 when the
+// bucket cannot give even cost), the times around the call and the
+// store's decision.
+func (s *Store) take(ctx context.Context, timeout time.Duration, entries []ratelimit.Entry, want, cost int64) (int64, time.Time, time.Time, *ratelimit.Decision, error) {
+	// Allocated per take, once per Units checks at most.
+	req := &ratelimit.Request{Entries: make([]ratelimit.Entry, len(entries))}
+	copy(req.Entries, entries)
+	dec := &ratelimit.Decision{}
+	for attempt := 0; ; attempt++ {
+		for i := range req.Entries {
+			req.Entries[i].Cost = want
+		}
+		sent := s.now()
+		s.takes.Add(1)
+		if err := s.inner.Check(ctx, timeout, req, dec); err != nil {
+			return 0, sent, s.now(), nil, fmt.Errorf("take a lease of %d: %w", want, err)
+		}
+		recv := s.now()
+		if dec.Allowed {
+			return want, sent, recv, dec, nil
+		}
+		// Fewer than want are left: a second call takes what is left (at
+		// least cost), or with cost itself learns when cost will fit,
+		// since the retry time of a larger take would keep this process
+		// denying longer than the bucket does. Two calls at most, and
+		// only when the bucket is nearly empty.
+		rest := want
+		for _, r := range dec.Results {
+			rest = min(rest, r.Remaining)
+		}
+		rest = max(rest, cost)
+		if attempt > 0 || rest >= want {
+			return 0, sent, recv, dec, nil
+		}
+		want = rest
+	}
+}
+
+// retryAfter is the longest wait among the denying results (the moment all
+// of them admit); 0 when one never will, so such a denial is not kept.
+func retryAfter(results []ratelimit.Result) time.Duration {
+	var d time.Duration
+	for _, r := range results {
+		if !r.Allowed {
+			if r.RetryAfter == ratelimit.Never {
+				return 0
+			}
+			d = max(d, r.RetryAfter)
+		}
+	}
+	return d
+}
+
+// left is what remains of d, measured from at, at now.
+func left(d time.Duration, at, now time.Time) time.Duration {
+	return max(d-now.Sub(at), 0)
+}
+
+// wait waits for done, the context or the timeout.
+func wait(ctx context.Context, timeout time.Duration, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return errWait
+	}
+}
+
+func resize(r []ratelimit.Result, n int) []ratelimit.Result {
+	if cap(r) < n {
+		return make([]ratelimit.Result, n)
+	}
+	return r[:n]
+}

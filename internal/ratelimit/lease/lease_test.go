@@ -1,0 +1,290 @@
+package lease_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
+)
+
+var ctx = context.Background()
+
+// counting is a store that counts the calls that reach it.
+type counting struct {
+	ratelimit.Store
+	calls atomic.Int64
+	delay time.Duration
+}
+
+func (c *counting) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
+	c.calls.Add(1)
+	if c.delay > 0 {
+		time.Sleep(c.delay)
+	}
+	return c.Store.Check(ctx, timeout, req, dec)
+}
+
+type fixture struct {
+	clock *ratelimittest.Clock
+	inner *counting
+	store *lease.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clock := ratelimittest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem := memstore.New(memstore.WithClock(clock.Now))
+	t.Cleanup(func() { _ = mem.Close() })
+	inner := &counting{Store: mem}
+	return &fixture{clock: clock, inner: inner, store: lease.New(inner, lease.Options{Now: clock.Now})}
+}
+
+// entry is a limit of policy p on the bucket "global", leased units at a time.
+func entry(p, name string, l ratelimit.Limit, units int64) ratelimit.Entry {
+	return ratelimit.Entry{Key: ratelimit.Key("ns", p, "global", name), Limit: l, Cost: 1,
+		Lease: ratelimit.Lease{Units: units, TTL: time.Second}}
+}
+
+func fixedWindow(limit int64, window time.Duration) ratelimit.Limit {
+	return ratelimit.Limit{Algorithm: ratelimit.FixedWindowClock, Capacity: limit, Interval: window}
+}
+
+func (f *fixture) check(t *testing.T, entries ...ratelimit.Entry) ratelimit.Decision {
+	t.Helper()
+	var dec ratelimit.Decision
+	if err := f.store.Check(ctx, time.Second, &ratelimit.Request{Entries: entries}, &dec); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	return dec
+}
+
+// inStore is what the wrapped store has left for e, asked exactly.
+func (f *fixture) inStore(t *testing.T, e ratelimit.Entry) int64 {
+	t.Helper()
+	e.Cost, e.Lease = 0, ratelimit.Lease{}
+	var dec ratelimit.Decision
+	if err := f.inner.Store.Check(ctx, 0, &ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}, &dec); err != nil {
+		t.Fatal(err)
+	}
+	return dec.Results[0].Remaining
+}
+
+func TestLeaseIsTakenOnceAndUsedUp(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	for i := range 10 {
+		dec := f.check(t, e)
+		if !dec.Allowed {
+			t.Fatalf("check %d denied", i)
+		}
+		// The process knows its 10-1-i units and the 90 the store had left.
+		if got, want := dec.Results[0].Remaining, int64(90+9-i); got != want {
+			t.Fatalf("check %d: remaining %d, want %d", i, got, want)
+		}
+	}
+	if calls := f.inner.calls.Load(); calls != 1 {
+		t.Fatalf("ten checks on a lease of 10 made %d store calls, want 1", calls)
+	}
+	if left := f.inStore(t, e); left != 90 {
+		t.Fatalf("the store has %d left after one lease of 10 of 100, want 90", left)
+	}
+	f.check(t, e) // the lease is used up: the next one is taken
+	if calls, left := f.inner.calls.Load(), f.inStore(t, e); calls != 2 || left != 80 {
+		t.Fatalf("after the eleventh check: %d store calls and %d left, want 2 and 80", calls, left)
+	}
+}
+
+func TestLeaseExpiresAndItsUnitsAreDropped(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	f.check(t, e)
+	f.check(t, e)
+	f.clock.Advance(999 * time.Millisecond)
+	f.check(t, e) // still within the ttl of 1s
+	if calls := f.inner.calls.Load(); calls != 1 {
+		t.Fatalf("%d store calls within the lease's ttl, want 1", calls)
+	}
+	f.clock.Advance(time.Millisecond)
+	f.check(t, e)
+	if calls := f.inner.calls.Load(); calls != 2 {
+		t.Fatalf("%d store calls after the ttl, want 2 (a new lease)", calls)
+	}
+	if st := f.store.Stats(); st.Dropped != 7 {
+		t.Fatalf("dropped %d units, want the 7 the expired lease held", st.Dropped)
+	}
+	// Dropped units are not returned: the store counts both leases.
+	if left := f.inStore(t, e); left != 80 {
+		t.Fatalf("store has %d left, want 80", left)
+	}
+}
+
+func TestLeaseTakesWhatIsLeftThenDenies(t *testing.T) {
+	f := newFixture(t)
+	f.clock.AlignTo(time.Minute)
+	e := entry("p", "l", fixedWindow(25, time.Minute), 10)
+	for i := range 25 {
+		if !f.check(t, e).Allowed {
+			t.Fatalf("check %d of 25 denied", i)
+		}
+	}
+	// 10, 10, then 10 denied and the 5 left taken.
+	if calls := f.inner.calls.Load(); calls != 4 {
+		t.Fatalf("%d store calls, want 4", calls)
+	}
+	f.clock.Advance(20 * time.Second)
+	dec := f.check(t, e)
+	if dec.Allowed || dec.Results[0].RetryAfter != 40*time.Second {
+		t.Fatalf("26th check: %+v, want denied until the window ends in 40s", dec)
+	}
+	calls := f.inner.calls.Load()
+	f.clock.Advance(10 * time.Second)
+	dec = f.check(t, e)
+	if dec.Allowed || dec.Results[0].RetryAfter != 30*time.Second {
+		t.Fatalf("27th check: %+v, want denied, retry in 30s", dec)
+	}
+	if f.inner.calls.Load() != calls {
+		t.Fatal("a denied bucket was asked again before its retry time")
+	}
+	f.clock.Advance(30 * time.Second)
+	if !f.check(t, e).Allowed {
+		t.Fatal("denied in the next window")
+	}
+}
+
+// TestDenialIsNotLaterThanTheBucketsForTheCost: a lease cannot be taken
+// whole, and the retry time answered is the store's for the request's cost,
+// not for a lease's worth.
+func TestDenialIsNotLaterThanTheBucketsForTheCost(t *testing.T) {
+	f := newFixture(t)
+	tb := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Second}
+	e := entry("p", "tb", tb, 5)
+	for range 10 {
+		if !f.check(t, e).Allowed {
+			t.Fatal("denied within capacity")
+		}
+	}
+	dec := f.check(t, e)
+	if dec.Allowed || dec.Results[0].RetryAfter != time.Second {
+		t.Fatalf("empty bucket: %+v, want denied, retry in 1s (one token), not 5s (a lease)", dec)
+	}
+	f.clock.Advance(time.Second)
+	if !f.check(t, e).Allowed {
+		t.Fatal("denied at the retry time")
+	}
+}
+
+func TestOneTakeForManyWaitingChecks(t *testing.T) {
+	f := newFixture(t)
+	f.inner.delay = 20 * time.Millisecond // the checks arrive while the take is under way
+	e := entry("p", "l", fixedWindow(1000, time.Minute), 10)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 50 {
+		wg.Go(func() {
+			var dec ratelimit.Decision
+			if err := f.store.Check(ctx, time.Second, &ratelimit.Request{Entries: []ratelimit.Entry{e}}, &dec); err != nil {
+				t.Error(err)
+			}
+			if dec.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 50 {
+		t.Fatalf("%d of 50 allowed", allowed.Load())
+	}
+	if calls := f.inner.calls.Load(); calls != 5 {
+		t.Fatalf("50 concurrent checks on leases of 10 made %d store calls, want 5", calls)
+	}
+}
+
+func TestExactWhereALeaseCannotDecide(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	plain := ratelimit.Entry{Key: ratelimit.Key("ns", "q", "global", "l"), Limit: fixedWindow(100, time.Minute), Cost: 1}
+	peek := e
+	peek.Cost = 0
+	for _, tc := range []struct {
+		name string
+		req  ratelimit.Request
+	}{
+		{"a dry run", ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}},
+		{"a cost of 0", ratelimit.Request{Entries: []ratelimit.Entry{peek}}},
+		{"with a policy without a lease", ratelimit.Request{Entries: []ratelimit.Entry{e, plain}}},
+	} {
+		before := f.inner.calls.Load()
+		var dec ratelimit.Decision
+		if err := f.store.Check(ctx, 0, &tc.req, &dec); err != nil || !dec.Allowed {
+			t.Fatalf("%s: %v %+v", tc.name, err, dec)
+		}
+		if f.inner.calls.Load() != before+1 {
+			t.Fatalf("%s: not passed to the store", tc.name)
+		}
+	}
+	if st := f.store.Stats(); st.Exact != 3 || st.Leased != 0 || f.inStore(t, e) != 99 || f.inStore(t, plain) != 99 {
+		t.Fatalf("stats %+v, store %d and %d left: want 3 exact, the mixed request counted once in each", st, f.inStore(t, e), f.inStore(t, plain))
+	}
+}
+
+// TestAllOrNothingAcrossLeasedBuckets: when one leased bucket denies, the
+// units reserved from another go back to its lease.
+func TestAllOrNothingAcrossLeasedBuckets(t *testing.T) {
+	f := newFixture(t)
+	f.clock.AlignTo(time.Minute)
+	wide := entry("wide", "l", fixedWindow(100, time.Minute), 10)
+	narrow := entry("narrow", "l", fixedWindow(2, time.Minute), 2)
+	for range 2 {
+		if !f.check(t, wide, narrow).Allowed {
+			t.Fatal("denied within both limits")
+		}
+	}
+	dec := f.check(t, wide, narrow)
+	if dec.Allowed || !dec.Results[0].Allowed || dec.Results[1].Allowed {
+		t.Fatalf("third check: %+v, want denied by the narrow limit only", dec)
+	}
+	if dec.Results[0].Remaining != 98 {
+		t.Fatalf("the wide limit reports %d remaining, want 98 (8 held, 90 in the store)", dec.Results[0].Remaining)
+	}
+	// The wide lease kept its 8: eight checks of it alone take nothing more.
+	calls := f.inner.calls.Load()
+	for range 8 {
+		if !f.check(t, wide).Allowed {
+			t.Fatal("wide alone denied")
+		}
+	}
+	if f.inner.calls.Load() != calls {
+		t.Fatal("the units reserved for a denied request were not put back")
+	}
+}
+
+func TestAChangedLimitDropsTheLease(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	f.check(t, e)
+	e.Limit.Capacity = 50
+	f.check(t, e)
+	if calls, dropped := f.inner.calls.Load(), f.store.Stats().Dropped; calls != 2 || dropped != 9 {
+		t.Fatalf("%d calls, %d dropped: want a new lease for the new limit and the old one's 9 dropped", calls, dropped)
+	}
+}
+
+func TestStoreErrorsReachTheCaller(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	var dec ratelimit.Decision
+	if err := f.store.Check(canceled, 0, &ratelimit.Request{Entries: []ratelimit.Entry{e}}, &dec); err == nil {
+		t.Fatal("a take that failed was answered")
+	}
+	if !f.check(t, e).Allowed {
+		t.Fatal("the next take was not made")
+	}
+}
