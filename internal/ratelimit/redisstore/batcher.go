@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,18 @@ type job struct {
 	deadline time.Time // zero: none
 	calls    []*call
 	done     chan struct{} // buffered (1), empty when the job is submitted
+	// pending counts the calls without their reply or error yet; the
+	// flusher that delivers the last one signals done.
+	pending atomic.Int32
+}
+
+// delivered records that c has its reply or error, and signals its job
+// when that was the job's last call. Nothing of the job may be touched
+// afterwards.
+func delivered(c *call) {
+	if j := c.job; j.pending.Add(-1) == 0 {
+		j.signal()
+	}
 }
 
 // givenUp is why the job's owner no longer waits for it, or nil.

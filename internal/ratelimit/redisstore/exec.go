@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,14 +26,21 @@ type command struct {
 }
 
 // flushScratch is one flusher's memory, reused batch after batch: the
-// jobs still wanted, the merged commands, the pipeline and its context.
-// go-redis is done with all of it when the pipeline's Exec returns.
+// jobs still wanted, the merged commands, the pipelines and their context.
+// go-redis is done with all of it when the pipelines' Exec return.
 type flushScratch struct {
 	live     []*job
 	cmds     []*command
 	commands []*command // every command made so far, for reuse
-	pipe     redis.Pipeliner
+	nodes    []nodeCommands
+	pipes    []redis.Pipeliner // one per node of a batch, reused
 	ctx      batchDeadline
+}
+
+// nodeCommands are a batch's commands for one node (Cluster: one master).
+type nodeCommands struct {
+	node string
+	cmds []*command
 }
 
 // command returns a cleared command, reusing an earlier one.
@@ -45,6 +53,38 @@ func (f *flushScratch) command(used int) *command {
 	return m
 }
 
+// pipe returns the i-th pipeline, made on first use.
+func (f *flushScratch) pipe(client redis.UniversalClient, i int) redis.Pipeliner {
+	for len(f.pipes) <= i {
+		f.pipes = append(f.pipes, client.Pipeline())
+	}
+	return f.pipes[i]
+}
+
+// byNode splits cmds by the node of their calls (Cluster), in order of
+// first appearance; outside Cluster all are one node's.
+func (f *flushScratch) byNode(cmds []*command) []nodeCommands {
+	nodes := f.nodes[:0]
+	for _, m := range cmds {
+		node := m.calls[0].node // a command's calls share a slot
+		g := 0
+		for g < len(nodes) && nodes[g].node != node {
+			g++
+		}
+		if g == len(nodes) {
+			if g < cap(nodes) {
+				nodes = nodes[:g+1]
+				nodes[g].node, nodes[g].cmds = node, nodes[g].cmds[:0]
+			} else {
+				nodes = append(nodes, nodeCommands{node: node})
+			}
+		}
+		nodes[g].cmds = append(nodes[g].cmds, m)
+	}
+	f.nodes = nodes
+	return nodes
+}
+
 const (
 	// maxMerge bounds Options.MaxMerge.
 	maxMerge = 1024
@@ -55,8 +95,14 @@ const (
 )
 
 // exec runs one batch: the calls of the jobs still wanted, merged into
-// commands, in one pipeline; then, for the commands the server refused
-// because the library was missing, a load and one resend.
+// commands, in one pipeline per node (see execNode).
+//
+// One pipeline per node, sent concurrently, because go-redis's Cluster
+// pipeline returns only when every node has answered: a master that is
+// frozen, or dead (go-redis redials it with backoff), would hold every
+// call of the batch, the healthy masters' too, until their deadlines,
+// and a check whose slots are healthy would get the failure mode. A job
+// is signaled as soon as all of its own calls have their replies.
 func (s *Store) exec(f *flushScratch, batch []*job) {
 	live := f.live[:0]
 	defer func() { f.live = live; clear(live) }()
@@ -69,16 +115,33 @@ func (s *Store) exec(f *flushScratch, batch []*job) {
 			j.signal()
 			continue
 		}
+		j.pending.Store(int32(len(j.calls)))
 		live = append(live, j)
 	}
 	if len(live) == 0 {
 		return
 	}
 	ctx := f.ctx.set(live)
-	cmds := s.merge(f, live)
+	nodes := f.byNode(s.merge(f, live))
+	if len(nodes) == 1 {
+		s.execNode(ctx, f.pipe(s.client, 0), nodes[0].cmds)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < len(nodes); i++ {
+		pipe, cmds := f.pipe(s.client, i), nodes[i].cmds
+		wg.Go(func() { s.execNode(ctx, pipe, cmds) })
+	}
+	s.execNode(ctx, f.pipe(s.client, 0), nodes[0].cmds)
+	wg.Wait()
+}
 
+// execNode sends one node's commands in one pipeline; then, for the
+// commands the server refused because the library was missing, loads it
+// and resends them once; then delivers every call its reply or error.
+func (s *Store) execNode(ctx context.Context, pipe redis.Pipeliner, cmds []*command) {
 	gen := s.gen.Load()
-	sent := s.send(ctx, f, cmds)
+	sent := s.send(ctx, pipe, cmds)
 	s.refreshSlotsAfterNetworkErrors(cmds)
 	var again []*command
 	switchMode := false
@@ -99,14 +162,16 @@ func (s *Store) exec(f *flushScratch, batch []*job) {
 				m.err = fmt.Errorf("load library %s: %w (after: %w)", LibraryName, err, m.err)
 			}
 		} else {
-			s.send(ctx, f, again)
+			s.send(ctx, pipe, again)
 		}
 	}
 	for _, m := range cmds {
 		m.deliver()
 	}
-	for _, j := range live {
-		j.signal()
+	for _, m := range cmds {
+		for _, c := range m.calls {
+			delivered(c)
+		}
 	}
 }
 
@@ -217,16 +282,12 @@ var functionNameArg, scriptSHAArg, fcallArg, evalshaArg any = FunctionName, scri
 
 // send pipelines the commands in the current mode, records each one's
 // error, and returns the mode it used.
-func (s *Store) send(ctx context.Context, f *flushScratch, cmds []*command) Mode {
+func (s *Store) send(ctx context.Context, pipe redis.Pipeliner, cmds []*command) Mode {
 	mode := Mode(s.mode.Load())
 	name, fn := fcallArg, functionNameArg
 	if mode == ModeScripts {
 		name, fn = evalshaArg, scriptSHAArg
 	}
-	if f.pipe == nil {
-		f.pipe = s.client.Pipeline()
-	}
-	pipe := f.pipe
 	calls := 0
 	for _, m := range cmds {
 		cmd := redis.NewIntSliceCmd(ctx, m.fillArgs(name, fn)...)

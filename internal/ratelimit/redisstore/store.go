@@ -194,7 +194,9 @@ type call struct {
 	keys    []string
 	args    []string // the header, then one per entry
 	entries int
-	slot    int // Cluster slot of the keys; 0 outside Cluster
+	slot    int    // Cluster slot of the keys; 0 outside Cluster
+	node    string // Cluster: the address of the slot's master when built; "" outside Cluster
+	job     *job   // the job the call belongs to
 
 	// Set by the flusher before the job is done: the call's segment of
 	// the reply (decision, then four per entry), or the error.
@@ -400,18 +402,36 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 	case <-ctx.Done():
 		if !j.answered() {
 			cs.abandoned = true
-			return fmt.Errorf("redisstore check: %w", context.Cause(ctx))
+			return fmt.Errorf("redisstore check: %w", onNode(j, context.Cause(ctx)))
 		}
 	case <-expired:
 		if !j.answered() {
 			cs.abandoned = true
-			return fmt.Errorf("redisstore check: %w", context.DeadlineExceeded)
+			return fmt.Errorf("redisstore check: %w", onNode(j, context.DeadlineExceeded))
 		}
 	}
 	if expired != nil {
 		cs.timer.Stop()
 	}
 	return finish(req, cs)
+}
+
+// onNode returns err as a NodeError when every call of j goes to one
+// Cluster master: a dead master's calls end at their deadline (go-redis
+// redials it with backoff), and that is its failure alone. When the calls
+// span masters, which one kept the answer is unknown: err as it is.
+// Only the calls' node is read, which the flusher never writes.
+func onNode(j *job, err error) error {
+	node := j.calls[0].node
+	for _, c := range j.calls[1:] {
+		if c.node != node {
+			return err
+		}
+	}
+	if node == "" {
+		return err
+	}
+	return &ratelimit.NodeError{Node: node, Err: err}
 }
 
 // prepare builds cs's job: one call per group, at time now (µs; -1: the
@@ -430,7 +450,12 @@ func (s *Store) prepare(ctx context.Context, req *ratelimit.Request, cs *checkSt
 		}
 	}
 	for g, idx := range cs.groups {
-		j.calls[g].build(req, cs, idx, dry, now, s.cluster != nil)
+		c := j.calls[g]
+		c.build(req, cs, idx, dry, now, s.cluster != nil)
+		c.job = j
+		if s.cluster != nil {
+			c.node = s.nodeOf(ctx, c.keys[0])
+		}
 	}
 	return j
 }
@@ -439,6 +464,10 @@ func (s *Store) prepare(ctx context.Context, req *ratelimit.Request, cs *checkSt
 // group's decision into cs.consumed.
 func finish(req *ratelimit.Request, cs *checkState) error {
 	for g, c := range cs.job.calls {
+		if c.err != nil && c.node != "" {
+			// Which node failed, so that the others' breakers stay closed.
+			return fmt.Errorf("redisstore check: %w", &ratelimit.NodeError{Node: c.node, Err: c.err})
+		}
 		if c.err != nil {
 			return fmt.Errorf("redisstore check: %w", c.err)
 		}
