@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 )
 
@@ -69,6 +70,18 @@ func allowedUntilDenied(namespace string) int {
 		}
 	}
 	return -1
+}
+
+// eventuallyEnforced waits until the check endpoint holds generation of
+// the policy: Ready says the table has it, and the reader follows the
+// table a moment later (longer after a table of hundreds of policies).
+func eventuallyEnforced(ns, name string, generation int64) {
+	EventuallyWithOffset(1, func() int64 {
+		if p := checkReader.Policies().Get(ns, name); p != nil {
+			return p.Generation
+		}
+		return 0
+	}, 5*time.Second, 20*time.Millisecond).Should(Equal(generation))
 }
 
 func get(ns, name string) *ratelimitv1alpha1.RateLimitPolicy {
@@ -166,7 +179,8 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, globalPolicy(ns, "api", 3))).To(Succeed())
 		good := eventuallyReady(ns, "api")
-		Eventually(func() int { return checkStatus(ns, "/") }, time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK))
+		eventuallyEnforced(ns, "api", good.Generation)
+		Expect(checkStatus(ns, "/")).To(Equal(http.StatusOK))
 
 		// The API server accepts it (when is a string); only compiling the CEL shows the typo.
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -343,6 +357,11 @@ var _ = Describe("RateLimitPolicy controller under load", func() {
 			}
 			return 0
 		}
+		// The table exists (the controller's first sync may still be due
+		// when this spec runs first): what follows writes only policies.
+		Eventually(func() (bool, error) {
+			return redisServer.Client().HExists(ctx, policytable.HashKey, policytable.MarkerField).Result()
+		}, 5*time.Second, 50*time.Millisecond).Should(BeTrue())
 		before := hsets()
 		start := time.Now()
 		var wg sync.WaitGroup

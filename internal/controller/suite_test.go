@@ -33,7 +33,8 @@ var (
 	redisServer *redistest.Server
 	redisClient redis.UniversalClient
 	table       *policytable.Table
-	checkURL    string // an in-process check endpoint following the table
+	checkReader *policytable.Reader // the check endpoint's view of the table
+	checkURL    string              // an in-process check endpoint following the table
 	// controllerDone has the controller's return once ctx ends.
 	controllerDone = make(chan error, 1)
 )
@@ -61,9 +62,9 @@ var _ = BeforeSuite(func() {
 	store, err := redisstore.New(redisClient, redisstore.Options{})
 	Expect(err).NotTo(HaveOccurred())
 	table = policytable.New(redisClient)
-	reader := policytable.NewReader(table, 500*time.Millisecond, slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
-	go reader.Run(ctx)
-	checker := check.New(check.Options{Store: store, Source: reader})
+	checkReader = policytable.NewReader(table, 500*time.Millisecond, slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
+	go checkReader.Run(ctx)
+	checker := check.New(check.Options{Store: store, Source: checkReader})
 	srv, err := webhook.New(webhook.Options{Checker: checker})
 	Expect(err).NotTo(HaveOccurred())
 	ts := httptest.NewServer(srv)

@@ -4,7 +4,8 @@
 //
 // Layout (one Cluster slot, thanks to the hash tag):
 //
-//	sluice:{policies}           hash: "<namespace>/<name>" -> JSON Entry
+//	sluice:{policies}           hash: "<namespace>/<name>" -> JSON Entry,
+//	                            and the field "table" (see MarkerField)
 //	sluice:{policies}:revision  string: the table's revision
 //	sluice:policies:changed     pub/sub channel: the new revision
 //
@@ -12,11 +13,13 @@
 // revision is never reused, even after FLUSHALL empties the table and it is
 // written anew: a reader that compares revisions cannot miss a change.
 //
-// A table without a revision is missing (never written, or lost to
-// FLUSHALL, a restart or a failover to an empty replica). Only Replace, the
-// controller's full sync, writes a missing table, and it writes it whole in
-// one step: a reader never sees a table that holds some policies and not
-// yet the others, which would let requests skip the missing ones.
+// A table without a revision, or whose hash lacks the marker field, is
+// missing: never written, lost to FLUSHALL, a restart or a failover to an
+// empty replica, or its hash alone evicted by an allkeys-* maxmemory
+// policy (the two keys are evicted apart). Only Replace, the controller's
+// full sync, writes a missing table, and it writes it whole in one step: a
+// reader never sees a table that holds some policies and not yet the
+// others, which would let requests skip the missing ones.
 package policytable
 
 import (
@@ -24,6 +27,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,6 +43,12 @@ const (
 	RevisionKey = "sluice:{policies}:revision"
 	Channel     = "sluice:policies:changed"
 )
+
+// MarkerField is the hash's field that says the hash was written whole by
+// Replace. It is not a policy ID (those hold a '/'). Without it, a hash that
+// was evicted while the revision stayed would take a single policy's Put
+// and be read as a table of that one policy.
+const MarkerField = "table"
 
 // Entry is one policy in the table: the validated spec, which every check
 // process compiles with the same compiler the controller validated it with.
@@ -63,8 +73,8 @@ type Table struct {
 // New returns a Table over client.
 func New(client redis.UniversalClient) *Table { return &Table{client: client} }
 
-// ErrTableMissing is returned by Put when the table has no revision: it
-// was lost, and only the controller's full sync (Replace) may write it back.
+// ErrTableMissing is returned by Put when the table has no revision or its
+// hash no marker: it was lost, and only the controller's full sync (Replace) may write it back.
 var ErrTableMissing = errors.New("policy table missing in Redis (emptied by FLUSHALL, a restart or a failover); the controller's table sync writes it back whole")
 
 // bumpRevision ends the scripts that changed the table: the new revision is
@@ -79,10 +89,13 @@ return {rev, 1}
 `
 
 // putScript sets one field of an existing table unless it already holds
-// the value. ARGV: channel, id, value. It returns {revision, changed}.
+// the value. ARGV: channel, id, value, the marker field. It returns
+// {revision, changed}.
 var putScript = redis.NewScript(`
 local revs = redis.call('GET', KEYS[2])
-if not revs then return redis.error_reply("SLUICE_TABLE_MISSING") end
+if not revs or not redis.call('HGET', KEYS[1], ARGV[4]) then
+  return redis.error_reply("SLUICE_TABLE_MISSING")
+end
 local rev = tonumber(revs)
 if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] then return {rev, 0} end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
@@ -95,22 +108,28 @@ if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then return {rev, 0} end
 ` + bumpRevision)
 
 // replaceScript applies a full sync in one step: it sets the changed
-// fields, deletes the removed ones, and creates the revision of a missing
-// table even when nothing else changes. ARGV: channel, the number of
-// fields to set, then id and value pairs, then the ids to delete.
+// fields, deletes the removed ones, and creates the revision and the
+// marker of a missing table even when nothing else changes. ARGV: channel,
+// the marker field, the number of fields to set, then id and value pairs,
+// then the ids to delete. (HGET and HSET, not HSETNX: the controller's ACL
+// user has those.)
 var replaceScript = redis.NewScript(`
 local revs = redis.call('GET', KEYS[2])
 local changed = not revs
 local rev = tonumber(revs or '0')
-local n = tonumber(ARGV[2])
+if redis.call('HGET', KEYS[1], ARGV[2]) ~= '1' then
+  redis.call('HSET', KEYS[1], ARGV[2], '1')
+  changed = true
+end
+local n = tonumber(ARGV[3])
 for i = 0, n - 1 do
-  local id, v = ARGV[3 + 2 * i], ARGV[4 + 2 * i]
+  local id, v = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   if redis.call('HGET', KEYS[1], id) ~= v then
     redis.call('HSET', KEYS[1], id, v)
     changed = true
   end
 end
-for i = 3 + 2 * n, #ARGV do
+for i = 4 + 2 * n, #ARGV do
   if redis.call('HDEL', KEYS[1], ARGV[i]) == 1 then changed = true end
 end
 if not changed then return {rev, 0} end
@@ -123,7 +142,7 @@ func (t *Table) Put(ctx context.Context, e *Entry) (revision int64, changed bool
 	if err != nil {
 		return 0, false, fmt.Errorf("encode %s: %w", e.ID(), err)
 	}
-	return runChange(ctx, putScript, t.client, Channel, e.ID(), string(b))
+	return runChange(ctx, putScript, t.client, Channel, e.ID(), string(b), MarkerField)
 }
 
 // Delete removes a policy.
@@ -134,8 +153,8 @@ func (t *Table) Delete(ctx context.Context, namespace, name string) (revision in
 // Replace writes puts and removes deletes in one step, and creates a
 // missing table (with no entries when both are empty).
 func (t *Table) Replace(ctx context.Context, puts []*Entry, deletes []string) (revision int64, changed bool, err error) {
-	args := make([]any, 0, 2+2*len(puts)+len(deletes))
-	args = append(args, Channel, len(puts))
+	args := make([]any, 0, 3+2*len(puts)+len(deletes))
+	args = append(args, Channel, MarkerField, len(puts))
 	for _, e := range puts {
 		b, err := json.Marshal(e)
 		if err != nil {
@@ -163,7 +182,8 @@ func runChange(ctx context.Context, s *redis.Script, c redis.UniversalClient, ar
 	return res[0], res[1] == 1, nil
 }
 
-// Load reads the whole table and its revision at one instant.
+// Load reads the whole table and its revision at one instant. A missing
+// table has revision 0 and no entries, whatever its revision key says.
 func (t *Table) Load(ctx context.Context) ([]Entry, int64, error) {
 	var all *redis.MapStringStringCmd
 	var rev *redis.StringCmd
@@ -179,8 +199,18 @@ func (t *Table) Load(ctx context.Context) ([]Entry, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	entries := make([]Entry, 0, len(all.Val()))
-	for id, raw := range all.Val() {
+	fields := all.Val()
+	if len(fields) == 0 {
+		// The hash is gone (a table with no policies still has its marker).
+		return nil, 0, nil
+	}
+	// A hash with policies and no marker was written by a controller from
+	// before the marker: a whole table, which its next sync marks.
+	entries := make([]Entry, 0, len(fields))
+	for id, raw := range fields {
+		if id == MarkerField {
+			continue
+		}
 		var e Entry
 		if err := json.Unmarshal([]byte(raw), &e); err != nil {
 			return nil, 0, fmt.Errorf("policy table: entry %s: %w", id, err)
@@ -216,7 +246,7 @@ func (t *Table) IDs(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy table: %w", err)
 	}
-	return ids, nil
+	return slices.DeleteFunc(ids, func(id string) bool { return id == MarkerField }), nil
 }
 
 // Get reads one entry; ok is false when the table has none.

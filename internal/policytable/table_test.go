@@ -63,6 +63,53 @@ func TestAMissingTableIsWrittenOnlyWhole(t *testing.T) {
 	}
 }
 
+// A hash evicted apart from its revision is a missing table: Load says
+// so, Put is refused, Replace writes it back whole. A hash with policies
+// and no marker (a controller from before the marker wrote it) loads, and
+// Replace marks it without rewriting its policies.
+func TestAHashWithoutItsMarker(t *testing.T) {
+	ctx := context.Background()
+	srv, table := newTable(t)
+	rev, _, err := table.Put(ctx, entry("ns", "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := table.IDs(ctx); err != nil || len(ids) != 1 || ids[0] != "ns/a" {
+		t.Fatalf("IDs: %v %v, want [ns/a] (not the marker)", ids, err)
+	}
+	srv.Client().Del(ctx, HashKey) // evicted; the revision stays
+	if entries, got, err := table.Load(ctx); err != nil || got != 0 || len(entries) != 0 {
+		t.Fatalf("load of an evicted hash: %d entries at revision %d, %v; want a missing table (none at 0)", len(entries), got, err)
+	}
+	if _, _, err := table.Put(ctx, entry("ns", "b", 1)); err != ErrTableMissing {
+		t.Fatalf("put into an evicted hash: %v, want ErrTableMissing", err)
+	}
+	restored, changed, err := table.Replace(ctx, []*Entry{entry("ns", "a", 1)}, nil)
+	if err != nil || !changed || restored <= rev {
+		t.Fatalf("replace: revision %d (was %d), changed %v, %v", restored, rev, changed, err)
+	}
+
+	// The layout before the marker.
+	srv.Client().HDel(ctx, HashKey, MarkerField)
+	entries, got, err := table.Load(ctx)
+	if err != nil || got != restored || len(entries) != 1 {
+		t.Fatalf("load of an unmarked table: %d entries at %d, %v; want 1 at %d", len(entries), got, err, restored)
+	}
+	if _, _, err := table.Put(ctx, entry("ns", "b", 1)); err != ErrTableMissing {
+		t.Fatalf("put into an unmarked table: %v, want ErrTableMissing until a sync marks it", err)
+	}
+	marked, changed, err := table.Replace(ctx, []*Entry{}, nil)
+	if err != nil || !changed || marked <= restored {
+		t.Fatalf("replace marking the table: revision %d, changed %v, %v", marked, changed, err)
+	}
+	if n, _ := srv.Client().HLen(ctx, HashKey).Result(); n != 2 {
+		t.Fatalf("after marking: %d fields, want the policy and the marker", n)
+	}
+	if _, _, err := table.Put(ctx, entry("ns", "b", 1)); err != nil {
+		t.Fatalf("put into a marked table: %v", err)
+	}
+}
+
 func TestPutDeleteAndRevisions(t *testing.T) {
 	ctx := context.Background()
 	srv, table := newTable(t)

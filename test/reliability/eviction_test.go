@@ -512,17 +512,10 @@ func toAny(ss []string) []any {
 // reconcile racing the restore) must be refused, as it is when FLUSHALL
 // took the revision too (TestPartlyRestoredTableKeepsEveryPolicy).
 //
-// Known gap: today the revision alone makes the table present, so the
-// write succeeds and every check process reloads a table of one policy,
-// lifting the others until the next sync (up to --sync-interval, 3s); a
-// check process that starts meanwhile enforces nothing. The fix belongs
-// to internal/policytable (the revision inside the hash, so the table is
-// one key that is evicted or flushed whole; or a marker field the scripts
-// and the reader require).
+// Before the table's marker field, the revision alone made the table
+// present: the write succeeded and the reader loaded a table of one policy,
+// lifting the others until the next sync (up to --sync-interval, 3s).
 func TestEvictedTableHashIsAMissingTable(t *testing.T) {
-	if os.Getenv("SLUICE_KNOWN_GAPS") == "" {
-		t.Skip("known gap (issue 17, item 3): a table whose hash alone was evicted takes a single policy's write; SLUICE_KNOWN_GAPS=1 runs it")
-	}
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
