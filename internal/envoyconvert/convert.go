@@ -127,7 +127,11 @@ func Convert(files []File, opts Options) *Result {
 	c := &converter{opts: opts, rs: &rs}
 	for _, d := range domains {
 		res.Domains = append(res.Domains, d.name)
+		before := len(c.policies)
 		c.walk(d, nil, d.nodes)
+		if len(c.policies) > before {
+			rs.add(d.pos, Note, "%s", chargeNote)
+		}
 	}
 	c.name()
 	c.compile()
@@ -138,6 +142,14 @@ func Convert(files []File, opts Options) *Result {
 	}
 	return res
 }
+
+// chargeNote says how the converted policies count differently from
+// envoyproxy/ratelimit, which increments every descriptor's counter before
+// it decides: it counts denied requests' hits, and a request's other
+// descriptors when one denies it.
+const chargeNote = "envoyproxy/ratelimit counts a denied request's hits too, and the request's other descriptors when one is over its limit " +
+	"(unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); these policies count admitted requests only, all descriptors or none, " +
+	"so after a denial they may admit what it would deny (charge: Always counts a denied request's cost, as it does)"
 
 func hasErrors(rs reports) bool {
 	for _, r := range rs {
