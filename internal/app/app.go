@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/webhook"
@@ -97,7 +98,9 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	checker := check.New(check.Options{Store: parts.store, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	// Leased policies (spec.lease) are answered from this process's leases;
+	// every other request goes to Redis exactly, through the lease store.
+	checker := check.New(check.Options{Store: lease.New(parts.store, lease.Options{}), Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -104,7 +105,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	a.Checker = check.New(check.Options{Store: a.store, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	checkStore := a.store
+	if a.storeName == "redis" {
+		// Leases only for Redis: the memory store is this process's own
+		// and answers from memory already, exactly.
+		checkStore = lease.New(a.store, lease.Options{})
+	}
+	a.Checker = check.New(check.Options{Store: checkStore, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	a.http.Registerer = reg
 
 	var trusted *clientip.TrustedProxies

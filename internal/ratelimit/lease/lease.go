@@ -459,3 +459,7 @@ func resize(r []ratelimit.Result, n int) []ratelimit.Result {
 	}
 	return r[:n]
 }
+
+// Unwrap returns the wrapped store, for callers that look for what it
+// implements beyond ratelimit.Store.
+func (s *Store) Unwrap() ratelimit.Store { return s.inner }
