@@ -1,0 +1,153 @@
+package lease_test
+
+import (
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"sigs.k8s.io/yaml"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+type staticSource struct{ set *policy.Set }
+
+func (s staticSource) Policies() *policy.Set { return s.set }
+
+// The hot key of the bound test: one global fixed window of limit per
+// second, on the clock's seconds, leased units at a time.
+const (
+	boundLimit = 200
+	boundUnits = 10
+	boundProcs = 4
+	boundSpec  = `
+key: global
+lease: {units: 10, ttl: 1s}
+limits:
+- name: second
+  fixedWindow: {limit: 200, window: 1s, alignment: Clock}
+`
+)
+
+// TestLeasedBound: P check processes, each a Checker with its own Redis
+// connections and lease store, hammer one hot global key for several
+// windows against one real Redis (single, and a Cluster of 3 masters).
+// Every window admits at most limit + P × units, and at least limit −
+// P × units (leasing does not starve the key). Flat out, the bucket is
+// empty within milliseconds of each window's start; paced at about the
+// limit, processes hold units when a window ends and spend them in the
+// next, which is where the excess comes from.
+func TestLeasedBound(t *testing.T) {
+	srv := redistest.Start(t)
+	single := func() redis.UniversalClient {
+		return redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
+	}
+	t.Run("single", func(t *testing.T) { boundRun(t, single, 0) })
+	// 64 checkers each asking every 300ms: about 213 a second, just over the limit.
+	t.Run("single paced", func(t *testing.T) { boundRun(t, single, 300*time.Millisecond) })
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t, 3)
+		boundRun(t, func() redis.UniversalClient {
+			return redisstore.NewClient(&redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true})
+		}, 0)
+	})
+}
+
+func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Duration) {
+	var spec ratelimitv1alpha1.RateLimitPolicySpec
+	if err := yaml.UnmarshalStrict([]byte(boundSpec), &spec); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile("ns", "hot", &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := staticSource{set: policy.NewSet(1, []*policy.Policy{p})}
+
+	// Start on a second's boundary so that the windows counted are whole.
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	first := time.Now().Unix()
+	const windows = 5
+	stop := time.Unix(first+windows, 0)
+
+	var mu sync.Mutex
+	admitted := map[int64]int{}
+	var takes int64
+	var wg sync.WaitGroup
+	for range boundProcs {
+		client := newClient()
+		rs, err := redisstore.New(client, redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls := lease.New(rs, lease.Options{})
+		checker := check.New(check.Options{Store: ls, Source: src, Timeout: time.Second})
+		var procWG sync.WaitGroup
+		for range 16 {
+			procWG.Go(func() {
+				req := &policy.Request{Method: "GET", Host: "h", Path: "/", Header: http.Header{}, ClientIP: netip.MustParseAddr("192.0.2.1")}
+				local := map[int64]int{}
+				var out check.Outcome
+				for time.Now().Before(stop) {
+					if err := checker.CheckInto(t.Context(), check.Input{Namespace: "ns", Request: req}, &out); err != nil {
+						t.Error(err)
+						return
+					}
+					if out.Degraded {
+						t.Errorf("Redis did not answer: %v", out.StoreErr)
+						return
+					}
+					if out.Allowed {
+						// Counted when the answer is known: a unit taken in
+						// one window and spent in the next counts in the next.
+						local[time.Now().Unix()]++
+					}
+					if pace > 0 {
+						time.Sleep(pace)
+					}
+				}
+				mu.Lock()
+				for w, n := range local {
+					admitted[w] += n
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Go(func() {
+			procWG.Wait()
+			mu.Lock()
+			takes += ls.Stats().Takes
+			mu.Unlock()
+			_ = rs.Close()
+			_ = client.Close()
+		})
+	}
+	wg.Wait()
+
+	upper, lower := boundLimit+boundProcs*boundUnits, boundLimit-boundProcs*boundUnits
+	total := 0
+	for w := first; w < first+windows; w++ {
+		n := admitted[w]
+		total += n
+		t.Logf("window %d: %d admitted (limit %d, bound %d..%d)", w-first, n, boundLimit, lower, upper)
+		if n > upper {
+			t.Errorf("window %d admitted %d, more than limit %d + %d processes × %d units", w-first, n, boundLimit, boundProcs, boundUnits)
+		}
+		if n < lower {
+			t.Errorf("window %d admitted %d, fewer than limit %d − %d processes × %d units", w-first, n, boundLimit, boundProcs, boundUnits)
+		}
+	}
+	// The point of a lease: most admissions took no store call.
+	t.Logf("%d admitted with %d takes", total, takes)
+	if takes > int64(total/4) {
+		t.Errorf("%d takes for %d admissions: leases of %d were not used", takes, total, boundUnits)
+	}
+}
