@@ -111,6 +111,19 @@ spec:
   - name: daily
     fixedWindow: {limit: 1, window: 24h}
 `
+	// hotExact and hotLeased: one global bucket for every request, decided
+	// by Redis on every check, and from leases of 1,000 units.
+	hotExact = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: hot, namespace: bench}
+spec:
+  key: global
+  limits:
+  - name: burst
+    tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}
+`
+	hotLeased = hotExact + `  lease: {units: 1000, ttl: 1s}
+`
 	allowThree = `apiVersion: ratelimit.sluice.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: three, namespace: bench}
@@ -236,23 +249,27 @@ type httpConfigs struct {
 	// Sluice: one limit allowing, denying every request, three limits
 	// allowing.
 	allow, deny, three *config
+	// Sluice on one hot global key: exact, and leased (spec.lease).
+	hotExact, hotLeased *config
 }
 
 // all is every configuration in the order of the rounds and the table.
 func (h httpConfigs) all() []*config {
-	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.deny, h.three}
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.deny, h.three, h.hotExact, h.hotLeased}
 }
 
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
 // round, then at half load, and Redis's memory.
 func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redis.Client) (string, error) {
 	h := httpConfigs{
-		bare:     &config{name: "bare net/http 200 (ceiling)", path: "/", serve: "serve-bare"},
-		bareFast: &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
-		naive:    &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
-		allow:    &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
-		deny:     &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
-		three:    &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
+		bare:      &config{name: "bare net/http 200 (ceiling)", path: "/", serve: "serve-bare"},
+		bareFast:  &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
+		naive:     &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
+		allow:     &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
+		deny:      &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
+		three:     &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
+		hotExact:  &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
+		hotLeased: &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
 	}
 	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
@@ -369,7 +386,7 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 // otherwise measures nothing.
 func warmUp(h httpConfigs) error {
 	fmt.Fprintf(os.Stderr, "bench: HTTP warm-up, %d requests to %q\n", 2*loadClients, h.deny.name)
-	for _, c := range []*config{h.allow, h.three} {
+	for _, c := range []*config{h.allow, h.three, h.hotExact, h.hotLeased} {
 		u, err := url.Parse(c.url)
 		if err != nil {
 			return err

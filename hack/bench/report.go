@@ -169,6 +169,9 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, rounds int, d 
 		round(half.open.p99), round(half.bare.p99), float64(half.open.p99)/float64(half.bare.p99), openErrs,
 		verdict(half.open.errors == 0 && half.bare.p99 > 0 && float64(half.open.p99) <= 1.5*float64(half.bare.p99)),
 		round(half.bareFast.p99), float64(half.open.p99)/float64(half.bareFast.p99))
+	leased, hot := medianRPS(h.hotLeased), medianRPS(h.hotExact)
+	fmt.Fprintf(&b, "- Leased, one hot global key ≥ 0.8 × the bare net/http ceiling: %.2f × — %s (× the same key exact: %.2f; Redis calls per decision %.4f)\n",
+		leased/ceiling, verdict(leased >= 0.8*ceiling), leased/hot, redisCallsPerRequest(h.hotLeased))
 	denyCalls := redisCallsPerRequest(h.deny)
 	fmt.Fprintf(&b, "- Denial flood ≥ 0.85 × the bare net/http ceiling: %.2f × — %s (× the fasthttp ceiling: %.2f); Redis calls per denied request %.4f (< 0.05) — %s\n",
 		deny/ceiling, verdict(deny >= 0.85*ceiling), deny/fastCeiling, denyCalls, verdict(denyCalls < 0.05))
