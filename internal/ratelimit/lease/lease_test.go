@@ -288,3 +288,28 @@ func TestStoreErrorsReachTheCaller(t *testing.T) {
 		t.Fatal("the next take was not made")
 	}
 }
+
+// nodes is a store whose keys live on named nodes.
+type nodes struct{ ratelimit.Store }
+
+func (nodes) NodesOf(_ context.Context, _ *ratelimit.Request, dst []string) []string {
+	return append(dst, "a")
+}
+func (nodes) AllNodes(context.Context) ([]string, error) { return []string{"a", "b"}, nil }
+
+// TestNodesOfTheWrappedStore: a breaker per node sees through the lease
+// store.
+func TestNodesOfTheWrappedStore(t *testing.T) {
+	mem := memstore.New()
+	t.Cleanup(func() { _ = mem.Close() })
+	s := lease.New(nodes{mem}, lease.Options{})
+	if got := s.NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("NodesOf = %v, want [a]", got)
+	}
+	if all, err := s.AllNodes(ctx); err != nil || len(all) != 2 {
+		t.Fatalf("AllNodes = %v, %v", all, err)
+	}
+	if got := lease.New(mem, lease.Options{}).NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 0 {
+		t.Fatalf("a store of one node named %v", got)
+	}
+}
