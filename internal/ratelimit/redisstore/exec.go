@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -97,12 +97,16 @@ const (
 // exec runs one batch: the calls of the jobs still wanted, merged into
 // commands, in one pipeline per node (see execNode).
 //
-// One pipeline per node, sent concurrently, because go-redis's Cluster
-// pipeline returns only when every node has answered: a master that is
-// frozen, or dead (go-redis redials it with backoff), would hold every
-// call of the batch, the healthy masters' too, until their deadlines,
-// and a check whose slots are healthy would get the failure mode. A job
-// is signaled as soon as all of its own calls have their replies.
+// In Cluster mode each master's pipeline runs on its own, and the flusher
+// does not wait for them: go-redis's Cluster pipeline returns only when
+// every node has answered, and a master that is frozen, or dead (go-redis
+// redials it with backoff), would otherwise hold the healthy masters'
+// replies of the same batch, and the flusher with them, until the
+// deadline: checks on healthy slots would queue behind it and get the
+// failure mode. Each job is signaled as soon as all of its own calls have
+// replies. The price: a Cluster batch's commands, pipelines and context
+// are its own (a few allocations per batch), and Flushers no longer
+// bounds the pipelines in flight per master while one is slow.
 func (s *Store) exec(f *flushScratch, batch []*job) {
 	live := f.live[:0]
 	defer func() { f.live = live; clear(live) }()
@@ -121,19 +125,18 @@ func (s *Store) exec(f *flushScratch, batch []*job) {
 	if len(live) == 0 {
 		return
 	}
-	ctx := f.ctx.set(live)
-	nodes := f.byNode(s.merge(f, live))
-	if len(nodes) == 1 {
-		s.execNode(ctx, f.pipe(s.client, 0), nodes[0].cmds)
+	if s.cluster == nil {
+		s.execNode(f.ctx.set(live), f.pipe(s.client, 0), s.merge(f, live))
 		return
 	}
-	var wg sync.WaitGroup
-	for i := 1; i < len(nodes); i++ {
-		pipe, cmds := f.pipe(s.client, i), nodes[i].cmds
-		wg.Go(func() { s.execNode(ctx, pipe, cmds) })
+	ctx := new(batchDeadline).set(live)
+	for _, n := range f.byNode(s.merge(f, live)) {
+		cmds := make([]*command, len(n.cmds))
+		for i, m := range n.cmds {
+			cmds[i] = &command{calls: slices.Clone(m.calls), nkeys: m.nkeys}
+		}
+		go s.execNode(ctx, s.client.Pipeline(), cmds)
 	}
-	s.execNode(ctx, f.pipe(s.client, 0), nodes[0].cmds)
-	wg.Wait()
 }
 
 // execNode sends one node's commands in one pipeline; then, for the
