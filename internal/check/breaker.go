@@ -46,6 +46,7 @@ type Breaker struct {
 	cooldown  time.Duration
 	now       func() time.Time
 	onChange  func(BreakerState)
+	openErr   error // the answer's error while open
 
 	mu          sync.Mutex
 	state       BreakerState
@@ -66,26 +67,43 @@ func NewBreaker(threshold int, cooldown time.Duration, now func() time.Time, onC
 	if now == nil {
 		now = time.Now
 	}
-	return &Breaker{threshold: threshold, cooldown: cooldown, now: now, onChange: onChange}
+	return &Breaker{threshold: threshold, cooldown: cooldown, now: now, onChange: onChange, openErr: errBreakerOpen}
 }
 
 // Allow reports whether a call may go to the store now. When it returns
 // true in the open state, the call is the probe and must report back with
 // Success or Failure.
 func (b *Breaker) Allow() bool {
+	ok, _ := b.allow()
+	return ok
+}
+
+// allow is Allow, and reports whether the call is the probe.
+func (b *Breaker) allow() (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case BreakerClosed:
-		return true
+		return true, false
 	case BreakerOpen:
 		if b.now().Before(b.openUntil) {
-			return false
+			return false, false
 		}
 		b.setState(BreakerHalfOpen)
-		return true
+		return true, true
 	default: // half-open: a probe is already in flight
-		return false
+		return false, false
+	}
+}
+
+// release gives back the probe that allow granted, unused or with an
+// outcome that says nothing of this node: the breaker is open again, its
+// cooldown over, so the next call probes.
+func (b *Breaker) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerHalfOpen {
+		b.setState(BreakerOpen)
 	}
 }
 

@@ -49,7 +49,7 @@ type Checker struct {
 	store   ratelimit.Store
 	source  Source
 	timeout time.Duration
-	breaker *Breaker
+	breaker *breakers // one per store node (Redis Cluster master), or one
 	denials *denyCache
 	metrics *Metrics
 	counts  counts
@@ -80,11 +80,7 @@ func New(o Options) *Checker {
 		o.Now = time.Now
 	}
 	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now}
-	c.breaker = NewBreaker(o.BreakerThreshold, o.BreakerCooldown, o.Now, func(s BreakerState) {
-		if c.metrics != nil {
-			c.metrics.breakerState.Set(float64(s))
-		}
-	})
+	c.breaker = newBreakers(o.BreakerThreshold, o.BreakerCooldown, o.Now, o.Metrics, o.Store)
 	if o.DenyCacheSize > 0 {
 		c.denials = newDenyCache(o.DenyCacheSize)
 	}
@@ -92,8 +88,14 @@ func New(o Options) *Checker {
 	return c
 }
 
-// Breaker returns the circuit breaker, for health pages and tests.
-func (c *Checker) Breaker() *Breaker { return c.breaker }
+// Breaker returns the circuit breaker of a store that is one node (a
+// single Redis, Sentinel, the memory store), for health pages and tests.
+// A Redis Cluster store has one per master: see BreakerStates.
+func (c *Checker) Breaker() *Breaker { return c.breaker.whole }
+
+// BreakerStates returns the state of every node's breaker, by the node's
+// name (a Cluster master's address; "" for the store as one node).
+func (c *Checker) BreakerStates() map[string]BreakerState { return c.breaker.snapshot() }
 
 // Policies returns the policy set in force.
 func (c *Checker) Policies() *policy.Set { return c.currentSet() }
@@ -198,6 +200,7 @@ type scratch struct {
 	uses  []use
 	one   [1]*policy.Policy
 	parts [1]Part
+	route route // the breakers the store call passes
 }
 
 // use is one limit of one matching policy, checked through one entry.
@@ -387,8 +390,8 @@ func (sc *scratch) retarget(from, to int) {
 // decide makes the one store call, unless the breaker is open, and
 // answers by the store's decision or by the failure mode.
 func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
-	if !c.breaker.Allow() {
-		c.failureAnswer(out, errBreakerOpen)
+	if err := c.breaker.allow(ctx, &sc.req, &sc.route); err != nil {
+		c.failureAnswer(out, err)
 		return nil
 	}
 	sent := c.now()
@@ -397,28 +400,29 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
 	if err != nil {
-		return c.storeFailed(out, err)
+		return c.storeFailed(out, &sc.route, err)
 	}
-	c.breaker.Success()
+	sc.route.success()
 	c.applyDecision(sc, out, sent)
 	return nil
 }
 
 // storeFailed answers a check whose store call failed: by the failure
 // mode, telling the breaker whether the store is away.
-func (c *Checker) storeFailed(out *Outcome, err error) error {
+func (c *Checker) storeFailed(out *Outcome, r *route, err error) error {
 	if errors.Is(err, ratelimit.ErrInvalidRequest) {
+		r.release()
 		return err // a programming error, not Redis being away
 	}
 	if errors.Is(err, ratelimit.ErrCapacity) {
 		// The store answered, full: the failure mode answers this
 		// check, but the store is not away, so the breaker stays
 		// closed for the keys it holds.
-		c.breaker.Success()
+		r.success()
 		c.failureAnswer(out, err)
 		return nil
 	}
-	c.breaker.Failure()
+	r.failure(err)
 	if c.metrics != nil {
 		c.metrics.storeErrors.Inc()
 	}

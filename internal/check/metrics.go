@@ -13,6 +13,7 @@ type Metrics struct {
 	failureMode  *prometheus.CounterVec
 	storeFull    prometheus.Counter
 	breakerState prometheus.Gauge
+	nodeBreakers *prometheus.GaugeVec // per store node (Redis Cluster master)
 	cacheHits    prometheus.Counter
 	revision     prometheus.Gauge
 }
@@ -48,8 +49,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",
-			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
+			Help: "Circuit breaker state: 0 closed, 1 open, 2 half-open. In Redis Cluster mode the worst of the masters' breakers (sluice_breaker_node_state): 1 when any is open, else 2 when any is probing.",
 		}),
+		nodeBreakers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_breaker_node_state",
+			Help: "Circuit breaker state per Redis Cluster master (node: its address, as the slot map names it): 0 closed, 1 open, 2 half-open. Absent outside Cluster mode; a master that no longer serves slots is dropped.",
+		}, []string{"node"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_deny_cache_hits_total",
 			Help: "Denials answered from the in-process cache without Redis.",
@@ -59,6 +64,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Revision of the policy set in force.",
 		}),
 	}
-	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, m.breakerState, m.cacheHits, m.revision)
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
 	return m
 }
