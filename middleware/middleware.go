@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/source"
 )
@@ -130,7 +131,9 @@ func New(opts ...Option) (*Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
-		store, l.closers = st, closers
+		// Each service replica is one of the P processes of a leased
+		// policy's bound (spec.lease); other policies are exact.
+		store, l.closers = lease.New(st, lease.Options{}), closers
 	default:
 		ms := memstore.New()
 		store = ms
