@@ -21,7 +21,7 @@ type job struct {
 	done     chan struct{} // buffered (1), empty when the job is submitted
 	// pending counts the calls without their reply or error yet; the
 	// flusher that delivers the last one signals done.
-	pending atomic.Int32
+	pending atomic.Int64
 }
 
 // delivered records that c has its reply or error, and signals its job

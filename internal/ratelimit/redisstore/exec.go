@@ -119,7 +119,7 @@ func (s *Store) exec(f *flushScratch, batch []*job) {
 			j.signal()
 			continue
 		}
-		j.pending.Store(int32(len(j.calls)))
+		j.pending.Store(int64(len(j.calls)))
 		live = append(live, j)
 	}
 	if len(live) == 0 {
