@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,10 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	onVictim, err := slotsOf(ctx, victim)
+	if err != nil {
+		t.Fatal(err)
+	}
 	spec := loadSpec{rate: loadRate, namespaces: []string{"open", "closed", "multi"}, group: faultGroup, prefix: "cluster-", max: 30 * time.Second}
 	warmUp(t, st, spec)
 	base := st.goroutineBaseline()
@@ -118,6 +123,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	if wrong > 0 {
 		t.Errorf("while the master was away: %d answers neither Redis's nor the failure mode's", wrong)
 	}
+	checkHealthyMastersDecide(t, ld, rec, onVictim, killAt, healedAt)
 	lastUndecided := rec.lastUndecided()
 	t.Logf("checks resumed: the last answer by the failure mode came at +%s, %s after the kill and %s after the cluster healed",
 		ms(lastUndecided), ms(lastUndecided-killAt), ms(lastUndecided-healedAt))
@@ -164,6 +170,65 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("after the failover: %d masters, each with the library; the policy table on %s", len(masters), mustMasterOf(t, cl))
+}
+
+// slotsOf returns the slots master m serves now.
+func slotsOf(ctx context.Context, m *redistest.Server) (map[uint16]bool, error) {
+	slots, err := m.Client().ClusterSlots(ctx).Result() //nolint:staticcheck // the slot map go-redis's cluster client reads
+	if err != nil {
+		return nil, err
+	}
+	out := map[uint16]bool{}
+	for _, s := range slots {
+		if s.Nodes[0].Addr != m.Addr() {
+			continue
+		}
+		for slot := s.Start; slot <= s.End; slot++ {
+			out[uint16(slot)] = true
+		}
+	}
+	return out, nil
+}
+
+// checkHealthyMastersDecide: while a master is away, the single-slot
+// checks whose bucket is on another master are decided by Redis (each
+// master has its own breaker), and those on the dead master's slots get
+// the failure mode. A busy machine may push a few healthy checks past the
+// deadline, so at least 95% of them must be Redis's.
+func checkHealthyMastersDecide(t *testing.T, ld *load, rec *record, onVictim map[uint16]bool, from, to time.Duration) {
+	t.Helper()
+	healthy, healthyDecided, dead, deadDecided := 0, 0, 0, 0
+	for i := range rec.samples {
+		s := &rec.samples[i]
+		if s.status <= 0 || s.at < from || s.at >= to {
+			continue
+		}
+		ns, key := ld.target(i)
+		name := ld.spec.namespaces[ns]
+		if name == "multi" {
+			continue // two slots: one of them may be the dead master's
+		}
+		bucket, _ := ratelimit.SplitKey(ratelimit.Key(name, "per-client", ld.spec.prefix+strconv.Itoa(key), "hour"))
+		if onVictim[ratelimit.HashSlot(bucket)] {
+			dead++
+			if s.decided {
+				deadDecided++
+			}
+			continue
+		}
+		healthy++
+		if s.decided {
+			healthyDecided++
+		}
+	}
+	t.Logf("while the master was away: %d of %d checks on the healthy masters' slots decided by Redis; %d of %d on the dead master's",
+		healthyDecided, healthy, deadDecided, dead)
+	if healthy == 0 || dead == 0 {
+		t.Fatalf("the load put %d checks on healthy masters and %d on the dead one while it was away: the test needs both", healthy, dead)
+	}
+	if float64(healthyDecided) < 0.95*float64(healthy) {
+		t.Errorf("checks on healthy masters: %d of %d decided by Redis, want at least 95%% (a breaker per master keeps them decided)", healthyDecided, healthy)
+	}
 }
 
 func mustMasterOf(t *testing.T, cl *redistest.Cluster) string {
