@@ -153,6 +153,25 @@ type observedStore struct {
 	unknown map[string]int
 }
 
+// The checker keeps a breaker per node only of a store that names them
+// (ratelimit.Nodes): the wrapper passes that through, as the check
+// processes' stores have it.
+var _ ratelimit.Nodes = (*observedStore)(nil)
+
+func (s *observedStore) NodesOf(ctx context.Context, req *ratelimit.Request, dst []string) []string {
+	if n, ok := s.Store.(ratelimit.Nodes); ok {
+		return n.NodesOf(ctx, req, dst)
+	}
+	return dst
+}
+
+func (s *observedStore) AllNodes(ctx context.Context) ([]string, error) {
+	if n, ok := s.Store.(ratelimit.Nodes); ok {
+		return n.AllNodes(ctx)
+	}
+	return nil, nil
+}
+
 func (s *observedStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	err := s.Store.Check(ctx, timeout, req, dec)
 	if err != nil {

@@ -184,8 +184,9 @@ func TestProcessesAsACLUsers(t *testing.T) {
 		if n, err := c.HLen(ctx, policytable.HashKey).Result(); !refused(err) {
 			t.Errorf("HLEN of the table: %d, %v; want NOPERM (HGETALL and GET only)", n, err)
 		}
-		if m, err := c.HGetAll(ctx, policytable.HashKey).Result(); err != nil || len(m) != len(policies) {
-			t.Errorf("HGETALL of the table: %d entries, %v; want %d", len(m), err, len(policies))
+		// The hash holds each policy and the full sync's marker field.
+		if m, err := c.HGetAll(ctx, policytable.HashKey).Result(); err != nil || len(m) != len(policies)+1 || m[policytable.MarkerField] == "" {
+			t.Errorf("HGETALL of the table: %d entries, %v; want %d policies and the field %q", len(m), err, len(policies), policytable.MarkerField)
 		}
 	})
 
@@ -225,8 +226,8 @@ func TestProcessesAsACLUsers(t *testing.T) {
 		if v := admin.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]; v != maxmemory {
 			t.Errorf("maxmemory = %q, was %q", v, maxmemory)
 		}
-		if n := admin.HLen(ctx, policytable.HashKey).Val(); n != int64(len(policies)) {
-			t.Errorf("the table holds %d policies, want %d", n, len(policies))
+		if n := admin.HLen(ctx, policytable.HashKey).Val(); n != int64(len(policies))+1 {
+			t.Errorf("the table holds %d fields, want %d policies and the marker", n, len(policies))
 		}
 		if !libraryLoaded(ctx, t, admin) || admin.Exists(ctx, counter).Val() != 1 {
 			t.Errorf("the library or the counter %s is gone", counter)
