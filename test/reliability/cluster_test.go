@@ -198,8 +198,9 @@ func slotsOf(ctx context.Context, m *redistest.Server) (map[uint16]bool, error) 
 // no: with Redis's default (yes) every master answers CLUSTERDOWN once the
 // dead one is marked failed, and no breaker can help. With one breaker
 // for all masters, 2% of the healthy checks were Redis's; with a breaker
-// per master about 75% are: the rest end at the deadline with no master
-// named (under investigation), so the bound is at least half.
+// per master, 75% until a request spanning the dead master and a healthy
+// one timed out naming the dead one alone; now all of them. A busy machine
+// may push a few past the deadline: the bound is 95%.
 func checkHealthyMastersDecide(t *testing.T, ld *load, rec *record, onVictim map[uint16]bool, from, to time.Duration) {
 	t.Helper()
 	healthy, healthyDecided, dead, deadDecided := 0, 0, 0, 0
@@ -231,8 +232,8 @@ func checkHealthyMastersDecide(t *testing.T, ld *load, rec *record, onVictim map
 	if healthy == 0 || dead == 0 {
 		t.Fatalf("the load put %d checks on healthy masters and %d on the dead one while it was away: the test needs both", healthy, dead)
 	}
-	if 2*healthyDecided < healthy {
-		t.Errorf("checks on healthy masters: %d of %d decided by Redis, want at least half (a breaker per master keeps them decided)", healthyDecided, healthy)
+	if float64(healthyDecided) < 0.95*float64(healthy) {
+		t.Errorf("checks on healthy masters: %d of %d decided by Redis, want at least 95%% (a breaker per master keeps them decided)", healthyDecided, healthy)
 	}
 }
 

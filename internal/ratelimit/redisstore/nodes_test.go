@@ -100,6 +100,20 @@ func TestNodes(t *testing.T) {
 		<-states[1].done // the frozen call's deadline
 	})
 
+	// A request with a key on a healthy master and one on a frozen master:
+	// its timeout is the frozen master's failure, not the healthy one's
+	// (the checker keeps the healthy master's breaker closed).
+	t.Run("a request spanning a frozen master times out naming it", func(t *testing.T) {
+		frozen.Freeze()
+		defer frozen.Thaw()
+		var dec ratelimit.Decision
+		err := s.Check(ctx, 200*time.Millisecond, request(valueOn[masters[0]], valueOn[masters[1]]), &dec)
+		var ne *ratelimit.NodeError
+		if !errors.As(err, &ne) || ne.Node != masters[1] || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a request on a healthy and a frozen master: %v; want a timeout naming %s", err, masters[1])
+		}
+	})
+
 	t.Run("a dead master's calls fail naming it", func(t *testing.T) {
 		dead.Kill()
 		var dec ratelimit.Decision

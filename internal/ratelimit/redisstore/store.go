@@ -202,6 +202,10 @@ type call struct {
 	// the reply (decision, then four per entry), or the error.
 	reply []int64
 	err   error
+	// answered is set by the flusher when the call has its reply or
+	// error; a waiter that gave up reads it to name the master that kept
+	// the answer.
+	answered atomic.Bool
 
 	// Inline storage for calls of up to inlineEntries entries.
 	keyBuf  [2 * inlineEntries]string
@@ -416,17 +420,23 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 	return finish(req, cs)
 }
 
-// onNode returns err as a NodeError when every call of j goes to one
-// Cluster master: a dead master's calls end at their deadline (go-redis
-// redials it with backoff), and that is its failure alone. When the calls
-// span masters, which one kept the answer is unknown: err as it is.
-// Only the calls' node is read, which the flusher never writes.
+// onNode returns err as a NodeError when every call of j still without
+// an answer goes to one Cluster master: a dead or frozen master's calls
+// end at their deadline (go-redis redials it with backoff), and that is
+// its failure alone, even when the request's other calls, on healthy
+// masters, were answered. When the unanswered calls span masters, which
+// one kept the answer is unknown: err as it is. The flusher writes only
+// answered (atomically); node is written before the job is sent.
 func onNode(j *job, err error) error {
-	node := j.calls[0].node
-	for _, c := range j.calls[1:] {
-		if c.node != node {
+	node := ""
+	for _, c := range j.calls {
+		if c.answered.Load() {
+			continue
+		}
+		if c.node == "" || node != "" && c.node != node {
 			return err
 		}
+		node = c.node
 	}
 	if node == "" {
 		return err
