@@ -81,11 +81,11 @@ run: build ## Local mode: serve config/samples on $(LISTEN) with the in-memory s
 BENCH_ROUNDS ?= 3
 BENCH_DURATION ?= 5s
 .PHONY: bench
-bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); BENCH_ONLY=http|rls runs one part; BENCH_SAVE=1 writes bench/<date>.md.
+bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); BENCH_ONLY=http|rls runs one part; BENCH_SAVE=1 writes bench/<date>.md; BENCH_PROFILE=DIR adds CPU profiles of Sluice under load (saved in DIR).
 	hack/install-deps.sh wrk=wrk redis-server=redis-server
 	hack/install-bench-tools.sh $(BIN)
 	$(GO) build -o $(BIN)/bench ./hack/bench
-	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench)
+	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench) $(if $(BENCH_PROFILE),-http-profile $(BENCH_PROFILE)/sluice-http.pprof -rls-profile $(BENCH_PROFILE)/sluice.pprof)
 
 ##@ Build and test
 

@@ -81,6 +81,7 @@ type config struct {
 	url      string
 	rounds   []sample
 	policies string // YAML for Sluice configurations
+	pprof    string // Sluice's profiler address
 }
 
 type sample struct {
@@ -149,6 +150,8 @@ type options struct {
 	// The RLS part's tools (hack/install-bench-tools.sh installs them)
 	// and where to save a CPU profile of Sluice under RLS load.
 	ghz, peer, rlsProfile string
+	// httpProfile is where to save CPU profiles of Sluice under HTTP load.
+	httpProfile string
 	// rlsLean also loads every RLS configuration with the lean generator.
 	rlsLean bool
 }
@@ -164,6 +167,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.ghz, "ghz", "bin/ghz", "the ghz binary (RLS part)")
 	fs.StringVar(&o.peer, "ratelimit", "bin/service_cmd", "envoyproxy/ratelimit's service_cmd binary (RLS part)")
 	fs.BoolVar(&o.rlsLean, "rls-lean", true, "in each RLS round, also load every configuration with a lean grpc-go generator (bench grpc-load), to separate the servers' cost from ghz's")
+	fs.StringVar(&o.httpProfile, "http-profile", "", "after the HTTP rounds, save a CPU profile of Sluice allowing with one limit and with three under wrk's load to FILE-<configuration>.pprof and report their tops")
 	fs.StringVar(&o.rlsProfile, "rls-profile", "", "after the RLS rounds, save a CPU profile of Sluice under each scenario's load (lean generator) to FILE-<scenario>.pprof and report their tops")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -290,7 +294,23 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 	if err != nil {
 		return "", fmt.Errorf("memory: %w", err)
 	}
-	return renderReport(h, half, mem, o.rounds, o.duration), nil
+	var profiles []string
+	if o.httpProfile != "" {
+		for _, p := range []struct {
+			c    *config
+			name string
+		}{{h.allow, "one-limit-allowing"}, {h.three, "three-limits-allowing"}} {
+			top, err := profileUnderLoad(p.c.pprof, o.manager, profileFile(o.httpProfile, p.name), p.c.name+" (wrk -t2 -c50)", o.duration, func() (float64, error) {
+				w, err := runWrk(ps.dir, p.c.url, 2, 50, o.duration)
+				return w.rps, err
+			})
+			if err != nil {
+				return "", fmt.Errorf("profile: %w", err)
+			}
+			profiles = append(profiles, top)
+		}
+	}
+	return renderReport(h, half, mem, profiles, o.rounds, o.duration), nil
 }
 
 // processes are the programs a run starts, each logging into dir.
@@ -362,7 +382,8 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 			if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(c.policies), 0o644); err != nil {
 				return err
 			}
-			cmd, err = ps.start(manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr)
+			c.pprof = freeAddr()
+			cmd, err = ps.start(manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr, "--pprof-listen", c.pprof)
 		default:
 			cmd, err = ps.start(self, c.serve, "--listen", addr)
 		}

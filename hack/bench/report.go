@@ -121,7 +121,7 @@ func reportHeader() string {
 		time.Now().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)))
 }
 
-func renderReport(h httpConfigs, half halfLoad, mem memoryResult, rounds int, d time.Duration) string {
+func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []string, rounds int, d time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## HTTP check endpoint (ingress-nginx auth-url)\n\nLoad: wrk -t2 -c50, %s per configuration, %d interleaved rounds (medians), ingress-nginx auth-url headers, 10,000 client IPs. "+
 		"Two ceilings: bare net/http and bare fasthttp servers answering 200 with their default options (Sluice's check routes are fasthttp handlers).\n\n", d, rounds)
@@ -175,6 +175,9 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, rounds int, d 
 	denyCalls := redisCallsPerRequest(h.deny)
 	fmt.Fprintf(&b, "- Denial flood ≥ 0.85 × the bare net/http ceiling: %.2f × — %s (× the fasthttp ceiling: %.2f); Redis calls per denied request %.4f (< 0.05) — %s\n",
 		deny/ceiling, verdict(deny >= 0.85*ceiling), deny/fastCeiling, denyCalls, verdict(denyCalls < 0.05))
+	for _, p := range profiles {
+		fmt.Fprintf(&b, "\n### CPU profile of Sluice\n\n```\n%s```\n", p)
+	}
 	return b.String()
 }
 

@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -396,7 +393,11 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 	if o.rlsProfile != "" {
 		sluice := servers[2]
 		for _, sc := range rlsScenarios {
-			top, err := profileUnderLoad(sluice, sc, o)
+			name := strings.TrimSuffix(filepath.Base(sc.data), ".json")
+			top, err := profileUnderLoad(sluice.pprof, o.manager, profileFile(o.rlsProfile, name), sc.name+" (lean generator)", o.duration, func() (float64, error) {
+				w, err := grpcLoad(sluice.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
+				return w.rps, err
+			})
 			if err != nil {
 				return res, fmt.Errorf("profile: %w", err)
 			}
@@ -429,51 +430,6 @@ func checkAnswers(servers []*rlsServer) error {
 		c.Close()
 	}
 	return nil
-}
-
-// profileUnderLoad takes a CPU profile of Sluice while the lean generator
-// loads it with the scenario's requests (ghz would take most of the CPUs
-// from it), saves it to <o.rlsProfile>-<scenario>.pprof and returns the
-// top of `go tool pprof -top`.
-func profileUnderLoad(s *rlsServer, sc *rlsScenario, o options) (string, error) {
-	secs := max(1, int(o.duration.Seconds())-1)
-	type result struct {
-		b   []byte
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		time.Sleep(500 * time.Millisecond) // into the load
-		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, secs))
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("pprof: %s: %s", resp.Status, b)
-		}
-		done <- result{b, err}
-	}()
-	w, err := grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
-	if err != nil {
-		return "", err
-	}
-	r := <-done
-	if r.err != nil {
-		return "", r.err
-	}
-	file := strings.TrimSuffix(o.rlsProfile, ".pprof") + "-" + strings.TrimSuffix(filepath.Base(sc.data), ".json") + ".pprof"
-	if err := os.WriteFile(file, r.b, 0o644); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "bench: CPU profile of Sluice (%s, %.0f req/s) saved to %s\n", sc.name, w.rps, file)
-	top, err := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=30", o.manager, file).Output()
-	if err != nil {
-		return "", fmt.Errorf("go tool pprof: %w", err)
-	}
-	return fmt.Sprintf("%s: %.0f req/s during the profile (lean generator), saved to %s\n%s", sc.name, w.rps, file, top), nil
 }
 
 // renderRLS is the RLS part's section of the report.
