@@ -171,13 +171,17 @@ func (c *cluster) statuses(t *testing.T, n int, method, host, uri string) []int 
 }
 
 // eventually polls cond for up to 10 s (the controller reconciles and the
-// check endpoint's table follows within a second or two).
+// check endpoint's table follows within a second or two) and logs how long
+// it took: the time an edit takes to reach enforcement, for the test's log
+// (a figure, not a bound: these machines are shared).
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	start := time.Now()
+	deadline := start.Add(10 * time.Second)
 	for {
 		ok, detail := cond()
 		if ok {
+			t.Logf("%s: after %v", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
@@ -208,7 +212,7 @@ const apiRoute = `
 metadata: {name: api}
 spec:
   parentRefs: [{name: edge}]
-  hostnames: [api.example.com]
+  hostnames: [%s]
   rules:
   - name: orders
     matches: [{path: {type: PathPrefix, value: %s}}]
@@ -250,7 +254,7 @@ func ready(p *ratelimitv1alpha1.RateLimitPolicy) (bool, string) {
 
 func policyTargetingAnHTTPRoute(t *testing.T, c *cluster) {
 	c.apply(t, &gatewayv1.Gateway{}, gateway)
-	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "/orders"))
+	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "api.example.com", "/orders"))
 	c.apply(t, &gatewayv1.HTTPRoute{}, specialRoute)
 	c.apply(t, &ratelimitv1alpha1.RateLimitPolicy{}, targetPolicy("orders", "api", "", 2))
 
@@ -284,10 +288,16 @@ func policyTargetingAnHTTPRoute(t *testing.T, c *cluster) {
 	}
 
 	// An edit of the route's paths reaches enforcement.
-	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "/shop"))
+	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "api.example.com", "/shop"))
 	eventually(t, "the edited route's requests are limited and the old path's are not", func() (bool, string) {
 		shop, orders := c.status(t, "GET", "api.example.com", "/shop/cart"), c.status(t, "GET", "api.example.com", "/orders/1")
 		return shop == http.StatusTooManyRequests && orders == http.StatusOK, fmt.Sprintf("/shop %d, /orders %d", shop, orders)
+	})
+	// An edit of its hostnames too.
+	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "shop.example.com", "/shop"))
+	eventually(t, "the edited hostname's requests are limited and the old hostname's are not", func() (bool, string) {
+		shop, api := c.status(t, "GET", "shop.example.com", "/shop/cart"), c.status(t, "GET", "api.example.com", "/shop/cart")
+		return shop == http.StatusTooManyRequests && api == http.StatusOK, fmt.Sprintf("shop.example.com %d, api.example.com %d", shop, api)
 	})
 
 	// The route deleted: not Ready, naming the target; back when it returns.
@@ -302,16 +312,16 @@ func policyTargetingAnHTTPRoute(t *testing.T, c *cluster) {
 		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ratelimitv1alpha1.ReasonTargetNotFound &&
 			len(p.Status.Ancestors) == 1 && apimeta.IsStatusConditionFalse(p.Status.Ancestors[0].Conditions, "Accepted"), fmt.Sprintf("%+v %+v", cond, p.Status.Ancestors)
 	})
-	if got := c.status(t, "GET", "api.example.com", "/shop/cart"); got != http.StatusOK {
+	if got := c.status(t, "GET", "shop.example.com", "/shop/cart"); got != http.StatusOK {
 		t.Errorf("with the route gone: %d, want 200", got)
 	}
-	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "/shop"))
+	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "api.example.com", "/shop"))
 	eventually(t, "Ready again", func() (bool, string) { return ready(c.policy(t, "orders")) })
 }
 
 func policyTargetingOneRule(t *testing.T, c *cluster) {
 	c.apply(t, &gatewayv1.Gateway{}, gateway)
-	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "/orders"))
+	c.apply(t, &gatewayv1.HTTPRoute{}, fmt.Sprintf(apiRoute, "api.example.com", "/orders"))
 	c.apply(t, &ratelimitv1alpha1.RateLimitPolicy{}, targetPolicy("admin", "api", "admin", 1))
 	eventually(t, "the policy is Ready", func() (bool, string) { return ready(c.policy(t, "admin")) })
 	eventually(t, "the admin rule's requests are limited", func() (bool, string) {
