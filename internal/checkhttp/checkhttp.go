@@ -71,23 +71,38 @@ const (
 	numHeaders
 )
 
+// NumHeaders is the number of HeaderNames.
+const NumHeaders = numHeaders
+
 // AppendHeaders is SetHeaders for the hot path: every value is rendered
 // into sc's buffer, which becomes one string (the one allocation) that the
 // values are cut from. Header names are set as written in the drafts, not
 // in Go's canonical "Ratelimit".
 func AppendHeaders(h http.Header, out *check.Outcome, now time.Time, sc *HeaderScratch) {
-	sc.Render(out, now)
-	if len(sc.buf) == 0 {
-		return
-	}
-	all := string(sc.buf) // the one allocation for every value
-	for i := range numHeaders {
-		if sc.from[i] == sc.to[i] {
-			continue
+	for i, v := range sc.RenderStrings(out, now) {
+		if v != "" {
+			h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbor
 		}
-		sc.vals[i] = all[sc.from[i]:sc.to[i]]
-		h[HeaderNames[i]] = sc.vals[i : i+1 : i+1] // capacity 1: an append elsewhere cannot overwrite a neighbor
 	}
+}
+
+// RenderStrings renders the values as Render does and returns them in
+// HeaderNames' order, "" for a header not sent (no value is empty), cut
+// from one string: the one allocation. The strings stay valid after sc is
+// used again; the slice does not.
+func (sc *HeaderScratch) RenderStrings(out *check.Outcome, now time.Time) []string {
+	sc.Render(out, now)
+	sc.vals = [numHeaders]string{}
+	if len(sc.buf) == 0 {
+		return sc.vals[:]
+	}
+	all := string(sc.buf)
+	for i := range numHeaders {
+		if sc.from[i] != sc.to[i] {
+			sc.vals[i] = all[sc.from[i]:sc.to[i]]
+		}
+	}
+	return sc.vals[:]
 }
 
 // Render renders the values of the headers AppendHeaders sets, and

@@ -2,7 +2,6 @@ package grpcserver
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -15,14 +14,24 @@ import (
 
 // BenchmarkShouldRateLimit measures the service's own work per call (read,
 // decide in the memory store, render), without gRPC's transport: one
-// descriptor and three, each allowed.
+// descriptor and three, each allowed, and a denial the cache of denials
+// answers (a flood of an over-limit client).
 func BenchmarkShouldRateLimit(b *testing.B) {
-	for _, n := range []int{1, 3} {
-		b.Run(fmt.Sprintf("descriptors=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		descriptors int
+		limit       string
+		want        ratelimitv3.RateLimitResponse_Code
+	}{
+		{"descriptors=1", 1, "1000000000", rlsOK},
+		{"descriptors=3", 3, "1000000000", rlsOK},
+		{"denied", 1, "1", rlsOver},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			store := memstore.New()
 			defer store.Close()
 			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: check.New(check.Options{Store: store, Source: source.NewStatic(
-				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
+				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: "+c.limit+", window: 1h}}]"),
 				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 			)})})
@@ -33,12 +42,17 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 			r.state.New = func() any { return &rlsState{} }
 			descriptors := []*ratelimitcommonv3.RateLimitDescriptor{
 				rlsDescriptor("remote_address", "10.0.0.1"), rlsDescriptor("generic_key", "api"), rlsDescriptor("user", "u1")}
-			req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors[:n]}
+			req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors[:c.descriptors]}
+			for range 2 { // the denied case's limit spent, and its denial remembered
+				if _, err := r.ShouldRateLimit(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
 				resp, err := r.ShouldRateLimit(context.Background(), req)
-				if err != nil || resp.GetOverallCode() != rlsOK {
+				if err != nil || resp.GetOverallCode() != c.want {
 					b.Fatal(resp, err)
 				}
 			}

@@ -3,7 +3,6 @@ package grpcserver
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -47,7 +46,6 @@ type rlsState struct {
 	entries []policy.DescriptorEntry
 	parts   []check.Part
 	out     check.Outcome
-	header  http.Header
 	headers checkhttp.HeaderScratch
 }
 
@@ -175,27 +173,77 @@ func clampCost(n uint64) int64 {
 // mode or missing key did), and the answer's rate-limit headers.
 func (st *rlsState) response(now time.Time) *ratelimitv3.RateLimitResponse {
 	out := &st.out
-	resp := &ratelimitv3.RateLimitResponse{OverallCode: ratelimitv3.RateLimitResponse_OK,
-		Statuses: make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, len(st.parts))}
+	a := new(rlsAnswer)
+	resp := &a.resp
+	resp.OverallCode = ratelimitv3.RateLimitResponse_OK
 	if !out.Allowed {
 		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = partStatus(out, i)
+	resp.Statuses = a.statuses(len(st.parts))
+	for i, status := range resp.Statuses {
+		a.fillStatus(status, out, i)
 	}
-	if st.header == nil {
-		st.header = make(http.Header, 8)
-	}
-	clear(st.header)
-	checkhttp.AppendHeaders(st.header, out, now, &st.headers)
-	resp.ResponseHeadersToAdd = headerValues(st.header)
+	resp.ResponseHeadersToAdd = a.headerValues(st.headers.RenderStrings(out, now))
 	return resp
 }
 
-// partStatus is descriptor i's status: its tightest limit's figures, and
-// OVER_LIMIT when the part took part in the denial.
-func partStatus(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
-	status := &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
+// inlineParts is how many descriptors' statuses an rlsAnswer holds
+// itself; a request with more allocates the others one by one.
+const inlineParts = 3
+
+// rlsAnswer is the memory of one response, allocated at once (the
+// response outlives the call: gRPC marshals it after the handler returns,
+// so it cannot be pooled): the response, the statuses of its first
+// inlineParts descriptors with their limits and times until reset, and
+// its headers.
+type rlsAnswer struct {
+	resp       ratelimitv3.RateLimitResponse
+	statusPtrs [inlineParts]*ratelimitv3.RateLimitResponse_DescriptorStatus
+	status     [inlineParts]ratelimitv3.RateLimitResponse_DescriptorStatus
+	limit      [inlineParts]ratelimitv3.RateLimitResponse_RateLimit
+	untilReset [inlineParts]durationpb.Duration
+	headerPtrs [checkhttp.NumHeaders]*corev3.HeaderValue
+	header     [checkhttp.NumHeaders]corev3.HeaderValue
+}
+
+// statuses is the response's list of n statuses, zero each.
+func (a *rlsAnswer) statuses(n int) []*ratelimitv3.RateLimitResponse_DescriptorStatus {
+	var list []*ratelimitv3.RateLimitResponse_DescriptorStatus
+	if n <= inlineParts {
+		list = a.statusPtrs[:n:n]
+	} else {
+		list = make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)
+	}
+	for i := range list {
+		if i < inlineParts {
+			list[i] = &a.status[i]
+		} else {
+			list[i] = new(ratelimitv3.RateLimitResponse_DescriptorStatus)
+		}
+	}
+	return list
+}
+
+// limitOf and untilResetOf are descriptor i's current limit and time
+// until reset, zero.
+func (a *rlsAnswer) limitOf(i int) *ratelimitv3.RateLimitResponse_RateLimit {
+	if i < inlineParts {
+		return &a.limit[i]
+	}
+	return new(ratelimitv3.RateLimitResponse_RateLimit)
+}
+
+func (a *rlsAnswer) untilResetOf(i int) *durationpb.Duration {
+	if i < inlineParts {
+		return &a.untilReset[i]
+	}
+	return new(durationpb.Duration)
+}
+
+// fillStatus fills descriptor part's status: its tightest limit's
+// figures, and OVER_LIMIT when the part took part in the denial.
+func (a *rlsAnswer) fillStatus(status *ratelimitv3.RateLimitResponse_DescriptorStatus, out *check.Outcome, part int) {
+	status.Code = ratelimitv3.RateLimitResponse_OK
 	if !out.Allowed && partDenied(out, part) {
 		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -204,13 +252,20 @@ func partStatus(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_Des
 		// No figures for this part (a remembered denial of another part
 		// answered without Redis), but its policies' limits still apply:
 		// a status without current_limit would say none does.
-		status.CurrentLimit = matchedLimit(out, part)
-		return status
+		if best := matchedLimit(out, part); best != nil {
+			if limit := a.limitOf(part); fillLimit(limit, best) {
+				status.CurrentLimit = limit
+			}
+		}
+		return
 	}
-	status.CurrentLimit = currentLimit(lr)
+	if limit := a.limitOf(part); fillLimit(limit, lr) {
+		status.CurrentLimit = limit
+	}
 	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
-	status.DurationUntilReset = durationpb.New(lr.Reset)
-	return status
+	status.DurationUntilReset = a.untilResetOf(part)
+	status.DurationUntilReset.Seconds = int64(lr.Reset / time.Second)
+	status.DurationUntilReset.Nanos = int32(lr.Reset % time.Second) //nolint:gosec // below 1e9
 }
 
 // partDenied reports whether part caused the denial: an enforced limit
@@ -275,9 +330,9 @@ func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
 	return best
 }
 
-// matchedLimit describes the smallest limit of the enforced policies the
-// part matched (nil when it matched none), for a part without figures.
-func matchedLimit(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_RateLimit {
+// matchedLimit is the smallest limit of the enforced policies the part
+// matched (nil when it matched none), for a part without figures.
+func matchedLimit(out *check.Outcome, part int) *check.LimitResult {
 	var best *check.LimitResult
 	for i := range out.Policies {
 		pr := &out.Policies[i]
@@ -291,10 +346,7 @@ func matchedLimit(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_R
 			}
 		}
 	}
-	if best == nil {
-		return nil
-	}
-	return currentLimit(best)
+	return best
 }
 
 // units are the rate limit service's units, by their length.
@@ -308,10 +360,10 @@ var units = map[time.Duration]ratelimitv3.RateLimitResponse_RateLimit_Unit{
 	365 * 24 * time.Hour: ratelimitv3.RateLimitResponse_RateLimit_YEAR,
 }
 
-// currentLimit describes lr's limit as requests per unit where it is one:
-// a window's limit per window, a bucket's rate per interval, when that
-// span is one of the protocol's units. nil otherwise.
-func currentLimit(lr *check.LimitResult) *ratelimitv3.RateLimitResponse_RateLimit {
+// fillLimit describes lr's limit in dst as requests per unit where it is
+// one: a window's limit per window, a bucket's rate per interval, when
+// that span is one of the protocol's units. It reports whether it was.
+func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResult) bool {
 	l := lr.Limit.Limit
 	perUnit := l.Capacity
 	if l.Rate > 0 {
@@ -319,31 +371,29 @@ func currentLimit(lr *check.LimitResult) *ratelimitv3.RateLimitResponse_RateLimi
 	}
 	unit, ok := units[l.Interval]
 	if !ok || perUnit > 1<<32-1 {
-		return nil
+		return false
 	}
-	return &ratelimitv3.RateLimitResponse_RateLimit{
-		Name:            lr.Policy.Name + "/" + lr.Limit.Name,
-		RequestsPerUnit: uint32(perUnit), //nolint:gosec // checked above
-		Unit:            unit,
-	}
+	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name
+	dst.RequestsPerUnit = uint32(perUnit) //nolint:gosec // checked above
+	dst.Unit = unit
+	return true
 }
 
-// headerValues turns the rendered headers into the protocol's, in
-// checkhttp.HeaderNames' order (the only headers AppendHeaders writes),
-// with one allocation for the values and one for the list.
-func headerValues(h http.Header) []*corev3.HeaderValue {
-	if len(h) == 0 {
+// headerValues is the response's headers from RenderStrings' values, in
+// checkhttp.HeaderNames' order.
+func (a *rlsAnswer) headerValues(vals []string) []*corev3.HeaderValue {
+	n := 0
+	for i, v := range vals {
+		if v == "" {
+			continue
+		}
+		h := &a.header[n]
+		h.Key, h.Value = checkhttp.HeaderNames[i], v
+		a.headerPtrs[n] = h
+		n++
+	}
+	if n == 0 {
 		return nil
 	}
-	values := make([]corev3.HeaderValue, 0, len(h))
-	for _, k := range checkhttp.HeaderNames {
-		if v, ok := h[k]; ok && len(v) > 0 {
-			values = append(values, corev3.HeaderValue{Key: k, Value: v[0]})
-		}
-	}
-	out := make([]*corev3.HeaderValue, len(values))
-	for i := range values {
-		out[i] = &values[i]
-	}
-	return out
+	return a.headerPtrs[:n:n]
 }

@@ -2,6 +2,7 @@ package grpcserver
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 )
 
@@ -110,6 +112,32 @@ func TestRLSLimitsDescriptors(t *testing.T) {
 	resp = e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("generic_key", "x")}})
 	if resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetCurrentLimit() != nil || len(resp.GetResponseHeadersToAdd()) != 0 {
 		t.Errorf("unmatched descriptor: %v", resp)
+	}
+}
+
+// Every descriptor of a request gets its own status, also beyond the
+// statuses a response holds inline: five descriptors, each limited by its
+// own policy to a different limit.
+func TestRLSStatusForEveryDescriptor(t *testing.T) {
+	const n = inlineParts + 2
+	var policies []*policy.Policy
+	var descriptors []*ratelimitcommonv3.RateLimitDescriptor
+	for i := range n {
+		key := fmt.Sprintf("k%d", i)
+		policies = append(policies, compile(t, "ns", key, fmt.Sprintf("match: {descriptor: [{key: %s}]}\nlimits: [{name: l, fixedWindow: {limit: %d, window: 1m}}]", key, 10+i)))
+		descriptors = append(descriptors, rlsDescriptor(key, "v"))
+	}
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
+	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors})
+	if len(resp.GetStatuses()) != n {
+		t.Fatalf("%d statuses, want %d", len(resp.GetStatuses()), n)
+	}
+	for i, st := range resp.GetStatuses() {
+		limit := uint32(10 + i) //nolint:gosec // small
+		if st.GetCode() != rlsOK || st.GetLimitRemaining() != limit-1 || st.GetCurrentLimit().GetRequestsPerUnit() != limit ||
+			st.GetCurrentLimit().GetName() != fmt.Sprintf("k%d/l", i) || st.GetDurationUntilReset().AsDuration() <= 0 || st.GetDurationUntilReset().AsDuration() > time.Minute {
+			t.Errorf("descriptor %d: %v, want OK, %d remaining of %d a minute (k%d/l), reset within 1m", i, st, limit-1, limit, i)
+		}
 	}
 }
 
