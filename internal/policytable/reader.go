@@ -22,6 +22,10 @@ type Reader struct {
 	set      atomic.Pointer[policy.Set]
 	revision atomic.Int64
 	loaded   atomic.Bool
+	// unreadable and missing are set while the table cannot be loaded or
+	// is gone, so that an outage is logged when it begins and when it
+	// ends, not at every poll.
+	unreadable, missing atomic.Bool
 
 	mu       sync.Mutex
 	problems map[string]string // "ns/name" -> why it is not enforced
@@ -117,8 +121,13 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 	}
 	entries, rev, err := r.table.Load(callCtx)
 	if err != nil {
-		r.log.Warn("loading the policy table; the policies in force stay", "err", err)
+		if !r.unreadable.Swap(true) {
+			r.log.Warn("cannot load the policy table; the policies in force stay until it loads again", "err", err)
+		}
 		return
+	}
+	if r.unreadable.Swap(false) {
+		r.log.Info("policy table readable again")
 	}
 	if r.loaded.Load() && rev == r.revision.Load() {
 		return
@@ -127,9 +136,12 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 		// The table is gone (FLUSHALL, a failover to an empty replica):
 		// deletions bump the revision, so this is not "no policies". Keep
 		// enforcing what we have until the controller writes it back.
-		r.log.Warn("policy table missing in Redis; keeping the policies in force until it is restored")
+		if !r.missing.Swap(true) {
+			r.log.Warn("policy table missing in Redis; keeping the policies in force until it is restored")
+		}
 		return
 	}
+	r.missing.Store(false)
 	policies := make([]*policy.Policy, 0, len(entries))
 	problems := map[string]string{}
 	for i := range entries {
