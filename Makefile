@@ -85,6 +85,7 @@ bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALS
 	hack/install-deps.sh wrk=wrk redis-server=redis-server
 	hack/install-bench-tools.sh $(BIN)
 	$(GO) build -o $(BIN)/bench ./hack/bench
+	$(if $(BENCH_PROFILE),mkdir -p $(BENCH_PROFILE))
 	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench) $(if $(BENCH_PROFILE),-http-profile $(BENCH_PROFILE)/sluice-http.pprof -rls-profile $(BENCH_PROFILE)/sluice.pprof)
 
 ##@ Build and test
