@@ -179,70 +179,44 @@ func (st *rlsState) response(now time.Time) *ratelimitv3.RateLimitResponse {
 	if !out.Allowed {
 		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	resp.Statuses = a.statuses(len(st.parts))
-	for i, status := range resp.Statuses {
-		a.fillStatus(status, out, i)
+	parts := a.one[:]
+	if n := len(st.parts); n != 1 {
+		parts = make([]partAnswer, n)
+		resp.Statuses = make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)
+	} else {
+		resp.Statuses = a.onePtr[:]
+	}
+	for i := range parts {
+		resp.Statuses[i] = parts[i].fill(out, i)
 	}
 	resp.ResponseHeadersToAdd = a.headerValues(st.headers.RenderStrings(out, now))
 	return resp
 }
 
-// inlineParts is how many descriptors' statuses an rlsAnswer holds
-// itself; a request with more allocates the others one by one.
-const inlineParts = 3
-
 // rlsAnswer is the memory of one response, allocated at once (the
 // response outlives the call: gRPC marshals it after the handler returns,
-// so it cannot be pooled): the response, the statuses of its first
-// inlineParts descriptors with their limits and times until reset, and
-// its headers.
+// so it cannot be pooled): the response, its headers, and the status of a
+// request with one descriptor (the common case; more take one slice).
 type rlsAnswer struct {
 	resp       ratelimitv3.RateLimitResponse
-	statusPtrs [inlineParts]*ratelimitv3.RateLimitResponse_DescriptorStatus
-	status     [inlineParts]ratelimitv3.RateLimitResponse_DescriptorStatus
-	limit      [inlineParts]ratelimitv3.RateLimitResponse_RateLimit
-	untilReset [inlineParts]durationpb.Duration
 	headerPtrs [checkhttp.NumHeaders]*corev3.HeaderValue
 	header     [checkhttp.NumHeaders]corev3.HeaderValue
+	onePtr     [1]*ratelimitv3.RateLimitResponse_DescriptorStatus
+	one        [1]partAnswer
 }
 
-// statuses is the response's list of n statuses, zero each.
-func (a *rlsAnswer) statuses(n int) []*ratelimitv3.RateLimitResponse_DescriptorStatus {
-	var list []*ratelimitv3.RateLimitResponse_DescriptorStatus
-	if n <= inlineParts {
-		list = a.statusPtrs[:n:n]
-	} else {
-		list = make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)
-	}
-	for i := range list {
-		if i < inlineParts {
-			list[i] = &a.status[i]
-		} else {
-			list[i] = new(ratelimitv3.RateLimitResponse_DescriptorStatus)
-		}
-	}
-	return list
+// partAnswer is one descriptor's status with its limit and time until
+// reset.
+type partAnswer struct {
+	status     ratelimitv3.RateLimitResponse_DescriptorStatus
+	limit      ratelimitv3.RateLimitResponse_RateLimit
+	untilReset durationpb.Duration
 }
 
-// limitOf and untilResetOf are descriptor i's current limit and time
-// until reset, zero.
-func (a *rlsAnswer) limitOf(i int) *ratelimitv3.RateLimitResponse_RateLimit {
-	if i < inlineParts {
-		return &a.limit[i]
-	}
-	return new(ratelimitv3.RateLimitResponse_RateLimit)
-}
-
-func (a *rlsAnswer) untilResetOf(i int) *durationpb.Duration {
-	if i < inlineParts {
-		return &a.untilReset[i]
-	}
-	return new(durationpb.Duration)
-}
-
-// fillStatus fills descriptor part's status: its tightest limit's
-// figures, and OVER_LIMIT when the part took part in the denial.
-func (a *rlsAnswer) fillStatus(status *ratelimitv3.RateLimitResponse_DescriptorStatus, out *check.Outcome, part int) {
+// fill fills descriptor part's status and returns it: its tightest
+// limit's figures, and OVER_LIMIT when the part took part in the denial.
+func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
+	status := &pa.status
 	status.Code = ratelimitv3.RateLimitResponse_OK
 	if !out.Allowed && partDenied(out, part) {
 		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
@@ -252,20 +226,19 @@ func (a *rlsAnswer) fillStatus(status *ratelimitv3.RateLimitResponse_DescriptorS
 		// No figures for this part (a remembered denial of another part
 		// answered without Redis), but its policies' limits still apply:
 		// a status without current_limit would say none does.
-		if best := matchedLimit(out, part); best != nil {
-			if limit := a.limitOf(part); fillLimit(limit, best) {
-				status.CurrentLimit = limit
-			}
+		if best := matchedLimit(out, part); best != nil && fillLimit(&pa.limit, best) {
+			status.CurrentLimit = &pa.limit
 		}
-		return
+		return status
 	}
-	if limit := a.limitOf(part); fillLimit(limit, lr) {
-		status.CurrentLimit = limit
+	if fillLimit(&pa.limit, lr) {
+		status.CurrentLimit = &pa.limit
 	}
 	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
-	status.DurationUntilReset = a.untilResetOf(part)
-	status.DurationUntilReset.Seconds = int64(lr.Reset / time.Second)
-	status.DurationUntilReset.Nanos = int32(lr.Reset % time.Second) //nolint:gosec // below 1e9
+	pa.untilReset.Seconds = int64(lr.Reset / time.Second)
+	pa.untilReset.Nanos = int32(lr.Reset % time.Second) //nolint:gosec // below 1e9
+	status.DurationUntilReset = &pa.untilReset
+	return status
 }
 
 // partDenied reports whether part caused the denial: an enforced limit

@@ -115,11 +115,10 @@ func TestRLSLimitsDescriptors(t *testing.T) {
 	}
 }
 
-// Every descriptor of a request gets its own status, also beyond the
-// statuses a response holds inline: five descriptors, each limited by its
-// own policy to a different limit.
+// Every descriptor of a request gets its own status: five descriptors,
+// each limited by its own policy to a different limit.
 func TestRLSStatusForEveryDescriptor(t *testing.T) {
-	const n = inlineParts + 2
+	const n = 5
 	var policies []*policy.Policy
 	var descriptors []*ratelimitcommonv3.RateLimitDescriptor
 	for i := range n {
