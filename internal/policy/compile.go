@@ -23,7 +23,6 @@ type Policy struct {
 
 	match        matcher
 	key          keyTemplate
-	keys         *ratelimit.PolicyKeys // the keys of Limits, set by Compile
 	OnMissingKey ratelimitv1alpha1.OnMissingKey
 	Limits       []Limit
 	Cost         int64
@@ -98,11 +97,6 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 		errs = append(errs, checkDebt(limits, specPath)...)
 	}
 	p.Limits, p.Summary = limits, summary
-	names := make([]string, len(limits))
-	for i := range limits {
-		names[i] = limits[i].Name
-	}
-	p.keys = ratelimit.NewPolicyKeys(p.Namespace, p.Name, names)
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease

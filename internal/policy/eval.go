@@ -47,19 +47,17 @@ func (e *Eval) KeyValue(p *Policy) (value string, ok bool) {
 
 // AppendEntries appends one engine entry per limit of p for the key value.
 func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost int64) []ratelimit.Entry {
-	entry := func(i int, key string) ratelimit.Entry {
-		return ratelimit.Entry{Key: key, Limit: p.Limits[i].Limit, Cost: cost, Shadow: p.Shadow,
-			ChargeAlways: p.ChargeAlways, Lease: p.Lease}
-	}
-	if p.keys == nil || p.keys.Len() != len(p.Limits) {
-		// A Policy not made by Compile (tests build them by hand).
-		for i := range p.Limits {
-			entries = append(entries, entry(i, ratelimit.Key(p.Namespace, p.Name, keyValue, p.Limits[i].Name)))
-		}
-		return entries
-	}
-	for i, key := range p.keys.All(keyValue) {
-		entries = append(entries, entry(i, key))
+	for i := range p.Limits {
+		l := &p.Limits[i]
+		entries = append(entries, ratelimit.Entry{
+			Key:    ratelimit.Key(p.Namespace, p.Name, keyValue, l.Name),
+			Limit:  l.Limit,
+			Cost:   cost,
+			Shadow: p.Shadow,
+
+			ChargeAlways: p.ChargeAlways,
+			Lease:        p.Lease,
+		})
 	}
 	return entries
 }

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"iter"
 	"strings"
 )
 
@@ -18,6 +17,8 @@ const (
 	// MaxKeyComponent is the longest encoded component kept verbatim; a
 	// longer one is replaced by its hash marker.
 	MaxKeyComponent = 128
+	// hashMarkerLen is len("%H") plus unpadded base64url of a SHA-256.
+	hashMarkerLen = 2 + 43
 	// MaxKeyLen bounds the length of every key Key returns.
 	MaxKeyLen = len(KeyPrefix) + len("{//}:") + 4*MaxKeyComponent
 )
@@ -40,72 +41,18 @@ const (
 // never contains "%H" (H is not a hex digit), so hashed and verbatim forms
 // cannot collide. Keys are therefore at most MaxKeyLen bytes.
 func Key(namespace, policy, value, limit string) string {
-	buf := make([]byte, 0, MaxKeyLen) // on the stack: the string is the one allocation
-	buf = append(buf, KeyPrefix...)
-	buf = append(buf, '{')
-	buf = appendComponent(buf, namespace)
-	buf = append(buf, '/')
-	buf = appendComponent(buf, policy)
-	buf = append(buf, '/')
-	buf = appendComponent(buf, value)
-	buf = append(buf, "}:"...)
-	buf = appendComponent(buf, limit)
-	return string(buf)
-}
-
-// PolicyKeys is Key for every limit of one policy, with the parts that
-// do not depend on the key value (the prefix, the namespace, the policy
-// and each limit's name) encoded once, when the policy is compiled: per
-// request only the value is encoded, and every limit's key is cut from
-// one string (one allocation, not one per limit).
-type PolicyKeys struct {
-	head  string   // KeyPrefix + "{" + namespace + "/" + policy + "/", encoded
-	tails []string // "}:" + limit, encoded, per limit
-}
-
-// NewPolicyKeys prepares the keys of the limits named limits.
-func NewPolicyKeys(namespace, policy string, limits []string) *PolicyKeys {
-	head := []byte(KeyPrefix + "{")
-	head = appendComponent(head, namespace)
-	head = append(head, '/')
-	head = appendComponent(head, policy)
-	head = append(head, '/')
-	k := &PolicyKeys{head: string(head), tails: make([]string, len(limits))}
-	for i, l := range limits {
-		k.tails[i] = string(appendComponent([]byte("}:"), l))
-	}
-	return k
-}
-
-// Len is the number of limits.
-func (k *PolicyKeys) Len() int { return len(k.tails) }
-
-// All yields each limit's index and its key for value, in order: the keys
-// Key(namespace, policy, value, limit) would return.
-func (k *PolicyKeys) All(value string) iter.Seq2[int, string] {
-	return func(yield func(int, string) bool) {
-		var stack [512]byte // the keys of a few limits; more grow onto the heap
-		buf := append(stack[:0], k.head...)
-		buf = appendComponent(buf, value)
-		encoded := len(k.head) // value's encoding is buf[encoded:valueEnd]
-		valueEnd := len(buf)
-		for i, t := range k.tails {
-			if i > 0 {
-				buf = append(buf, k.head...)
-				buf = append(buf, buf[encoded:valueEnd]...)
-			}
-			buf = append(buf, t...)
-		}
-		all, from := string(buf), 0 // the one allocation
-		keyLen := valueEnd
-		for i, t := range k.tails {
-			to := from + keyLen + len(t)
-			if !yield(i, all[from:to]) {
-				return
-			}
-			from = to
-		}
-	}
+	var b strings.Builder
+	b.Grow(len(KeyPrefix) + len("{//}:") + encodedLen(namespace) + encodedLen(policy) + encodedLen(value) + encodedLen(limit))
+	b.WriteString(KeyPrefix)
+	b.WriteByte('{')
+	writeComponent(&b, namespace)
+	b.WriteByte('/')
+	writeComponent(&b, policy)
+	b.WriteByte('/')
+	writeComponent(&b, value)
+	b.WriteString("}:")
+	writeComponent(&b, limit)
+	return b.String()
 }
 
 const hexDigits = "0123456789ABCDEF"
@@ -130,21 +77,33 @@ func escapedLen(s string) int {
 	return n
 }
 
-func appendComponent(buf []byte, s string) []byte {
+// encodedLen is the length writeComponent will write.
+func encodedLen(s string) int {
+	if n := escapedLen(s); n <= MaxKeyComponent {
+		return n
+	}
+	return hashMarkerLen
+}
+
+func writeComponent(b *strings.Builder, s string) {
 	if escapedLen(s) > MaxKeyComponent {
 		sum := sha256.Sum256([]byte(s))
-		buf = append(buf, "%H"...)
-		return base64.RawURLEncoding.AppendEncode(buf, sum[:])
+		var enc [43]byte
+		base64.RawURLEncoding.Encode(enc[:], sum[:])
+		b.WriteString("%H")
+		b.Write(enc[:])
+		return
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if needsEscape(c) {
-			buf = append(buf, '%', hexDigits[c>>4], hexDigits[c&0xf])
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&0xf])
 			continue
 		}
-		buf = append(buf, c)
+		b.WriteByte(c)
 	}
-	return buf
 }
 
 // SplitKey tells where the state of the limit named by key lives: in the

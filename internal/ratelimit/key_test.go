@@ -217,7 +217,6 @@ func FuzzKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ns1, p1, v1, l1, ns2, p2, v2, l2 string) {
 		k1 := checkKey(t, ns1, p1, v1, l1)
 		k2 := checkKey(t, ns2, p2, v2, l2)
-		checkPolicyKeys(t, ns1, p1, v1, l1, l2)
 		same := ns1 == ns2 && p1 == p2 && v1 == v2 && l1 == l2
 		if (k1 == k2) != same {
 			t.Fatalf("tuples %q and %q give keys %q and %q", []string{ns1, p1, v1, l1}, []string{ns2, p2, v2, l2}, k1, k2)
@@ -227,46 +226,4 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("limits of one key value in different slots: %q %q", k1, k2)
 		}
 	})
-}
-
-// checkPolicyKeys holds PolicyKeys to Key for a policy's limits.
-func checkPolicyKeys(t *testing.T, namespace, policy, value string, limits ...string) {
-	t.Helper()
-	keys := NewPolicyKeys(namespace, policy, limits)
-	n := 0
-	for i, got := range keys.All(value) {
-		if want := Key(namespace, policy, value, limits[i]); got != want {
-			t.Fatalf("PolicyKeys(%q, %q, %q) limit %d %q: %q, want Key's %q", namespace, policy, value, i, limits[i], got, want)
-		}
-		n++
-	}
-	if n != len(limits) {
-		t.Fatalf("PolicyKeys yielded %d keys for %d limits", n, len(limits))
-	}
-}
-
-func TestPolicyKeys(t *testing.T) {
-	long := strings.Repeat("v", 300) // hashed
-	for _, c := range []struct {
-		namespace, policy, value string
-		limits                   []string
-	}{
-		{"default", "api", "1.2.3.4", []string{"burst"}},
-		{"default", "api", "1.2.3.4", []string{"burst", "minute", "day"}},
-		{"a/b", "c:d", "{x}%2F", []string{"l}:m", "n"}},
-		{"ns", long, long, []string{long, "l", "m"}},
-		{"ns", "p", "", []string{"a", "b", "c", "d", "e", "f", "g", "h"}},
-		{"ns", "p", strings.Repeat("é", 60), []string{"a", "b", "c", "d", "e", "f", "g", "h"}}, // past the stack buffer
-		{"ns", "p", "v", nil},
-	} {
-		checkPolicyKeys(t, c.namespace, c.policy, c.value, c.limits...)
-	}
-	// A loop that stops early stops the keys.
-	keys := NewPolicyKeys("ns", "p", []string{"a", "b", "c"})
-	for i := range keys.All("v") {
-		if i > 0 {
-			t.Fatalf("yielded limit %d after the loop stopped", i)
-		}
-		break
-	}
 }
