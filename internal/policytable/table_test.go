@@ -1,12 +1,9 @@
 package policytable
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 func entry(ns, name string, limit int64) *Entry {
@@ -217,14 +215,14 @@ func TestReaderLogsAnOutageOnce(t *testing.T) {
 	if _, _, err := table.Put(ctx, entry("ns", "kept", 3)); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := NewReader(table, 20*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
 	go r.Run(ctx)
 	waitFor(t, "initial load", func() bool { return r.Policies().Get("ns", "kept") != nil })
 
 	srv.Client().FlushAll(ctx)
 	time.Sleep(300 * time.Millisecond) // about 15 polls
-	if n := logs.count("policy table missing"); n != 1 {
+	if n := logs.Count("policy table missing"); n != 1 {
 		t.Errorf("the missing table was logged %d times over 15 polls, want once:\n%s", n, logs.String())
 	}
 	if _, _, err := table.Replace(ctx, []*Entry{entry("ns", "kept", 4)}, nil); err != nil {
@@ -234,40 +232,20 @@ func TestReaderLogsAnOutageOnce(t *testing.T) {
 
 	// A reader starting while Redis is away tries to load at every poll.
 	srv.Stop()
-	var logs2 syncBuffer
+	var logs2 syncbuf.Buffer
 	r2 := NewReader(table, 20*time.Millisecond, slog.New(slog.NewTextHandler(&logs2, nil)))
 	go r2.Run(ctx)
-	waitFor(t, "the outage logged", func() bool { return logs2.count("cannot load the policy table") > 0 })
+	waitFor(t, "the outage logged", func() bool { return logs2.Count("cannot load the policy table") > 0 })
 	time.Sleep(time.Second) // a load fails after the client's retries: several of them
-	if n := logs2.count("cannot load the policy table"); n != 1 {
+	if n := logs2.Count("cannot load the policy table"); n != 1 {
 		t.Errorf("Redis away was logged %d times over several loads, want once:\n%s", n, logs2.String())
 	}
 	srv.Restart()
 	waitFor(t, "load after Redis is back", r2.Loaded)
-	if n := logs2.count("policy table readable again"); n != 1 {
+	if n := logs2.Count("policy table readable again"); n != 1 {
 		t.Errorf("the end of the outage was logged %d times, want once:\n%s", n, logs2.String())
 	}
 }
-
-// syncBuffer is a log sink for a reader's goroutine and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) count(s string) int { return strings.Count(b.String(), s) }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -3,7 +3,6 @@
 package source
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,10 +11,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 func policyDoc(namespace, name string, capacity int) string {
@@ -490,23 +490,6 @@ func TestStartWaitsForAFileJustWritten(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(substr string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), substr)
-}
-
 // TestFileErrorsAreLoggedOncePerChange: an error is logged when it
 // appears, not at every poll, nor when another file changes.
 func TestFileErrorsAreLoggedOncePerChange(t *testing.T) {
@@ -515,7 +498,7 @@ func TestFileErrorsAreLoggedOncePerChange(t *testing.T) {
 	symlink(t, "loop.yaml", filepath.Join(dir, "loop.yaml"))
 	mkfifo(t, filepath.Join(dir, "pipe.yaml"))
 	writeFile(t, dir, "bad.yaml", policyDoc("shop", "a/b", 3))
-	var out syncBuffer
+	var out syncbuf.Buffer
 	f, err := NewFiles(dir, 0, slog.New(slog.NewTextHandler(&out, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -532,7 +515,7 @@ func TestFileErrorsAreLoggedOncePerChange(t *testing.T) {
 		t.Fatalf("capacity %d", got)
 	}
 	for _, file := range []string{"loop.yaml", "pipe.yaml", "bad.yaml"} {
-		if n := out.lines("level=ERROR msg=\"policy file not applied in full; the last good versions of its policies stay in force\" file=" + filepath.Join(dir, file)); n != 1 {
+		if n := out.Count("level=ERROR msg=\"policy file not applied in full; the last good versions of its policies stay in force\" file=" + filepath.Join(dir, file)); n != 1 {
 			t.Errorf("%s logged %d times, want once", file, n)
 		}
 	}
@@ -542,7 +525,7 @@ func TestFileErrorsAreLoggedOncePerChange(t *testing.T) {
 	if err := f.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if n := out.lines("file=" + filepath.Join(dir, "bad.yaml")); n != 2 {
+	if n := out.Count("file=" + filepath.Join(dir, "bad.yaml")); n != 2 {
 		t.Errorf("bad.yaml logged %d times after its error changed, want 2", n)
 	}
 }

@@ -23,12 +23,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 // The image `make image` builds (here through `make release`): an OCI
@@ -434,7 +434,7 @@ func TestImageRuns(t *testing.T) {
 		policyDir = policies
 	}
 	local := inImage(t, rootfs, *img, "local", "--policies", policyDir, "--listen", addr)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	local.Stdout, local.Stderr = &logs, &logs
 	if err := local.Start(); err != nil {
 		t.Fatal(err)
@@ -501,24 +501,6 @@ func TestImageRuns(t *testing.T) {
 	if !bytes.Contains(build, []byte(`version="`+testVersion+`"`)) || !bytes.Contains(build, []byte(`revision="`+r.Revision+`"`)) {
 		t.Errorf("sluice_build_info: %q, want version %s and revision %s", build, testVersion, r.Revision)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's two output streams.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startRegistry serves an OCI registry (go-containerregistry's, `crane
