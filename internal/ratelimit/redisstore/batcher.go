@@ -11,16 +11,17 @@ import (
 // ErrClosed is returned by Check after Close.
 var ErrClosed = errors.New("redisstore: store closed")
 
-// job is one Check's calls (one per Cluster slot group), sent together.
-// The flusher signals done when every call has its reply or error, and
-// touches nothing of the job afterwards.
+// job is one Check's calls (one per Cluster slot group). In Cluster mode
+// they may go to different masters' batchers; the flusher that delivers the
+// last of them signals done, and nothing touches the job afterwards.
 type job struct {
 	ctx      context.Context
 	deadline time.Time // zero: none
 	calls    []*call
 	done     chan struct{} // buffered (1), empty when the job is submitted
-	// pending counts the calls without their reply or error yet; the
-	// flusher that delivers the last one signals done.
+	// pending counts the calls without their reply or error yet (set
+	// before the calls are submitted); the flusher that delivers the last
+	// one signals done.
 	pending atomic.Int64
 }
 
@@ -65,17 +66,18 @@ func (j *job) signal() {
 	}
 }
 
-// batcher pipelines concurrent calls. Calls queue; a few flushers each
-// take everything queued into one pipeline. When a flusher is idle a call
-// is sent at once (no timer adds latency); under load, calls that queue
-// while all flushers wait on Redis go out together in the next pipeline,
-// so throughput grows with load while connections stay few.
+// batcher pipelines concurrent calls to one node. Calls queue; a few
+// flushers each take everything queued into one pipeline and wait for its
+// replies. When a flusher is idle a call is sent at once (no timer adds
+// latency); under load, calls that queue while all flushers wait on Redis
+// go out together in the next pipeline, so throughput grows with load
+// while connections stay few: at most one per flusher.
 type batcher struct {
-	exec     func(*flushScratch, []*job)
+	exec     func(*flushScratch, []*call)
 	maxBatch int
 
 	mu     sync.Mutex
-	queue  []*job
+	queue  []*call
 	closed bool
 
 	wake chan struct{}
@@ -83,7 +85,7 @@ type batcher struct {
 	wg   sync.WaitGroup
 }
 
-func newBatcher(flushers, maxBatch int, exec func(*flushScratch, []*job)) *batcher {
+func newBatcher(flushers, maxBatch int, exec func(*flushScratch, []*call)) *batcher {
 	b := &batcher{exec: exec, maxBatch: maxBatch, wake: make(chan struct{}, flushers), stop: make(chan struct{})}
 	for range flushers {
 		b.wg.Go(b.flusher)
@@ -91,14 +93,14 @@ func newBatcher(flushers, maxBatch int, exec func(*flushScratch, []*job)) *batch
 	return b
 }
 
-// submit queues j and wakes an idle flusher.
-func (b *batcher) submit(j *job) error {
+// submit queues c and wakes an idle flusher.
+func (b *batcher) submit(c *call) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	b.queue = append(b.queue, j)
+	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -107,16 +109,12 @@ func (b *batcher) submit(j *job) error {
 	return nil
 }
 
-// take moves up to maxBatch calls' worth of jobs from the queue into
-// batch (reused), and returns it; nil when the queue is empty.
-func (b *batcher) take(batch []*job) []*job {
+// take moves up to maxBatch calls from the queue into batch (reused), and
+// returns it; nil when the queue is empty.
+func (b *batcher) take(batch []*call) []*call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n, calls := 0, 0
-	for n < len(b.queue) && (n == 0 || calls+len(b.queue[n].calls) <= b.maxBatch) {
-		calls += len(b.queue[n].calls)
-		n++
-	}
+	n := min(len(b.queue), b.maxBatch)
 	if n == 0 {
 		return nil
 	}
@@ -129,7 +127,7 @@ func (b *batcher) take(batch []*job) []*job {
 
 func (b *batcher) flusher() {
 	scratch := new(flushScratch)
-	var batch []*job
+	var batch []*call
 	for {
 		select {
 		case <-b.stop:
@@ -138,18 +136,18 @@ func (b *batcher) flusher() {
 		}
 		for batch = b.take(batch); batch != nil; batch = b.take(batch) {
 			b.exec(scratch, batch)
-			clear(batch) // do not keep finished jobs reachable
+			clear(batch) // do not keep finished calls reachable
 		}
 	}
 }
 
-// close stops the flushers after the batches in flight; queued jobs fail
-// with ErrClosed.
-func (b *batcher) close() {
+// close stops the flushers after the batches in flight, and returns the
+// calls still queued, never sent: the caller fails or resubmits them.
+func (b *batcher) close() []*call {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return
+		return nil
 	}
 	b.closed = true
 	queued := b.queue
@@ -157,12 +155,7 @@ func (b *batcher) close() {
 	b.mu.Unlock()
 	close(b.stop)
 	b.wg.Wait()
-	for _, j := range queued {
-		for _, c := range j.calls {
-			c.err = ErrClosed
-		}
-		j.signal()
-	}
+	return queued
 }
 
 // batchDeadline is the context a flusher's pipeline runs under, reused
@@ -179,10 +172,11 @@ type batchDeadline struct {
 
 func (c *batchDeadline) Deadline() (time.Time, bool) { return c.deadline, c.ok }
 
-// set makes c the context for jobs.
-func (c *batchDeadline) set(jobs []*job) context.Context {
+// set makes c the context for the calls' jobs.
+func (c *batchDeadline) set(calls []*call) context.Context {
 	c.Context, c.deadline, c.ok = context.Background(), time.Time{}, true
-	for _, j := range jobs {
+	for _, k := range calls {
+		j := k.job
 		if j.deadline.IsZero() {
 			c.deadline, c.ok = time.Time{}, false
 			break

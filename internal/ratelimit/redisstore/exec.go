@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -26,21 +25,15 @@ type command struct {
 }
 
 // flushScratch is one flusher's memory, reused batch after batch: the
-// jobs still wanted, the merged commands, the pipelines and their context.
-// go-redis is done with all of it when the pipelines' Exec return.
+// calls still wanted, the merged commands, the pipeline and its context.
+// go-redis is done with all of it when the pipeline's Exec returns.
 type flushScratch struct {
-	live     []*job
+	live     []*call
 	cmds     []*command
-	commands []*command // every command made so far, for reuse
-	nodes    []nodeCommands
-	pipes    []redis.Pipeliner // one per node of a batch, reused
+	commands []*command       // every command made so far, for reuse
+	pipeline redis.Pipeliner  // made on first use
+	open     map[int]*command // Cluster: per slot, the command being filled
 	ctx      batchDeadline
-}
-
-// nodeCommands are a batch's commands for one node (Cluster: one master).
-type nodeCommands struct {
-	node string
-	cmds []*command
 }
 
 // command returns a cleared command, reusing an earlier one.
@@ -53,36 +46,12 @@ func (f *flushScratch) command(used int) *command {
 	return m
 }
 
-// pipe returns the i-th pipeline, made on first use.
-func (f *flushScratch) pipe(client redis.UniversalClient, i int) redis.Pipeliner {
-	for len(f.pipes) <= i {
-		f.pipes = append(f.pipes, client.Pipeline())
+// pipe returns the flusher's pipeline, made on first use.
+func (f *flushScratch) pipe(client redis.UniversalClient) redis.Pipeliner {
+	if f.pipeline == nil {
+		f.pipeline = client.Pipeline()
 	}
-	return f.pipes[i]
-}
-
-// byNode splits cmds by the node of their calls (Cluster), in order of
-// first appearance; outside Cluster all are one node's.
-func (f *flushScratch) byNode(cmds []*command) []nodeCommands {
-	nodes := f.nodes[:0]
-	for _, m := range cmds {
-		node := m.calls[0].node // a command's calls share a slot
-		g := 0
-		for g < len(nodes) && nodes[g].node != node {
-			g++
-		}
-		if g == len(nodes) {
-			if g < cap(nodes) {
-				nodes = nodes[:g+1]
-				nodes[g].node, nodes[g].cmds = node, nodes[g].cmds[:0]
-			} else {
-				nodes = append(nodes, nodeCommands{node: node})
-			}
-		}
-		nodes[g].cmds = append(nodes[g].cmds, m)
-	}
-	f.nodes = nodes
-	return nodes
+	return f.pipeline
 }
 
 const (
@@ -94,49 +63,29 @@ const (
 	maxMergeKeys = 1024
 )
 
-// exec runs one batch: the calls of the jobs still wanted, merged into
-// commands, in one pipeline per node (see execNode).
-//
-// In Cluster mode each master's pipeline runs on its own, and the flusher
-// does not wait for them: go-redis's Cluster pipeline returns only when
-// every node has answered, and a master that is frozen, or dead (go-redis
-// redials it with backoff), would otherwise hold the healthy masters'
-// replies of the same batch, and the flusher with them, until the
-// deadline: checks on healthy slots would queue behind it and get the
-// failure mode. Each job is signaled as soon as all of its own calls have
-// replies. The price: a Cluster batch's commands, pipelines and context
-// are its own (a few allocations per batch), and Flushers no longer
-// bounds the pipelines in flight per master while one is slow.
-func (s *Store) exec(f *flushScratch, batch []*job) {
+// exec runs one batch of one node's calls: those still wanted, merged
+// into commands, in one pipeline (see execNode). The flusher waits for it,
+// so a node has at most Flushers pipelines in flight, each on a connection
+// of its own. In Cluster mode every master has its own batcher (see
+// Store.submit), and a master that is frozen, or dead (go-redis redials
+// it with backoff), holds only its own flushers: the healthy masters'
+// calls never queue behind it.
+func (s *Store) exec(f *flushScratch, batch []*call) {
 	live := f.live[:0]
 	defer func() { f.live = live; clear(live) }()
 	now := time.Now()
-	for _, j := range batch {
-		if err := j.givenUp(now); err != nil { // given up before sending: never sent
-			for _, c := range j.calls {
-				c.err = err
-			}
-			j.signal()
+	for _, c := range batch {
+		if err := c.job.givenUp(now); err != nil { // given up before sending: never sent
+			c.err = err
+			delivered(c)
 			continue
 		}
-		j.pending.Store(int64(len(j.calls)))
-		live = append(live, j)
+		live = append(live, c)
 	}
 	if len(live) == 0 {
 		return
 	}
-	if s.cluster == nil {
-		s.execNode(f.ctx.set(live), f.pipe(s.client, 0), s.merge(f, live))
-		return
-	}
-	ctx := new(batchDeadline).set(live)
-	for _, n := range f.byNode(s.merge(f, live)) {
-		cmds := make([]*command, len(n.cmds))
-		for i, m := range n.cmds {
-			cmds[i] = &command{calls: slices.Clone(m.calls), nkeys: m.nkeys}
-		}
-		go s.execNode(ctx, s.client.Pipeline(), cmds)
-	}
+	s.execNode(f.ctx.set(live), f.pipe(s.client), s.merge(f, live))
 }
 
 // execNode sends one node's commands in one pipeline; then, for the
@@ -198,33 +147,31 @@ func (s *Store) refreshSlotsAfterNetworkErrors(cmds []*command) {
 // merge groups the jobs' calls into commands, in queue order: on a single
 // server any calls, in Cluster only calls of one slot (a command's keys
 // must share a slot), up to MaxMerge calls and maxMergeKeys keys each.
-func (s *Store) merge(f *flushScratch, live []*job) []*command {
-	n := 0
-	for _, j := range live {
-		n += len(j.calls)
-	}
+func (s *Store) merge(f *flushScratch, live []*call) []*command {
 	cmds := f.cmds[:0]
 	defer func() { f.cmds = cmds }()
 	var cur *command
-	var open map[int]*command // Cluster: the command being filled per slot
-	for _, j := range live {
-		for _, c := range j.calls {
-			if s.cluster != nil {
-				if open == nil {
-					open = make(map[int]*command, n)
-				}
-				cur = open[c.slot]
-			}
-			if cur == nil || len(cur.calls) == s.opts.MaxMerge || cur.nkeys+len(c.keys) > maxMergeKeys {
-				cur = f.command(len(cmds))
-				cmds = append(cmds, cur)
-				if open != nil {
-					open[c.slot] = cur
-				}
-			}
-			cur.calls = append(cur.calls, c)
-			cur.nkeys += len(c.keys)
+	open := f.open // Cluster: the command being filled per slot
+	if s.cluster != nil {
+		if open == nil {
+			open = map[int]*command{}
+			f.open = open
 		}
+		defer clear(open)
+	}
+	for _, c := range live {
+		if open != nil {
+			cur = open[c.slot]
+		}
+		if cur == nil || len(cur.calls) == s.opts.MaxMerge || cur.nkeys+len(c.keys) > maxMergeKeys {
+			cur = f.command(len(cmds))
+			cmds = append(cmds, cur)
+			if open != nil {
+				open[c.slot] = cur
+			}
+		}
+		cur.calls = append(cur.calls, c)
+		cur.nkeys += len(c.keys)
 	}
 	return cmds
 }

@@ -77,27 +77,28 @@ func TestNodes(t *testing.T) {
 	t.Run("a frozen master holds only its own calls", func(t *testing.T) {
 		frozen.Freeze()
 		defer frozen.Thaw()
-		// Two requests in one batch, as flushers send what is queued
-		// together: one to a healthy master, one to the frozen one.
-		var states []*checkState
-		var jobs []*job
-		for _, v := range []string{valueOn[masters[0]], valueOn[masters[1]]} {
-			req := request(v)
+		// Two requests queued at once, the frozen master's first: each
+		// master has its own flushers, so the frozen one cannot hold the
+		// healthy one's reply.
+		queue := func(value string) *checkState {
+			req := request(value)
 			cs := &checkState{done: make(chan struct{}, 1), deadline: time.Now().Add(3 * time.Second)}
 			s.compile(req, cs)
-			states, jobs = append(states, cs), append(jobs, s.prepare(ctx, req, cs, false, -1))
+			s.b.submit(s.prepare(ctx, req, cs, false, -1))
+			return cs
 		}
-		go s.exec(new(flushScratch), jobs)
-		<-states[0].done
+		onFrozen := queue(valueOn[masters[1]])
+		onHealthy := queue(valueOn[masters[0]])
+		<-onHealthy.done
 		select {
-		case <-states[1].done:
-			t.Fatalf("the frozen master's call was answered (%v) before the healthy one's was seen", jobs[1].calls[0].err)
+		case <-onFrozen.done:
+			t.Fatalf("the frozen master's call was answered (%v) before the healthy one's was seen", onFrozen.call.err)
 		default:
 		}
-		if err := jobs[0].calls[0].err; err != nil {
+		if err := onHealthy.call.err; err != nil {
 			t.Fatalf("the healthy master's call: %v", err)
 		}
-		<-states[1].done // the frozen call's deadline
+		<-onFrozen.done // the frozen call's deadline
 	})
 
 	// A request with a key on a healthy master and one on a frozen master:

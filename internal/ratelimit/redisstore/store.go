@@ -49,8 +49,10 @@ func (m Mode) String() string {
 // Options configures a Store. The zero value is ready for production.
 type Options struct {
 	Mode Mode
-	// Flushers is how many pipelines may be in flight at once (default 8);
-	// it also bounds the connections the store uses per node. Fewer
+	// Flushers is how many pipelines may be in flight at once per node
+	// (default 8: per master in Cluster mode); it also bounds the
+	// connections the store uses per node, and must not exceed the
+	// client's PoolSize, or pipelines wait for a connection. Fewer
 	// flushers make larger pipelines and merged commands under load: less
 	// CPU per decision in Redis and here (a system call per pipeline).
 	// More keep a burst from queueing behind round trips: with the CPU
@@ -111,7 +113,7 @@ type Store struct {
 	gen    atomic.Uint64 // bumped by every successful load
 	loadMu sync.Mutex
 
-	b *batcher
+	b *batchers
 
 	pipelines, commands, calls, loads atomic.Uint64
 }
@@ -167,7 +169,14 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.opts.MaxMerge = 64
 	}
 	s.opts.MaxMerge = min(s.opts.MaxMerge, maxMerge)
-	s.b = newBatcher(s.opts.Flushers, s.opts.MaxBatch, s.exec)
+	s.b = &batchers{flushers: s.opts.Flushers, maxBatch: s.opts.MaxBatch, exec: s.exec}
+	if s.cluster == nil {
+		s.b.single = newBatcher(s.opts.Flushers, s.opts.MaxBatch, s.exec)
+	} else {
+		s.b.byNode = map[string]*batcher{}
+		s.b.nodes = s.AllNodes
+		s.b.nodeOf = func(key string) string { return s.nodeOf(context.Background(), key) }
+	}
 	return s, nil
 }
 
@@ -384,9 +393,7 @@ func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkStat
 		now = s.opts.Clock().UnixMicro()
 	}
 	j := s.prepare(ctx, req, cs, dry, now)
-	if err := s.b.submit(j); err != nil {
-		return fmt.Errorf("redisstore check: %w", err)
-	}
+	s.b.submit(j)
 	var expired <-chan time.Time
 	if !cs.deadline.IsZero() {
 		if cs.timer == nil {
@@ -510,7 +517,12 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 		}
 		states[i], jobs[i] = cs, s.prepare(ctx, req, cs, req.DryRun, at[i])
 	}
-	s.exec(new(flushScratch), jobs)
+	var calls []*call
+	for _, j := range jobs {
+		j.pending.Store(int64(len(j.calls)))
+		calls = append(calls, j.calls...)
+	}
+	s.exec(new(flushScratch), calls)
 	for i, cs := range states {
 		<-cs.done
 		if err := finish(reqs[i], cs); err != nil {
