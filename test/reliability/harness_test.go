@@ -320,6 +320,7 @@ type stack struct {
 	registry *prometheus.Registry
 
 	current atomic.Pointer[load] // receives the server-side timings
+	dialer  *preDialer           // the load client's connections
 	client  *http.Client
 }
 
@@ -381,8 +382,10 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	}))
 	t.Cleanup(srv.Close)
 	s.url = srv.URL
+	s.dialer = &preDialer{addr: srv.Listener.Addr().String()}
 	s.client = &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute, DisableCompression: true,
+		DialContext: s.dialer.DialContext,
 	}}
 	t.Cleanup(s.client.CloseIdleConnections)
 	return s

@@ -1,8 +1,10 @@
 package reliability
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -37,6 +39,60 @@ type sample struct {
 
 func (s *sample) serverTime() time.Duration { return time.Duration(s.server.Load()) }
 
+// preDialed is how many connections the load client dials before a load
+// starts: more than the checks in flight while a fault holds every answer
+// until the deadline (2,000 a second for 50ms), so the load does not dial
+// during the fault. A dial runs socket(2) as a raw system call, which
+// keeps its Go P for the whole call; on these 2-CPU VMs a burst of dials
+// right after a Redis kill held one P for 11-48ms (runtime/trace), and
+// the endpoint's timers on that P, the store's deadlines, fired that late:
+// the load, in the endpoint's process, made checks miss the deadline.
+const preDialed = 256
+
+// preDialer gives the load client connections dialed beforehand, and
+// dials only when they are used up.
+type preDialer struct {
+	addr  string
+	mu    sync.Mutex
+	conns []net.Conn
+	d     net.Dialer
+}
+
+// fill dials until n connections are ready.
+func (p *preDialer) fill(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.conns) < n {
+		c, err := p.d.Dial("tcp", p.addr)
+		if err != nil {
+			panic(fmt.Sprintf("pre-dialing the check endpoint %s: %v", p.addr, err)) // loopback, up
+		}
+		p.conns = append(p.conns, c)
+	}
+}
+
+// drain closes the connections not taken, so none outlives the load.
+func (p *preDialer) drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *preDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	p.mu.Lock()
+	if n := len(p.conns); n > 0 && addr == p.addr {
+		c := p.conns[n-1]
+		p.conns = p.conns[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	p.mu.Unlock()
+	return p.d.DialContext(ctx, network, addr)
+}
+
 // maxInFlight bounds the load's concurrent requests, so a stalled
 // endpoint cannot make the load itself the problem.
 const maxInFlight = 1000
@@ -62,6 +118,7 @@ func (s *stack) startLoad(spec loadSpec) *load {
 		spec.group = 1
 	}
 	n := int(spec.max.Seconds()*float64(spec.rate)) + spec.rate
+	s.dialer.fill(preDialed)
 	ld := &load{spec: spec, stack: s, samples: make([]sample, n), stopc: make(chan struct{}), start: time.Now()}
 	s.current.Store(ld)
 	ld.dispatcher.Go(ld.dispatch)
@@ -140,6 +197,7 @@ func (ld *load) stop() *record {
 	close(ld.stopc)
 	ld.dispatcher.Wait()
 	ld.requests.Wait()
+	ld.stack.dialer.drain()
 	ld.stack.current.CompareAndSwap(ld, nil)
 	return &record{load: ld, samples: ld.samples[:ld.sent], skipped: int(ld.skipped.Load()), duration: time.Since(ld.start)}
 }
