@@ -144,7 +144,7 @@ func (s *Store) refreshSlotsAfterNetworkErrors(cmds []*command) {
 	}
 }
 
-// merge groups the jobs' calls into commands, in queue order: on a single
+// merge groups the calls into commands, in queue order: on a single
 // server any calls, in Cluster only calls of one slot (a command's keys
 // must share a slot), up to MaxMerge calls and maxMergeKeys keys each.
 func (s *Store) merge(f *flushScratch, live []*call) []*command {
