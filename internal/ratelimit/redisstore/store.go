@@ -46,6 +46,9 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int32(m))
 }
 
+// DefaultFlushers is Options.Flushers when unset.
+const DefaultFlushers = 8
+
 // Options configures a Store. The zero value is ready for production.
 type Options struct {
 	Mode Mode
@@ -160,7 +163,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: unknown mode %d", opts.Mode)
 	}
 	if s.opts.Flushers <= 0 {
-		s.opts.Flushers = 8
+		s.opts.Flushers = DefaultFlushers
 	}
 	if s.opts.MaxBatch <= 0 {
 		s.opts.MaxBatch = 512
