@@ -97,21 +97,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(c.name+"/parallel", func(b *testing.B) {
 			before := s.Stats()
 			cpu := resetStats(b, srv)
-			var next atomic.Int64
-			b.SetParallelism(32)
-			b.RunParallel(func(pb *testing.PB) {
-				reqs := make([]*ratelimit.Request, 100)
-				base := next.Add(1) * 100
-				for i := range reqs {
-					reqs[i] = request(fmt.Sprint(base+int64(i)), n)
-				}
-				var dec ratelimit.Decision
-				for i := 0; pb.Next(); i++ {
-					if err := s.Check(context.Background(), 0, reqs[i%len(reqs)], &dec); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			checkInParallel(b, s, request, n)
 			reportRedisTime(b, srv, cpu)
 			st := s.Stats()
 			if p := st.Pipelines - before.Pipelines; p > 0 {
@@ -122,6 +108,26 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// checkInParallel runs b.N checks from 32 goroutines per CPU, each over
+// its own 100 key values of request(value, n).
+func checkInParallel(b *testing.B, s *redisstore.Store, request func(value string, n int) *ratelimit.Request, n int) {
+	var next atomic.Int64
+	b.SetParallelism(32)
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := make([]*ratelimit.Request, 100)
+		base := next.Add(1) * 100
+		for i := range reqs {
+			reqs[i] = request(fmt.Sprint(base+int64(i)), n)
+		}
+		var dec ratelimit.Decision
+		for i := 0; pb.Next(); i++ {
+			if err := s.Check(context.Background(), 0, reqs[i%len(reqs)], &dec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // resetStats clears the server's command statistics and returns its CPU
@@ -192,21 +198,7 @@ func BenchmarkCheckCluster(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("policy=%d/parallel", n), func(b *testing.B) {
 			before := s.Stats()
-			var next atomic.Int64
-			b.SetParallelism(32)
-			b.RunParallel(func(pb *testing.PB) {
-				reqs := make([]*ratelimit.Request, 100)
-				base := next.Add(1) * 100
-				for i := range reqs {
-					reqs[i] = policyRequest(fmt.Sprint(base+int64(i)), n)
-				}
-				var dec ratelimit.Decision
-				for i := 0; pb.Next(); i++ {
-					if err := s.Check(context.Background(), 0, reqs[i%len(reqs)], &dec); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+			checkInParallel(b, s, policyRequest, n)
 			st := s.Stats()
 			if p := st.Pipelines - before.Pipelines; p > 0 {
 				b.ReportMetric(float64(st.Calls-before.Calls)/float64(p), "calls/pipeline")

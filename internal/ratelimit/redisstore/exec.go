@@ -67,7 +67,7 @@ const (
 // into commands, in one pipeline (see execNode). The flusher waits for it,
 // so a node has at most Flushers pipelines in flight, each on a connection
 // of its own. In Cluster mode every master has its own batcher (see
-// Store.submit), and a master that is frozen, or dead (go-redis redials
+// batchers), and a master that is frozen, or dead (go-redis redials
 // it with backoff), holds only its own flushers: the healthy masters'
 // calls never queue behind it.
 func (s *Store) exec(f *flushScratch, batch []*call) {
