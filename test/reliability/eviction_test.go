@@ -359,8 +359,10 @@ func testEviction(t *testing.T, maxmemoryPolicy string, keys int) {
 			t.Errorf("loss %d: the table was restored %s after it was lost, more than two sync intervals (%s) + 2s", i, d, syncInterval)
 		}
 	}
-	if late > len(losses)/10 {
-		t.Errorf("%d of %d losses restored later than a sync interval (%s) + 2s; want at most a tenth", late, len(losses), syncInterval)
+	// Rarely: one, or a tenth when there are more than 10 losses (a run
+	// has about 6, so a tenth alone allowed none of them).
+	if late > max(1, len(losses)/10) {
+		t.Errorf("%d of %d losses restored later than a sync interval (%s) + 2s; want at most one, or a tenth", late, len(losses), syncInterval)
 	}
 	restoredLog := ctlLog.matching("policy table entries were missing in Redis; written back")
 	restoredEvents := events.withReason(controller.ReasonTableRestored)
