@@ -338,6 +338,7 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	})
 	warmUp(t, st, faultLoad("", 0))
 	base := st.goroutineBaseline()
+	conns0 := proxy.Open()
 	bl := watchBreaker(st.checker.Breaker())
 	mon := startStallMonitor(t, srv.Addr())
 
@@ -415,7 +416,20 @@ func TestRedisFrozenUnderLoad(t *testing.T) {
 	n = checkExact(t, rec, append(environmentalErrors(t, st, mon, ld, fault), fault)...)
 	t.Logf("exact: %d key values before the freeze and after the breaker closed", n)
 	t.Logf("store errors by kind: %s", &st.store.errs)
-	st.goroutinesBackTo(base)
+	// The proxy's goroutines come and go with the store's connections,
+	// which are bounded on their own: the pool keeps one per flusher once
+	// a load has used them all, however many the warm-up happened to open.
+	st.goroutinesBackTo(base, "redistest.(*Proxy)")
+	bound := max(conns0, redisstore.DefaultFlushers)
+	var conns int
+	back := waitUntil(t, 30*time.Second, "the store's connections back within their bound", func() error {
+		if conns = proxy.Open(); conns > bound {
+			return fmt.Errorf("%d connections to Redis from the store (bound %d: one per flusher, or the %d after the warm-up)", conns, bound, conns0)
+		}
+		return nil
+	})
+	t.Logf("leaks: %d connections to Redis from the store (%d after the warm-up, bound %d), %d accepted in all; back %s after the load",
+		conns, conns0, bound, proxy.Accepted(), back.Round(time.Millisecond))
 }
 
 // environmentalErrors classifies the store errors outside the injected

@@ -88,6 +88,13 @@ func (p *Proxy) Accepted() int {
 	return p.accepted
 }
 
+// Open counts the client connections open now.
+func (p *Proxy) Open() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
 // Commands returns the commands forwarded so far, in order.
 func (p *Proxy) Commands() []Command {
 	p.mu.Lock()
