@@ -59,6 +59,14 @@ type Request struct {
 	// DryRun evaluates and reports the same Decision a real call would,
 	// but writes nothing.
 	DryRun bool
+	// Refund returns each entry's Cost to its limit instead of taking it:
+	// units taken earlier and not used (a lease's leftovers, Envoy's
+	// negative hits). A refund never denies and never goes past untouched
+	// (a full bucket, an empty window or log); it changes only state that
+	// holds units now, so it gives back at most Cost of each limit's room
+	// and never more than taking Cost had cost. Results are the limits'
+	// figures after the refund. Shadow and ChargeAlways do not apply.
+	Refund bool
 }
 
 // Result is the outcome for one Entry. Durations are rounded up to the
@@ -139,6 +147,9 @@ func (r *Request) Validate() error {
 				return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
 			}
 		}
+	}
+	if r.Refund && r.DryRun {
+		return fmt.Errorf("%w: a refund cannot be a dry run", ErrInvalidRequest)
 	}
 	if i, j, ok := r.duplicate(); ok {
 		return fmt.Errorf("%w: entries %d and %d share key %s", ErrInvalidRequest, i, j, r.Entries[j].Key)

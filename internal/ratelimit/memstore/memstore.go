@@ -262,7 +262,9 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		if req.Entries[i].ChargeAlways {
+		if req.Refund {
+			sc.verdicts[i], sc.nexts[i] = model.Refund(sc.params[i], st, now, req.Entries[i].Cost)
+		} else if req.Entries[i].ChargeAlways {
 			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
 		} else {
 			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
@@ -309,6 +311,9 @@ func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int)
 // written reports whether entry i of req, decided allowed or not, writes
 // its state (model.Writes).
 func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
+	if req.Refund {
+		return sc.nexts[i].Alg != 0 // never a new bucket: a refund changes only held units
+	}
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
 

@@ -119,3 +119,64 @@ func checkUntouchedAt(t *testing.T, p model.Params, st *model.State, at int64, w
 		}
 	}
 }
+
+// TestRefundProperties walks random timelines of checks and refunds per
+// algorithm and checks what Refund promises:
+//   - a refund of n raises the room (Remaining) by at most n, never lowers
+//     it, and never moves the state further from untouched (Reset);
+//   - the refunded state is untouched when its Reset says;
+//   - a cost admitted and refunded at the same instant leaves the figures
+//     as they were before the check.
+func TestRefundProperties(t *testing.T) {
+	const limits, steps = 60, 400
+	for _, alg := range ratelimit.Algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(alg), ratelimittest.Seed(t, 43)))
+			var refunds, changed, roundTrips int
+			for range limits {
+				l := ratelimittest.RandomLimit(rng, alg)
+				p, err := model.Compile(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var st model.State
+				now := int64(1_700_000_000_000_000)
+				var hint time.Duration
+				for range steps {
+					now += ratelimittest.RandomAdvance(rng, l.Interval, hint).Microseconds()
+					cost := ratelimittest.RandomCost(rng, l)
+					before, _ := model.Check(p, &st, now, 0)
+					if rng.IntN(3) == 0 {
+						v, next := model.Refund(p, &st, now, cost)
+						refunds++
+						if !v.Allowed || v.RetryAfter != 0 || v.RemainingAfter != v.Remaining || v.ResetAfter != v.Reset {
+							t.Fatalf("%v: refund verdict %+v", alg, v)
+						}
+						if v.Remaining < before.Remaining || v.Remaining > before.Remaining+cost || v.Reset > before.Reset {
+							t.Fatalf("%v: refund of %d at %d: state %+v had remaining %d reset %d, now %+v", alg, cost, now, st, before.Remaining, before.Reset, v)
+						}
+						if next.Alg != 0 {
+							checkUntouchedAt(t, p, &next, now+v.Reset, "refund's Reset")
+							st = next
+							changed++
+						}
+						hint = time.Duration(v.Reset) * time.Microsecond
+						continue
+					}
+					v, next := model.Check(p, &st, now, cost)
+					if v.Allowed && cost > 0 {
+						// Last Check on st: next may share st.Log's array.
+						back, _ := model.Refund(p, &next, now, cost)
+						if back.Remaining != before.Remaining || back.Reset != before.Reset {
+							t.Fatalf("%v: cost %d taken and refunded at %d: remaining %d reset %d, before %d and %d", alg, cost, now, back.Remaining, back.Reset, before.Remaining, before.Reset)
+						}
+						roundTrips++
+						st = next
+					}
+					hint = time.Duration(max(v.RetryAfter, v.Reset)) * time.Microsecond
+				}
+			}
+			t.Logf("%s: %d refunds (%d changed the state), %d admitted costs refunded at once", alg, refunds, changed, roundTrips)
+		})
+	}
+}

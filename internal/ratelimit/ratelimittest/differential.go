@@ -33,8 +33,8 @@ type DiffConfig struct {
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
-	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Shadows, ChargedAlways, Switches int
-	PerAlgorithm                                                                                               map[ratelimit.Algorithm]int
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Shadows, ChargedAlways, Switches int
+	PerAlgorithm                                                                                                        map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -44,8 +44,8 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
 }
 
 type diffKey struct {
@@ -58,7 +58,8 @@ type diffKey struct {
 // RunDifferential drives one random timeline on ref's clock, sends every
 // request to ref and to each target, and fails on the first Decision that
 // differs in any field. After a denial it sometimes probes the exact retry
-// moment (1µs before: denied; at it: allowed) with dry runs.
+// moment (1µs before: denied; at it: allowed) with dry runs. A tenth of
+// the requests are refunds of random costs.
 func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Reference, targets ...Target) DiffStats {
 	t.Helper()
 	if cfg.MaxEntries == 0 {
@@ -105,6 +106,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		st.Requests++
 		if req.DryRun {
 			st.DryRuns++
+		}
+		if req.Refund {
+			st.Refunds++
 		}
 		if refDec.Allowed {
 			st.Allowed++
@@ -189,7 +193,13 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 		n = 3 + rng.IntN(max(maxEntries-2, 1))
 	}
 	n = min(n, maxEntries, len(keys))
-	req := &ratelimit.Request{DryRun: rng.IntN(10) == 0}
+	req := &ratelimit.Request{}
+	switch rng.IntN(10) {
+	case 0:
+		req.DryRun = true
+	case 1:
+		req.Refund = true // units given back, as a lease's leftovers are
+	}
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
@@ -216,7 +226,7 @@ func sameDecision(a, b *ratelimit.Decision) bool {
 
 func fmtRequest(r *ratelimit.Request) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dryRun=%v", r.DryRun)
+	fmt.Fprintf(&b, "dryRun=%v refund=%v", r.DryRun, r.Refund)
 	for _, e := range r.Entries {
 		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways)
 	}

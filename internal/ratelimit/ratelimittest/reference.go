@@ -45,6 +45,10 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
+		if req.Refund {
+			verdicts[i], nexts[i] = model.Refund(p, &st, now, e.Cost)
+			continue
+		}
 		if e.ChargeAlways {
 			verdicts[i], nexts[i] = model.CheckAlways(p, &st, now, e.Cost)
 		} else {
@@ -56,6 +60,13 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
+		if req.Refund {
+			if nexts[i].Alg != 0 {
+				r.states[e.Key] = nexts[i]
+				r.refunded(e, &nexts[i])
+			}
+			continue
+		}
 		if !req.DryRun && model.Writes(dec.Allowed, &e, v, &nexts[i]) {
 			r.states[e.Key] = nexts[i]
 			r.written(e, now+v.ResetAfter)
@@ -81,6 +92,16 @@ func (r *Reference) written(e ratelimit.Entry, exp int64) {
 		exp = max(exp, k.exp)
 	}
 	r.redis[bucket] = redisKey{exp: exp}
+}
+
+// refunded records what a Redis store writes for a refund that left
+// entry e's state next: expiries never move (a refund only brings a state
+// closer to untouched), and a log left without entries in its window is
+// deleted.
+func (r *Reference) refunded(e ratelimit.Entry, next *model.State) {
+	if next.Alg == ratelimit.SlidingWindowLog && len(next.Log) == 0 {
+		delete(r.redis, e.Key)
+	}
 }
 
 // ExpiresAt returns when a Redis store's key (a bucket or a log, see Keys)

@@ -12,7 +12,8 @@ import (
 // retry-after (0 when the entry allows), remaining, reset, reset after
 // consuming. What remains after consuming is remaining minus the cost for
 // an entry that allows (every algorithm counts so), 0 for one charged all
-// the same (its cost did not fit), else remaining.
+// the same (its cost did not fit), else remaining; a refund reports the
+// figures after it in all four.
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
 func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
@@ -29,6 +30,10 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
 		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3]}
 		switch {
+		case req.Refund:
+			if !v.Allowed {
+				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
 		case v.Allowed:
 			v.RemainingAfter -= e.Cost
 		case e.ChargeAlways && e.Cost > 0:

@@ -287,8 +287,9 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	s.compile(req, cs)
 
 	// One slot, or not a Cluster: one call decides and consumes.
-	// Several slots: a dry run everywhere first.
-	dryFirst := len(cs.groups) > 1
+	// Several slots: a dry run everywhere first. A refund has nothing to
+	// decide: one round gives back everywhere.
+	dryFirst := len(cs.groups) > 1 && !req.Refund
 	if err := s.round(ctx, req, cs, req.DryRun || dryFirst); err != nil {
 		return err
 	}
@@ -537,7 +538,7 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 }
 
 // build fills the call: its keys (per entry its bucket, then a log's own
-// key), its header "n:dryRun:time" and its entries
+// key), its header "n:mode:time" and its entries
 // "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
@@ -554,7 +555,7 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		end = make([]int, 0, 1+n)
 	}
 	buf = strconv.AppendInt(buf, int64(n), 10)
-	buf = append(buf, ':', flag(dry), ':')
+	buf = append(buf, ':', mode(req, dry), ':')
 	if now >= 0 {
 		buf = strconv.AppendInt(buf, now, 10)
 	} else {
@@ -591,8 +592,12 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 	}
 }
 
-func flag(b bool) byte {
-	if b {
+// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
+func mode(req *ratelimit.Request, dry bool) byte {
+	switch {
+	case req.Refund:
+		return '2'
+	case dry:
 		return '1'
 	}
 	return '0'

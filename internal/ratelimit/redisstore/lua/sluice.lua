@@ -42,8 +42,9 @@
 --         log its log's key; all in one Cluster slot. The entries of one
 --         request that name one bucket must be adjacent and have distinct
 --         fields.
---   args: per request, a header "n:dryRun:time" (n in 1..256 entries,
---         dryRun 0|1, time in µs or '-' for the server's TIME), then n
+--   args: per request, a header "n:mode:time" (n in 1..256 entries,
+--         mode 0 a check, 1 a dry run, 2 a refund; time in µs or '-' for
+--         the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:flags:field"
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
 --         1 shadow, 2 charge always, 3 both; field: the limit's field in
@@ -62,6 +63,9 @@
 --           allows, for every algorithm (0 for one charged all the same).
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
+-- A refund gives each entry's cost back to its limit (see refund_group):
+-- it is allowed, and its figures are those after the refund, in all four
+-- values (remaining is not reduced by the cost).
 -- A denied or dry-run request writes nothing, except that a denied one
 -- writes its entries that charge always: those are charged whatever the
 -- decision, and when the cost does not fit the limit goes over (into debt,
@@ -675,12 +679,11 @@ local function meter(alg, v, cap, rate, iv, now, cost, o, always)
   return false
 end
 
--- evaluate reads group g's bucket once (HMGET of its entries' fields and
--- ':exp'; a key that is not a hash counts as empty: foreign), runs the
--- algorithm of each of its entries, whose verdicts go to OUT at base + 4*j,
--- and gathers the group's pending writes. It returns false when a
--- non-shadow entry denies.
-local function evaluate(g, now, base)
+-- read_bucket reads group g's bucket once (HMGET of its entries' fields
+-- and ':exp'; a key that is not a hash counts as empty: foreign). It
+-- returns the fields (false when none were read), whether the key is
+-- foreign, and the bucket's stored expiry (ms, 0 when none).
+local function read_bucket(g)
   local first, last = G_FIRST[g], G_LAST[g]
   local r, foreign, stored = false, false, 0
   if G_OWN[g] then
@@ -708,6 +711,16 @@ local function evaluate(g, now, base)
       end
     end
   end
+  return r, foreign, stored
+end
+
+-- evaluate reads group g's bucket (read_bucket), runs the algorithm of
+-- each of its entries, whose verdicts go to OUT at base + 4*j, and
+-- gathers the group's pending writes. It returns false when a non-shadow
+-- entry denies.
+local function evaluate(g, now, base)
+  local first, last = G_FIRST[g], G_LAST[g]
+  local r, foreign, stored = read_bucket(g)
   local w, wa = G_W[g], G_WA[g]
   if not w then
     w, wa = {}, {}
@@ -769,6 +782,233 @@ local function evaluate(g, now, base)
   return allowed
 end
 
+-- Refunds (a request whose header's mode is 2) give each entry's cost
+-- back to its limit, as model.Refund does: the state is brought to now as
+-- a check would, then loses the units it holds, never below untouched.
+-- Each refund_* returns the field's new value, or nil when nothing
+-- changes (an untouched state, another algorithm's, a value out of range).
+
+local function refund_tokens(v, cap, rate, iv, now, n)
+  local a, t, l
+  if v and #v == 17 then
+    a, t, l = sunpack('<Bdd', v)
+  end
+  if not (a == 1 and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0) then
+    return nil
+  end
+  local tokens, last = t, l
+  if tokens > cap then
+    tokens = cap
+  elseif tokens < -cap then
+    tokens = -cap
+  end
+  if tokens < cap and now > last then
+    local steps = floor((now - last) / iv)
+    if steps > 0 then
+      if steps >= ceil((cap - tokens) / rate) then
+        return nil -- full again
+      end
+      tokens = tokens + steps * rate
+      last = last + steps * iv
+    end
+  end
+  if tokens >= cap then
+    return nil
+  end
+  tokens = tokens + n
+  if tokens > cap then
+    tokens = cap
+  end
+  return spack('<Bdd', 1, tokens, last)
+end
+
+-- refund_window serves both fixed windows (alg 2, and 7 aligned to the
+-- clock): the count goes down while its window lasts.
+local function refund_window(alg, v, window, now, n)
+  local a, c, s
+  if v and #v == 17 then
+    a, c, s = sunpack('<Bdd', v)
+  end
+  if not (a == alg and c > 0 and c <= MAXU and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0) then
+    return nil
+  end
+  if alg == 2 then
+    if now >= s + window then
+      return nil
+    end
+  else
+    local sk = floor(s / window)
+    if sk < floor(now / window) then
+      return nil
+    end
+    s = sk * window
+  end
+  c = c - n
+  if c < 0 then
+    c = 0
+  end
+  return spack('<Bdd', alg, c, s)
+end
+
+local function refund_counter(v, window, now, n)
+  local a, sk, sc, sp
+  if v and #v == 25 then
+    a, sk, sc, sp = sunpack('<Bddd', v)
+  end
+  if not (a == 4 and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+    sp >= 0 and sp <= MAXU and sp % 1 == 0) then
+    return nil
+  end
+  local k = floor(now / window)
+  local curr, prev = 0, 0
+  if k == sk then
+    curr, prev = sc, sp
+  elseif k == sk + 1 then
+    prev = sc
+  elseif k < sk then
+    k, curr, prev = sk, sc, sp
+  end
+  if curr <= 0 and prev <= 0 then
+    return nil
+  end
+  local from = curr
+  if n < from then
+    from = n
+  end
+  curr, prev = curr - from, prev - (n - from)
+  if prev < 0 then
+    prev = 0
+  end
+  if curr == 0 and prev == 0 then
+    k = floor(now / window) -- empty: now's window, as untouched
+  end
+  return spack('<Bddd', 4, k, curr, prev)
+end
+
+local function refund_meter(alg, v, rate, iv, now, n)
+  local a, sv, st
+  if v and #v == 17 then
+    a, sv, st = sunpack('<Bdd', v)
+  end
+  if not (a == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0) then
+    return nil
+  end
+  local level, at = sv, st
+  if now > at then
+    local elapsed = now - at
+    if elapsed >= ceil(level / rate) then
+      level = 0
+    else
+      level = level - elapsed * rate
+    end
+    at = now
+  end
+  if level == 0 then
+    return nil
+  end
+  if n >= ceil(level / iv) then -- compared in units: n*iv may not be exact
+    level, at = 0, now -- drained: at now, as untouched
+  else
+    level = level - n * iv
+  end
+  return spack('<Bdd', alg, level, at)
+end
+
+-- refund_log takes n units off the newest members in the window of the
+-- log at key (current: see sliding_log), writing at once: a refund always
+-- goes through. Members out of the window go first, so that the key is
+-- gone exactly when no member is left in the window.
+local function refund_log(key, current, window, now, n)
+  if not current or n <= 0 then
+    return
+  end
+  local cut = now - window
+  local last = pcall_('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if typeof(last) ~= 'table' or last.err or #last == 0 then
+    return
+  end
+  local at = toint(last[2], 0, MAXU)
+  if at == nil or at <= cut or parse_member(last[1]) == nil then
+    return
+  end
+  call('ZREMRANGEBYSCORE', key, '-inf', format('%d', cut))
+  while true do
+    local c, m = parse_member(last[1])
+    at = toint(last[2], 0, MAXU)
+    if c == nil or at == nil then
+      return -- an unreadable member keeps the rest
+    end
+    call('ZREM', key, last[1])
+    if m > n then
+      call('ZADD', key, format('%d', at), format('%d:%d', (c - n) % LOGMOD, m - n))
+      return
+    end
+    n = n - m
+    if n == 0 then
+      return
+    end
+    last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if #last == 0 then
+      return
+    end
+  end
+end
+
+-- refund_group gives back the costs of group g's entries and gathers its
+-- pending writes (a log's are made at once). Each entry's figures are
+-- those of a check of cost 0 after the refund, allowed.
+local function refund_group(g, now, base)
+  local first, last = G_FIRST[g], G_LAST[g]
+  local r, foreign, stored = read_bucket(g)
+  local w = G_W[g]
+  if not w then
+    w = {}
+    G_W[g], G_WA[g] = w, {}
+  end
+  local m, wexp = 0, 0
+  for j = first, last do
+    local e = E_REC[j]
+    -- A cost of 0 gives nothing back: the state stays as stored, not
+    -- brought to now (a later check at an earlier time reads it as stored).
+    local alg, v, val = e[1], r and r[j - first + 1], nil
+    local o, give = base + 4 * j, e[5] > 0
+    if alg == 1 then
+      val = give and refund_tokens(v, e[2], e[3], e[4], now, e[5])
+      token_bucket(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 2 then
+      val = give and refund_window(2, v, e[4], now, e[5])
+      fixed_window(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 7 then
+      val = give and refund_window(7, v, e[4], now, e[5])
+      fixed_window_clock(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 4 then
+      val = give and refund_counter(v, e[4], now, e[5])
+      sliding_counter(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 3 then
+      local current = G_OWN[g] or v == LOGMARK
+      refund_log(E_LK[j], current, e[4], now, e[5])
+      sliding_log(j, E_LK[j], current, e[2], e[4], now, 0, o, false)
+    else
+      val = give and refund_meter(alg, v, e[3], e[4], now, e[5])
+      meter(alg, val or v, e[2], e[3], e[4], now, 0, o, false)
+    end
+    OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
+    if val then
+      w[m + 1], w[m + 2] = e[7], val
+      m = m + 2
+      local exp = now + OUT[o + 3]
+      if exp > wexp then
+        wexp = exp
+      end
+    end
+  end
+  if m > 0 and wexp < 1 then
+    wexp = 1 -- something to write (at time 0 of a test clock)
+  end
+  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, false
+  G_MA[g], G_WEXPA[g] = 0, 0
+end
+
 -- commit writes group g's pending writes (only those of entries that
 -- charge always, for a denied request: always): each log's entry and
 -- expiry, then one HSET of the bucket's changed fields (a log's field only
@@ -824,7 +1064,8 @@ end
 local MEMOMAX = 4096
 local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
--- header parses "n:dryRun:time" into {n, dry, time or false}; nil if malformed.
+-- header parses "n:mode:time" into {n, dry, time or false, refund}; nil if
+-- malformed. Mode: 0 a check, 1 a dry run, 2 a refund.
 local function header(s)
   local rec = hmemo[s]
   if rec then
@@ -833,13 +1074,13 @@ local function header(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local n, dry, t = match(s, '^(%d+):([01]):([%d%-]+)$')
+  local n, mode, t = match(s, '^(%d+):([012]):([%d%-]+)$')
   n = toint(n, 1, MAXENTRIES)
   if n == nil then
     return nil
   end
   if t == '-' then
-    rec = {n, dry == '1', false}
+    rec = {n, mode == '1', false, mode == '2'}
     if hmemo_n >= MEMOMAX then
       hmemo, hmemo_n = {}, 0
     end
@@ -850,7 +1091,7 @@ local function header(s)
   if t == nil then
     return nil
   end
-  return {n, dry == '1', t} -- an explicit time: not worth remembering
+  return {n, mode == '1', t, mode == '2'} -- an explicit time: not worth remembering
 end
 
 -- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
@@ -977,26 +1218,34 @@ local function sluice_check(keys, args)
     local d = o + 2
     -- entry j's verdict is at d + 4*(j-j0-1): base + 4*j
     local base = d - 4 * (j0 + 1)
-    local allowed = true
     local g1, g2 = R_G[r] + 1, R_G[r] + R_NG[r]
-    for g = g1, g2 do
-      if not evaluate(g, now, base) then
-        allowed = false
-      end
-    end
-    if allowed then
+    if h[4] then -- a refund: always allowed, always written
       OUT[d] = 1
-      if not h[2] then
-        for g = g1, g2 do
-          commit(g, false)
-        end
+      for g = g1, g2 do
+        refund_group(g, now, base)
+        commit(g, false)
       end
     else
-      OUT[d] = 0
-      if not h[2] then
-        for g = g1, g2 do
-          if G_WEXPA[g] > 0 then
-            commit(g, true)
+      local allowed = true
+      for g = g1, g2 do
+        if not evaluate(g, now, base) then
+          allowed = false
+        end
+      end
+      if allowed then
+        OUT[d] = 1
+        if not h[2] then
+          for g = g1, g2 do
+            commit(g, false)
+          end
+        end
+      else
+        OUT[d] = 0
+        if not h[2] then
+          for g = g1, g2 do
+            if G_WEXPA[g] > 0 then
+              commit(g, true)
+            end
           end
         end
       end
