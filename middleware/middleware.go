@@ -133,7 +133,9 @@ func New(opts ...Option) (*Limiter, error) {
 		}
 		// Each service replica is one of the P processes of a leased
 		// policy's bound (spec.lease); other policies are exact.
-		store, l.closers = lease.New(st, lease.Options{}), closers
+		leases := lease.New(st, lease.Options{})
+		// Closed before the Redis store: the units it holds go back first.
+		store, l.closers = leases, append([]func() error{leases.Close}, closers...)
 	default:
 		ms := memstore.New()
 		store = ms
@@ -152,7 +154,8 @@ func New(opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Close stops the memory store's sweeper, the Redis store's pipelines and
+// Close gives back the units leases hold, stops the memory store's
+// sweeper, the Redis store's pipelines and
 // a Redis client that WithRedisURL created (not one given to WithRedis).
 // Serve no more requests through the limiter's handlers after Close.
 func (l *Limiter) Close() error {

@@ -135,9 +135,9 @@ type Lease struct {
 	Units Count `json:"units"`
 
 	// ttl is how long a process keeps a lease's units. Units not used by
-	// then are dropped, not returned, so they count against the bucket
-	// until it refills or its window ends: a short ttl loses less to a
-	// process that fell quiet. At most 1m. Defaults to "1s".
+	// then are given back to the bucket (as are those a process holds when
+	// it stops or the policy changes), so a short ttl returns units sooner
+	// from a process that fell quiet. At most 1m. Defaults to "1s".
 	// +optional
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || duration(self) <= duration('1m')",message="a lease's ttl must be at most 1m"

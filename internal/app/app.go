@@ -88,6 +88,9 @@ type checkServer struct {
 	// grpc is nil without --grpc-listen.
 	grpc       *grpcserver.Server
 	grpcListen string
+	// leases gives back what it holds once serving has ended, before
+	// the Redis client closes.
+	leases *lease.Store
 }
 
 func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
@@ -100,7 +103,8 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	// Leased policies (spec.lease) are answered from this process's leases;
 	// every other request goes to Redis exactly, through the lease store.
-	checker := check.New(check.Options{Store: lease.New(parts.store, lease.Options{}), Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	leases := lease.New(parts.store, lease.Options{})
+	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error
@@ -120,7 +124,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	dash.Register(srv)
 	httpCfg := cfg.HTTP
 	httpCfg.Registerer, httpCfg.Logger = reg, log
-	c := &checkServer{reader: reader, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
+	c := &checkServer{reader: reader, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
 	if cfg.GRPC.Enabled() {
 		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
 		if err != nil {
@@ -130,8 +134,10 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	return c, nil
 }
 
-// run serves until ctx ends, then drains connections.
+// run serves until ctx ends, then drains connections and gives back the
+// units of this process's leases.
 func (c *checkServer) run(ctx context.Context) error {
+	defer c.leases.Close()
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

@@ -114,6 +114,12 @@ type Input struct {
 	Cost int64
 	// DryRun evaluates without consuming anything.
 	DryRun bool
+	// Refund gives the costs back to the matching policies' limits
+	// instead of taking them (ratelimit.Request's Refund: units taken
+	// earlier and not used, Envoy's negative hits). It is answered
+	// allowed, with the limits' figures after it, and never from the
+	// denial cache.
+	Refund bool
 }
 
 // Part is one of several requests decided together.
@@ -266,7 +272,7 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	out.Reason = ReasonAllowed
 
 	out.dryRun = in.DryRun
-	if c.answerFromCache(sc, out, start) {
+	if !in.Refund && c.answerFromCache(sc, out, start) {
 		return nil
 	}
 	return c.decide(ctx, sc, out)
@@ -289,7 +295,7 @@ func (c *Checker) candidates(in Input, sc *scratch) ([]*policy.Policy, error) {
 // reset prepares sc for in, keeping its slices' storage.
 func (sc *scratch) reset(in Input) {
 	sc.req.Entries = sc.req.Entries[:0]
-	sc.req.DryRun = in.DryRun
+	sc.req.DryRun, sc.req.Refund = in.DryRun, in.Refund
 	sc.uses = sc.uses[:0]
 }
 

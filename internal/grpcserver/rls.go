@@ -45,6 +45,7 @@ type rlsState struct {
 	reqs    []policy.Request
 	entries []policy.DescriptorEntry
 	parts   []check.Part
+	refunds []check.Part // the descriptors with negative hits, to give back
 	out     check.Outcome
 	headers checkhttp.HeaderScratch
 }
@@ -82,9 +83,18 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 		clear(st.reqs)
 		clear(st.entries)
 		clear(st.parts)
+		clear(st.refunds)
 		r.state.Put(st)
 	}()
 	st.read(req)
+	if len(st.refunds) > 0 {
+		// Negative hits go back first, in a call of their own; the
+		// descriptors then read their limits in the call below.
+		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Refund: true}, &st.out); err != nil {
+			r.s.opts.Logger.Error("rate limit refund failed", "domain", req.GetDomain(), "err", err)
+			return nil, grpcstatus.Error(codes.Internal, "refund failed: "+err.Error())
+		}
+	}
 	if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out); err != nil {
 		r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
 		return nil, grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
@@ -129,7 +139,9 @@ func okForEach(n int) *ratelimitv3.RateLimitResponse {
 
 // read turns each descriptor into a part: its entries, and its cost: the
 // descriptor's hits_addend when set (0 checks without counting), else the
-// request's when above 0, else the policies' own cost.
+// request's when above 0, else the policies' own cost. A descriptor with
+// is_negative_hits is also a refund of that cost (st.refunds), and checks
+// without counting.
 func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 	descriptors := req.GetDescriptors()
 	st.entries = st.entries[:0]
@@ -140,6 +152,7 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 	}
 	st.reqs = slices.Grow(st.reqs[:0], len(descriptors))[:len(descriptors)]
 	st.parts = slices.Grow(st.parts[:0], len(descriptors))[:len(descriptors)]
+	st.refunds = st.refunds[:0]
 	at := 0
 	for i, d := range descriptors {
 		n := len(d.GetEntries())
@@ -148,7 +161,16 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 		part := check.Part{Request: &st.reqs[i]}
 		switch {
 		case d.GetIsNegativeHits():
-			// Sluice does not give units back: a refund is checked without counting.
+			refund := check.Part{Request: &st.reqs[i]} // as much as a check takes
+			switch {
+			case d.GetHitsAddend() != nil:
+				refund.Cost, refund.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
+			case req.GetHitsAddend() > 0:
+				refund.Cost, refund.CostSet = clampCost(uint64(req.GetHitsAddend())), true
+			}
+			if !refund.CostSet || refund.Cost > 0 {
+				st.refunds = append(st.refunds, refund)
+			}
 			part.Cost, part.CostSet = 0, true
 		case d.GetHitsAddend() != nil:
 			part.Cost, part.CostSet = clampCost(d.GetHitsAddend().GetValue()), true

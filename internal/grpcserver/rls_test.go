@@ -181,6 +181,8 @@ func TestRLSHitsAddend(t *testing.T) {
 	forty.HitsAddend = wrapperspb.UInt64(40)
 	refund := d()
 	refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(50), true
+	negativeOne := d()
+	negativeOne.IsNegativeHits = true
 	steps := []struct {
 		name string
 		req  *ratelimitv3.RateLimitRequest
@@ -190,7 +192,11 @@ func TestRLSHitsAddend(t *testing.T) {
 		{"the request's hits_addend", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d()}}, 90},
 		{"the descriptor's over the request's", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{forty}}, 50},
 		{"0: check without counting", &ratelimitv3.RateLimitRequest{HitsAddend: 9, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{peek}}, 50},
-		{"negative hits: nothing given back", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{refund}}, 50},
+		{"negative hits: given back", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{refund}}, 100},
+		{"never past untouched", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{refund}}, 100},
+		{"forty again", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{forty}}, 60},
+		{"negative hits of the policy's cost", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{negativeOne}}, 61},
+		{"negative hits beside a check", &ratelimitv3.RateLimitRequest{Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{forty, refund}}, 60}, // 39 counted, 50 back: 0 (never below), then 40
 	}
 	for _, s := range steps {
 		if got := send(s.req); got != s.want {

@@ -109,7 +109,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if a.storeName == "redis" {
 		// Leases only for Redis: the memory store is this process's own
 		// and answers from memory already, exactly.
-		checkStore = lease.New(a.store, lease.Options{})
+		leases := lease.New(a.store, lease.Options{})
+		checkStore = leases
+		// Closed before the store: the units it holds go back first.
+		a.closers = append([]func(){func() { _ = leases.Close() }}, a.closers...)
 	}
 	a.Checker = check.New(check.Options{Store: checkStore, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
 	a.http.Registerer = reg

@@ -11,7 +11,7 @@ type Lease struct {
 	// at least the entry's cost, at most its limit's capacity.
 	Units int64
 	// TTL is how long a process keeps a lease's units; those unused then
-	// are dropped.
+	// are given back.
 	TTL time.Duration
 }
 

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,20 +51,22 @@ func TestLeasedBound(t *testing.T) {
 	single := func() redis.UniversalClient {
 		return redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
 	}
-	t.Run("single", func(t *testing.T) { boundRun(t, single, 0) })
+	t.Run("single", func(t *testing.T) { boundRun(t, single, 0, "1s") })
 	// 64 checkers each asking every 300ms: about 213 a second, just over the limit.
-	t.Run("single paced", func(t *testing.T) { boundRun(t, single, 300*time.Millisecond) })
+	t.Run("single paced", func(t *testing.T) { boundRun(t, single, 300*time.Millisecond, "1s") })
+	// Leases of 100ms expire with units left, which go back within the windows.
+	t.Run("single paced short leases", func(t *testing.T) { boundRun(t, single, 300*time.Millisecond, "100ms") })
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t, 3)
 		boundRun(t, func() redis.UniversalClient {
 			return redisstore.NewClient(&redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true})
-		}, 0)
+		}, 0, "1s")
 	})
 }
 
-func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Duration) {
+func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Duration, ttl string) {
 	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(boundSpec), &spec); err != nil {
+	if err := yaml.UnmarshalStrict([]byte(strings.Replace(boundSpec, "ttl: 1s", "ttl: "+ttl, 1)), &spec); err != nil {
 		t.Fatal(err)
 	}
 	p, err := policy.Compile("ns", "hot", &spec)
@@ -80,7 +83,7 @@ func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Du
 
 	var mu sync.Mutex
 	admitted := map[int64]int{}
-	var takes int64
+	var takes, refunded, dropped int64
 	var wg sync.WaitGroup
 	for range boundProcs {
 		client := newClient()
@@ -123,8 +126,12 @@ func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Du
 		}
 		wg.Go(func() {
 			procWG.Wait()
+			running := ls.Stats() // before Close gives back what is held
+			_ = ls.Close()
 			mu.Lock()
-			takes += ls.Stats().Takes
+			takes += running.Takes
+			refunded += running.Refunded
+			dropped += ls.Stats().Dropped
 			mu.Unlock()
 			_ = rs.Close()
 			_ = client.Close()
@@ -146,7 +153,13 @@ func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Du
 		}
 	}
 	// The point of a lease: most admissions took no store call.
-	t.Logf("%d admitted with %d takes", total, takes)
+	t.Logf("%d admitted with %d takes; %d units given back while running, %d dropped", total, takes, refunded, dropped)
+	if ttl != "1s" && refunded == 0 {
+		t.Errorf("leases of %s expired with no unit given back", ttl)
+	}
+	if dropped > 0 {
+		t.Errorf("%d units dropped: a refund failed against a healthy Redis", dropped)
+	}
 	if takes > int64(total/4) {
 		t.Errorf("%d takes for %d admissions: leases of %d were not used", takes, total, boundUnits)
 	}

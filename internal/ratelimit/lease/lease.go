@@ -2,7 +2,11 @@
 // ratelimit.Store and, for entries whose policy asks for it
 // (ratelimit.Entry.Lease), takes Units of the bucket in one call and
 // decides further requests from those units until they are used up or the
-// lease's TTL passes. Units not used by then are dropped, not returned.
+// lease's TTL passes. Units not used by then are given back to the bucket
+// (a refund, ratelimit.Request's Refund), in the background: when the
+// lease expires, when a request needs more than it holds and a new lease
+// replaces it, when the policy changes, and when the Store is closed (a
+// rolling restart returns what its processes held).
 //
 // The bound. Every unit a process admits was taken from the bucket with
 // the algorithm's own semantics, so the units taken in any window are at
@@ -10,11 +14,15 @@
 // of a bucket at any moment (a new lease tops the held units up to Units,
 // never beyond). Units taken in one window and spent in the next are the
 // only excess: with P processes, a bucket admits at most its limit plus
-// P × Units in any window. Dropped units are never admitted, so the
-// bound holds; they are admissions lost, at most Units per process and
-// lease.
+// P × Units in any window. Units given back were not admitted, and a
+// refund raises a limit's room by at most the units it returns, so the
+// bound holds with refunds too: what a window admits is at most its
+// limit, plus the units refunds gave back in it, plus those held when it
+// began, minus the units given back unspent. A refund that cannot be made
+// (the queue is full, the store fails) drops its units: admissions lost,
+// at most Units per process and lease, never an excess.
 //
-// What goes to the wrapped store exactly, as without leases: dry runs,
+// What goes to the wrapped store exactly, as without leases: refunds, dry runs,
 // requests with an entry that is not leased (another policy without a
 // lease, shadow, charge Always), costs of 0 (a peek) and costs above
 // Units. A request of several leased buckets (several leased policies, or
@@ -36,6 +44,15 @@ import (
 // DefaultMaxBuckets bounds the buckets a Store holds leases of.
 const DefaultMaxBuckets = 10_000
 
+// Refunds wait in a queue of refundQueue for one goroutine that sends them
+// (a check never waits for one), each bounded by refundTimeout; Close
+// waits closeTimeout at most for those still queued.
+const (
+	refundQueue   = 1024
+	refundTimeout = time.Second
+	closeTimeout  = 2 * time.Second
+)
+
 // Options configure a Store.
 type Options struct {
 	// Now is the clock (default time.Now).
@@ -54,10 +71,18 @@ type Store struct {
 	mu      sync.RWMutex
 	buckets map[string]*bucket
 
-	takes   atomic.Int64
-	leased  atomic.Int64
-	exact   atomic.Int64
-	dropped atomic.Int64
+	takes    atomic.Int64
+	leased   atomic.Int64
+	exact    atomic.Int64
+	dropped  atomic.Int64
+	refunded atomic.Int64
+
+	// refunds is the queue of unused units to give back (see giveBack);
+	// closing holds back senders while Close closes it.
+	closing  sync.RWMutex
+	closed   bool
+	refunds  chan []ratelimit.Entry
+	sentBack chan struct{} // closed when the queue is drained after Close
 }
 
 // New wraps inner. Closing the Store does not close inner.
@@ -68,7 +93,10 @@ func New(inner ratelimit.Store, o Options) *Store {
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = DefaultMaxBuckets
 	}
-	return &Store{inner: inner, now: o.Now, maxBuckets: o.MaxBuckets, buckets: make(map[string]*bucket)}
+	s := &Store{inner: inner, now: o.Now, maxBuckets: o.MaxBuckets, buckets: make(map[string]*bucket),
+		refunds: make(chan []ratelimit.Entry, refundQueue), sentBack: make(chan struct{})}
+	go s.sendRefunds()
+	return s
 }
 
 // Stats are counts since the Store was made.
@@ -78,22 +106,82 @@ type Stats struct {
 	Takes int64
 	// Leased is the requests decided from leases, Exact those passed on.
 	Leased, Exact int64
-	// Dropped is the units of leases that expired unused.
-	Dropped int64
+	// Refunded is the units of leases given back to the wrapped store
+	// unused; Dropped those that could not be (the queue was full, the
+	// refund failed, or the Store was closed).
+	Refunded, Dropped int64
 }
 
 // Stats returns the counts so far.
 func (s *Store) Stats() Stats {
-	return Stats{Takes: s.takes.Load(), Leased: s.leased.Load(), Exact: s.exact.Load(), Dropped: s.dropped.Load()}
+	return Stats{Takes: s.takes.Load(), Leased: s.leased.Load(), Exact: s.exact.Load(),
+		Refunded: s.refunded.Load(), Dropped: s.dropped.Load()}
 }
 
-// Close drops every lease (their units are lost to the buckets until
-// they refill or their windows end). It does not close the wrapped store.
+// Close gives back the units of every lease and waits (2s at most) for
+// the refunds to be sent; checks after Close are decided exactly as
+// before, but their leases' units are dropped. It does not close the
+// wrapped store: close that after.
 func (s *Store) Close() error {
 	s.mu.Lock()
+	for _, b := range s.buckets {
+		b.mu.Lock()
+		s.giveBack(b.sig, b.left)
+		b.left = 0
+		b.mu.Unlock()
+	}
 	clear(s.buckets)
 	s.mu.Unlock()
+	s.closing.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.refunds)
+	}
+	s.closing.Unlock()
+	select {
+	case <-s.sentBack:
+	case <-time.After(closeTimeout):
+	}
 	return nil
+}
+
+// giveBack queues a refund of units to each limit of sig (a lease's
+// entries), or drops them when the queue is full or closed. It copies
+// sig, so the caller may change it afterwards.
+func (s *Store) giveBack(sig []ratelimit.Entry, units int64) {
+	if units <= 0 || len(sig) == 0 {
+		return
+	}
+	entries := make([]ratelimit.Entry, len(sig))
+	for i, e := range sig {
+		e.Cost, e.Lease, e.Shadow, e.ChargeAlways = units, ratelimit.Lease{}, false, false
+		entries[i] = e
+	}
+	s.closing.RLock()
+	defer s.closing.RUnlock()
+	if !s.closed {
+		select {
+		case s.refunds <- entries:
+			return
+		default:
+		}
+	}
+	s.dropped.Add(units)
+}
+
+// sendRefunds sends the queued refunds one at a time until Close.
+func (s *Store) sendRefunds() {
+	defer close(s.sentBack)
+	var dec ratelimit.Decision
+	for entries := range s.refunds {
+		units := entries[0].Cost
+		req := ratelimit.Request{Entries: entries, Refund: true}
+		if err := s.inner.Check(context.Background(), refundTimeout, &req, &dec); err != nil {
+			s.dropped.Add(units) // unknown whether it was applied: never sent twice
+			continue
+		}
+		s.refunded.Add(units)
+	}
 }
 
 // group is the entries of one leased bucket in a request.
@@ -138,7 +226,7 @@ func (s *Store) Check(ctx context.Context, timeout time.Duration, req *ratelimit
 			dec.Allowed = false
 			break
 		}
-		held = append(held, reservation{b: b, gen: gen, cost: g.cost})
+		held = append(held, reservation{b: b, gen: gen, cost: g.cost, entries: entries})
 	}
 	if !dec.Allowed {
 		// All or nothing: units reserved from other buckets go back, and
@@ -150,17 +238,19 @@ func (s *Store) Check(ctx context.Context, timeout time.Duration, req *ratelimit
 	return nil
 }
 
-// reservation is cost taken from one bucket's lease of generation gen.
+// reservation is cost taken from one bucket's lease of generation gen,
+// for entries.
 type reservation struct {
-	b    *bucket
-	gen  uint64
-	cost int64
+	b       *bucket
+	gen     uint64
+	cost    int64
+	entries []ratelimit.Entry
 }
 
 // groups splits req into leased buckets, or reports that req must go to
 // the wrapped store.
 func (s *Store) groups(req *ratelimit.Request, gs []group) ([]group, bool) {
-	if req.DryRun || len(req.Entries) == 0 {
+	if req.DryRun || req.Refund || len(req.Entries) == 0 {
 		return nil, false
 	}
 	for i := range req.Entries {
@@ -188,15 +278,15 @@ func (s *Store) groups(req *ratelimit.Request, gs []group) ([]group, bool) {
 }
 
 // putBack returns reserved units to their leases. Units of a lease that
-// was replaced meanwhile are dropped: the new lease holds Units already,
-// and a process never holds more.
+// was replaced meanwhile go back to the bucket: the new lease holds Units
+// already, and a process never holds more.
 func (s *Store) putBack(held []reservation) {
 	for _, r := range held {
 		r.b.mu.Lock()
 		if r.b.gen == r.gen {
 			r.b.left += r.cost
 		} else {
-			s.dropped.Add(r.cost)
+			s.giveBack(r.entries, r.cost)
 		}
 		r.b.mu.Unlock()
 	}
@@ -263,6 +353,7 @@ func (s *Store) sweepLocked() int {
 	for name, b := range s.buckets {
 		if b.mu.TryLock() {
 			if b.idle(now) {
+				s.expire(b, now)
 				delete(s.buckets, name)
 				n++
 			}
@@ -282,8 +373,10 @@ var errWait = errors.New("lease: deadline passed waiting for another check's lea
 func (s *Store) reserve(ctx context.Context, timeout time.Duration, b *bucket, entries []ratelimit.Entry, cost int64, results []ratelimit.Result) (uint64, bool, error) {
 	b.mu.Lock()
 	if !b.matches(entries) {
-		s.dropped.Add(b.left)
-		b.adopt(entries) // the policy changed: what was held was taken for other limits
+		// The policy changed: what was held was taken for the old limits,
+		// and goes back to them.
+		s.giveBack(b.sig, b.left)
+		b.adopt(entries)
 	}
 	for {
 		now := s.now()
@@ -319,10 +412,10 @@ func (s *Store) reserve(ctx context.Context, timeout time.Duration, b *bucket, e
 			b.mu.Lock()
 			continue
 		}
-		// The units held cannot serve cost: they are dropped and a whole
-		// new lease is taken, so a process never holds more than Units
-		// and a denial's retry time is exactly the bucket's for cost.
-		s.dropped.Add(b.left)
+		// The units held cannot serve cost: they go back and a whole new
+		// lease is taken, so a process never holds more than Units and a
+		// denial's retry time is exactly the bucket's for cost.
+		s.giveBack(b.sig, b.left)
 		b.left = 0
 		b.gen++
 		t := &take{done: make(chan struct{})}
@@ -362,10 +455,10 @@ func (s *Store) reserve(ctx context.Context, timeout time.Duration, b *bucket, e
 	}
 }
 
-// expire drops b's units when its lease has passed its TTL.
+// expire gives b's units back when its lease has passed its TTL.
 func (s *Store) expire(b *bucket, now time.Time) {
 	if b.left > 0 && !now.Before(b.expires) {
-		s.dropped.Add(b.left)
+		s.giveBack(b.sig, b.left)
 		b.left = 0
 	}
 }

@@ -42,7 +42,9 @@ func newFixture(t *testing.T) *fixture {
 	mem := memstore.New(memstore.WithClock(clock.Now))
 	t.Cleanup(func() { _ = mem.Close() })
 	inner := &counting{Store: mem}
-	return &fixture{clock: clock, inner: inner, store: lease.New(inner, lease.Options{Now: clock.Now})}
+	store := lease.New(inner, lease.Options{Now: clock.Now})
+	t.Cleanup(func() { _ = store.Close() })
+	return &fixture{clock: clock, inner: inner, store: store}
 }
 
 // entry is a limit of policy p on the bucket "global", leased units at a time.
@@ -100,7 +102,23 @@ func TestLeaseIsTakenOnceAndUsedUp(t *testing.T) {
 	}
 }
 
-func TestLeaseExpiresAndItsUnitsAreDropped(t *testing.T) {
+// refundedBy waits (up to 5s) until the store has given back units, which
+// it does in the background.
+func (f *fixture) refundedBy(t *testing.T, units int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.store.Stats().Refunded < units {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d units given back after 5s, want %d (stats %+v)", f.store.Stats().Refunded, units, f.store.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := f.store.Stats(); st.Refunded != units || st.Dropped != 0 {
+		t.Fatalf("stats %+v: want %d units given back and none dropped", st, units)
+	}
+}
+
+func TestLeaseExpiresAndItsUnitsGoBack(t *testing.T) {
 	f := newFixture(t)
 	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
 	f.check(t, e)
@@ -115,12 +133,36 @@ func TestLeaseExpiresAndItsUnitsAreDropped(t *testing.T) {
 	if calls := f.inner.calls.Load(); calls != 2 {
 		t.Fatalf("%d store calls after the ttl, want 2 (a new lease)", calls)
 	}
-	if st := f.store.Stats(); st.Dropped != 7 {
-		t.Fatalf("dropped %d units, want the 7 the expired lease held", st.Dropped)
+	// The 7 the expired lease held go back: the store counts the 3 it
+	// admitted and the new lease.
+	f.refundedBy(t, 7)
+	if left := f.inStore(t, e); left != 87 {
+		t.Fatalf("store has %d left, want 87", left)
 	}
-	// Dropped units are not returned: the store counts both leases.
-	if left := f.inStore(t, e); left != 80 {
-		t.Fatalf("store has %d left, want 80", left)
+}
+
+func TestCloseGivesBackWhatIsHeld(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	other := entry("q", "l", ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 50, Rate: 1, Interval: time.Hour}, 20)
+	f.check(t, e)
+	f.check(t, e)
+	f.check(t, other)
+	if left, left2 := f.inStore(t, e), f.inStore(t, other); left != 90 || left2 != 30 {
+		t.Fatalf("the store has %d and %d left while the leases are held, want 90 and 30", left, left2)
+	}
+	if err := f.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.store.Stats(); st.Refunded != 8+19 || st.Dropped != 0 {
+		t.Fatalf("stats after Close %+v: want the 8 and 19 held given back", st)
+	}
+	if left, left2 := f.inStore(t, e), f.inStore(t, other); left != 98 || left2 != 49 {
+		t.Fatalf("the store has %d and %d left after Close, want 98 and 49 (what was admitted)", left, left2)
+	}
+	// After Close, checks are still answered; what a lease holds then is dropped.
+	if !f.check(t, e).Allowed {
+		t.Fatal("a check after Close was denied")
 	}
 }
 
@@ -264,14 +306,19 @@ func TestAllOrNothingAcrossLeasedBuckets(t *testing.T) {
 	}
 }
 
-func TestAChangedLimitDropsTheLease(t *testing.T) {
+func TestAChangedLimitGivesTheLeaseBack(t *testing.T) {
 	f := newFixture(t)
 	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
 	f.check(t, e)
 	e.Limit.Capacity = 50
 	f.check(t, e)
-	if calls, dropped := f.inner.calls.Load(), f.store.Stats().Dropped; calls != 2 || dropped != 9 {
-		t.Fatalf("%d calls, %d dropped: want a new lease for the new limit and the old one's 9 dropped", calls, dropped)
+	// A new lease for the new limit; the old one's 9 go back to the old limit.
+	f.refundedBy(t, 9)
+	if calls := f.inner.calls.Load(); calls != 3 {
+		t.Fatalf("%d store calls, want 3: two takes and a refund", calls)
+	}
+	if left := f.inStore(t, e); left != 50-1-10 {
+		t.Fatalf("the store has %d left of the new limit, want 39 (the first check's unit and the new lease's 10)", left)
 	}
 }
 
