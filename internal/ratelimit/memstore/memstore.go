@@ -262,11 +262,12 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		if req.Refund {
+		switch {
+		case req.Refund:
 			sc.verdicts[i], sc.nexts[i] = model.Refund(sc.params[i], st, now, req.Entries[i].Cost)
-		} else if req.Entries[i].ChargeAlways {
+		case req.Entries[i].ChargeAlways:
 			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
-		} else {
+		default:
 			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
 		}
 	}
