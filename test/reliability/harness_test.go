@@ -520,8 +520,12 @@ func (s *stack) goroutinesBackTo(base goroutines, allowed ...string) {
 		all := snapshotGoroutines()
 		now := all.without(allowed)
 		if now.n <= base.n+tolerance {
-			s.t.Logf("goroutines: %d after the load (baseline %d, tolerance %d; %d of go-redis's per-node ones not counted), back in %s",
-				now.n, base.n, tolerance, all.n-now.n, time.Since(start).Round(time.Millisecond))
+			skipped := ""
+			if len(allowed) > 0 {
+				skipped = fmt.Sprintf("; %d not counted, in %s", all.n-now.n, strings.Join(allowed, ", "))
+			}
+			s.t.Logf("goroutines: %d after the load (baseline %d, tolerance %d%s), back in %s",
+				now.n, base.n, tolerance, skipped, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Since(start) > 30*time.Second {
