@@ -18,15 +18,7 @@ func meter(p Params, s *State, now, cost int64, always bool) (v Verdict, next St
 	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
 	level, at := int64(0), now
 	if s.Alg == p.Alg {
-		level, at = max(s.A, 0), s.B
-		if now > at {
-			if elapsed := now - at; elapsed >= ceilDiv(level, rate) {
-				level = 0
-			} else {
-				level -= elapsed * rate
-			}
-			at = now
-		}
+		level, at = drained(p, s, now)
 	}
 	full := capacity * iv
 	drainedIn := func(l int64) int64 {
@@ -52,4 +44,19 @@ func meter(p Params, s *State, now, cost int64, always bool) (v Verdict, next St
 		next = State{Alg: p.Alg, A: level, B: at}
 	}
 	return v, next
+}
+
+// drained is meter state s brought to now: its level and the time of it
+// (now, unless the state is ahead of now after the clock stepped back).
+func drained(p Params, s *State, now int64) (level, at int64) {
+	level, at = max(s.A, 0), s.B
+	if now > at {
+		if elapsed := now - at; elapsed >= ceilDiv(level, p.Rate) {
+			level = 0
+		} else {
+			level -= elapsed * p.Rate
+		}
+		at = now
+	}
+	return level, at
 }

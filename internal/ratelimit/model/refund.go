@@ -58,34 +58,15 @@ func Refund(p Params, s *State, now, n int64) (v Verdict, next State) {
 }
 
 func refundTokens(p Params, s *State, now, n int64) State {
-	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
-	tokens, last := min(max(s.A, -capacity), capacity), s.B
-	if tokens < capacity && now > last {
-		if steps := (now - last) / iv; steps > 0 {
-			if steps >= ceilDiv(capacity-tokens, rate) {
-				return State{} // full again: nothing to give back
-			}
-			tokens += steps * rate
-			last += steps * iv
-		}
+	tokens, last := refilled(p, s, now)
+	if tokens >= p.Capacity {
+		return State{} // full: nothing to give back
 	}
-	if tokens >= capacity {
-		return State{}
-	}
-	return State{Alg: ratelimit.TokenBucket, A: min(tokens+n, capacity), B: last}
+	return State{Alg: ratelimit.TokenBucket, A: min(tokens+n, p.Capacity), B: last}
 }
 
 func refundCounter(p Params, s *State, now, n int64) State {
-	k := now / p.Interval
-	var curr, prev int64
-	switch sk := s.A; {
-	case k == sk:
-		curr, prev = s.B, s.C
-	case k == sk+1:
-		prev = s.B
-	case k < sk: // clock stepped back: stay in the stored window
-		k, curr, prev = sk, s.B, s.C
-	}
+	k, curr, prev := rolled(p, s, now)
 	if curr <= 0 && prev <= 0 {
 		return State{}
 	}
@@ -100,15 +81,7 @@ func refundCounter(p Params, s *State, now, n int64) State {
 }
 
 func refundMeter(p Params, s *State, now, n int64) State {
-	level, at := max(s.A, 0), s.B
-	if now > at {
-		if elapsed := now - at; elapsed >= ceilDiv(level, p.Rate) {
-			level = 0
-		} else {
-			level -= elapsed * p.Rate
-		}
-		at = now
-	}
+	level, at := drained(p, s, now)
 	if level == 0 {
 		return State{}
 	}

@@ -14,17 +14,9 @@ import (
 // twice the limit.
 func slidingCounter(p Params, s *State, now, cost int64, always bool) (v Verdict, next State) {
 	limit, window := p.Capacity, p.Interval
-	k := now / window
-	var curr, prev int64
+	k, curr, prev := now/window, int64(0), int64(0)
 	if s.Alg == ratelimit.SlidingWindowCounter {
-		switch sk := s.A; {
-		case k == sk:
-			curr, prev = s.B, s.C
-		case k == sk+1:
-			prev = s.B
-		case k < sk: // clock stepped back: stay in the stored window
-			k, curr, prev = sk, s.B, s.C
-		}
+		k, curr, prev = rolled(p, s, now)
 	}
 	start := k * window
 	elapsed := max(now-start, 0)
@@ -54,6 +46,21 @@ func slidingCounter(p Params, s *State, now, cost int64, always bool) (v Verdict
 		next = State{Alg: ratelimit.SlidingWindowCounter, A: k, B: curr, C: prev}
 	}
 	return v, next
+}
+
+// rolled is sliding counter state s brought to now: the window index and
+// the current and previous windows' counts.
+func rolled(p Params, s *State, now int64) (k, curr, prev int64) {
+	k = now / p.Interval
+	switch sk := s.A; {
+	case k == sk:
+		curr, prev = s.B, s.C
+	case k == sk+1:
+		prev = s.B
+	case k < sk: // clock stepped back: stay in the stored window
+		k, curr, prev = sk, s.B, s.C
+	}
+	return k, curr, prev
 }
 
 // weighted is floor(n*(window-elapsed)/window) in doubles, in the operation

@@ -13,20 +13,7 @@ func tokenBucket(p Params, s *State, now, cost int64, always bool) (v Verdict, n
 	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
 	tokens, last := capacity, now
 	if s.Alg == ratelimit.TokenBucket {
-		tokens, last = min(max(s.A, -capacity), capacity), s.B
-		if tokens < capacity && now > last {
-			if steps := (now - last) / iv; steps > 0 {
-				if steps >= ceilDiv(capacity-tokens, rate) {
-					tokens = capacity
-				} else {
-					tokens += steps * rate
-					last += steps * iv
-				}
-			}
-		}
-		if tokens >= capacity {
-			last = now
-		}
+		tokens, last = refilled(p, s, now)
 	}
 	// fullIn is how long until the bucket holding t tokens is full.
 	fullIn := func(t int64) int64 {
@@ -51,4 +38,25 @@ func tokenBucket(p Params, s *State, now, cost int64, always bool) (v Verdict, n
 		next = State{Alg: ratelimit.TokenBucket, A: left, B: last}
 	}
 	return v, next
+}
+
+// refilled is token bucket state s brought to now: its tokens and the
+// time of its last refill step (now when full).
+func refilled(p Params, s *State, now int64) (tokens, last int64) {
+	capacity, rate, iv := p.Capacity, p.Rate, p.Interval
+	tokens, last = min(max(s.A, -capacity), capacity), s.B
+	if tokens < capacity && now > last {
+		if steps := (now - last) / iv; steps > 0 {
+			if steps >= ceilDiv(capacity-tokens, rate) {
+				tokens = capacity
+			} else {
+				tokens += steps * rate
+				last += steps * iv
+			}
+		}
+	}
+	if tokens >= capacity {
+		last = now
+	}
+	return tokens, last
 }

@@ -787,6 +787,9 @@ end
 -- a check would, then loses the units it holds, never below untouched.
 -- Each refund_* returns the field's new value, or nil when nothing
 -- changes (an untouched state, another algorithm's, a value out of range).
+-- Each repeats its algorithm's read and catch-up to now inline, as the Go
+-- model shares them in helpers: the check functions are the hot path,
+-- where a Lua call costs more than the lines it would save.
 
 local function refund_tokens(v, cap, rate, iv, now, n)
   local a, t, l
