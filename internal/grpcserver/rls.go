@@ -160,22 +160,17 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 		at += n
 		part := check.Part{Request: &st.reqs[i]}
 		switch {
-		case d.GetIsNegativeHits():
-			refund := check.Part{Request: &st.reqs[i]} // as much as a check takes
-			switch {
-			case d.GetHitsAddend() != nil:
-				refund.Cost, refund.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
-			case req.GetHitsAddend() > 0:
-				refund.Cost, refund.CostSet = clampCost(uint64(req.GetHitsAddend())), true
-			}
-			if !refund.CostSet || refund.Cost > 0 {
-				st.refunds = append(st.refunds, refund)
-			}
-			part.Cost, part.CostSet = 0, true
 		case d.GetHitsAddend() != nil:
 			part.Cost, part.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
 		case req.GetHitsAddend() > 0:
 			part.Cost, part.CostSet = clampCost(uint64(req.GetHitsAddend())), true
+		}
+		if d.GetIsNegativeHits() {
+			// Given back as much as a check would take; then read only.
+			if !part.CostSet || part.Cost > 0 {
+				st.refunds = append(st.refunds, part)
+			}
+			part.Cost, part.CostSet = 0, true
 		}
 		st.parts[i] = part
 	}

@@ -17,39 +17,52 @@ import (
 //   - Reset and ResetAfter end exactly when the state equals untouched;
 //   - a cost above the capacity is denied with Never, nothing else is.
 func TestProperties(t *testing.T) {
-	const limits, steps = 60, 400
 	for _, alg := range ratelimit.Algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), ratelimittest.Seed(t, 42)))
 			var denials, resets int
-			for range limits {
-				l := ratelimittest.RandomLimit(rng, alg)
-				p, err := model.Compile(l)
-				if err != nil {
-					t.Fatal(err)
+			walk(t, rng, alg, func(p model.Params, st *model.State, now, cost int64) time.Duration {
+				v, _ := model.Check(p, st, now, cost)
+				checkVerdict(t, p, st, now, cost, v)
+				denials += checkRetry(t, p, st, now, cost, v)
+				checkUntouchedAt(t, p, st, now+v.Reset, "Reset")
+				if v.Allowed && cost > 0 {
+					// Last Check on st: next may share st.Log's array.
+					_, next := model.Check(p, st, now, cost)
+					checkUntouchedAt(t, p, &next, now+v.ResetAfter, "ResetAfter")
+					*st = next
+					resets++
 				}
-				var st model.State
-				now := int64(1_700_000_000_000_000)
-				var hint time.Duration
-				for range steps {
-					now += ratelimittest.RandomAdvance(rng, l.Interval, hint).Microseconds()
-					cost := ratelimittest.RandomCost(rng, l)
-					v, _ := model.Check(p, &st, now, cost)
-					checkVerdict(t, p, &st, now, cost, v)
-					denials += checkRetry(t, p, &st, now, cost, v)
-					checkUntouchedAt(t, p, &st, now+v.Reset, "Reset")
-					if v.Allowed && cost > 0 {
-						// Last Check on st: next may share st.Log's array.
-						_, next := model.Check(p, &st, now, cost)
-						checkUntouchedAt(t, p, &next, now+v.ResetAfter, "ResetAfter")
-						st = next
-						resets++
-					}
-					hint = time.Duration(max(v.RetryAfter, v.Reset)) * time.Microsecond
-				}
-			}
-			t.Logf("%s: %d steps, %d exact retry-after checks, %d consumed states", alg, limits*steps, denials, resets)
+				return time.Duration(max(v.RetryAfter, v.Reset)) * time.Microsecond
+			})
+			t.Logf("%s: %d steps, %d exact retry-after checks, %d consumed states", alg, walkLimits*walkSteps, denials, resets)
 		})
+	}
+}
+
+// walkLimits random limits of an algorithm, walkSteps steps each, make
+// one walk.
+const walkLimits, walkSteps = 60, 400
+
+// walk runs step walkSteps times on each of walkLimits random limits of
+// alg, from untouched state: each step is at a time RandomAdvance moved
+// towards the hint the last step returned, with a RandomCost. step may
+// replace *st.
+func walk(t *testing.T, rng *rand.Rand, alg ratelimit.Algorithm, step func(p model.Params, st *model.State, now, cost int64) (hint time.Duration)) {
+	t.Helper()
+	for range walkLimits {
+		l := ratelimittest.RandomLimit(rng, alg)
+		p, err := model.Compile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st model.State
+		now := int64(1_700_000_000_000_000)
+		var hint time.Duration
+		for range walkSteps {
+			now += ratelimittest.RandomAdvance(rng, l.Interval, hint).Microseconds()
+			hint = step(p, &st, now, ratelimittest.RandomCost(rng, l))
+		}
 	}
 }
 
@@ -128,54 +141,40 @@ func checkUntouchedAt(t *testing.T, p model.Params, st *model.State, at int64, w
 //   - a cost admitted and refunded at the same instant leaves the figures
 //     as they were before the check.
 func TestRefundProperties(t *testing.T) {
-	const limits, steps = 60, 400
 	for _, alg := range ratelimit.Algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), ratelimittest.Seed(t, 43)))
 			var refunds, changed, roundTrips int
-			for range limits {
-				l := ratelimittest.RandomLimit(rng, alg)
-				p, err := model.Compile(l)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var st model.State
-				now := int64(1_700_000_000_000_000)
-				var hint time.Duration
-				for range steps {
-					now += ratelimittest.RandomAdvance(rng, l.Interval, hint).Microseconds()
-					cost := ratelimittest.RandomCost(rng, l)
-					before, _ := model.Check(p, &st, now, 0)
-					if rng.IntN(3) == 0 {
-						v, next := model.Refund(p, &st, now, cost)
-						refunds++
-						if !v.Allowed || v.RetryAfter != 0 || v.RemainingAfter != v.Remaining || v.ResetAfter != v.Reset {
-							t.Fatalf("%v: refund verdict %+v", alg, v)
-						}
-						if v.Remaining < before.Remaining || v.Remaining > before.Remaining+cost || v.Reset > before.Reset {
-							t.Fatalf("%v: refund of %d at %d: state %+v had remaining %d reset %d, now %+v", alg, cost, now, st, before.Remaining, before.Reset, v)
-						}
-						if next.Alg != 0 {
-							checkUntouchedAt(t, p, &next, now+v.Reset, "refund's Reset")
-							st = next
-							changed++
-						}
-						hint = time.Duration(v.Reset) * time.Microsecond
-						continue
+			walk(t, rng, alg, func(p model.Params, st *model.State, now, cost int64) time.Duration {
+				before, _ := model.Check(p, st, now, 0)
+				if rng.IntN(3) == 0 {
+					v, next := model.Refund(p, st, now, cost)
+					refunds++
+					if !v.Allowed || v.RetryAfter != 0 || v.RemainingAfter != v.Remaining || v.ResetAfter != v.Reset {
+						t.Fatalf("%v: refund verdict %+v", alg, v)
 					}
-					v, next := model.Check(p, &st, now, cost)
-					if v.Allowed && cost > 0 {
-						// Last Check on st: next may share st.Log's array.
-						back, _ := model.Refund(p, &next, now, cost)
-						if back.Remaining != before.Remaining || back.Reset != before.Reset {
-							t.Fatalf("%v: cost %d taken and refunded at %d: remaining %d reset %d, before %d and %d", alg, cost, now, back.Remaining, back.Reset, before.Remaining, before.Reset)
-						}
-						roundTrips++
-						st = next
+					if v.Remaining < before.Remaining || v.Remaining > before.Remaining+cost || v.Reset > before.Reset {
+						t.Fatalf("%v: refund of %d at %d: state %+v had remaining %d reset %d, now %+v", alg, cost, now, *st, before.Remaining, before.Reset, v)
 					}
-					hint = time.Duration(max(v.RetryAfter, v.Reset)) * time.Microsecond
+					if next.Alg != 0 {
+						checkUntouchedAt(t, p, &next, now+v.Reset, "refund's Reset")
+						*st = next
+						changed++
+					}
+					return time.Duration(v.Reset) * time.Microsecond
 				}
-			}
+				v, next := model.Check(p, st, now, cost)
+				if v.Allowed && cost > 0 {
+					// Last Check on st: next may share st.Log's array.
+					back, _ := model.Refund(p, &next, now, cost)
+					if back.Remaining != before.Remaining || back.Reset != before.Reset {
+						t.Fatalf("%v: cost %d taken and refunded at %d: remaining %d reset %d, before %d and %d", alg, cost, now, back.Remaining, back.Reset, before.Remaining, before.Reset)
+					}
+					roundTrips++
+					*st = next
+				}
+				return time.Duration(max(v.RetryAfter, v.Reset)) * time.Microsecond
+			})
 			t.Logf("%s: %d refunds (%d changed the state), %d admitted costs refunded at once", alg, refunds, changed, roundTrips)
 		})
 	}
