@@ -99,13 +99,13 @@ func TestSentinelWithAuth(t *testing.T) {
 		t.Fatalf("the data nodes see user %q (%v), want sluice", who, err)
 	}
 
-	switchedAt := watchSwitch(ctx, t, sen.Addrs()[0], "sentinel-pw")
+	announcedAt := watchPromotion(ctx, t, sen.Addrs(), "sentinel-pw")
 	ld := st.startLoad(faultLoad("failover-", 30*time.Second))
 	time.Sleep(2 * time.Second)
 	killAt := ld.since(time.Now())
 	old.Kill()
 	promoted := sen.WaitFailover(old, 30*time.Second)
-	promotedAt := min(ld.since(time.Now()), ld.since(switchedAt())-answerBound)
+	promotedAt := min(ld.since(time.Now()), ld.since(announcedAt())-answerBound)
 	time.Sleep(5 * time.Second)
 	rec := ld.stop()
 	t.Logf("load: %d checks in %s; master %s killed at +%s; Sentinels promoted %s at +%s (%s later); store errors: %s",

@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"testing"
@@ -55,13 +56,13 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	bl := watchBreaker(st.checker.Breaker())
 	mon := startStallMonitor(t, "")
 
-	switchedAt := watchSwitch(ctx, t, sen.Addrs()[0], "")
+	announcedAt := watchPromotion(ctx, t, sen.Addrs(), "")
 	ld := st.startLoad(faultLoad("failover-", 40*time.Second))
 	time.Sleep(3 * time.Second)
 	killAt := ld.since(time.Now())
 	old.Kill()
 	promoted := sen.WaitFailover(old, 30*time.Second)
-	promotedAt := min(ld.since(time.Now()), ld.since(switchedAt())-answerBound)
+	promotedAt := min(ld.since(time.Now()), ld.since(announcedAt())-answerBound)
 	time.Sleep(8 * time.Second)
 	rec := ld.stop()
 	changes := bl.end()
@@ -192,33 +193,51 @@ func failOpenAdmissions(rec *record) int {
 	return n
 }
 
-// watchSwitch subscribes to the Sentinel at addr for +switch-master, the
-// announcement of a promotion that is also what moves clients to the new
-// master: from then on Redis may decide, possibly before WaitFailover's
-// next poll sees the promotion, and a check sent up to one deadline
-// earlier may be answered by the new master. The function it returns
-// waits for the announcement and gives the moment it arrived.
-func watchSwitch(ctx context.Context, t *testing.T, addr, password string) func() time.Time {
+// watchPromotion subscribes to every Sentinel for the first sign that
+// one of them advertises the new master: the failover's leader answers
+// get-master-addr-by-name with the promoted replica from the moment it
+// publishes +promoted-slave, before its own +switch-master and up to a
+// hello period before the other Sentinels learn of it, so a client that
+// asks the leader may move then, long before WaitFailover's poll of every
+// Sentinel agrees. From then on Redis may decide, and a check sent up to
+// one deadline earlier may be answered by the new master. The function it
+// returns waits for the first announcement and gives the moment it
+// arrived.
+func watchPromotion(ctx context.Context, t *testing.T, addrs []string, password string) func() time.Time {
 	t.Helper()
-	sub := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password})
-	t.Cleanup(func() { _ = sub.Close() })
-	switched := sub.Subscribe(ctx, "+switch-master")
-	t.Cleanup(func() { _ = switched.Close() })
-	if _, err := switched.Receive(ctx); err != nil { // the subscription is in place
-		t.Fatal(err)
-	}
-	at := make(chan time.Time, 1)
-	go func() {
-		if _, ok := <-switched.Channel(); ok {
-			at <- time.Now()
+	at := make(chan time.Time, len(addrs))
+	var closers []io.Closer
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c.Close()
 		}
-	}()
+		closers = nil
+	}
+	t.Cleanup(closeAll)
+	for _, addr := range addrs {
+		sub := redis.NewSentinelClient(&redis.Options{Addr: addr, Password: password})
+		announced := sub.Subscribe(ctx, "+promoted-slave", "+switch-master")
+		closers = append(closers, announced, sub)
+		for range 2 { // both subscriptions are in place
+			if _, err := announced.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() {
+			if _, ok := <-announced.Channel(); ok {
+				at <- time.Now()
+			}
+		}()
+	}
+	// The watchers go once the first announcement is in, so that the
+	// goroutine count after the load does not include them.
 	return func() time.Time {
+		defer closeAll()
 		select {
 		case when := <-at:
 			return when
 		case <-time.After(5 * time.Second):
-			t.Fatal("no +switch-master from the Sentinels")
+			t.Fatal("no Sentinel announced a promotion")
 			return time.Time{}
 		}
 	}
