@@ -178,6 +178,12 @@ func (bs *breakers) allow(ctx context.Context, req *ratelimit.Request, r *route)
 		ok, probe := b.allow()
 		if !ok {
 			r.release()
+			if bs.nodes != nil && b != bs.whole {
+				// No call goes to the node to find out that its keys
+				// moved (a failover): the store's map must be read
+				// again to learn it.
+				bs.nodes.RefreshNodes()
+			}
 			return b.openErr
 		}
 		r.probe = append(r.probe, probe)

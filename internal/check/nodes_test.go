@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,21 +21,44 @@ import (
 
 // nodeStore puts a key value on node "a" or "b" by its first letter (the
 // rendered key holds it after the policy's name), and fails every call
-// that touches a node in down with a NodeError naming it.
+// that touches a node in down with a NodeError naming it. A failover
+// (moves: a node's keys to another node) takes effect in its map of
+// nodes when RefreshNodes is called, as a Cluster client's slot map does
+// once re-read.
 type nodeStore struct {
 	ratelimit.Store
-	mu    sync.Mutex
-	down  map[string]bool
-	all   []string
-	calls map[string]int // calls per node
+	mu        sync.Mutex
+	down      map[string]bool
+	all       []string
+	calls     map[string]int // calls per node
+	moves     map[string]string
+	moved     map[string]string // the moves the map of nodes knows of
+	refreshed int
 }
 
 func (s *nodeStore) node(key string) string {
 	value := key[:strings.IndexByte(key, '}')]
-	return value[strings.LastIndexByte(value, '/')+1:][:1]
+	n := value[strings.LastIndexByte(value, '/')+1:][:1]
+	if to, ok := s.moved[n]; ok {
+		return to
+	}
+	return n
+}
+
+func (s *nodeStore) RefreshNodes() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshed++
+	s.moved = maps.Clone(s.moves)
 }
 
 func (s *nodeStore) NodesOf(_ context.Context, req *ratelimit.Request, dst []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nodesOf(req, dst)
+}
+
+func (s *nodeStore) nodesOf(req *ratelimit.Request, dst []string) []string {
 	from := len(dst)
 	for _, e := range req.Entries {
 		n := s.node(e.Key)
@@ -58,7 +82,7 @@ func (s *nodeStore) AllNodes(context.Context) ([]string, error) {
 func (s *nodeStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	s.mu.Lock()
 	var failed string
-	for _, n := range s.NodesOf(ctx, req, nil) {
+	for _, n := range s.nodesOf(req, nil) {
 		s.calls[n]++
 		if s.down[n] && failed == "" {
 			failed = n
@@ -237,4 +261,60 @@ func metricsText(nodes map[string]BreakerState, whole BreakerState) string {
 	}
 	fmt.Fprintf(&b, "# HELP sluice_breaker_state Circuit breaker state: 0 closed, 1 open, 2 half-open. In Redis Cluster mode the worst of the masters' breakers (sluice_breaker_node_state): 1 when any is open, else 2 when any is probing.\n# TYPE sluice_breaker_state gauge\nsluice_breaker_state %d\n", whole)
 	return b.String()
+}
+
+// TestBreakerLearnsFailover: while a node's breaker is open no call goes
+// there to fail and tell the store that its keys moved, so the checker
+// has the store re-read its map of nodes when it refuses a call: a
+// failover is learned at once, not after the breaker's next probe failed,
+// a cooldown later.
+func TestBreakerLearnsFailover(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	mem := memstore.New(memstore.WithClock(clock.Now))
+	defer mem.Close()
+	store := &nodeStore{Store: mem, down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
+	p := compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
+	c := New(Options{Store: store, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{p})}, Now: clock.Now})
+	run := func(client string) *Outcome {
+		req := request()
+		req.Header = http.Header{"X-Client": {client}}
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for range 5 {
+		clock.Advance(6 * time.Millisecond)
+		run("b1")
+	}
+	if s := c.BreakerStates()["b"]; s != BreakerOpen || store.refreshed != 0 {
+		t.Fatalf("after 5 failures on b: breaker %s, %d refreshes; want open, none yet", s, store.refreshed)
+	}
+
+	// b's replica, c, takes its keys over; the store's map does not know
+	// yet. The next check on b is refused by b's breaker and has the map
+	// read again; the one after it goes to c, in the same instant.
+	store.set(func() { store.moves, store.all = map[string]string{"b": "c"}, []string{"a", "c"} })
+	if out := run("b1"); !out.Degraded {
+		t.Fatalf("the check refused by b's open breaker was decided: %+v", out)
+	}
+	if store.refreshed != 1 {
+		t.Fatalf("%d refreshes of the map of nodes after a refused call, want 1", store.refreshed)
+	}
+	for i := range 4 {
+		out := run("b1")
+		if out.Degraded {
+			t.Fatalf("check %d after the map was read again: answered by the failure mode (%v), not by node c", i, out.StoreErr)
+		}
+		if want := i < 3; out.Allowed != want {
+			t.Errorf("check %d on node c: allowed %t, want %t (limit 3)", i, out.Allowed, want)
+		}
+	}
+	if n := store.callsTo("c"); n != 4 {
+		t.Errorf("%d calls to node c, want 4", n)
+	}
+	if n := store.callsTo("b"); n != 5 {
+		t.Errorf("%d calls to node b, want the 5 before its breaker opened", n)
+	}
 }

@@ -22,6 +22,13 @@ type Nodes interface {
 	// AllNodes returns the nodes that serve keys now; it may ask the
 	// servers.
 	AllNodes(ctx context.Context) ([]string, error)
+	// RefreshNodes says the map of nodes may be out of date: the caller
+	// refused a call to a node it found down (its breaker is open), so no
+	// call will fail there to tell the store that the node's keys moved.
+	// The store re-reads the map in the background, one read at a time,
+	// and NodesOf answers from the new map once it is read. It never
+	// blocks.
+	RefreshNodes()
 }
 
 // NodeError is a store call's failure on one node: the call's other nodes,

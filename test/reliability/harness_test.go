@@ -165,6 +165,12 @@ func (s *observedStore) NodesOf(ctx context.Context, req *ratelimit.Request, dst
 	return dst
 }
 
+func (s *observedStore) RefreshNodes() {
+	if n, ok := s.Store.(ratelimit.Nodes); ok {
+		n.RefreshNodes()
+	}
+}
+
 func (s *observedStore) AllNodes(ctx context.Context) ([]string, error) {
 	if n, ok := s.Store.(ratelimit.Nodes); ok {
 		return n.AllNodes(ctx)

@@ -336,25 +336,36 @@ func TestStoreErrorsReachTheCaller(t *testing.T) {
 	}
 }
 
-// nodes is a store whose keys live on named nodes.
-type nodes struct{ ratelimit.Store }
+// nodes is a store whose keys live on named nodes; it counts the times
+// its map of nodes was to be read again.
+type nodes struct {
+	ratelimit.Store
+	refreshed *int
+}
+
+var _ ratelimit.Nodes = nodes{}
 
 func (nodes) NodesOf(_ context.Context, _ *ratelimit.Request, dst []string) []string {
 	return append(dst, "a")
 }
 func (nodes) AllNodes(context.Context) ([]string, error) { return []string{"a", "b"}, nil }
+func (n nodes) RefreshNodes()                            { *n.refreshed++ }
 
 // TestNodesOfTheWrappedStore: a breaker per node sees through the lease
 // store.
 func TestNodesOfTheWrappedStore(t *testing.T) {
 	mem := memstore.New()
 	t.Cleanup(func() { _ = mem.Close() })
-	s := lease.New(nodes{mem}, lease.Options{})
+	refreshed := 0
+	s := lease.New(nodes{mem, &refreshed}, lease.Options{})
 	if got := s.NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("NodesOf = %v, want [a]", got)
 	}
 	if all, err := s.AllNodes(ctx); err != nil || len(all) != 2 {
 		t.Fatalf("AllNodes = %v, %v", all, err)
+	}
+	if s.RefreshNodes(); refreshed != 1 {
+		t.Fatalf("RefreshNodes reached the wrapped store %d times, want 1", refreshed)
 	}
 	if got := lease.New(mem, lease.Options{}).NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 0 {
 		t.Fatalf("a store of one node named %v", got)

@@ -19,6 +19,13 @@ func (s *Store) NodesOf(ctx context.Context, req *ratelimit.Request, dst []strin
 	return dst
 }
 
+// RefreshNodes implements ratelimit.Nodes by the wrapped store.
+func (s *Store) RefreshNodes() {
+	if n, ok := s.inner.(ratelimit.Nodes); ok {
+		n.RefreshNodes()
+	}
+}
+
 // AllNodes implements ratelimit.Nodes by the wrapped store.
 func (s *Store) AllNodes(ctx context.Context) ([]string, error) {
 	if n, ok := s.inner.(ratelimit.Nodes); ok {

@@ -138,7 +138,7 @@ func (s *Store) refreshSlotsAfterNetworkErrors(cmds []*command) {
 	}
 	for _, m := range cmds {
 		if m.err != nil && serverError(m.err) == "" && !errors.Is(m.err, context.Canceled) {
-			s.cluster.ReloadState(context.Background())
+			s.RefreshNodes()
 			return
 		}
 	}

@@ -55,6 +55,19 @@ func (s *Store) AllNodes(ctx context.Context) ([]string, error) {
 	return nodes, nil
 }
 
+// RefreshNodes implements ratelimit.Nodes: in Cluster mode it asks
+// go-redis to re-read the slot map (ReloadState: in the background, one
+// read at a time, then a pause of 200ms before another). The checker asks
+// while a master's breaker is open, when no call goes there to fail and
+// trigger a read (refreshSlotsAfterNetworkErrors): without it the map
+// kept the dead master until the breaker's next probe failed, a cooldown
+// after its replica had taken the slots over.
+func (s *Store) RefreshNodes() {
+	if s.cluster != nil {
+		s.cluster.ReloadState(context.Background())
+	}
+}
+
 // nodeOf returns the address of the master that serves key's slot now, or
 // "" when the slot map cannot be read.
 func (s *Store) nodeOf(ctx context.Context, key string) string {
