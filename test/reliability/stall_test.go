@@ -13,11 +13,14 @@ import (
 
 // stallMonitor watches the machine while a load runs, so that a store
 // timeout or a slow answer the test did not cause can be told apart from
-// a product fault: a heartbeat goroutine records when this process was
-// off the CPU for a while (a late heartbeat while the process used less
-// than one core), and a PING on a connection of its own records when
-// Redis answered late (on a shared 2-core machine, another process can
-// starve either).
+// a product fault (on a shared 2-core machine, another process can starve
+// this one or Redis). It records three kinds of stall:
+//   - a late heartbeat while the process used less than one core: the
+//     whole process was off the CPU;
+//   - a thread of the process kept waiting for a CPU (cpuWaits): the
+//     goroutines and timers of the P it holds wait with it, however well
+//     the other threads, and the heartbeat, run;
+//   - Redis answering PING late, on a connection of its own.
 type stallMonitor struct {
 	mu     sync.Mutex
 	stalls []stall
@@ -48,6 +51,10 @@ const (
 	// stallThreshold is a gap that can push a healthy Redis call past
 	// the 50ms deadline together with the call's own queueing.
 	stallThreshold = 20 * time.Millisecond
+	// cpuWaitThreshold is a wait of one thread for a CPU that can push a
+	// call past its deadline by stallThreshold: the P it holds waits with
+	// it, and the rest comes from the other Ps running the load.
+	cpuWaitThreshold = stallThreshold / 2
 )
 
 // startStallMonitor starts the heartbeat, and the PING to redisAddr
@@ -72,6 +79,21 @@ func startStallMonitor(t testing.TB, redisAddr string) *stallMonitor {
 				m.add(stall{at: last, took: gap, what: fmt.Sprintf("process ran %s of CPU in", ms(cpu-lastCPU))})
 			}
 			last, lastCPU = now, cpu
+		}
+	})
+	m.wg.Go(func() {
+		var w cpuWaits
+		tick := time.NewTicker(cpuWaitInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case now := <-tick.C:
+				for _, s := range w.sample(now, cpuWaitThreshold) {
+					m.add(s)
+				}
+			}
 		}
 	})
 	if redisAddr != "" {
