@@ -152,20 +152,32 @@ func TestNormalizeHost(t *testing.T) {
 }
 
 func TestReadPath(t *testing.T) {
+	type alt = [len(policy.Request{}.AltPaths)]string
 	for _, c := range []struct {
 		escaped string
 		path    string
-		alt     [2]string
+		alt     alt
 	}{
-		{"/api/items", "/api/items", [2]string{}},
-		{"", "/", [2]string{}},
-		{"//api/items", "/api/items", [2]string{"//api/items"}},
-		{"/%61pi/x", "/api/x", [2]string{"/%61pi/x"}},
+		{"/api/items", "/api/items", alt{}},
+		{"", "/", alt{}},
+		{"/", "/", alt{}},
+		{"//api/items", "/api/items", alt{"//api/items"}},
+		{"/%61pi/x", "/api/x", alt{"/%61pi/x"}},
 		// nginx: "/pub"; Go's ServeMux: under /api/; Envoy: the text as sent.
-		{"/api/x%2F..%2F..%2Fpub", "/pub", [2]string{"/api/x%2F..%2F..%2Fpub"}},
-		{"/api/x%2f..%2F../pub", "/pub", [2]string{"/api/x%2f..%2F../pub", "/api/x%2F..%2F../pub"}},
-		{"/a%2Fb/../c", "/a/c", [2]string{"/a%2Fb/../c", "/c"}},
-		{"/api/%2e%2e/pub", "/pub", [2]string{"/api/%2e%2e/pub"}},
+		{"/api/x%2F..%2F..%2Fpub", "/pub", alt{"/api/x%2F..%2F..%2Fpub"}},
+		{"/api/x%2f..%2F../pub", "/pub", alt{"/api/x%2f..%2F../pub", "/api/x%2F..%2F../pub"}},
+		{"/a%2Fb/../c", "/a/c", alt{"/a%2Fb/../c", "/c"}},
+		{"/api/%2e%2e/pub", "/pub", alt{"/api/%2e%2e/pub"}},
+		// Express, Spring 5 and Rails route a trailing slash to the path without it.
+		{"/login/", "/login/", alt{"/login"}},
+		{"//login//", "/login/", alt{"//login//", "/login"}},
+		// Servlet containers drop path parameters before they route.
+		{"/login;jsessionid=x", "/login;jsessionid=x", alt{"/login"}},
+		{"/login/;jsessionid=x", "/login/;jsessionid=x", alt{"/login/", "/login"}},
+		{"/a;x=1/b;y=2", "/a;x=1/b;y=2", alt{"/a/b"}},
+		{"/pub/..;/admin", "/pub/..;/admin", alt{"/admin"}},
+		{"/a%3Bb;c/d", "/a;b;c/d", alt{"/a%3Bb;c/d", "/a;b/d"}},
+		{"/;x", "/;x", alt{"/"}},
 	} {
 		var r policy.Request
 		if err := ReadPath(&r, c.escaped); err != nil {

@@ -50,6 +50,11 @@ var errBadEscape = errors.New("malformed percent-encoding in the path")
 //   - encoded slashes kept inside their segment, when there are any (Go's
 //     ServeMux and most application routers: "/api/x%2F..%2F..%2Fpub" is
 //     under /api/ for them, while the decoded reading is "/pub").
+//   - path parameters removed, when there are any: servlet containers drop
+//     ";jsessionid=x" from every segment before they route, so
+//     "/login;jsessionid=x" is /login and "/pub/..;/admin" is /admin there.
+//   - without its trailing slash, for the decoded readings (Express,
+//     Spring 5 and Rails route "/login/" to the handler of /login).
 //
 // It allocates nothing for a path that is already clean and unescaped.
 func ReadPath(r *policy.Request, escaped string) error {
@@ -58,18 +63,65 @@ func ReadPath(r *policy.Request, escaped string) error {
 		return err
 	}
 	r.Path = decoded
-	r.AltPaths = [2]string{}
+	r.AltPaths = [len(r.AltPaths)]string{}
 	n := 0
-	if escaped != decoded && escaped != "" {
-		r.AltPaths[n] = escaped
+	add := func(p string) {
+		if p == "" || p == decoded {
+			return
+		}
+		for _, q := range r.AltPaths[:n] {
+			if q == p {
+				return
+			}
+		}
+		r.AltPaths[n] = p
 		n++
 	}
+	add(escaped)
 	if hasEncodedSlash(escaped) {
-		if seg := cleanPath(decodeKeepingSlashes(escaped)); seg != decoded && seg != escaped {
-			r.AltPaths[n] = seg
+		add(cleanPath(decodeKeepingSlashes(escaped)))
+	}
+	add(trimTrailingSlash(decoded))
+	if strings.IndexByte(escaped, ';') >= 0 {
+		// The escapes were checked by NormalizePath above, and removing
+		// whole parameters leaves only whole escapes.
+		if withoutParams, err := NormalizePath(stripPathParams(escaped)); err == nil {
+			add(withoutParams)
+			add(trimTrailingSlash(withoutParams))
 		}
 	}
 	return nil
+}
+
+// trimTrailingSlash drops one trailing slash, never the root's.
+func trimTrailingSlash(p string) string {
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return p[:len(p)-1]
+	}
+	return p
+}
+
+// stripPathParams removes every segment's parameters (from a ';' to the
+// end of its segment), as servlet containers do before decoding: an
+// escaped "%3B" is not a separator for them.
+func stripPathParams(escaped string) string {
+	var b strings.Builder
+	b.Grow(len(escaped))
+	for i := 0; i < len(escaped); {
+		j := strings.IndexByte(escaped[i:], ';')
+		if j < 0 {
+			b.WriteString(escaped[i:])
+			break
+		}
+		b.WriteString(escaped[i : i+j])
+		i += j
+		if k := strings.IndexByte(escaped[i:], '/'); k >= 0 {
+			i += k
+		} else {
+			break
+		}
+	}
+	return b.String()
 }
 
 // NormalizePath decodes percent-escapes and resolves "." and ".." segments

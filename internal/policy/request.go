@@ -20,7 +20,7 @@ type Request struct {
 	// AltPaths are other readings of the same target that some router
 	// takes ("" when unused): spec.match.paths matches when Path or any of
 	// them does, so no spelling skips a policy (checkhttp.ReadPath).
-	AltPaths [2]string
+	AltPaths [5]string
 	RawQuery string
 	Header   http.Header
 	ClientIP netip.Addr

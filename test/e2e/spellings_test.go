@@ -109,6 +109,9 @@ func TestProxiedSpellings(t *testing.T) {
 		{"absolute form with another Host", "GET http://api.example.com/login", "other.example.net"},
 		{"HEAD on a GET policy", "HEAD /login", "api.example.com"},
 		{"a host parameter of the client's own", "GET /login?host=other.example.net", "api.example.com"},
+		{"path parameters", "GET /login;jsessionid=x", "api.example.com"},
+		{"a trailing slash", "GET /login/", "api.example.com"},
+		{"a dot segment with a parameter", "GET /pub/..;/login", "api.example.com"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			caseID := strings.ReplaceAll(c.name, " ", "-")
