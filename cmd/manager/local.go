@@ -18,6 +18,21 @@ import (
 )
 
 func runLocal(args []string) error {
+	cfg, pprofAddr, err := parseLocalFlags(args)
+	if err != nil {
+		return err
+	}
+	servePprof(pprofAddr)
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return localmode.Run(ctx, cfg)
+}
+
+// parseLocalFlags reads local mode's flags into its Config, and the
+// pprof address.
+func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	fs := flag.NewFlagSet("local", flag.ContinueOnError)
 	var cfg localmode.Config
 	var profile, trusted string
@@ -33,18 +48,13 @@ func runLocal(args []string) error {
 	cfg.Redis.BindFlags(fs)
 	pprofAddr := fs.String("pprof-listen", "", "serve net/http/pprof on this address (profiling; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cfg, "", err
 	}
-	servePprof(*pprofAddr)
 	p, err := webhook.ParseProfile(profile)
 	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
+		return cfg, "", fmt.Errorf("--profile: %w", err)
 	}
 	cfg.Profile = p
 	cfg.TrustedProxies = strings.Split(trusted, ",")
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return localmode.Run(ctx, cfg)
+	return cfg, *pprofAddr, nil
 }
