@@ -37,7 +37,8 @@ func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	var cfg localmode.Config
 	var profile, trusted string
 	fs.StringVar(&cfg.PoliciesDir, "policies", "config/samples", "folder of RateLimitPolicy YAML files, watched for edits")
-	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint")
+	fs.StringVar(&cfg.Listen, "listen", localmode.DefaultListen, "address of the check endpoint and the dashboard; loopback by default, as nothing here is authenticated (:8080 or 0.0.0.0:8080 serves every interface)")
+	cfg.DashboardHosts.BindFlag(fs)
 	fs.StringVar(&profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
 	fs.StringVar(&trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
