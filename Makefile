@@ -65,14 +65,19 @@ verify: manifests generate ## Regenerate code and manifests; fail if that change
 
 ##@ Run
 
-LISTEN ?= :8080
+# Loopback: local mode has no authentication and its dashboard edits
+# policies. LISTEN=:8080 serves every interface (see the README's Security).
+LISTEN ?= 127.0.0.1:8080
+# Where the banner's curls reach it: an every-interface address as localhost.
+RUN_ADDR = $(patsubst :%,localhost:%,$(patsubst 0.0.0.0:%,:%,$(patsubst [::]:%,:%,$(LISTEN))))
 .PHONY: run
-run: build ## Local mode: serve config/samples on $(LISTEN) with the in-memory store.
+run: build ## Local mode: serve config/samples on $(LISTEN) (loopback) with the in-memory store.
 	@echo "Sluice local mode: policies from config/samples (edit them; changes apply live)."
+	@echo "Dashboard: http://$(RUN_ADDR)/"
 	@echo "Try it from another terminal (the 11th call within a second is denied with 403):"
-	@echo "  for i in \$$(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' localhost$(LISTEN)/check/default; done; echo"
-	@echo "  curl -i -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' localhost$(LISTEN)/check/default"
-	@echo "  curl -s localhost$(LISTEN)/v1/check -d '{\"namespace\":\"default\",\"request\":{\"method\":\"GET\",\"path\":\"/api/items\",\"clientIP\":\"192.0.2.1\"},\"dryRun\":true}'"
+	@echo "  for i in \$$(seq 12); do curl -s -o /dev/null -w '%{http_code} ' -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' $(RUN_ADDR)/check/default; done; echo"
+	@echo "  curl -i -H 'X-Original-URL: http://localhost/api/items' -H 'X-Original-Method: GET' $(RUN_ADDR)/check/default"
+	@echo "  curl -s $(RUN_ADDR)/v1/check -H 'Content-Type: application/json' -d '{\"namespace\":\"default\",\"request\":{\"method\":\"GET\",\"path\":\"/api/items\",\"clientIP\":\"192.0.2.1\"},\"dryRun\":true}'"
 	@echo
 	$(BIN)/manager local --policies config/samples --listen $(LISTEN)
 

@@ -81,6 +81,9 @@ type LimitReport struct {
 }
 
 func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
+	if !checkhttp.RequireJSON(w, r) {
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 	if err != nil {
 		s.badRequest(w, fmt.Errorf("body: %w", err))

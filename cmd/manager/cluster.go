@@ -45,6 +45,7 @@ func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig
 
 func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *string) {
 	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint, its /metrics and probes")
+	cfg.DashboardHosts.BindFlag(fs)
 	fs.StringVar(profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
 	fs.StringVar(trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")

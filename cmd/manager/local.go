@@ -18,11 +18,27 @@ import (
 )
 
 func runLocal(args []string) error {
+	cfg, pprofAddr, err := parseLocalFlags(args)
+	if err != nil {
+		return err
+	}
+	servePprof(pprofAddr)
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return localmode.Run(ctx, cfg)
+}
+
+// parseLocalFlags reads local mode's flags into its Config, and the
+// pprof address.
+func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	fs := flag.NewFlagSet("local", flag.ContinueOnError)
 	var cfg localmode.Config
 	var profile, trusted string
 	fs.StringVar(&cfg.PoliciesDir, "policies", "config/samples", "folder of RateLimitPolicy YAML files, watched for edits")
-	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint")
+	fs.StringVar(&cfg.Listen, "listen", localmode.DefaultListen, "address of the check endpoint and the dashboard; loopback by default, as nothing here is authenticated (:8080 or 0.0.0.0:8080 serves every interface)")
+	cfg.DashboardHosts.BindFlag(fs)
 	fs.StringVar(&profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
 	fs.StringVar(&trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
@@ -33,18 +49,13 @@ func runLocal(args []string) error {
 	cfg.Redis.BindFlags(fs)
 	pprofAddr := fs.String("pprof-listen", "", "serve net/http/pprof on this address (profiling; keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return cfg, "", err
 	}
-	servePprof(*pprofAddr)
 	p, err := webhook.ParseProfile(profile)
 	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
+		return cfg, "", fmt.Errorf("--profile: %w", err)
 	}
 	cfg.Profile = p
 	cfg.TrustedProxies = strings.Split(trusted, ",")
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return localmode.Run(ctx, cfg)
+	return cfg, *pprofAddr, nil
 }

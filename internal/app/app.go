@@ -31,7 +31,11 @@ import (
 
 // CheckConfig configures the check endpoint process.
 type CheckConfig struct {
-	Listen         string
+	Listen string
+	// DashboardHosts are the names, besides localhost, IP addresses and
+	// the Listen host, that the read-only dashboard is served as (a
+	// Service or Ingress name; kubectl port-forward is localhost).
+	DashboardHosts dashboard.Hosts
 	Profile        webhook.Profile
 	TrustedProxies []string
 	// Timeout bounds each Redis call.
@@ -117,7 +121,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		return nil, err
 	}
 	// The dashboard is read-only here: the RateLimitPolicy objects are the truth.
-	dash, err := dashboard.New(dashboard.Options{Checker: checker, Table: reader})
+	dash, err := dashboard.New(dashboard.Options{Checker: checker, Table: reader, Listen: cfg.Listen, Hosts: cfg.DashboardHosts})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 )
@@ -21,7 +22,7 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer parts.close()
-	srv, err := newCheckServer(CheckConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
+	srv, err := newCheckServer(CheckConfig{Listen: ":8080", DashboardHosts: dashboard.Hosts{"sluice.example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +63,22 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("an edit in the cluster: %s, want 403", resp.Status)
+	}
+
+	// Served as localhost (kubectl port-forward), an IP address or a name
+	// of --dashboard-host (an Ingress); not as the Service's name unless
+	// it is listed.
+	for host, want := range map[string]int{"localhost:8080": 200, "10.244.0.7:8080": 200, "sluice.example.com": 200,
+		"sluice-check.sluice-system.svc:8080": http.StatusMisdirectedRequest} {
+		req, _ := http.NewRequest("GET", ts.URL+"/api/dashboard/state", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("state as %s: %s, want %d", host, resp.Status, want)
+		}
 	}
 }

@@ -18,7 +18,7 @@ const (
 	ProblemBadRequest  = "https://sluice.dev/problems/bad-request"
 	ProblemCheckFailed = "https://sluice.dev/problems/check-failed"
 	// ProblemAboutBlank says no more than the status and title (RFC 9457
-	// section 4.2.1): the dashboard's answers to edits.
+	// section 4.2.1): the dashboard's answers, and a body that is not JSON.
 	ProblemAboutBlank = "about:blank"
 )
 

@@ -38,6 +38,12 @@ type Options struct {
 	Files *source.Files
 	// Table is the check process's view of the policy table in Redis.
 	Table *policytable.Reader
+	// Listen is the address the page is served on (--listen); its host,
+	// when one is named, is a name the dashboard answers to.
+	Listen string
+	// Hosts are more names it answers to (--dashboard-host). Localhost
+	// and IP addresses always are; any other Host gets 421.
+	Hosts []string
 	Now   func() time.Time
 }
 
@@ -45,6 +51,7 @@ type Options struct {
 type Dashboard struct {
 	opts   Options
 	assets http.Handler
+	hosts  hostGuard
 }
 
 // New builds the dashboard.
@@ -62,7 +69,7 @@ func New(o Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dashboard{opts: o, assets: http.StripPrefix("/dashboard/", http.FileServerFS(sub))}, nil
+	return &Dashboard{opts: o, assets: http.StripPrefix("/dashboard/", http.FileServerFS(sub)), hosts: newHostGuard(o.Listen, o.Hosts)}, nil
 }
 
 // Mux is where the routes go: the check endpoint's *webhook.Server or an
@@ -78,12 +85,15 @@ type Mux interface {
 //	GET /api/dashboard/state                               policies, statuses and live counts
 //	POST /api/dashboard/policies/{namespace}/{name}/limits  edit limit numbers (local mode)
 //	DELETE /api/dashboard/policies/{namespace}/{name}/edit  revert to the file (local mode)
+//
+// Each answers only to the names the dashboard is served as (hostGuard);
+// the check routes beside them answer to any name.
 func (d *Dashboard) Register(m Mux) {
-	m.Handle("GET /{$}", http.HandlerFunc(d.page))
-	m.Handle("GET /dashboard/{file}", http.HandlerFunc(d.asset))
-	m.Handle("GET /api/dashboard/state", http.HandlerFunc(d.state))
-	m.Handle("POST /api/dashboard/policies/{namespace}/{name}/limits", http.HandlerFunc(d.edit))
-	m.Handle("DELETE /api/dashboard/policies/{namespace}/{name}/edit", http.HandlerFunc(d.revert))
+	m.Handle("GET /{$}", d.hosts.guard(d.page))
+	m.Handle("GET /dashboard/{file}", d.hosts.guard(d.asset))
+	m.Handle("GET /api/dashboard/state", d.hosts.guard(d.state))
+	m.Handle("POST /api/dashboard/policies/{namespace}/{name}/limits", d.hosts.guard(d.edit))
+	m.Handle("DELETE /api/dashboard/policies/{namespace}/{name}/edit", d.hosts.guard(d.revert))
 }
 
 // securityHeaders keep the page's script the only script that runs (the
@@ -133,12 +143,6 @@ func (d *Dashboard) edit(w http.ResponseWriter, r *http.Request) {
 	if !d.mayChange(w, r) {
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		// Also keeps plain cross-site form posts out: a JSON body needs a
-		// CORS preflight, which this server never grants.
-		problemJSON(w, http.StatusUnsupportedMediaType, "Edit rejected", "the body must be JSON (Content-Type: application/json)")
-		return
-	}
 	var req EditRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxEditBody))
 	dec.DisallowUnknownFields()
@@ -170,7 +174,9 @@ func (d *Dashboard) revert(w http.ResponseWriter, r *http.Request) {
 
 // mayChange answers the requests that may not change policies: in the
 // cluster the RateLimitPolicy objects are the truth, and no other site's
-// page may edit them through a browser.
+// page may edit them through a browser (Sec-Fetch-Site, and a JSON
+// Content-Type, which a cross-site request gets only after a preflight
+// this server never grants).
 func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
 	if d.opts.Files == nil {
 		problemJSON(w, http.StatusForbidden, "Read-only",
@@ -179,7 +185,7 @@ func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
 	}
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "same-origin", "none":
-		return true
+		return checkhttp.RequireJSON(w, r)
 	}
 	problemJSON(w, http.StatusForbidden, "Edit rejected", "cross-site requests may not edit policies")
 	return false

@@ -69,6 +69,13 @@ func writeFiles(t *testing.T, files map[string]string) string {
 // serveDir is serveLocal over a folder already laid out.
 func serveDir(t *testing.T, dir string) (*httptest.Server, *source.Files) {
 	t.Helper()
+	return serveDirWith(t, dir, Options{})
+}
+
+// serveDirWith is serveDir with the dashboard's options o (its Checker
+// and Files are set here).
+func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *source.Files) {
+	t.Helper()
 	f, err := source.NewFiles(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +87,8 @@ func serveDir(t *testing.T, dir string) (*httptest.Server, *source.Files) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{Checker: checker, Files: f})
+	o.Checker, o.Files = checker, f
+	d, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +146,10 @@ func do(t *testing.T, method, url, contentType, body string, header ...string) (
 		req.Header.Set("Content-Type", contentType)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1] // the client sends req.Host, not a Host header
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -343,7 +355,7 @@ func TestEditFromThePage(t *testing.T) {
 	}
 
 	// Revert puts the file's version back.
-	code, out = do(t, "DELETE", ts.URL+"/api/dashboard/policies/default/api/edit", "", "")
+	code, out = do(t, "DELETE", ts.URL+"/api/dashboard/policies/default/api/edit", "application/json", "")
 	if code != http.StatusOK {
 		t.Fatalf("revert: %d %s", code, out)
 	}

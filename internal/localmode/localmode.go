@@ -27,10 +27,19 @@ import (
 	"github.com/sluice-dev/sluice/webhook"
 )
 
+// DefaultListen is where local mode serves unless told: loopback only, as
+// it has no authentication and its dashboard edits policies. Exposing it
+// is a deliberate --listen (:8080, or an interface's address).
+const DefaultListen = "127.0.0.1:8080"
+
 // Config is local mode's settings.
 type Config struct {
-	PoliciesDir    string
-	Listen         string
+	PoliciesDir string
+	// Listen is the HTTP endpoint's address (default DefaultListen).
+	Listen string
+	// DashboardHosts are the names, besides localhost, IP addresses and
+	// the Listen host, that the dashboard is served as.
+	DashboardHosts dashboard.Hosts
 	Redis          redisconn.Config
 	Profile        webhook.Profile
 	TrustedProxies []string
@@ -62,6 +71,7 @@ type App struct {
 	log       *slog.Logger
 	storeName string
 	http      httpserve.Config
+	listen    string
 }
 
 // New assembles local mode from cfg.
@@ -70,7 +80,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &App{log: log, http: cfg.HTTP}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	a := &App{log: log, http: cfg.HTTP, listen: cfg.Listen}
 	a.http.Logger = log
 	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
@@ -129,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
-	dash, err := dashboard.New(dashboard.Options{Checker: a.Checker, Files: files})
+	dash, err := dashboard.New(dashboard.Options{Checker: a.Checker, Files: files, Listen: cfg.Listen, Hosts: cfg.DashboardHosts})
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -177,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer a.Close()
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/dashboard"
 )
 
 func writePolicy(t *testing.T, dir, file, body string) {
@@ -39,8 +41,16 @@ spec:
 
 func startLocal(t *testing.T, dir string) (*App, string) {
 	t.Helper()
+	return startLocalWith(t, Config{PoliciesDir: dir})
+}
+
+// startLocalWith is startLocal with the settings cfg, served on a free
+// loopback port whatever cfg.Listen says.
+func startLocalWith(t *testing.T, cfg Config) (*App, string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := New(ctx, Config{PoliciesDir: dir, PollInterval: 100 * time.Millisecond})
+	cfg.PollInterval = 100 * time.Millisecond
+	app, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,5 +219,31 @@ func TestDashboardEditsApplyToTheCheckEndpoint(t *testing.T) {
 	// In force at once, with no wait for the folder poll: 2 of 4 used.
 	if n := countAllowed(t, base); n != 2 {
 		t.Fatalf("after raising the limit to 4 from the dashboard: %d more allowed, want 2", n)
+	}
+}
+
+// The dashboard answers to localhost, IP addresses, the --listen host and
+// the names of --dashboard-host; the check routes to any name.
+func TestDashboardAnswersToTheNamesItIsServedAs(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "api.yaml", limitPolicy(2))
+	_, base := startLocalWith(t, Config{PoliciesDir: dir, Listen: "box.lan:8080", DashboardHosts: dashboard.Hosts{"dev.test"}})
+	get := func(path, host string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for host, want := range map[string]int{"localhost:8080": 200, "127.0.0.1:8080": 200, "box.lan:8080": 200, "dev.test": 200, "rebound.example": 421} {
+		if code := get("/api/dashboard/state", host); code != want {
+			t.Errorf("state as %s: %d, want %d", host, code, want)
+		}
+	}
+	if code := get("/healthz", "rebound.example"); code != 200 {
+		t.Errorf("/healthz as rebound.example: %d, want 200", code)
 	}
 }

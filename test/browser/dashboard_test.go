@@ -42,6 +42,10 @@ spec:
     fixedWindow: {limit: 100, window: 1h}
 `
 
+// reboundName is a name Chromium resolves to 127.0.0.1, which the
+// dashboard is not served as.
+const reboundName = "rebound.example"
+
 // hostile is the X-User value: markup that must show as text, never as HTML.
 const hostile = `<b>alice</b><img src=x onerror="document.title='pwned'">`
 
@@ -160,8 +164,22 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 	}
+	// Revert: the page declares the change JSON, as the server requires.
+	step("revert to the file", chromedp.Click(chromedp.CSS(`#edit-revert`)))
+	waitFor("the revert applies", `document.querySelector('#edit-result').className === 'ok' && document.querySelector('#edit-result').textContent.startsWith('Reverted')`)
+	waitFor("the policy list shows the file's capacity",
+		`document.querySelector('tbody[data-policy="default/api"] [data-param=capacity] b').textContent === '5' && document.querySelector('tbody[data-policy="default/api"] .badge.edited') === null`)
 	if errs := jsErrors(); len(errs) > 0 {
 		t.Fatalf("JavaScript errors on the page: %q", errs)
+	}
+
+	// Opened by a name that resolves here but that the dashboard is not
+	// served as (what a DNS rebinding makes of another site's name), the
+	// browser gets 421 and no page.
+	rebound := strings.Replace(base, "127.0.0.1", reboundName, 1)
+	step("open the page by a rebound name", chromedp.Navigate(rebound+"/"))
+	if got := text("body"); !strings.Contains(got, "Misdirected Request") || !strings.Contains(got, "--dashboard-host="+reboundName) {
+		t.Fatalf("the page by a rebound name: %q, want 421 naming --dashboard-host", got)
 	}
 	t.Logf("browser steps took %s", time.Since(start).Round(time.Millisecond))
 }
@@ -228,6 +246,9 @@ func startBrowser(t *testing.T, chromium string) (context.Context, func() []stri
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Another site's name resolving to this machine, as after a DNS
+		// rebinding.
+		chromedp.Flag("host-resolver-rules", "MAP "+reboundName+" 127.0.0.1"),
 		chromedp.WindowSize(1280, 1000),
 	}
 	// One deadline for the whole browser: a hung step fails the test

@@ -208,7 +208,9 @@
     const p = editing;
     const url = '/api/dashboard/policies/' + encodeURIComponent(p.namespace) + '/' + encodeURIComponent(p.name) + '/' + what;
     try {
-      const r = await fetch(url, { method, headers: body ? { 'Content-Type': 'application/json' } : {}, body: body ? JSON.stringify(body) : undefined });
+      // Every change is declared JSON, even a revert without a body: the
+      // server refuses any other (a cross-site form could send those).
+      const r = await fetch(url, { method, headers: { 'Content-Type': 'application/json' }, body: body ? JSON.stringify(body) : undefined });
       const j = await r.json().catch(() => ({}));
       if (!r.ok) {
         setEditResult((j.title || 'HTTP ' + r.status) + (j.detail ? ':\n' + j.detail : ''), 'error');
