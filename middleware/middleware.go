@@ -219,6 +219,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // request a proxy asks about: host without port, path decoded and
 // cleaned, so a spelling cannot skip a policy.
 func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
+	if err := checkhttp.CheckMethod(r.Method); err != nil {
+		return nil, fmt.Errorf("method: %w", err)
+	}
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host

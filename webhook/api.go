@@ -123,12 +123,12 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 
 func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	o := &in.Request
-	method := strings.ToUpper(o.Method)
+	method := o.Method
 	if method == "" {
 		method = http.MethodGet
 	}
-	if !checkhttp.ValidMethod(method) {
-		return nil, fmt.Errorf("request.method: %q is not an HTTP method", checkhttp.Excerpt(o.Method))
+	if err := checkhttp.CheckMethod(method); err != nil {
+		return nil, fmt.Errorf("request.method: %w", err)
 	}
 	rawPath := o.Path
 	if rawPath == "" {

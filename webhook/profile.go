@@ -192,8 +192,8 @@ func envoyOriginal(r *checkRequest, rest string) (original, error) {
 // problem names the profile's header.
 func (o original) read(profile Profile, out *policy.Request) error {
 	out.Method = o.method
-	if !checkhttp.ValidMethod(o.method) {
-		return badHeader(methodHeader(profile), "%q is not an HTTP method", checkhttp.Excerpt(o.method))
+	if err := checkhttp.CheckMethod(o.method); err != nil {
+		return badHeader(methodHeader(profile), "%v", err)
 	}
 	if !validScheme(o.scheme) || !checkhttp.ValidURLText(o.authority) || !checkhttp.ValidURLText(o.rest) {
 		return badHeader(urlHeader(profile), "malformed URL: %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))

@@ -166,8 +166,8 @@ func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxie
 		return err
 	}
 	*out = policy.Request{Header: header, Method: h.GetMethod()}
-	if !checkhttp.ValidMethod(out.Method) {
-		return attrError(attrMethod, "%q is not an HTTP method", checkhttp.Excerpt(out.Method))
+	if err := checkhttp.CheckMethod(out.Method); err != nil {
+		return attrError(attrMethod, "%v", err)
 	}
 	host, target := h.GetHost(), h.GetPath()
 	if len(host)+len(target) > policy.MaxURLBytes {
