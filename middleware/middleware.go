@@ -222,13 +222,17 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 	if err := checkhttp.CheckMethod(r.Method); err != nil {
 		return nil, fmt.Errorf("method: %w", err)
 	}
-	host := r.Host
-	if host == "" {
-		host = r.URL.Host
+	authority := r.Host
+	if authority == "" {
+		authority = r.URL.Host
+	}
+	host, err := checkhttp.ReadHost(authority)
+	if err != nil {
+		return nil, fmt.Errorf("Host: %w", err)
 	}
 	req := &policy.Request{
 		Method:   r.Method,
-		Host:     checkhttp.NormalizeHost(host),
+		Host:     host,
 		RawQuery: r.URL.RawQuery,
 		Header:   r.Header,
 		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded

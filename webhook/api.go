@@ -145,9 +145,10 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	if err := checkhttp.ReadPath(req, escapedPath); err != nil {
 		return nil, fmt.Errorf("request.path: %v", err)
 	}
-	if o.Host != "" {
-		if req.Host = checkhttp.NormalizeHost(o.Host); req.Host == "" {
-			return nil, fmt.Errorf("request.host: %q has no host name", checkhttp.Excerpt(o.Host))
+	if o.Host != "" { // optional: without it, host-scoped policies do not apply
+		var err error
+		if req.Host, err = checkhttp.ReadHost(o.Host); err != nil {
+			return nil, fmt.Errorf("request.host: %w", err)
 		}
 	}
 	size := 0

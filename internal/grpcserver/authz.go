@@ -173,11 +173,8 @@ func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxie
 	if len(host)+len(target) > policy.MaxURLBytes {
 		return attrError(attrPath, "with the host, longer than %d bytes", policy.MaxURLBytes)
 	}
-	if !checkhttp.ValidURLText(host) {
-		return attrError(attrHost, "malformed: %q", checkhttp.Excerpt(host))
-	}
-	if out.Host = checkhttp.NormalizeHost(host); out.Host == "" {
-		return attrError(attrHost, "no host in %q", checkhttp.Excerpt(host))
+	if out.Host, err = checkhttp.ReadHost(host); err != nil {
+		return attrError(attrHost, "%v", err)
 	}
 	if !strings.HasPrefix(target, "/") || !checkhttp.ValidURLText(target) {
 		return attrError(attrPath, "not a request target starting with '/': %q", checkhttp.Excerpt(target))
