@@ -233,12 +233,18 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 	req := &policy.Request{
 		Method:   r.Method,
 		Host:     host,
-		RawQuery: r.URL.RawQuery,
 		Header:   r.Header,
 		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded
 	}
-	if err := checkhttp.ReadPath(req, r.URL.EscapedPath()); err != nil {
-		return nil, err
+	// The target as the client sent it, read as the check endpoint reads
+	// a proxy's; an absolute-form one (or a handler's own request) from
+	// its URL.
+	target := r.RequestURI
+	if !strings.HasPrefix(target, "/") {
+		target = r.URL.RequestURI()
+	}
+	if err := checkhttp.ReadTarget(req, target); err != nil {
+		return nil, fmt.Errorf("request target: %w", err)
 	}
 	return req, nil
 }

@@ -134,16 +134,12 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	if rawPath == "" {
 		rawPath = "/"
 	}
-	if !strings.HasPrefix(rawPath, "/") {
-		return nil, fmt.Errorf("request.path: must start with '/'")
-	}
 	if len(rawPath)+len(o.Host) > maxURLLength {
 		return nil, fmt.Errorf("request.path: with request.host, longer than %d bytes", maxURLLength)
 	}
-	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
-	req := &policy.Request{Method: method, RawQuery: rawQuery, Header: http.Header{}}
-	if err := checkhttp.ReadPath(req, escapedPath); err != nil {
-		return nil, fmt.Errorf("request.path: %v", err)
+	req := &policy.Request{Method: method, Header: http.Header{}}
+	if err := checkhttp.ReadTarget(req, rawPath); err != nil {
+		return nil, fmt.Errorf("request.path: %w", err)
 	}
 	if o.Host != "" { // optional: without it, host-scoped policies do not apply
 		var err error

@@ -195,22 +195,16 @@ func (o original) read(profile Profile, out *policy.Request) error {
 	if err := checkhttp.CheckMethod(o.method); err != nil {
 		return badHeader(methodHeader(profile), "%v", err)
 	}
-	if !validScheme(o.scheme) || !checkhttp.ValidURLText(o.rest) {
+	if !validScheme(o.scheme) {
 		return badHeader(urlHeader(profile), "malformed URL: %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
 	}
 	var err error
 	if out.Host, err = checkhttp.ReadHost(o.authority); err != nil {
 		return badHeader(hostHeader(profile), "%v", err)
 	}
-	rest := o.rest
-	if i := strings.IndexByte(rest, '#'); i >= 0 {
-		rest = rest[:i]
-	}
-	escapedPath, rawQuery, _ := strings.Cut(rest, "?")
-	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
+	if err := checkhttp.ReadTarget(out, o.rest); err != nil {
 		return badHeader(urlHeader(profile), "%v", err)
 	}
-	out.RawQuery = rawQuery
 	return nil
 }
 

@@ -56,6 +56,27 @@ func NormalizeHost(h string) string {
 	return h
 }
 
+// ReadTarget reads a request target as sent (path, query, and a fragment,
+// which no router reads and is dropped) into out's path readings
+// (ReadPath) and query, as every intake reads one.
+func ReadTarget(out *policy.Request, target string) error {
+	if !strings.HasPrefix(target, "/") {
+		return fmt.Errorf("must start with '/': %q", Excerpt(target))
+	}
+	if !ValidURLText(target) {
+		return fmt.Errorf("control bytes or spaces in %q", Excerpt(target))
+	}
+	if i := strings.IndexByte(target, '#'); i >= 0 {
+		target = target[:i]
+	}
+	escapedPath, rawQuery, _ := strings.Cut(target, "?")
+	if err := ReadPath(out, escapedPath); err != nil {
+		return err
+	}
+	out.RawQuery = rawQuery
+	return nil
+}
+
 var errBadEscape = errors.New("malformed percent-encoding in the path")
 
 // ReadPath sets r.Path and r.AltPaths from the path as sent (escaped, no

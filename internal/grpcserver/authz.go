@@ -176,17 +176,9 @@ func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxie
 	if out.Host, err = checkhttp.ReadHost(host); err != nil {
 		return attrError(attrHost, "%v", err)
 	}
-	if !strings.HasPrefix(target, "/") || !checkhttp.ValidURLText(target) {
-		return attrError(attrPath, "not a request target starting with '/': %q", checkhttp.Excerpt(target))
-	}
-	if i := strings.IndexByte(target, '#'); i >= 0 {
-		target = target[:i]
-	}
-	escapedPath, rawQuery, _ := strings.Cut(target, "?")
-	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
+	if err := checkhttp.ReadTarget(out, target); err != nil {
 		return attrError(attrPath, "%v", err)
 	}
-	out.RawQuery = rawQuery
 	peer, err := sourceAddress(attrs)
 	if err != nil {
 		return err
