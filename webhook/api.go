@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/httpserve"
@@ -163,7 +164,7 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", checkhttp.Excerpt(o.ClientIP))
 		}
-		req.ClientIP = a.Unmap()
+		req.ClientIP = clientip.Normalize(a)
 	}
 	return req, nil
 }

@@ -242,7 +242,7 @@ func sourceAddress(attrs *authv3.AttributeContext) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", checkhttp.Excerpt(sa.GetAddress()))
 	}
-	return a.Unmap(), nil
+	return clientip.Normalize(a), nil
 }
 
 // denied is a denial with the recorded status, headers and body.
