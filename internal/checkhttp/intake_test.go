@@ -132,6 +132,7 @@ var spellings = []spelling{
 	{name: "path encoded letter", target: "/%6Cogin", want: base},
 	{name: "path raw query", target: "/login?next=/api/x&a=%2F", want: base},
 	{name: "path fragment", target: "/login#x", want: base},
+	{name: "path over 16 KiB", target: "/login?q=" + strings.Repeat("q", policy.MaxURLBytes), want: "refused"},
 	{name: "path bad escape", target: "/login%zz", want: "refused"},
 	{name: "path trailing escape", target: "/login%", want: "refused"},
 
@@ -155,7 +156,8 @@ var spellings = []spelling{
 	{name: "header value upper case", header: [][2]string{{"X-Plan", "GOLD"}}, want: base},
 	{name: "header repeated", header: [][2]string{{"X-Plan", "gold"}, {"X-Plan", "silver"}}, want: "client=127.0.0.1 host=api.example.com path=/login plan=gold"},
 	{name: "header empty", header: [][2]string{{"X-Plan", ""}}, want: base},
-	{name: "header oversize", header: [][2]string{{"X-Big", strings.Repeat("b", httpserve.MaxHeaderBytes+1)}}, want: "refused"},
+	{name: "header oversize", header: [][2]string{{"X-Big", strings.Repeat("b", policy.MaxHeaderBytes+1)}}, want: "refused"},
+	{name: "headers oversize together", header: [][2]string{{"X-Big", strings.Repeat("b", policy.MaxHeaderBytes/2)}, {"X-Big", strings.Repeat("b", policy.MaxHeaderBytes/2)}}, want: "refused"},
 	{name: "key header missing", target: "/tenant/a", want: "denied"},
 	{name: "key header present", target: "/tenant/a", header: [][2]string{{"X-Tenant", "t1"}}, want: "client=127.0.0.1 host=api.example.com tenant=t1"},
 
