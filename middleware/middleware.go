@@ -236,13 +236,7 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 		Header:   r.Header,
 		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded
 	}
-	// The target as the client sent it, read as the check endpoint reads
-	// a proxy's; an absolute-form one (or a handler's own request) from
-	// its URL.
-	target := r.RequestURI
-	if !strings.HasPrefix(target, "/") {
-		target = r.URL.RequestURI()
-	}
+	target := requestTarget(r)
 	// The bounds the check endpoint sets, which `when` costs are
 	// estimated for; the service's own server may allow more.
 	if len(authority)+len(target) > policy.MaxURLBytes {
@@ -277,6 +271,16 @@ func badRequest(w http.ResponseWriter, err error) {
 }
 
 var errHeaderSection = fmt.Errorf("header section: more than %d bytes", policy.MaxHeaderBytes)
+
+// requestTarget is the target as the client sent it, read as the check
+// endpoint reads a proxy's; an absolute-form one (or a request a program
+// built) from its URL.
+func requestTarget(r *http.Request) string {
+	if strings.HasPrefix(r.RequestURI, "/") {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
 
 func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	req, err := l.policyRequest(r)
