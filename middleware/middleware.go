@@ -228,7 +228,7 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 	}
 	host, err := checkhttp.ReadHost(authority)
 	if err != nil {
-		return nil, fmt.Errorf("Host: %w", err)
+		return nil, fmt.Errorf("header Host: %w", err)
 	}
 	req := &policy.Request{
 		Method:   r.Method,

@@ -369,9 +369,9 @@ func TestUnreadableRequestsAreRefused(t *testing.T) {
 				status             int
 				names              string
 			}{
-				{"host [x", "GET", "[x", nil, 400, "Host"},
-				{"host [api.example.com", "GET", "[api.example.com", nil, 400, "Host"},
-				{"empty host", "GET", "", nil, 400, "Host"},
+				{"host [x", "GET", "[x", nil, 400, "header Host"},
+				{"host [api.example.com", "GET", "[api.example.com", nil, 400, "header Host"},
+				{"empty host", "GET", "", nil, 400, "header Host"},
 				{"lower-case method", "post", "api.example.com", nil, 400, "method"},
 				{"header section", "GET", "api.example.com", map[string]string{"X-Big": strings.Repeat("b", 65<<10)}, 431, "header section"},
 			} {

@@ -331,8 +331,8 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 		t.Fatal(err)
 	}
 	served := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	localAddr := serveNetHTTP(t, ctx, local.Handler(served))
-	remoteAddr := serveNetHTTP(t, ctx, remote.Handler(served))
+	localAddr := serveNetHTTP(ctx, t, local.Handler(served))
+	remoteAddr := serveNetHTTP(ctx, t, remote.Handler(served))
 
 	t.Cleanup(func() {
 		cancel()
@@ -406,7 +406,7 @@ func (s spelling) forwards() bool {
 
 // serveNetHTTP serves h on a loopback port with net/http's server until
 // ctx ends.
-func serveNetHTTP(t *testing.T, ctx context.Context, h http.Handler) string {
+func serveNetHTTP(ctx context.Context, t *testing.T, h http.Handler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", trustedPeer+":0")
 	if err != nil {
