@@ -58,9 +58,17 @@ func ParseTrustedProxies(cidrs []string) (*TrustedProxies, error) {
 	return t, nil
 }
 
+// Normalize is the form of a client address that policies key and match:
+// an IPv4-mapped IPv6 address as IPv4, and no zone ("fe80::1%eth0" is
+// fe80::1), since a zone names an interface of the host that wrote the
+// address, not the client, and would otherwise make a bucket of its own.
+func Normalize(a netip.Addr) netip.Addr {
+	return a.Unmap().WithZone("")
+}
+
 // Trusted reports whether a is a trusted proxy.
 func (t *TrustedProxies) Trusted(a netip.Addr) bool {
-	a = a.Unmap()
+	a = Normalize(a)
 	for _, p := range t.prefixes {
 		if p.Contains(a) {
 			return true
@@ -76,7 +84,7 @@ func (t *TrustedProxies) Trusted(a netip.Addr) bool {
 // and may be forged). X-Real-IP is used when there is no X-Forwarded-For.
 // When every hop is trusted the left-most address is the client.
 func (t *TrustedProxies) ClientIP(peer netip.Addr, xff []string, realIP string) netip.Addr {
-	peer = peer.Unmap()
+	peer = Normalize(peer)
 	if !peer.IsValid() || !t.Trusted(peer) {
 		return peer
 	}
@@ -139,14 +147,14 @@ func Peer(remoteAddr string) netip.Addr {
 func parseHop(s string) (netip.Addr, bool) {
 	s = strings.TrimSpace(s)
 	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), true
+		return Normalize(a), true
 	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
+		return Normalize(ap.Addr()), true
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
-			return a.Unmap(), true
+			return Normalize(a), true
 		}
 	}
 	return netip.Addr{}, false

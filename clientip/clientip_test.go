@@ -31,6 +31,11 @@ func TestClientIP(t *testing.T) {
 		{"port and brackets", "10.0.0.5", []string{"[2001:db8::1]:443"}, "", "2001:db8::1"},
 		{"IPv4-mapped peer", "::ffff:10.0.0.5", []string{"198.51.100.7"}, "", "198.51.100.7"},
 		{"no headers: the peer", "10.0.0.5", nil, "", "10.0.0.5"},
+		// A zone names an interface of the host that wrote the address:
+		// it would make a bucket of its own, and a trusted proxy untrusted.
+		{"zone dropped", "10.0.0.5", []string{"2001:db8::1%eth0"}, "", "2001:db8::1"},
+		{"zoned peer", "fe80::1%eth0", nil, "", "fe80::1"},
+		{"zoned trusted hop", "10.0.0.5", []string{"198.51.100.7, fd00::1%2"}, "", "198.51.100.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

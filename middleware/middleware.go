@@ -219,29 +219,73 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // request a proxy asks about: host without port, path decoded and
 // cleaned, so a spelling cannot skip a policy.
 func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
-	host := r.Host
-	if host == "" {
-		host = r.URL.Host
+	if err := checkhttp.CheckMethod(r.Method); err != nil {
+		return nil, fmt.Errorf("method: %w", err)
+	}
+	authority := r.Host
+	if authority == "" {
+		authority = r.URL.Host
+	}
+	host, err := checkhttp.ReadHost(authority)
+	if err != nil {
+		return nil, fmt.Errorf("header Host: %w", err)
 	}
 	req := &policy.Request{
 		Method:   r.Method,
-		Host:     checkhttp.NormalizeHost(host),
-		RawQuery: r.URL.RawQuery,
+		Host:     host,
 		Header:   r.Header,
 		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded
 	}
-	if err := checkhttp.ReadPath(req, r.URL.EscapedPath()); err != nil {
-		return nil, err
+	target := requestTarget(r)
+	// The bounds the check endpoint sets, which `when` costs are
+	// estimated for; the service's own server may allow more.
+	if len(authority)+len(target) > policy.MaxURLBytes {
+		return nil, fmt.Errorf("request target: with the host, longer than %d bytes", policy.MaxURLBytes)
+	}
+	size := 0
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4
+		}
+	}
+	if size > policy.MaxHeaderBytes {
+		return nil, errHeaderSection
+	}
+	if err := checkhttp.ReadTarget(req, target); err != nil {
+		return nil, fmt.Errorf("request target: %w", err)
 	}
 	return req, nil
+}
+
+// badRequest answers a request the policies cannot read, as the check
+// endpoint answers a proxy's: 400 (431 for the header section) with a
+// problem naming what is wrong; the handler is not called.
+func badRequest(w http.ResponseWriter, err error) {
+	status := http.StatusBadRequest
+	if errors.Is(err, errHeaderSection) {
+		status = http.StatusRequestHeaderFieldsTooLarge
+	}
+	checkhttp.WriteProblem(w, checkhttp.Problem{
+		Type: checkhttp.ProblemBadRequest, Title: "Bad request", Status: status, Detail: err.Error(),
+	})
+}
+
+var errHeaderSection = fmt.Errorf("header section: more than %d bytes", policy.MaxHeaderBytes)
+
+// requestTarget is the target as the client sent it, read as the check
+// endpoint reads a proxy's; an absolute-form one (or a request a program
+// built) from its URL.
+func requestTarget(r *http.Request) string {
+	if strings.HasPrefix(r.RequestURI, "/") {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
 }
 
 func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	req, err := l.policyRequest(r)
 	if err != nil {
-		checkhttp.WriteProblem(w, checkhttp.Problem{
-			Type: checkhttp.ProblemBadRequest, Title: "Bad request", Status: http.StatusBadRequest, Detail: err.Error(),
-		})
+		badRequest(w, err)
 		return
 	}
 	out, err := l.checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})

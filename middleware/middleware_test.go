@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -341,6 +342,58 @@ func TestConcurrentRequestsAdmitExactlyTheLimit(t *testing.T) {
 			wg.Wait()
 			if a.calls.Load() != 50 || codes[200] != 50 || codes[429] != 150 {
 				t.Errorf("app calls %d, statuses %v; want 50 allowed and 150 denied", a.calls.Load(), codes)
+			}
+		})
+	}
+}
+
+// A request the policies cannot read (a host nothing can be read from, a
+// method that is not upper case, a header section over the check
+// endpoint's bound) is answered 400 or 431 naming what is wrong, before
+// the handler, as the check endpoint answers a proxy that sends it: never
+// passed on with the policies that would read it skipped. Remotely too,
+// where the endpoint's 400 would otherwise be its failure, answered by the
+// failure mode (Open: passed on) and opening the breaker for everyone.
+func TestUnreadableRequestsAreRefused(t *testing.T) {
+	policies := []named{
+		{"host", "match: {hosts: [api.example.com]}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"},
+		{"post", "match: {methods: [POST]}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"},
+	}
+	for _, m := range allModes {
+		t.Run(m.name, func(t *testing.T) {
+			a := &app{}
+			h := m.new(t, policies).Handler(a)
+			for _, c := range []struct {
+				name, method, host string
+				headers            map[string]string
+				status             int
+				names              string
+			}{
+				{"host [x", "GET", "[x", nil, 400, "header Host"},
+				{"host [api.example.com", "GET", "[api.example.com", nil, 400, "header Host"},
+				{"empty host", "GET", "", nil, 400, "header Host"},
+				{"lower-case method", "post", "api.example.com", nil, 400, "method"},
+				{"header section", "GET", "api.example.com", map[string]string{"X-Big": strings.Repeat("b", 65<<10)}, 431, "header section"},
+			} {
+				for range 6 { // more than the remote breaker's 5 failures
+					r := httptest.NewRequest(c.method, "/login", nil)
+					r.Host = c.host
+					r.RemoteAddr = "203.0.113.9:4000"
+					for k, v := range c.headers {
+						r.Header.Set(k, v)
+					}
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, r)
+					if p := decodeProblem(t, rec); rec.Code != c.status || !strings.HasPrefix(p.Detail, c.names) {
+						t.Fatalf("%s: %d %+v, want %d naming %s", c.name, rec.Code, p, c.status, c.names)
+					}
+				}
+			}
+			if n := a.calls.Load(); n != 0 {
+				t.Errorf("the handler served %d refused requests", n)
+			}
+			if rec := send(h, "GET", "http://api.example.com/login", "203.0.113.9:4000", nil); rec.Code != 200 {
+				t.Errorf("a readable request after them: %d %s", rec.Code, rec.Body)
 			}
 		})
 	}

@@ -141,7 +141,7 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 	req.Header.Set("X-Forwarded-Method", r.Method)
 	req.Header.Set("X-Forwarded-Proto", proto)
 	req.Header.Set("X-Forwarded-Host", host)
-	req.Header.Set("X-Forwarded-Uri", r.URL.RequestURI())
+	req.Header.Set("X-Forwarded-Uri", requestTarget(r))
 	if ip := l.trusted.FromRequest(r); ip.IsValid() {
 		req.Header.Set("X-Forwarded-For", ip.String())
 	}
@@ -179,6 +179,14 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 }
 
 func (l *Limiter) serveRemote(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	// Read here as in the process: what the endpoint would refuse is
+	// refused before asking, so that a client's unreadable request is
+	// its own 400, never the endpoint failing (which would answer by the
+	// failure mode and count toward the breaker, for every client).
+	if _, err := l.policyRequest(r); err != nil {
+		badRequest(w, err)
+		return
+	}
 	rm := l.remote
 	var a *answer
 	err := errors.New("circuit breaker open: the check endpoint failed repeatedly")

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/httpserve"
@@ -126,31 +127,28 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 
 func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 	o := &in.Request
-	method := strings.ToUpper(o.Method)
+	method := o.Method
 	if method == "" {
 		method = http.MethodGet
 	}
-	if !checkhttp.ValidMethod(method) {
-		return nil, fmt.Errorf("request.method: %q is not an HTTP method", checkhttp.Excerpt(o.Method))
+	if err := checkhttp.CheckMethod(method); err != nil {
+		return nil, fmt.Errorf("request.method: %w", err)
 	}
 	rawPath := o.Path
 	if rawPath == "" {
 		rawPath = "/"
 	}
-	if !strings.HasPrefix(rawPath, "/") {
-		return nil, fmt.Errorf("request.path: must start with '/'")
-	}
 	if len(rawPath)+len(o.Host) > maxURLLength {
 		return nil, fmt.Errorf("request.path: with request.host, longer than %d bytes", maxURLLength)
 	}
-	escapedPath, rawQuery, _ := strings.Cut(rawPath, "?")
-	req := &policy.Request{Method: method, RawQuery: rawQuery, Header: http.Header{}}
-	if err := checkhttp.ReadPath(req, escapedPath); err != nil {
-		return nil, fmt.Errorf("request.path: %v", err)
+	req := &policy.Request{Method: method, Header: http.Header{}}
+	if err := checkhttp.ReadTarget(req, rawPath); err != nil {
+		return nil, fmt.Errorf("request.path: %w", err)
 	}
-	if o.Host != "" {
-		if req.Host = checkhttp.NormalizeHost(o.Host); req.Host == "" {
-			return nil, fmt.Errorf("request.host: %q has no host name", checkhttp.Excerpt(o.Host))
+	if o.Host != "" { // optional: without it, host-scoped policies do not apply
+		var err error
+		if req.Host, err = checkhttp.ReadHost(o.Host); err != nil {
+			return nil, fmt.Errorf("request.host: %w", err)
 		}
 	}
 	size := 0
@@ -169,7 +167,7 @@ func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
 		if err != nil {
 			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", checkhttp.Excerpt(o.ClientIP))
 		}
-		req.ClientIP = a.Unmap()
+		req.ClientIP = clientip.Normalize(a)
 	}
 	return req, nil
 }

@@ -192,25 +192,19 @@ func envoyOriginal(r *checkRequest, rest string) (original, error) {
 // problem names the profile's header.
 func (o original) read(profile Profile, out *policy.Request) error {
 	out.Method = o.method
-	if !checkhttp.ValidMethod(o.method) {
-		return badHeader(methodHeader(profile), "%q is not an HTTP method", checkhttp.Excerpt(o.method))
+	if err := checkhttp.CheckMethod(o.method); err != nil {
+		return badHeader(methodHeader(profile), "%v", err)
 	}
-	if !validScheme(o.scheme) || !checkhttp.ValidURLText(o.authority) || !checkhttp.ValidURLText(o.rest) {
+	if !validScheme(o.scheme) {
 		return badHeader(urlHeader(profile), "malformed URL: %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
 	}
-	out.Host = checkhttp.NormalizeHost(o.authority)
-	if out.Host == "" {
-		return badHeader(urlHeader(profile), "no host in %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
+	var err error
+	if out.Host, err = checkhttp.ReadHost(o.authority); err != nil {
+		return badHeader(hostHeader(profile), "%v", err)
 	}
-	rest := o.rest
-	if i := strings.IndexByte(rest, '#'); i >= 0 {
-		rest = rest[:i]
-	}
-	escapedPath, rawQuery, _ := strings.Cut(rest, "?")
-	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
+	if err := checkhttp.ReadTarget(out, o.rest); err != nil {
 		return badHeader(urlHeader(profile), "%v", err)
 	}
-	out.RawQuery = rawQuery
 	return nil
 }
 
@@ -283,6 +277,16 @@ func urlHeader(p Profile) string {
 		return "X-Forwarded-Uri"
 	case ProfileEnvoy:
 		return "path"
+	}
+	return "X-Original-URL"
+}
+
+func hostHeader(p Profile) string {
+	switch p {
+	case ProfileForwardAuth:
+		return "X-Forwarded-Host"
+	case ProfileEnvoy:
+		return "Host"
 	}
 	return "X-Original-URL"
 }

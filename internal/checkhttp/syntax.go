@@ -1,22 +1,37 @@
 package checkhttp
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // The syntax checks every way of asking (the HTTP profiles, the JSON check,
 // ext_authz over gRPC) applies to the original request it is told about.
 
-// ValidMethod reports whether m can be an HTTP method as proxies forward
-// it: upper-case letters, at most 32.
+// ValidMethod reports whether m can be an HTTP method as nginx accepts
+// one: upper-case letters, '-' and '_' (VERSION-CONTROL, M_SEARCH), at most
+// 32. Methods are case-sensitive (RFC 9110), so "get" is not GET: every
+// intake refuses it rather than guess, and none lets a spelling of a method
+// skip a policy's methods.
 func ValidMethod(m string) bool {
 	if m == "" || len(m) > 32 {
 		return false
 	}
 	for i := 0; i < len(m); i++ {
-		if c := m[i]; c < 'A' || c > 'Z' {
+		if c := m[i]; (c < 'A' || c > 'Z') && c != '-' && c != '_' {
 			return false
 		}
 	}
 	return true
+}
+
+// CheckMethod is ValidMethod with the reason every intake gives, after the
+// name of the field or header the method came in.
+func CheckMethod(m string) error {
+	if ValidMethod(m) {
+		return nil
+	}
+	return fmt.Errorf("%q is not an HTTP method: want upper-case letters, '-' or '_' (methods are case-sensitive)", Excerpt(m))
 }
 
 // ValidURLText rejects control bytes and spaces, which no proxy forwards

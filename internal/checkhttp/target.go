@@ -2,11 +2,31 @@ package checkhttp
 
 import (
 	"errors"
+	"fmt"
 	"path"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluice-dev/sluice/internal/policy"
 )
+
+// ReadHost reads the host of an authority as every intake does: bytes a
+// Host header may carry (httpguts.ValidHostHeader, as net/http's server
+// checks them: no control bytes, spaces or raw UTF-8, which an IDN sends
+// as punycode), read by NormalizeHost. An authority nothing can be read
+// from, empty included, is an error: an unreadable host must never skip a
+// host-scoped policy.
+func ReadHost(authority string) (string, error) {
+	if !httpguts.ValidHostHeader(authority) {
+		return "", fmt.Errorf("malformed host %q", Excerpt(authority))
+	}
+	h := NormalizeHost(authority)
+	if h == "" {
+		return "", fmt.Errorf("no host in %q", Excerpt(authority))
+	}
+	return h, nil
+}
 
 // NormalizeHost reads the host of an authority (a Host header, the host of
 // X-Original-URL) the way nginx selects a server by it: a bracketed IPv6
@@ -34,6 +54,27 @@ func NormalizeHost(h string) string {
 		}
 	}
 	return h
+}
+
+// ReadTarget reads a request target as sent (path, query, and a fragment,
+// which no router reads and is dropped) into out's path readings
+// (ReadPath) and query, as every intake reads one.
+func ReadTarget(out *policy.Request, target string) error {
+	if !strings.HasPrefix(target, "/") {
+		return fmt.Errorf("must start with '/': %q", Excerpt(target))
+	}
+	if !ValidURLText(target) {
+		return fmt.Errorf("control bytes or spaces in %q", Excerpt(target))
+	}
+	if i := strings.IndexByte(target, '#'); i >= 0 {
+		target = target[:i]
+	}
+	escapedPath, rawQuery, _ := strings.Cut(target, "?")
+	if err := ReadPath(out, escapedPath); err != nil {
+		return err
+	}
+	out.RawQuery = rawQuery
+	return nil
 }
 
 var errBadEscape = errors.New("malformed percent-encoding in the path")

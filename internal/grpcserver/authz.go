@@ -166,30 +166,19 @@ func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxie
 		return err
 	}
 	*out = policy.Request{Header: header, Method: h.GetMethod()}
-	if !checkhttp.ValidMethod(out.Method) {
-		return attrError(attrMethod, "%q is not an HTTP method", checkhttp.Excerpt(out.Method))
+	if err := checkhttp.CheckMethod(out.Method); err != nil {
+		return attrError(attrMethod, "%v", err)
 	}
 	host, target := h.GetHost(), h.GetPath()
 	if len(host)+len(target) > policy.MaxURLBytes {
 		return attrError(attrPath, "with the host, longer than %d bytes", policy.MaxURLBytes)
 	}
-	if !checkhttp.ValidURLText(host) {
-		return attrError(attrHost, "malformed: %q", checkhttp.Excerpt(host))
+	if out.Host, err = checkhttp.ReadHost(host); err != nil {
+		return attrError(attrHost, "%v", err)
 	}
-	if out.Host = checkhttp.NormalizeHost(host); out.Host == "" {
-		return attrError(attrHost, "no host in %q", checkhttp.Excerpt(host))
-	}
-	if !strings.HasPrefix(target, "/") || !checkhttp.ValidURLText(target) {
-		return attrError(attrPath, "not a request target starting with '/': %q", checkhttp.Excerpt(target))
-	}
-	if i := strings.IndexByte(target, '#'); i >= 0 {
-		target = target[:i]
-	}
-	escapedPath, rawQuery, _ := strings.Cut(target, "?")
-	if err := checkhttp.ReadPath(out, escapedPath); err != nil {
+	if err := checkhttp.ReadTarget(out, target); err != nil {
 		return attrError(attrPath, "%v", err)
 	}
-	out.RawQuery = rawQuery
 	peer, err := sourceAddress(attrs)
 	if err != nil {
 		return err
@@ -253,7 +242,7 @@ func sourceAddress(attrs *authv3.AttributeContext) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", checkhttp.Excerpt(sa.GetAddress()))
 	}
-	return a.Unmap(), nil
+	return clientip.Normalize(a), nil
 }
 
 // denied is a denial with the recorded status, headers and body.

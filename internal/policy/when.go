@@ -43,7 +43,10 @@ const whenCostBudget = 20_000
 // evaluation error, so the policy applies rather than the cost exceeding
 // the estimate.
 const (
-	maxHeaderBytes = 64 << 10
+	// MaxHeaderBytes is the largest header section (names, values and 4
+	// bytes a line) the intakes read; larger ones are refused with 431.
+	MaxHeaderBytes = 64 << 10
+	maxHeaderBytes = MaxHeaderBytes
 	// MaxURLBytes is the longest original URL (host, path and query) the
 	// check endpoint reads; longer ones are refused with 400.
 	MaxURLBytes      = 16 << 10
