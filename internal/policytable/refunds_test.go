@@ -96,6 +96,18 @@ func TestRefundsReachTheOtherProcesses(t *testing.T) {
 	if keys, all := fa.take(); all != 0 || !slices.Equal(keys, []string{"sluice:v2:{ns/p/w}:l"}) {
 		t.Fatalf("A forgot %q (and all %d times), want only B's key", keys, all)
 	}
+
+	// Pub/sub connections dropped: messages sent meanwhile are lost, so
+	// each process forgets every denial when it has subscribed again.
+	if err := table.client.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*forgotten{fa, fb} {
+		f.wait(t, "resubscription")
+		if _, all := f.take(); all != 1 {
+			t.Fatalf("after the subscription was dropped: %d forget-alls, want 1", all)
+		}
+	}
 }
 
 // A message names at most MaxRefundKeyBytes of keys, each once; more keys
