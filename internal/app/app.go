@@ -85,6 +85,7 @@ func (r *redisParts) close() {
 // checkServer is the check endpoint over Redis, following the policy table.
 type checkServer struct {
 	reader  *policytable.Reader
+	refunds *policytable.Refunds
 	handler http.Handler
 	listen  string
 	http    httpserve.Config
@@ -108,7 +109,13 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// Leased policies (spec.lease) are answered from this process's leases;
 	// every other request goes to Redis exactly, through the lease store.
 	leases := lease.New(parts.store, lease.Options{})
-	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	// Refunds (Envoy's negative hits, a lease's unused units) are told to
+	// the other check processes on the table's channel, so none keeps
+	// denying a bucket a refund gave room.
+	refunds := policytable.NewRefunds(parts.client, log)
+	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), AnnounceRefunds: refunds.Announce})
+	refunds.ForgetWith(checker)
+	reader.FollowRefunds(refunds)
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error
@@ -128,7 +135,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	dash.Register(srv)
 	httpCfg := cfg.HTTP
 	httpCfg.Registerer, httpCfg.Logger = reg, log
-	c := &checkServer{reader: reader, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
+	c := &checkServer{reader: reader, refunds: refunds, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
 	if cfg.GRPC.Enabled() {
 		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
 		if err != nil {
@@ -154,6 +161,7 @@ func (c *checkServer) run(ctx context.Context) error {
 		}
 	}
 	go c.reader.Run(ctx)
+	go c.refunds.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
 	return c.grpc.ServeBeside(ctx, grpcLn, func(ctx context.Context) error { return c.http.Serve(ctx, ln, c.handler) })
 }

@@ -40,6 +40,12 @@ type Options struct {
 	DenyCacheSize int
 	// Metrics, when set, receive every decision.
 	Metrics *Metrics
+	// AnnounceRefunds, when set, is given the keys of every refund this
+	// Checker's store made (Input.Refund, and the units a lease store
+	// gives back), so that the other check processes forget their
+	// denials of them too (ForgetDenials). keys is valid only during the
+	// call; it must not block.
+	AnnounceRefunds func(keys []string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -51,9 +57,13 @@ type Checker struct {
 	timeout time.Duration
 	breaker *breakers // one per store node (Redis Cluster master), or one
 	denials *denyCache
-	metrics *Metrics
-	counts  counts
-	now     func() time.Time
+	// keeper is the store's own memory of denials (a lease store's), which
+	// refunds drop too; nil when the store has none.
+	keeper   denialKeeper
+	announce func(keys []string)
+	metrics  *Metrics
+	counts   counts
+	now      func() time.Time
 
 	mu           sync.Mutex
 	seenRevision int64
@@ -79,10 +89,14 @@ func New(o Options) *Checker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now}
+	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds}
 	c.breaker = newBreakers(o.BreakerThreshold, o.BreakerCooldown, o.Now, o.Metrics, o.Store)
 	if o.DenyCacheSize > 0 {
 		c.denials = newDenyCache(o.DenyCacheSize)
+	}
+	c.keeper, _ = o.Store.(denialKeeper)
+	if r, ok := o.Store.(refunder); ok {
+		r.NotifyRefunds(c.refunded)
 	}
 	c.scratch.New = func() any { return &scratch{} }
 	return c
@@ -206,7 +220,8 @@ type scratch struct {
 	uses  []use
 	one   [1]*policy.Policy
 	parts [1]Part
-	route route // the breakers the store call passes
+	route route    // the breakers the store call passes
+	keys  []string // the keys of a refund
 }
 
 // use is one limit of one matching policy, checked through one entry.
@@ -404,6 +419,15 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 	err := c.store.Check(ctx, c.timeout, &sc.req, &sc.dec)
 	if c.metrics != nil {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
+	}
+	if sc.req.Refund && !errors.Is(err, ratelimit.ErrInvalidRequest) {
+		// Sent: applied, or (after an error) perhaps applied.
+		sc.keys = sc.keys[:0]
+		for i := range sc.req.Entries {
+			sc.keys = append(sc.keys, sc.req.Entries[i].Key)
+		}
+		c.refunded(sc.keys)
+		clear(sc.keys)
 	}
 	if err != nil {
 		return c.storeFailed(out, &sc.route, err)

@@ -3,6 +3,7 @@ package check
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -16,12 +17,25 @@ import (
 // as large as the one that was denied. Other processes can only consume
 // more, which makes the real retry time later, never earlier.
 //
+// A refund makes room in a bucket: forget drops its keys' denials, and a
+// denial whose call was sent before the refund (still in flight when it
+// came) is not remembered afterwards.
+//
 // A FLUSHALL or a lost Redis master resets state in Redis that the cache
 // still remembers: such keys stay denied until their cached retry time.
 type denyCache struct {
 	seed   maphash.Seed
 	shards [64]denyShard
+	// forgotten holds, for the keys that hash to each slot, the last
+	// moment (UnixNano) one of them was forgotten; forgottenAll the last
+	// moment all were. A denial sent no later is not stored. Slots, not
+	// keys, so the memory is fixed: a key that shares a slot with a
+	// refunded one only misses the cache for calls in flight.
+	forgotten    [forgetSlots]atomic.Int64
+	forgottenAll atomic.Int64
 }
+
+const forgetSlots = 4096
 
 // denyShard holds up to its size of denials, least recently used first
 // out: a full shard makes room for a new denial in constant time.
@@ -51,6 +65,10 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
+func (c *denyCache) slot(key string) *atomic.Int64 {
+	return &c.forgotten[maphash.String(c.seed, key)/uint64(len(c.shards))%forgetSlots]
+}
+
 // lookup returns the cached denial of key for a request of the given cost.
 func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, bool) {
 	s := c.shard(key)
@@ -67,9 +85,14 @@ func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, 
 	return e, true
 }
 
-// store caches a denial. In a full shard it takes the place of the least
-// recently used denial: the cache only ever answers less, never wrongly.
+// store caches a denial decided by a call sent at now, unless the key was
+// forgotten since (see forget). In a full shard it takes the place of the
+// least recently used denial: the cache only ever answers less, never
+// wrongly.
 func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
+	if sent := now.UnixNano(); sent <= c.slot(key).Load() || sent <= c.forgottenAll.Load() {
+		return // the call may have been decided before a refund
+	}
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,6 +102,39 @@ func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
 		return
 	}
 	s.entries.Add(key, e)
+}
+
+// forget drops the denials of keys at now: a refund gave their buckets
+// room. Every entry is a limit's denial, which a refund's units can lift.
+// A ban (the penalty box, once there is one) is not a limit's room, and a
+// refund must never lift it: its entry will carry its kind, and forget and
+// forgetAll will keep it.
+func (c *denyCache) forget(keys []string, now time.Time) {
+	at := now.UnixNano()
+	for _, key := range keys {
+		raise(c.slot(key), at)
+		s := c.shard(key)
+		s.mu.Lock()
+		s.entries.Remove(key)
+		s.mu.Unlock()
+	}
+}
+
+// forgetAll is forget for every key: refunds of more buckets than one
+// message names.
+func (c *denyCache) forgetAll(now time.Time) {
+	raise(&c.forgottenAll, now.UnixNano())
+	c.clear()
+}
+
+// raise sets v to at unless it holds a later moment.
+func raise(v *atomic.Int64, at int64) {
+	for {
+		old := v.Load()
+		if old >= at || v.CompareAndSwap(old, at) {
+			return
+		}
+	}
 }
 
 // clear drops every entry: the policies changed.

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -29,6 +31,9 @@ type Reader struct {
 
 	mu       sync.Mutex
 	problems map[string]string // "ns/name" -> why it is not enforced
+
+	// refunds receives the other processes' refund messages; nil: ignored.
+	refunds *Refunds
 }
 
 // NewReader returns a Reader polling every interval (default 500ms).
@@ -63,6 +68,10 @@ func (r *Reader) Problems() map[string]string {
 	return out
 }
 
+// FollowRefunds hands the refund messages that arrive on Channel to
+// refunds (its Forgetter) from Run on. Call it before Run.
+func (r *Reader) FollowRefunds(refunds *Refunds) { r.refunds = refunds }
+
 // Run follows the table until ctx ends.
 func (r *Reader) Run(ctx context.Context) {
 	changed := make(chan struct{}, 1)
@@ -82,20 +91,37 @@ func (r *Reader) Run(ctx context.Context) {
 	}
 }
 
-// subscribe turns change messages into wake-ups. go-redis re-subscribes
-// after a reconnect by itself; messages sent meanwhile are lost, which the
-// poll covers.
+// subscribe turns change messages into wake-ups, and hands refund
+// messages to the Refunds being followed. go-redis re-subscribes after a
+// reconnect by itself; messages sent meanwhile are lost: the poll covers
+// changes, and refunds forget every denial at each (re)subscription.
 func (r *Reader) subscribe(ctx context.Context, changed chan<- struct{}) {
 	sub := r.table.client.Subscribe(ctx, Channel)
 	defer sub.Close()
-	ch := sub.Channel()
+	ch := sub.ChannelWithSubscriptions()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-ch:
+		case m, ok := <-ch:
 			if !ok {
 				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if r.refunds != nil && m.Kind == "subscribe" {
+					r.refunds.resubscribed()
+				}
+				continue
+			case *redis.Message:
+				if isRefundMessage(m.Payload) {
+					if r.refunds != nil {
+						r.refunds.receive(m.Payload)
+					}
+					continue
+				}
+			default:
+				continue
 			}
 			select {
 			case changed <- struct{}{}:

@@ -150,6 +150,7 @@ func TestACLRules(t *testing.T) {
 		allow(checkUser, "MULTI")
 		allow(checkUser, "EXEC")
 		allow(checkUser, "SUBSCRIBE", policytable.Channel)
+		allow(checkUser, "PUBLISH", policytable.Channel, "refunded acl-test\n*") // refunds, told to the other check processes
 		allow(checkUser, "PING")
 		refuse(checkUser, "SUBSCRIBE", "other")
 		refuse(checkUser, "PSUBSCRIBE", "*")

@@ -27,6 +27,9 @@ type bucket struct {
 	denied      []ratelimit.Result
 	deniedAt    time.Time
 	deniedUntil time.Time
+	// forgotAt is the last refund of the bucket (forget): a take sent
+	// before it keeps no denial.
+	forgotAt time.Time
 	// taking is the take under way, nil when none.
 	taking *take
 }
@@ -51,6 +54,14 @@ func (b *bucket) adopt(entries []ratelimit.Entry) {
 	clear(b.atTake)
 	b.denied = resize(b.denied, len(entries))
 	b.deniedAt, b.deniedUntil = time.Time{}, time.Time{}
+}
+
+// forget drops the remembered denial: a refund made room at now.
+func (b *bucket) forget(now time.Time) {
+	b.deniedUntil = time.Time{}
+	if now.After(b.forgotAt) {
+		b.forgotAt = now
+	}
 }
 
 // matches reports whether entries are those b's lease was taken for.

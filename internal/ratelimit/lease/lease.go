@@ -83,6 +83,12 @@ type Store struct {
 	closed   bool
 	refunds  chan []ratelimit.Entry
 	sentBack chan struct{} // closed when the queue is drained after Close
+
+	// notify is told the keys of every refund sent (NotifyRefunds).
+	notify atomic.Pointer[func(keys []string)]
+	// forgotAll is the last moment every bucket's denial was forgotten
+	// (ForgetAllDenials): a take sent before it keeps no denial.
+	forgotAll atomic.Int64
 }
 
 // New wraps inner. Closing the Store does not close inner.
@@ -173,14 +179,65 @@ func (s *Store) giveBack(sig []ratelimit.Entry, units int64) {
 func (s *Store) sendRefunds() {
 	defer close(s.sentBack)
 	var dec ratelimit.Decision
+	var keys []string
 	for entries := range s.refunds {
 		units := entries[0].Cost
 		req := ratelimit.Request{Entries: entries, Refund: true}
-		if err := s.inner.Check(context.Background(), refundTimeout, &req, &dec); err != nil {
+		err := s.inner.Check(context.Background(), refundTimeout, &req, &dec)
+		if err != nil {
 			s.dropped.Add(units) // unknown whether it was applied: never sent twice
-			continue
+		} else {
+			s.refunded.Add(units)
 		}
-		s.refunded.Add(units)
+		// Applied, or perhaps applied: the bucket may have room that a
+		// remembered denial (here or in the caller's cache) says it lacks.
+		keys = keys[:0]
+		for _, e := range entries {
+			keys = append(keys, e.Key)
+		}
+		s.ForgetDenials(keys)
+		if f := s.notify.Load(); f != nil {
+			(*f)(keys)
+		}
+	}
+}
+
+// NotifyRefunds has f told the keys of every refund the Store sends (the
+// units of its leases it gives back), once sent; keys is valid only during
+// the call. The checker forgets its denials of them.
+func (s *Store) NotifyRefunds(f func(keys []string)) { s.notify.Store(&f) }
+
+// ForgetDenials drops the denials remembered of the buckets of keys (their
+// last failed take): they were refunded, so the next check takes anew.
+func (s *Store) ForgetDenials(keys []string) {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, key := range keys {
+		name, _ := ratelimit.SplitKey(key)
+		if b := s.buckets[name]; b != nil {
+			b.mu.Lock()
+			b.forget(now)
+			b.mu.Unlock()
+		}
+	}
+}
+
+// ForgetAllDenials is ForgetDenials for every bucket.
+func (s *Store) ForgetAllDenials() {
+	now := s.now()
+	for {
+		old := s.forgotAll.Load()
+		if old >= now.UnixNano() || s.forgotAll.CompareAndSwap(old, now.UnixNano()) {
+			break
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, b := range s.buckets {
+		b.mu.Lock()
+		b.forget(now)
+		b.mu.Unlock()
 	}
 }
 
@@ -442,11 +499,12 @@ func (s *Store) reserve(ctx context.Context, timeout time.Duration, b *bucket, e
 			continue
 		}
 		copy(results, dec.Results)
-		if d := retryAfter(dec.Results); d > 0 {
+		if d := retryAfter(dec.Results); d > 0 && sent.After(b.forgotAt) && sent.UnixNano() > s.forgotAll.Load() {
 			// Kept for the checks that wait or arrive meanwhile, so a
 			// denied bucket costs one store call per retry time, not one
 			// per check. Until counts from before the call: it can end
-			// early (one more take), never late.
+			// early (one more take), never late. Not after a refund that
+			// came while the take was under way: it may predate the room.
 			b.deniedAt, b.deniedUntil = recv, sent.Add(d)
 			copy(b.denied, dec.Results)
 		}

@@ -1,0 +1,209 @@
+package policytable
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Refund messages travel on Channel beside the table's revisions, so every
+// check process that follows the table hears them on the subscription it
+// has. A refund gives units back to buckets; the check process that made
+// it forgets its remembered denials of them at once, and tells the others
+// with a message naming their keys:
+//
+//	refunded <origin>\n<key>\n<key>...
+//
+// or, when it refunded more keys than one message holds, "*" for every
+// key. <origin> names the sending process, which ignores its own messages.
+// A revision is a number, so a reader of any version tells the two apart
+// (one from before refund messages reads one as a change and reloads the
+// table, which is harmless).
+const refundPrefix = "refunded "
+
+// Bounds of the refund messages a process sends: at most one per
+// RefundInterval (the first at once), naming at most MaxRefundKeyBytes of
+// keys; more keys than that in one interval are sent as "*". So a flood
+// of refunds costs Redis at most ten small messages a second per process,
+// and the other processes at most a cache of denials emptied as often.
+const (
+	RefundInterval    = 100 * time.Millisecond
+	MaxRefundKeyBytes = 16 << 10
+	publishTimeout    = time.Second
+)
+
+// Forgetter drops remembered denials (check.Checker does).
+type Forgetter interface {
+	ForgetDenials(keys []string)
+	ForgetAllDenials()
+}
+
+// Refunds tells the other check processes of this one's refunds and
+// hands theirs to a Forgetter (ForgetWith; Reader.FollowRefunds delivers
+// them).
+type Refunds struct {
+	client redis.UniversalClient
+	origin string
+	log    *slog.Logger
+	forget atomic.Pointer[Forgetter]
+
+	mu      sync.Mutex
+	pending map[string]struct{}
+	size    int  // bytes of pending keys, one separator each
+	all     bool // more than MaxRefundKeyBytes: every key
+	wake    chan struct{}
+
+	failing atomic.Bool // a publish failed; logged once until one succeeds
+}
+
+// NewRefunds returns a Refunds that publishes through client once Run runs.
+func NewRefunds(client redis.UniversalClient, log *slog.Logger) *Refunds {
+	if log == nil {
+		log = slog.Default()
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	return &Refunds{client: client, origin: hex.EncodeToString(id[:]), log: log,
+		pending: map[string]struct{}{}, wake: make(chan struct{}, 1)}
+}
+
+// ForgetWith has f forget the keys other processes refunded.
+func (r *Refunds) ForgetWith(f Forgetter) { r.forget.Store(&f) }
+
+// Announce queues keys, refunded by this process, for the next message
+// (check.Options.AnnounceRefunds). It never blocks on Redis.
+func (r *Refunds) Announce(keys []string) {
+	r.mu.Lock()
+	for _, k := range keys {
+		if r.all {
+			break
+		}
+		if _, ok := r.pending[k]; ok {
+			continue
+		}
+		if r.size+len(k)+1 > MaxRefundKeyBytes {
+			r.all, r.size = true, 0
+			clear(r.pending)
+			break
+		}
+		r.pending[k] = struct{}{}
+		r.size += len(k) + 1
+	}
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes the queued refunds until ctx ends: at once after a quiet
+// spell, then at most once per RefundInterval.
+func (r *Refunds) Run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		r.publish(ctx)
+		t.Reset(RefundInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// publish sends one message of what is queued, if anything.
+func (r *Refunds) publish(ctx context.Context) {
+	msg, ok := r.take()
+	if !ok {
+		return
+	}
+	callCtx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	if err := r.client.Publish(callCtx, Channel, msg).Err(); err != nil {
+		// Lost: the other processes' denials of these keys last until
+		// their remembered retry times, as before refunds were told.
+		if !r.failing.Swap(true) {
+			r.log.Warn("cannot tell the other check processes of refunds; their cached denials of refunded buckets last until their retry times (the check user needs +publish on "+Channel+")", "err", err)
+		}
+		return
+	}
+	if r.failing.Swap(false) {
+		r.log.Info("refunds are told to the other check processes again")
+	}
+}
+
+// take empties the queue into a message; ok is false when it was empty.
+func (r *Refunds) take() (msg string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.all && len(r.pending) == 0 {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(refundPrefix) + len(r.origin) + 2 + r.size)
+	b.WriteString(refundPrefix)
+	b.WriteString(r.origin)
+	if r.all {
+		b.WriteString("\n*")
+	}
+	for k := range r.pending {
+		b.WriteByte('\n')
+		b.WriteString(k)
+	}
+	r.all, r.size = false, 0
+	clear(r.pending)
+	return b.String(), true
+}
+
+// isRefundMessage tells a refund message from a revision.
+func isRefundMessage(payload string) bool { return strings.HasPrefix(payload, refundPrefix) }
+
+// receive hands a refund message of another process to the Forgetter.
+// Keys that no check could have (longer than any key) are skipped, and a
+// message longer than any process sends forgets every key.
+func (r *Refunds) receive(payload string) {
+	f := r.forget.Load()
+	if f == nil {
+		return
+	}
+	head, body, _ := strings.Cut(strings.TrimPrefix(payload, refundPrefix), "\n")
+	if head == r.origin {
+		return // ours: forgotten when made
+	}
+	if body == "*" || strings.HasPrefix(body, "*\n") || len(body) > MaxRefundKeyBytes {
+		(*f).ForgetAllDenials()
+		return
+	}
+	keys := make([]string, 0, strings.Count(body, "\n")+1)
+	for k := range strings.SplitSeq(body, "\n") {
+		if k != "" && len(k) <= ratelimit.MaxKeyLen {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) > 0 {
+		(*f).ForgetDenials(keys)
+	}
+}
+
+// resubscribed forgets every key: the subscription was (re)made, and
+// refund messages sent while it was down are lost.
+func (r *Refunds) resubscribed() {
+	if f := r.forget.Load(); f != nil {
+		(*f).ForgetAllDenials()
+	}
+}
