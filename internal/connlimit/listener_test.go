@@ -240,4 +240,3 @@ func TestConnectionCapsOff(t *testing.T) {
 		}
 	}
 }
-
