@@ -1,8 +1,10 @@
 package connlimit
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 )
@@ -60,12 +62,8 @@ func NewBudget(nofile uint64, log *slog.Logger, asked ...Caps) *Budget {
 			b.caps[c.Listener] = c
 		}
 	}
-	free := nofile / 4 * 3
-	var total uint64
-	for _, c := range capped {
-		total += uint64(c.MaxConns)
-	}
-	if nofile == 0 || total <= free {
+	free := int(min(nofile/4*3, math.MaxInt)) //nolint:gosec // bounded by MaxInt
+	if nofile == 0 || fits(capped, free) {
 		for _, c := range capped {
 			b.caps[c.Listener] = c
 		}
@@ -73,18 +71,29 @@ func NewBudget(nofile uint64, log *slog.Logger, asked ...Caps) *Budget {
 	}
 	// Smallest asks first: each gets at most an equal share of what is
 	// left, and what it does not take goes to those after it.
-	slices.SortStableFunc(capped, func(x, y Caps) int { return x.MaxConns - y.MaxConns })
+	slices.SortStableFunc(capped, func(x, y Caps) int { return cmp.Compare(x.MaxConns, y.MaxConns) })
 	for i, c := range capped {
-		share := max(free/uint64(len(capped)-i), 1)
-		if uint64(c.MaxConns) > share {
+		share := max(free/(len(capped)-i), 1)
+		if c.MaxConns > share {
 			log.Info("connection cap lowered to fit the open-file limit", "listener", c.Listener,
 				"max_connections", share, "asked", c.MaxConns, "open_file_limit", nofile, "listeners", len(capped))
-			c.MaxConns = int(share) //nolint:gosec // share is below MaxConns, an int
+			c.MaxConns = share
 		}
-		free -= min(free, uint64(c.MaxConns))
+		free -= min(free, c.MaxConns)
 		b.caps[c.Listener] = c
 	}
 	return b
+}
+
+// fits reports whether the caps together are within free.
+func fits(caps []Caps, free int) bool {
+	for _, c := range caps {
+		if c.MaxConns > free {
+			return false
+		}
+		free -= c.MaxConns
+	}
+	return true
 }
 
 // Caps are the caps in force of listener, and whether it was asked for.

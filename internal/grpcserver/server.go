@@ -80,7 +80,7 @@ const (
 	// another connection past it, and the streams over it of a client
 	// that ignores it are refused (REFUSED_STREAM). It bounds rapid resets
 	// too: grpc-go stops reading a connection while MaxStreams of its
-	// calls run, cancelled or not. 100 is the least HTTP/2 recommends
+	// calls run, canceled or not. 100 is the least HTTP/2 recommends
 	// (RFC 9113, 6.5.2); at 1 ms a check, one connection still carries
 	// 100,000 checks a second.
 	MaxStreams = 100

@@ -157,7 +157,7 @@ func (h *h2Conn) write(w func() error) {
 }
 
 // open sends the HEADERS of a new ext_authz call and no message, so the
-// call waits for a request that never comes; reset, it is cancelled at
+// call waits for a request that never comes; reset, it is canceled at
 // once (a rapid reset). It reports false once the connection is closed.
 func (h *h2Conn) open(reset bool) bool {
 	h.wmu.Lock()

@@ -118,17 +118,17 @@ func reloads(t *testing.T, p *systest.Proc, addr, policies string) {
 	t.Fatalf("policy edit not in force: RateLimit-Policy %q, want q=999", got)
 }
 
-// waitMetric waits until the series is at least min on the HTTP
+// waitMetric waits until the series is at least atLeast on the HTTP
 // endpoint's /metrics, and returns its value.
-func waitMetric(t *testing.T, addr, series string, min float64) float64 {
+func waitMetric(t *testing.T, addr, series string, atLeast float64) float64 {
 	t.Helper()
 	var v float64
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if v = metric(t, metrics(t, addr), series); v >= min {
+		if v = metric(t, metrics(t, addr), series); v >= atLeast {
 			return v
 		}
 	}
-	t.Fatalf("%s = %v, want at least %v", series, v, min)
+	t.Fatalf("%s = %v, want at least %v", series, v, atLeast)
 	return v
 }
 
@@ -159,7 +159,7 @@ func TestGRPCFloodUnderLowFileLimit(t *testing.T) {
 		}
 		held = append(held, h)
 	}
-	// Rapid reset: streams opened and cancelled in a loop, all along.
+	// Rapid reset: streams opened and canceled in a loop, all along.
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	rapid := dialH2(t, "127.0.0.5", grpcAddr)
