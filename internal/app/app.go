@@ -135,9 +135,10 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	dash.Register(srv)
 	httpCfg := cfg.HTTP
 	httpCfg.Registerer, httpCfg.Logger = reg, log
+	httpCfg.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
 	c := &checkServer{reader: reader, refunds: refunds, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
 	if cfg.GRPC.Enabled() {
-		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
+		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Budget: httpCfg.Budget, Registerer: reg, Logger: log})
 		if err != nil {
 			return nil, err
 		}

@@ -34,6 +34,8 @@ import (
 
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/connlimit"
+	"github.com/sluice-dev/sluice/internal/httpserve"
 )
 
 // Config is the gRPC endpoint's flags.
@@ -48,10 +50,53 @@ type Config struct {
 	// Domains binds rate limit service domains to the one namespace whose
 	// descriptor policies answer them.
 	Domains DomainBindings
+	// MaxConns caps the endpoint's connections open at once; a connection
+	// over the cap is closed as soon as it is accepted. 0:
+	// DefaultMaxConns; negative: no cap. It is lowered to fit the
+	// descriptor budget the endpoint shares with the HTTP one (Budget).
+	MaxConns int
+	// MaxConnsPerPeer caps the connections of one peer address, closed the
+	// same way. 0: DefaultMaxConnsPerPeer; negative: no cap.
+	MaxConnsPerPeer int
 }
 
-// BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file
-// and --grpc-default-namespace.
+// Bounds of the endpoint's clients. The HTTP endpoint has the same kinds
+// (internal/httpserve), and both listeners share one descriptor budget
+// (connlimit.Budget).
+const (
+	// DefaultMaxConns bounds the endpoint's open connections. Envoy holds
+	// few long-lived HTTP/2 connections to a gRPC service: one per worker
+	// thread (--concurrency, by default the node's cores) and check
+	// replica, and another only while MaxStreams calls are in flight on
+	// each; 1,024 serve a hundred proxies of ten workers. An idle one
+	// costs about 100 KiB (grpc-go's 32 KiB read and write buffers and
+	// three goroutines), 100 MB for all.
+	DefaultMaxConns = 1024
+	// DefaultMaxConnsPerPeer bounds one peer address's connections: a
+	// proxy pod of 64 workers may open two each.
+	DefaultMaxConnsPerPeer = 128
+	// MaxStreams bounds the calls in flight on one connection, advertised
+	// as SETTINGS_MAX_CONCURRENT_STREAMS: Envoy and gRPC clients open
+	// another connection past it, and the streams over it of a client
+	// that ignores it are refused (REFUSED_STREAM). It bounds rapid resets
+	// too: grpc-go stops reading a connection while MaxStreams of its
+	// calls run, canceled or not. 100 is the least HTTP/2 recommends
+	// (RFC 9113, 6.5.2); at 1 ms a check, one connection still carries
+	// 100,000 checks a second.
+	MaxStreams = 100
+	// HandshakeTimeout is how long a new connection has to finish TLS and
+	// send the HTTP/2 preface and SETTINGS (grpc-go's own is 120 s), as an
+	// HTTP connection has 10 s to send its first request.
+	HandshakeTimeout = 10 * time.Second
+	// IdleTimeout closes a connection without a call this long, gracefully
+	// (GOAWAY), so idle connections do not hold the caps; Envoy and gRPC
+	// clients connect again at their next call.
+	IdleTimeout = 5 * time.Minute
+)
+
+// BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file,
+// --grpc-default-namespace, --rls-domain, --grpc-max-connections and
+// --grpc-max-connections-per-peer.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "grpc-listen", "", "address of the gRPC endpoint (Envoy ext_authz v3, health, reflection); empty: off")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", "", "PEM certificate (chain) of the gRPC endpoint; with --grpc-tls-key-file it serves TLS, without plaintext")
@@ -60,6 +105,10 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	if c.Domains == nil {
 		c.Domains = DomainBindings{}
 	}
+	fs.Func("grpc-max-connections", fmt.Sprintf("most gRPC connections open at once; one more is closed at once (default %d, lowered to fit 3/4 of the open-file limit, shared with --max-connections; 0: no cap)", DefaultMaxConns),
+		connlimit.CapFlag(&c.MaxConns))
+	fs.Func("grpc-max-connections-per-peer", fmt.Sprintf("most gRPC connections of one client address (one proxy pod); one more is closed at once (default %d; 0: no cap)", DefaultMaxConnsPerPeer),
+		connlimit.CapFlag(&c.MaxConnsPerPeer))
 	fs.Var(c.Domains, "rls-domain", "DOMAIN=NAMESPACE: the namespace whose descriptor policies answer rate limit service requests of DOMAIN (repeatable, or comma-separated); requests of an unbound domain are answered OK")
 }
 
@@ -99,6 +148,24 @@ func (d DomainBindings) Set(v string) error {
 // Enabled reports whether the gRPC endpoint is to be served.
 func (c *Config) Enabled() bool { return c.Listen != "" }
 
+// Caps are the connection caps asked: the flags, with the defaults.
+func (c *Config) Caps() connlimit.Caps {
+	return connlimit.Resolve(connlimit.GRPC, c.MaxConns, c.MaxConnsPerPeer, DefaultMaxConns, DefaultMaxConnsPerPeer)
+}
+
+// Budget is the descriptor budget of a process that serves HTTP within
+// httpCfg and, when c is enabled, gRPC within c: one budget for both
+// listeners, so that neither's flood takes the descriptors of the other,
+// of Redis or of the policy files. Give it to both (httpserve.Config's
+// and Options' Budget).
+func (c *Config) Budget(httpCfg httpserve.Config, log *slog.Logger) *connlimit.Budget {
+	asked := []connlimit.Caps{httpCfg.Caps()}
+	if c.Enabled() {
+		asked = append(asked, c.Caps())
+	}
+	return connlimit.NewBudget(connlimit.OpenFileLimit(), log, asked...)
+}
+
 // Options configure a Server.
 type Options struct {
 	Checker *check.Checker
@@ -110,7 +177,14 @@ type Options struct {
 	Domains          DomainBindings
 	// TLS, when set, serves TLS.
 	TLS *tls.Config
-	// Registerer, when set, receives the gRPC request metrics.
+	// Budget holds the endpoint's connection caps (Config.Budget); nil: no
+	// caps.
+	Budget *connlimit.Budget
+	// HandshakeTimeout and IdleTimeout override the constants of those
+	// names when positive.
+	HandshakeTimeout, IdleTimeout time.Duration
+	// Registerer, when set, receives the gRPC request and connection
+	// metrics.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time
@@ -118,10 +192,12 @@ type Options struct {
 
 // Server is the gRPC endpoint.
 type Server struct {
-	opts    Options
-	grpc    *grpc.Server
-	health  *health.Server
-	metrics *metrics
+	opts        Options
+	grpc        *grpc.Server
+	health      *health.Server
+	metrics     *metrics
+	conns       connlimit.Caps
+	connMetrics *connlimit.Metrics
 }
 
 // New builds the server and registers its services.
@@ -148,10 +224,31 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	conns := connlimit.Caps{Listener: connlimit.GRPC}
+	if o.Budget != nil {
+		var ok bool
+		if conns, ok = o.Budget.Caps(connlimit.GRPC); !ok {
+			return nil, errors.New("grpcserver: the descriptor budget has no share for the gRPC listener")
+		}
+	}
+	handshake, idle := HandshakeTimeout, IdleTimeout
+	if o.HandshakeTimeout > 0 {
+		handshake = o.HandshakeTimeout
+	}
+	if o.IdleTimeout > 0 {
+		idle = o.IdleTimeout
+	}
 	serverOpts := []grpc.ServerOption{
 		// Envoy's gRPC clients may ping idle connections (connection_keepalive);
 		// the default policy (one ping per 5 min) would answer them with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}),
+		grpc.ConnectionTimeout(handshake),
+		grpc.MaxConcurrentStreams(MaxStreams),
+		// A call's HTTP/2 headers are small (Envoy's ext_authz and rate
+		// limit calls carry the request in the message); grpc-go would
+		// take 16 MiB per stream. The HTTP endpoint's header limit.
+		grpc.MaxHeaderListSize(httpserve.MaxHeaderBytes),
 		// Every call is a stream: without workers grpc-go starts a goroutine
 		// per call, whose stack then grows through the handler (morestack
 		// was the largest item of the profile). Workers keep grown stacks;
@@ -161,7 +258,8 @@ func New(o Options) (*Server, error) {
 	if o.TLS != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
-	s := &Server{opts: o, grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), metrics: newMetrics(o.Registerer)}
+	s := &Server{opts: o, grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), metrics: newMetrics(o.Registerer),
+		conns: conns, connMetrics: connlimit.NewMetrics(o.Registerer, connlimit.GRPC)}
 	// NOT_SERVING until Serve runs, and again once shutdown begins, so
 	// health-checking clients move away before the server stops.
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
@@ -192,7 +290,11 @@ const shutdownGrace = 5 * time.Second
 // ones are refused. Health is SERVING while it serves, the same as the
 // HTTP endpoint's /readyz: never tied to Redis, whose outage each
 // policy's failureMode answers.
+//
+// Connections are bounded as the HTTP endpoint's are (connlimit.Listener):
+// over a cap closed at once, accept errors retried after a pause.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = connlimit.NewListener(ln, s.conns, s.connMetrics, s.opts.Logger)
 	errc := make(chan error, 1)
 	go func() { errc <- s.grpc.Serve(ln) }()
 	s.setServing(true)
@@ -234,13 +336,21 @@ func LoadTLS(cfg *Config) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// FromConfig builds the server cfg describes (TLS, default namespace)
-// with o's Checker and the rest; it reads the certificate now, so that a
-// process with an unreadable one fails at start.
+// FromConfig builds the server cfg describes (TLS, default namespace,
+// connection caps) with o's Checker and the rest; it reads the
+// certificate now, so that a process with an unreadable one fails at
+// start. Without o.Budget, the endpoint has a descriptor budget of its own.
 func FromConfig(cfg *Config, o Options) (*Server, error) {
 	tlsCfg, err := LoadTLS(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if o.Budget == nil {
+		log := o.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		o.Budget = connlimit.NewBudget(connlimit.OpenFileLimit(), log, cfg.Caps())
 	}
 	o.TLS, o.DefaultNamespace, o.Domains = tlsCfg, cfg.DefaultNamespace, cfg.Domains
 	return New(o)

@@ -4,10 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-dev/sluice/internal/connlimit"
 )
 
 // Defaults of Config.
@@ -39,9 +40,11 @@ const (
 type Config struct {
 	// MaxConns caps the connections open at once; a connection over the
 	// cap is closed as soon as it is accepted. 0: DefaultMaxConns;
-	// negative: no cap. A cap is lowered to three quarters of the
-	// open-file limit, so that the process keeps descriptors to accept
-	// and close what is over the cap, to reach Redis and to read files.
+	// negative: no cap. A cap is lowered to fit the process's descriptor
+	// budget (connlimit.Budget: three quarters of the open-file limit,
+	// shared with the gRPC listener), so that the process keeps
+	// descriptors to accept and close what is over the cap, to reach
+	// Redis and to read files.
 	MaxConns int
 	// MaxConnsPerPeer caps the connections of one peer address, closed
 	// the same way. 0: DefaultMaxConnsPerPeer; negative: no cap.
@@ -50,6 +53,10 @@ type Config struct {
 	// its next request. 0 or less: DefaultIdleTimeout. A new connection
 	// has the read timeout (10 s) to send its first request.
 	IdleTimeout time.Duration
+	// Budget is the process's descriptor budget, which its other
+	// listeners share (connlimit.NewBudget, with Caps() among the asks);
+	// nil: this listener has the whole budget.
+	Budget *connlimit.Budget
 	// Registerer, when set, receives the connection metrics.
 	Registerer prometheus.Registerer
 	// Logger logs what the caps and accept errors do (default
@@ -60,10 +67,10 @@ type Config struct {
 // BindFlags binds the flags of the processes that serve HTTP:
 // --max-connections, --max-connections-per-peer and --idle-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
-	fs.Func("max-connections", fmt.Sprintf("most client connections open at once; one more is closed at once (default %d, lowered to 3/4 of the open-file limit; 0: no cap)", DefaultMaxConns),
-		capFlag(&c.MaxConns))
+	fs.Func("max-connections", fmt.Sprintf("most client connections open at once; one more is closed at once (default %d, lowered to fit 3/4 of the open-file limit, shared with --grpc-max-connections; 0: no cap)", DefaultMaxConns),
+		connlimit.CapFlag(&c.MaxConns))
 	fs.Func("max-connections-per-peer", fmt.Sprintf("most connections of one client address (one proxy pod); one more is closed at once (default %d; 0: no cap)", DefaultMaxConnsPerPeer),
-		capFlag(&c.MaxConnsPerPeer))
+		connlimit.CapFlag(&c.MaxConnsPerPeer))
 	c.IdleTimeout = DefaultIdleTimeout
 	fs.Func("idle-timeout", fmt.Sprintf("close a keep-alive connection idle this long (default %s; above the proxies' pool timeouts: nginx 60s, Traefik 90s)", DefaultIdleTimeout),
 		func(s string) error {
@@ -79,28 +86,10 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		})
 }
 
-// capFlag parses a cap where 0 means none (a Config's negative).
-func capFlag(p *int) func(string) error {
-	return func(s string) error {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return err
-		}
-		if n < 0 {
-			return fmt.Errorf("must be 0 (no cap) or more, got %d", n)
-		}
-		if n == 0 {
-			n = -1
-		}
-		*p = n
-		return nil
-	}
-}
-
-// limits are a Config's caps in force: 0 is no cap.
+// limits are a Config's bounds in force.
 type limits struct {
-	maxConns, perPeer int
-	idle              time.Duration
+	caps connlimit.Caps
+	idle time.Duration
 }
 
 func (c Config) logger() *slog.Logger {
@@ -110,25 +99,22 @@ func (c Config) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// resolve applies the defaults and the open-file limit (nofile, 0 when
-// unknown).
+// Caps are the caps asked: the flags, with the defaults.
+func (c Config) Caps() connlimit.Caps {
+	return connlimit.Resolve(connlimit.HTTP, c.MaxConns, c.MaxConnsPerPeer, DefaultMaxConns, DefaultMaxConnsPerPeer)
+}
+
+// resolve applies the defaults and the descriptor budget: c.Budget's
+// share, or, without one, the whole budget of the open-file limit nofile
+// (0 when unknown).
 func (c Config) resolve(nofile uint64) limits {
-	l := limits{maxConns: c.MaxConns, perPeer: c.MaxConnsPerPeer, idle: c.IdleTimeout}
-	switch {
-	case l.maxConns == 0:
-		l.maxConns = DefaultMaxConns
-	case l.maxConns < 0:
-		l.maxConns = 0
+	l := limits{idle: c.IdleTimeout}
+	ok := false
+	if c.Budget != nil {
+		l.caps, ok = c.Budget.Caps(connlimit.HTTP)
 	}
-	if fit := nofile / 4 * 3; l.maxConns > 0 && nofile > 0 && uint64(l.maxConns) > fit {
-		c.logger().Info("connection cap lowered to fit the open-file limit", "max_connections", fit, "asked", l.maxConns, "open_file_limit", nofile)
-		l.maxConns = int(max(fit, 1)) //nolint:gosec // fit is below maxConns, an int
-	}
-	switch {
-	case l.perPeer == 0:
-		l.perPeer = DefaultMaxConnsPerPeer
-	case l.perPeer < 0:
-		l.perPeer = 0
+	if !ok {
+		l.caps, _ = connlimit.NewBudget(nofile, c.logger(), c.Caps()).Caps(connlimit.HTTP)
 	}
 	if l.idle <= 0 {
 		l.idle = DefaultIdleTimeout

@@ -12,7 +12,7 @@
 // What clients may hold is bounded (Config): connections per process and
 // per peer address, the time an idle keep-alive connection stays open;
 // and running out of file descriptors pauses accepting instead of ending
-// the server (listener.go).
+// the server (internal/connlimit, which the gRPC endpoint shares).
 package httpserve
 
 import (
@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluice-dev/sluice/internal/connlimit"
 )
 
 // MaxHeaderBytes bounds a request's header section; larger ones get 431.
@@ -43,8 +45,8 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 // gracefully (up to 10 s for requests in flight). Accept errors that a
 // pause may cure (out of file descriptors) are retried, never returned.
 func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	lim := c.resolve(openFileLimit())
-	lln := newLimitListener(ln, lim, newConnMetrics(c.Registerer), c.logger())
+	lim := c.resolve(connlimit.OpenFileLimit())
+	lln := connlimit.NewListener(ln, lim.caps, connlimit.NewMetrics(c.Registerer, connlimit.HTTP), c.logger())
 	srv := newServer(h, lim.idle)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lln) }()
@@ -78,7 +80,7 @@ func newServer(h http.Handler, idle time.Duration) *fasthttp.Server {
 		ReadTimeout:  10 * time.Second,
 		IdleTimeout:  idle,
 		WriteTimeout: 10 * time.Second,
-		// The connection caps are the listener's (limitListener); the
+		// The connection caps are the listener's (connlimit.Listener); the
 		// worker pool's own (Concurrency, 256 Ki) stays above them.
 		// The read buffer is the header limit. Idle connections hand their
 		// buffers back, so thousands of pooled proxy connections do not each

@@ -85,6 +85,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{log: log, http: cfg.HTTP, listen: cfg.Listen}
 	a.http.Logger = log
+	a.http.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
 	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
 		return nil, err
@@ -149,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	dash.Register(a.Handler)
 	if cfg.GRPC.Enabled() {
-		a.GRPC, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: a.Checker, TrustedProxies: trusted, Registerer: reg, Logger: log})
+		a.GRPC, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: a.Checker, TrustedProxies: trusted, Budget: a.http.Budget, Registerer: reg, Logger: log})
 		if err != nil {
 			a.Close()
 			return nil, err

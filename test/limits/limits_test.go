@@ -1,8 +1,10 @@
 // Package limits tests what bounds a client can reach on a running
 // `manager local` (built from this tree): the process started under a low
 // open-file limit (bash's ulimit, so the test binary keeps its own) with
-// hundreds of idle connections, the connection caps per process and per
-// peer, and the in-memory store's key cap.
+// hundreds of idle connections to its HTTP or its gRPC port, HTTP/2
+// clients that open streams without end or reset them at once, the
+// connection caps per process and per peer of both listeners, and the
+// in-memory store's key cap.
 //
 //	go test ./test/limits/ -v
 package limits
@@ -51,6 +53,14 @@ spec:
 // added, and returns its address once it serves.
 func startLocal(t *testing.T, args ...string) (string, *systest.Proc) {
 	t.Helper()
+	addr, _, p := startLocalPolicies(t, args...)
+	return addr, p
+}
+
+// startLocalPolicies is startLocal that also returns the policies folder
+// the process watches.
+func startLocalPolicies(t *testing.T, args ...string) (string, string, *systest.Proc) {
+	t.Helper()
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies")
 	if err := os.Mkdir(policies, 0o755); err != nil {
@@ -64,7 +74,7 @@ func startLocal(t *testing.T, args ...string) (string, *systest.Proc) {
 		"local", "--listen", addr, "--policies", policies}, args...)
 	p := systest.Start(t, dir, "manager", nil, "bash", argv...)
 	p.WaitHTTP(t, "http://"+addr+"/healthz", 60*time.Second)
-	return addr, p
+	return addr, policies, p
 }
 
 // checkRequest is an ingress-nginx auth-url check of a request keyed

@@ -1,12 +1,12 @@
 //go:build unix
 
-package httpserve
+package connlimit
 
 import "syscall"
 
-// openFileLimit is the soft RLIMIT_NOFILE (Go raises it to the hard limit
+// OpenFileLimit is the soft RLIMIT_NOFILE (Go raises it to the hard limit
 // at start), 0 when unknown.
-func openFileLimit() uint64 {
+func OpenFileLimit() uint64 {
 	var r syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
 		return 0

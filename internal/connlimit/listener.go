@@ -1,4 +1,10 @@
-package httpserve
+// Package connlimit bounds what the clients of one process's listeners may
+// hold: connections open at once, per listener and per peer address,
+// within one budget of file descriptors that the listeners share
+// (Budget); and an accept loop that pauses, instead of failing, when
+// descriptors run out. The HTTP endpoint (internal/httpserve) and the gRPC
+// endpoint (internal/grpcserver) both serve through a Listener.
+package connlimit
 
 import (
 	"errors"
@@ -12,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// limitListener keeps a server serving when accept fails for lack of
-// resources, and caps the connections open at once, per process and per
+// Listener keeps a server serving when accept fails for lack of
+// resources, and caps the connections open at once, per listener and per
 // peer address.
 //
 // fasthttp's Serve returns on any accept error but a timeout, and the
@@ -21,14 +27,13 @@ import (
 // would stop the check endpoint. Here such errors are retried after a
 // pause, as net/http's Server.Serve does (5 ms doubling to 1 s), and the
 // caps keep the process below its open-file limit: a connection over a
-// cap is closed at once, so the proxy sees the failure at once instead of
+// cap is closed at once, so the client sees the failure at once instead of
 // waiting in the accept queue behind connections that hold every slot.
-type limitListener struct {
+type Listener struct {
 	net.Listener
-	maxConns int // 0: no cap
-	perPeer  int // 0: no cap
-	metrics  *connMetrics
-	log      *slog.Logger
+	caps    Caps
+	metrics *Metrics
+	log     *slog.Logger
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -40,7 +45,7 @@ type limitListener struct {
 	acceptLog, rejectLog rareLog
 }
 
-// Rejection reasons, the label of sluice_http_rejected_connections_total.
+// Rejection reasons, the label of sluice_<listener>_rejected_connections_total.
 const (
 	rejectMaxConns = "max_connections"
 	rejectPerPeer  = "max_connections_per_peer"
@@ -52,15 +57,16 @@ const (
 	acceptDelayLongest = time.Second
 )
 
-func newLimitListener(ln net.Listener, l limits, m *connMetrics, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, maxConns: l.maxConns, perPeer: l.perPeer, metrics: m, log: log,
+// NewListener serves ln within caps, counting in m (nil: nothing).
+func NewListener(ln net.Listener, caps Caps, m *Metrics, log *slog.Logger) *Listener {
+	return &Listener{Listener: ln, caps: caps, metrics: m, log: log,
 		done: make(chan struct{}), peers: make(map[netip.Addr]int)}
 }
 
 // Accept returns the next connection within the caps. Errors that a
 // pause may cure are retried; it returns only the listener's permanent
 // errors (closed above all).
-func (l *limitListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
@@ -71,13 +77,13 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			delay = min(max(2*delay, acceptDelayFirst), acceptDelayLongest)
 			l.metrics.acceptError()
 			if n, ok := l.acceptLog.due(); ok {
-				l.log.Warn("accept failed; retrying", "err", err, "retry_in", delay, "failures_since_last_log", n)
+				l.log.Warn("accept failed; retrying", "listener", l.caps.Listener, "err", err, "retry_in", delay, "failures_since_last_log", n)
 			}
 			select {
 			case <-time.After(delay):
 				continue
 			case <-l.done:
-				return nil, net.ErrClosed // fasthttp's Serve ends quietly on it
+				return nil, net.ErrClosed // fasthttp's and grpc-go's Serve end quietly on it
 			}
 		}
 		delay = 0
@@ -86,8 +92,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.metrics.rejected(reason) // counted before the peer can see the close
 			_ = c.Close()
 			if n, ok := l.rejectLog.due(); ok {
-				l.log.Warn("connection closed: over the cap", "reason", reason, "peer", peer.String(),
-					"max_connections", l.maxConns, "max_connections_per_peer", l.perPeer, "closed_since_last_log", n)
+				l.log.Warn("connection closed: over the cap", "listener", l.caps.Listener, "reason", reason, "peer", peer.String(),
+					"max_connections", l.caps.MaxConns, "max_connections_per_peer", l.caps.PerPeer, "closed_since_last_log", n)
 			}
 			continue
 		}
@@ -96,14 +102,14 @@ func (l *limitListener) Accept() (net.Conn, error) {
 }
 
 // admit counts a new connection of peer, or says which cap it is over.
-func (l *limitListener) admit(peer netip.Addr) string {
+func (l *Listener) admit(peer netip.Addr) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.maxConns > 0 && l.open >= l.maxConns {
+	if l.caps.MaxConns > 0 && l.open >= l.caps.MaxConns {
 		return rejectMaxConns
 	}
-	if l.perPeer > 0 && peer.IsValid() {
-		if l.peers[peer] >= l.perPeer {
+	if l.caps.PerPeer > 0 && peer.IsValid() {
+		if l.peers[peer] >= l.caps.PerPeer {
 			return rejectPerPeer
 		}
 		l.peers[peer]++
@@ -113,11 +119,11 @@ func (l *limitListener) admit(peer netip.Addr) string {
 	return ""
 }
 
-func (l *limitListener) release(peer netip.Addr) {
+func (l *Listener) release(peer netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.open--
-	if l.perPeer > 0 && peer.IsValid() {
+	if l.caps.PerPeer > 0 && peer.IsValid() {
 		if n := l.peers[peer]; n <= 1 {
 			delete(l.peers, peer)
 		} else {
@@ -128,7 +134,7 @@ func (l *limitListener) release(peer netip.Addr) {
 }
 
 // Close closes the listener and ends an Accept waiting to retry.
-func (l *limitListener) Close() error {
+func (l *Listener) Close() error {
 	l.closeOnce.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
@@ -162,7 +168,7 @@ func peerAddr(c net.Conn) netip.Addr {
 // limitConn gives its slot back when closed.
 type limitConn struct {
 	net.Conn
-	l    *limitListener
+	l    *Listener
 	peer netip.Addr
 	once sync.Once
 }
@@ -197,30 +203,33 @@ func (r *rareLog) due() (int, bool) {
 	return n, true
 }
 
-// connMetrics are the listener's Prometheus metrics; a nil *connMetrics
-// records nothing.
-type connMetrics struct {
+// Metrics are a listener's Prometheus metrics, named after it
+// (sluice_http_..., sluice_grpc_...); a nil *Metrics records nothing.
+type Metrics struct {
 	open         prometheus.Gauge
 	rejects      *prometheus.CounterVec
 	acceptErrors prometheus.Counter
 }
 
-func newConnMetrics(reg prometheus.Registerer) *connMetrics {
+// NewMetrics registers the metrics of listener (HTTP or GRPC) with reg;
+// nil when reg is nil.
+func NewMetrics(reg prometheus.Registerer, listener string) *Metrics {
 	if reg == nil {
 		return nil
 	}
-	m := &connMetrics{
+	what := endpoints[listener]
+	m := &Metrics{
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_http_open_connections",
-			Help: "Client connections of the check endpoint open now.",
+			Name: "sluice_" + listener + "_open_connections",
+			Help: "Client connections of " + what + " open now.",
 		}),
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_http_rejected_connections_total",
-			Help: "Connections closed as soon as accepted because a cap was reached (reason: max_connections, max_connections_per_peer).",
+			Name: "sluice_" + listener + "_rejected_connections_total",
+			Help: "Connections of " + what + " closed as soon as accepted because a cap was reached (reason: max_connections, max_connections_per_peer).",
 		}, []string{"reason"}),
 		acceptErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_http_accept_errors_total",
-			Help: "Accepts that failed and were retried after a pause (out of file descriptors, above all).",
+			Name: "sluice_" + listener + "_accept_errors_total",
+			Help: "Accepts of " + what + " that failed and were retried after a pause (out of file descriptors, above all).",
 		}),
 	}
 	for _, r := range []string{rejectMaxConns, rejectPerPeer} {
@@ -230,25 +239,25 @@ func newConnMetrics(reg prometheus.Registerer) *connMetrics {
 	return m
 }
 
-func (m *connMetrics) opened() {
+func (m *Metrics) opened() {
 	if m != nil {
 		m.open.Inc()
 	}
 }
 
-func (m *connMetrics) closed() {
+func (m *Metrics) closed() {
 	if m != nil {
 		m.open.Dec()
 	}
 }
 
-func (m *connMetrics) rejected(reason string) {
+func (m *Metrics) rejected(reason string) {
 	if m != nil {
 		m.rejects.WithLabelValues(reason).Inc()
 	}
 }
 
-func (m *connMetrics) acceptError() {
+func (m *Metrics) acceptError() {
 	if m != nil {
 		m.acceptErrors.Inc()
 	}

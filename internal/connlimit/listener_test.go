@@ -1,14 +1,11 @@
-package httpserve
+package connlimit
 
 import (
-	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"syscall"
@@ -50,35 +47,6 @@ func listenLoopback(t *testing.T) net.Listener {
 	return ln
 }
 
-// TestServeRetriesAcceptErrors: out of file descriptors, Serve pauses and
-// accepts again instead of returning (and ending the process).
-func TestServeRetriesAcceptErrors(t *testing.T) {
-	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
-		t.Run(errno.Error(), func(t *testing.T) {
-			ln := &failingListener{Listener: listenLoopback(t), err: acceptErr(errno), failures: 4}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- Serve(ctx, ln, http.NotFoundHandler()) }()
-			resp, _, err := tryRoundTrip(ln.Addr().String(), "GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
-			select {
-			case err := <-done:
-				t.Fatalf("Serve returned after %d accepts, %d of them failing: %v", ln.calls.Load(), ln.failures, err)
-			default:
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != http.StatusNotFound {
-				t.Fatalf("status %d", resp.StatusCode)
-			}
-			if n := ln.calls.Load(); n <= ln.failures {
-				t.Fatalf("%d accepts, want more than the %d failures", n, ln.failures)
-			}
-		})
-	}
-}
-
 // TestAcceptErrors: which errors are retried, which returned, and that a
 // listener closed while waiting to retry ends Accept.
 func TestAcceptErrors(t *testing.T) {
@@ -104,13 +72,13 @@ func TestAcceptErrors(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	ll := newLimitListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, limits{}, nil, slog.Default())
+	ll := NewListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, Caps{}, nil, slog.Default())
 	if _, err := ll.Accept(); err != boom {
 		t.Fatalf("permanent error: got %v, want %v", err, boom)
 	}
 
 	inner := &failingListener{Listener: listenLoopback(t), err: acceptErr(syscall.EMFILE), failures: -1}
-	ll = newLimitListener(inner, limits{}, nil, slog.Default())
+	ll = NewListener(inner, Caps{}, nil, slog.Default())
 	done := make(chan error, 1)
 	go func() {
 		_, err := ll.Accept()
@@ -138,13 +106,13 @@ func TestAcceptErrors(t *testing.T) {
 // dialed, whether it was admitted or closed at once.
 type capTest struct {
 	t        *testing.T
-	ll       *limitListener
+	ll       *Listener
 	accepted chan net.Conn
 	server   map[string]net.Conn // admitted, by client address
 }
 
-func newCapTest(t *testing.T, l limits, reg prometheus.Registerer) *capTest {
-	ct := &capTest{t: t, ll: newLimitListener(listenLoopback(t), l, newConnMetrics(reg), slog.Default()),
+func newCapTest(t *testing.T, caps Caps, reg prometheus.Registerer) *capTest {
+	ct := &capTest{t: t, ll: NewListener(listenLoopback(t), caps, NewMetrics(reg, HTTP), slog.Default()),
 		accepted: make(chan net.Conn, 16), server: map[string]net.Conn{}}
 	go func() {
 		for {
@@ -214,7 +182,7 @@ func (ct *capTest) serverClose(c net.Conn) {
 // is closed at once; closing an admitted one makes room.
 func TestConnectionCaps(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	ct := newCapTest(t, limits{maxConns: 3, perPeer: 2}, reg)
+	ct := newCapTest(t, Caps{Listener: HTTP, MaxConns: 3, PerPeer: 2}, reg)
 	metric := func(name, reason string) float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
@@ -265,63 +233,10 @@ func TestConnectionCaps(t *testing.T) {
 
 // TestConnectionCapsOff: with no caps, every connection is admitted.
 func TestConnectionCapsOff(t *testing.T) {
-	ct := newCapTest(t, limits{}, nil)
+	ct := newCapTest(t, Caps{}, nil)
 	for range 20 {
 		if _, ok := ct.dial("127.0.0.2"); !ok {
 			t.Fatal("connection closed with no cap")
 		}
-	}
-}
-
-// TestConfigResolve: defaults, "no cap", and the process cap lowered to
-// fit the open-file limit.
-func TestConfigResolve(t *testing.T) {
-	for _, tc := range []struct {
-		c      Config
-		nofile uint64
-		want   limits
-	}{
-		{Config{}, 0, limits{DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
-		{Config{}, 1 << 20, limits{DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
-		{Config{}, 256, limits{192, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
-		{Config{MaxConns: 100, MaxConnsPerPeer: 10, IdleTimeout: time.Second}, 256, limits{100, 10, time.Second}},
-		{Config{MaxConns: 1000}, 1024, limits{768, DefaultMaxConnsPerPeer, DefaultIdleTimeout}},
-		{Config{MaxConns: -1, MaxConnsPerPeer: -1, IdleTimeout: -time.Second}, 256, limits{0, 0, DefaultIdleTimeout}},
-	} {
-		if got := tc.c.resolve(tc.nofile); got != tc.want {
-			t.Errorf("%+v with open-file limit %d: %+v, want %+v", tc.c, tc.nofile, got, tc.want)
-		}
-	}
-}
-
-// TestIdleTimeout: an idle keep-alive connection is closed after the idle
-// timeout.
-func TestIdleTimeout(t *testing.T) {
-	ln := listenLoopback(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = Config{IdleTimeout: 200 * time.Millisecond}.Serve(ctx, ln, http.NotFoundHandler()) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.Close {
-		t.Fatal("the server closed after one request; want keep-alive")
-	}
-	// Nothing more is sent: the server must close the connection (EOF)
-	// well before this read's own deadline.
-	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
 	}
 }

@@ -1,0 +1,139 @@
+package httpserve
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/connlimit"
+)
+
+// failingListener fails its first failures accepts with err (all of them
+// when failures is negative), then accepts from the listener it wraps.
+type failingListener struct {
+	net.Listener
+	err      error
+	failures int64
+	calls    atomic.Int64
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if n := l.calls.Add(1); l.failures < 0 || n <= l.failures {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// acceptErr is the error Go's net package returns when accept(2) fails
+// with errno.
+func acceptErr(errno syscall.Errno) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// TestServeRetriesAcceptErrors: out of file descriptors, Serve pauses and
+// accepts again instead of returning (and ending the process).
+func TestServeRetriesAcceptErrors(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			ln := &failingListener{Listener: listenLoopback(t), err: acceptErr(errno), failures: 4}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- Serve(ctx, ln, http.NotFoundHandler()) }()
+			resp, _, err := tryRoundTrip(ln.Addr().String(), "GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
+			select {
+			case err := <-done:
+				t.Fatalf("Serve returned after %d accepts, %d of them failing: %v", ln.calls.Load(), ln.failures, err)
+			default:
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			if n := ln.calls.Load(); n <= ln.failures {
+				t.Fatalf("%d accepts, want more than the %d failures", n, ln.failures)
+			}
+		})
+	}
+}
+
+func lim(maxConns, perPeer int, idle time.Duration) limits {
+	return limits{caps: connlimit.Caps{Listener: connlimit.HTTP, MaxConns: maxConns, PerPeer: perPeer}, idle: idle}
+}
+
+// TestConfigResolve: defaults, "no cap", the process cap lowered to fit
+// the open-file limit, and the share of a budget with the gRPC listener.
+func TestConfigResolve(t *testing.T) {
+	shared := connlimit.NewBudget(256, slog.Default(), Config{}.Caps(), connlimit.Caps{Listener: connlimit.GRPC, MaxConns: 1024, PerPeer: 128})
+	for _, tc := range []struct {
+		c      Config
+		nofile uint64
+		want   limits
+	}{
+		{Config{}, 0, lim(DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+		{Config{}, 1 << 20, lim(DefaultMaxConns, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+		{Config{}, 256, lim(192, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+		{Config{MaxConns: 100, MaxConnsPerPeer: 10, IdleTimeout: time.Second}, 256, lim(100, 10, time.Second)},
+		{Config{MaxConns: 1000}, 1024, lim(768, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+		{Config{MaxConns: -1, MaxConnsPerPeer: -1, IdleTimeout: -time.Second}, 256, lim(0, 0, DefaultIdleTimeout)},
+		{Config{Budget: shared}, 1 << 20, lim(96, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+		// A budget without this listener: the whole budget.
+		{Config{Budget: connlimit.NewBudget(256, slog.Default())}, 256, lim(192, DefaultMaxConnsPerPeer, DefaultIdleTimeout)},
+	} {
+		if got := tc.c.resolve(tc.nofile); got != tc.want {
+			t.Errorf("%+v with open-file limit %d: %+v, want %+v", tc.c, tc.nofile, got, tc.want)
+		}
+	}
+}
+
+// TestIdleTimeout: an idle keep-alive connection is closed after the idle
+// timeout.
+func TestIdleTimeout(t *testing.T) {
+	ln := listenLoopback(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = Config{IdleTimeout: 200 * time.Millisecond}.Serve(ctx, ln, http.NotFoundHandler()) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Close {
+		t.Fatal("the server closed after one request; want keep-alive")
+	}
+	// Nothing more is sent: the server must close the connection (EOF)
+	// well before this read's own deadline.
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
+	}
+}
