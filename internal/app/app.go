@@ -104,7 +104,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// Leased policies (spec.lease) are answered from this process's leases;
 	// every other request goes to Redis exactly, through the lease store.
 	leases := lease.New(parts.store, lease.Options{})
-	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), Logger: log})
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error

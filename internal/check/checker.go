@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -42,6 +43,9 @@ type Options struct {
 	Metrics *Metrics
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Logger receives when the store becomes full and when it decides
+	// again, once each per episode (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Checker decides requests. It is safe for concurrent use.
@@ -52,6 +56,7 @@ type Checker struct {
 	breaker *breakers // one per store node (Redis Cluster master), or one
 	denials *denyCache
 	metrics *Metrics
+	full    fullLog
 	counts  counts
 	now     func() time.Time
 
@@ -79,7 +84,14 @@ func New(o Options) *Checker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now,
+		full: fullLog{log: o.Logger, full: map[string]bool{}}}
+	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
+		o.Metrics.evictions.Store(&ev)
+	}
 	c.breaker = newBreakers(o.BreakerThreshold, o.BreakerCooldown, o.Now, o.Metrics, o.Store)
 	if o.DenyCacheSize > 0 {
 		c.denials = newDenyCache(o.DenyCacheSize)
@@ -409,6 +421,7 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 		return c.storeFailed(out, &sc.route, err)
 	}
 	sc.route.success()
+	c.full.decided(&sc.route)
 	c.applyDecision(sc, out, sent)
 	return nil
 }
@@ -421,10 +434,11 @@ func (c *Checker) storeFailed(out *Outcome, r *route, err error) error {
 		return err // a programming error, not Redis being away
 	}
 	if errors.Is(err, ratelimit.ErrCapacity) {
-		// The store answered, full: the failure mode answers this
-		// check, but the store is not away, so the breaker stays
-		// closed for the keys it holds.
+		// The store answered, full (Redis out of memory): the failure
+		// mode answers this check, but the store is not away, so the
+		// breaker stays closed and counts no outage.
 		r.success()
+		c.full.began(err)
 		c.failureAnswer(out, err)
 		return nil
 	}
@@ -493,7 +507,8 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 
 // failureAnswer applies the failure modes: any enforced matching policy
 // with failureMode Closed denies; otherwise the request is allowed. A
-// full store (ratelimit.ErrCapacity) is answered the same way.
+// full store (ratelimit.ErrCapacity) is answered the same way, and
+// counted apart.
 func (c *Checker) failureAnswer(out *Outcome, err error) {
 	out.Degraded, out.StoreErr = true, err
 	out.Reason = ReasonStoreUnavailable
