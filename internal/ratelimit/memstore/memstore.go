@@ -96,7 +96,7 @@ const (
 // a state after its own expiry gives what an untouched one would.
 type item struct {
 	key        string // its key in the shard's map
-	prev, next *item  // its neighbours in the shard's list
+	prev, next *item  // its neighbors in the shard's list
 	exp        int64
 	first      limit   // most buckets hold one to three limits
 	more       []limit // the others
@@ -237,7 +237,7 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 			g++
 		}
 		if g == len(sc.bucket) {
-			sh := uint8(maphash.String(s.seed, bucket) % uint64(len(s.shards)))
+			sh := uint8(maphash.String(s.seed, bucket) % uint64(len(s.shards))) //nolint:gosec // below len(s.shards) <= maxShards
 			sc.bucket, sc.shardOf = append(sc.bucket, bucket), append(sc.shardOf, sh)
 			sc.locked = insertSorted(sc.locked, sh)
 		}
