@@ -34,8 +34,9 @@ type Limiter struct {
 	log       *slog.Logger
 	lastLog   atomic.Int64 // Unix ns of the last failure-mode log line
 
-	checker *check.Checker // in the process
-	remote  *remote        // or remotely
+	checker *check.Checker  // in the process
+	memory  *memstore.Store // its store when in memory
+	remote  *remote         // or remotely
 	closers []func() error
 }
 
@@ -122,6 +123,10 @@ func New(opts ...Option) (*Limiter, error) {
 		kind = c.stores[0]
 	}
 	switch {
+	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
+		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
+	case c.memoryMaxKeys != nil && *c.memoryMaxKeys < 0:
+		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys: %d: want 0 (no cap) or more", *c.memoryMaxKeys)
 	case kind == "WithRedis" && c.redisClient == nil:
 		return nil, errors.New("middleware: WithRedis: the client is nil")
 	case kind == "WithRedisURL" && c.redisURL == "":
@@ -137,8 +142,12 @@ func New(opts ...Option) (*Limiter, error) {
 		// Closed before the Redis store: the units it holds go back first.
 		store, l.closers = leases, append([]func() error{leases.Close}, closers...)
 	default:
-		ms := memstore.New()
-		store = ms
+		maxKeys := memstore.DefaultMaxKeys
+		if c.memoryMaxKeys != nil {
+			maxKeys = *c.memoryMaxKeys
+		}
+		ms := memstore.New(memstore.WithMaxKeys(maxKeys))
+		store, l.memory = ms, ms
 		l.closers = append(l.closers, ms.Close)
 	}
 	var metrics *check.Metrics
@@ -150,6 +159,7 @@ func New(opts ...Option) (*Limiter, error) {
 		Source:  source.NewStatic(policies...),
 		Timeout: c.storeTimeout,
 		Metrics: metrics,
+		Logger:  c.logger,
 	})
 	return l, nil
 }
@@ -297,7 +307,9 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 		})
 		return
 	}
-	if out.Degraded {
+	if out.Degraded && !errors.Is(out.StoreErr, ratelimit.ErrCapacity) {
+		// A full store is logged by the checker, once when it begins
+		// and once when it ends.
 		l.logFailure("rate-limit store unavailable; the failure mode answered", out.Allowed, out.StoreErr)
 	}
 	checkhttp.SetHeaders(w.Header(), out, time.Now())

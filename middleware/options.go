@@ -29,10 +29,12 @@ type config struct {
 	redisURL     string
 	remote       *RemoteOptions
 	storeTimeout time.Duration
-	trusted      *clientip.TrustedProxies
-	deny         DenyHandler
-	logger       *slog.Logger
-	registerer   prometheus.Registerer
+	// memoryMaxKeys is WithMemoryMaxKeys's cap; nil: the default.
+	memoryMaxKeys *int
+	trusted       *clientip.TrustedProxies
+	deny          DenyHandler
+	logger        *slog.Logger
+	registerer    prometheus.Registerer
 }
 
 // WithPolicy adds a policy named name (a DNS subdomain, as Kubernetes
@@ -62,9 +64,21 @@ func WithNamespace(namespace string) Option {
 }
 
 // WithMemoryStore keeps the counters in the process (the default): exact
-// for one process, lost on restart, and not shared between replicas.
+// for one process, lost on restart, and not shared between replicas;
+// bounded by WithMemoryMaxKeys.
 func WithMemoryStore() Option {
 	return func(c *config) { c.stores = append(c.stores, "WithMemoryStore") }
+}
+
+// WithMemoryMaxKeys caps the buckets the in-memory store holds (default
+// 1,000,000, as `manager local`'s --memory-max-keys; 0: no cap). A bucket
+// is one policy's key value, about 250 bytes with one limit. When the
+// store is full, a request that needs a bucket it does not hold evicts the
+// least recently used one, which starts afresh when its key value comes
+// back: set the cap above the number of key values active at once. It
+// applies to the in-memory store only.
+func WithMemoryMaxKeys(n int) Option {
+	return func(c *config) { c.memoryMaxKeys = &n }
 }
 
 // WithRedis keeps the counters in Redis through client: a single server,
@@ -170,7 +184,8 @@ func WithDenyHandler(h DenyHandler) Option {
 
 // WithLogger sets the logger for failures of the store or the check
 // endpoint (default slog.Default()). Failure-mode answers are logged at
-// most once a second.
+// most once a second; a full store (Redis out of memory) once when it
+// begins and once when it ends.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

@@ -43,7 +43,7 @@ func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	fs.StringVar(&trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
-	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most buckets (a key value of a policy) the in-memory store holds (about 200 B each with one limit); a check that needs a new key while it is full is answered by its policy's failureMode (0: no cap)")
+	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most buckets (a key value of a policy) the in-memory store holds (about 250 B each with one limit); when it is full, a new bucket evicts the least recently used, which starts afresh (0: no cap)")
 	cfg.HTTP.BindFlags(fs)
 	cfg.GRPC.BindFlags(fs)
 	cfg.Redis.BindFlags(fs)

@@ -113,7 +113,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// the other check processes on the table's channel, so none keeps
 	// denying a bucket a refund gave room.
 	refunds := policytable.NewRefunds(parts.client, log)
-	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), AnnounceRefunds: refunds.Announce})
+	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), AnnounceRefunds: refunds.Announce, Logger: log})
 	refunds.ForgetWith(checker)
 	reader.FollowRefunds(refunds)
 	var trusted *clientip.TrustedProxies

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type Options struct {
 	AnnounceRefunds func(keys []string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Logger receives when the store becomes full and when it decides
+	// again, once each per episode (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Checker decides requests. It is safe for concurrent use.
@@ -62,6 +66,7 @@ type Checker struct {
 	keeper   denialKeeper
 	announce func(keys []string)
 	metrics  *Metrics
+	full     fullLog
 	counts   counts
 	now      func() time.Time
 
@@ -89,7 +94,14 @@ func New(o Options) *Checker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds,
+		full: fullLog{log: o.Logger, full: map[string]bool{}}}
+	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
+		o.Metrics.evictions.Store(&ev)
+	}
 	c.breaker = newBreakers(o.BreakerThreshold, o.BreakerCooldown, o.Now, o.Metrics, o.Store)
 	if o.DenyCacheSize > 0 {
 		c.denials = newDenyCache(o.DenyCacheSize)
@@ -433,6 +445,7 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 		return c.storeFailed(out, &sc.route, err)
 	}
 	sc.route.success()
+	c.full.decided(&sc.route)
 	c.applyDecision(sc, out, sent)
 	return nil
 }
@@ -445,10 +458,11 @@ func (c *Checker) storeFailed(out *Outcome, r *route, err error) error {
 		return err // a programming error, not Redis being away
 	}
 	if errors.Is(err, ratelimit.ErrCapacity) {
-		// The store answered, full: the failure mode answers this
-		// check, but the store is not away, so the breaker stays
-		// closed for the keys it holds.
+		// The store answered, full (Redis out of memory): the failure
+		// mode answers this check, but the store is not away, so the
+		// breaker stays closed and counts no outage.
 		r.success()
+		c.full.began(err)
 		c.failureAnswer(out, err)
 		return nil
 	}
@@ -517,7 +531,8 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 
 // failureAnswer applies the failure modes: any enforced matching policy
 // with failureMode Closed denies; otherwise the request is allowed. A
-// full store (ratelimit.ErrCapacity) is answered the same way.
+// full store (ratelimit.ErrCapacity) is answered the same way, and
+// counted apart.
 func (c *Checker) failureAnswer(out *Outcome, err error) {
 	out.Degraded, out.StoreErr = true, err
 	out.Reason = ReasonStoreUnavailable

@@ -1,6 +1,8 @@
 package check
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,6 +14,9 @@ type Metrics struct {
 	storeErrors  prometheus.Counter
 	failureMode  *prometheus.CounterVec
 	storeFull    prometheus.Counter
+	// evictions reads the store's evictions when it evicts (the
+	// in-memory store; set by New).
+	evictions    atomic.Pointer[evictingStore]
 	breakerState prometheus.Gauge
 	nodeBreakers *prometheus.GaugeVec // per store node (Redis Cluster master)
 	cacheHits    prometheus.Counter
@@ -45,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"mode"}),
 		storeFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_full_total",
-			Help: "Checks answered by a failure mode because they needed a new key and the store holds its maximum (in-memory store: --memory-max-keys); also counted in sluice_failure_mode_decisions_total.",
+			Help: "Checks answered by a failure mode because the store is full: Redis refused the call for memory (OOM: maxmemory reached with nothing to evict), or a check needs more buckets than the in-memory store holds in all; also counted in sluice_failure_mode_decisions_total, not in sluice_redis_errors_total.",
 		}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",
@@ -64,6 +69,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Revision of the policy set in force.",
 		}),
 	}
-	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
+	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_evictions_total",
+		Help: "Buckets with live state the in-memory store evicted, least recently used first, to make room for new ones while it holds its maximum (--memory-max-keys); an evicted bucket starts afresh. Redis counts its own evictions (INFO stats evicted_keys).",
+	}, m.evicted)
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
 	return m
+}
+
+// evictingStore is a store that evicts state to make room (memstore).
+type evictingStore interface{ Evictions() uint64 }
+
+func (m *Metrics) evicted() float64 {
+	if ev := m.evictions.Load(); ev != nil {
+		return float64((*ev).Evictions())
+	}
+	return 0
 }

@@ -47,9 +47,9 @@ type Config struct {
 	Timeout time.Duration
 	// PollInterval is how often the folder is checked for edits.
 	PollInterval time.Duration
-	// MemoryMaxKeys caps the keys of the in-memory store (0: no cap); a
-	// check that needs a new key while it is full is answered by its
-	// policy's failureMode.
+	// MemoryMaxKeys caps the buckets of the in-memory store (0: no cap);
+	// when it is full, a check that needs a new bucket evicts the least
+	// recently used one.
 	MemoryMaxKeys int
 	// HTTP bounds the endpoint's client connections.
 	HTTP httpserve.Config
@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		// Closed before the store: the units it holds go back first.
 		a.closers = append([]func(){func() { _ = leases.Close() }}, a.closers...)
 	}
-	a.Checker = check.New(check.Options{Store: checkStore, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg)})
+	a.Checker = check.New(check.Options{Store: checkStore, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), Logger: log})
 	a.http.Registerer = reg
 
 	var trusted *clientip.TrustedProxies

@@ -116,9 +116,10 @@ type Store interface {
 var ErrInvalidRequest = errors.New("invalid request")
 
 // ErrCapacity is wrapped by the error of a store that cannot hold the state
-// a request needs (a key it does not hold yet) because it is full. The
-// store is available: its keys are still decided, and nothing of the
-// request was applied.
+// a request needs because it is full: Redis over its maxmemory with nothing
+// to evict (OOM), or a request that needs more buckets than the in-memory
+// store may hold at all. The store is available (it answered), and nothing
+// of the request was applied.
 var ErrCapacity = errors.New("store full")
 
 // Validate checks the entries: count, keys (non-empty, distinct), limits

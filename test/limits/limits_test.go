@@ -53,7 +53,7 @@ spec:
 // added, and returns its address once it serves.
 func startLocal(t *testing.T, args ...string) (string, *systest.Proc) {
 	t.Helper()
-	addr, _, p := startLocalPolicies(t, args...)
+	addr, _, p := startLocalFiles(t, nil, args...)
 	return addr, p
 }
 
@@ -61,13 +61,35 @@ func startLocal(t *testing.T, args ...string) (string, *systest.Proc) {
 // the process watches.
 func startLocalPolicies(t *testing.T, args ...string) (string, string, *systest.Proc) {
 	t.Helper()
+	return startLocalFiles(t, nil, args...)
+}
+
+// startLocalWith is startLocal with more policy files (name: text) beside
+// the per-client policy.
+func startLocalWith(t *testing.T, more map[string]string, args ...string) (string, *systest.Proc) {
+	t.Helper()
+	addr, _, p := startLocalFiles(t, more, args...)
+	return addr, p
+}
+
+// startLocalFiles runs `manager local` on a policies folder of the
+// per-client policy and more (name: text), and returns its address and the
+// folder.
+func startLocalFiles(t *testing.T, more map[string]string, args ...string) (string, string, *systest.Proc) {
+	t.Helper()
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies")
 	if err := os.Mkdir(policies, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(policies, "per-client.yaml"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
+	files := map[string]string{"per-client.yaml": policy}
+	for name, text := range more {
+		files[name] = text
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(policies, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
 	argv := append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, openFiles), manager.Path(t),
@@ -301,21 +323,45 @@ func metric(t *testing.T, page, series string) float64 {
 	return 0
 }
 
-// TestMemoryMaxKeys: with --memory-max-keys=3, a fourth client (a new key)
-// is answered by the policy's failure mode (Closed: denied, degraded, the
-// store full), while the first three are still decided by the store.
+// loginPolicy allows each X-Client value 2 logins an hour.
+const loginPolicy = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: login
+  namespace: default
+spec:
+  match: {paths: [/login]}
+  key: "{header:X-Client}"
+  limits:
+  - name: hourly
+    fixedWindow: {limit: 2, window: 1h}
+`
+
+// TestMemoryMaxKeys: with --memory-max-keys=3 reached through the
+// per-client policy, the login policy still limits a client the store has
+// not seen: the store evicts the least recently used buckets (counted)
+// instead of answering new clients by the failure mode.
 func TestMemoryMaxKeys(t *testing.T) {
-	addr, _ := startLocal(t, "--memory-max-keys=3")
+	addr, _ := startLocalWith(t, map[string]string{"login.yaml": loginPolicy}, "--memory-max-keys=3")
 	api := systest.NewCheckClient(addr, "default")
-	for _, client := range []string{"a", "b", "c"} {
-		if r := api.MustAsk(t, "/api", client); !r.Allowed || r.Degraded {
-			t.Fatalf("client %s: %+v", client, r)
+	const clients = 20
+	for i := range clients {
+		if r := api.MustAsk(t, "/api", fmt.Sprint("client-", i)); !r.Allowed || r.Degraded {
+			t.Fatalf("client %d with the store full: allowed %v degraded %v error %q; want decided by the store", i, r.Allowed, r.Degraded, r.Error)
 		}
 	}
-	if r := api.MustAsk(t, "/api", "d"); r.Allowed || !r.Degraded || !strings.Contains(r.Error, "store full") {
-		t.Fatalf("client d, store full: allowed %v degraded %v error %q; want denied by failureMode Closed, store full", r.Allowed, r.Degraded, r.Error)
+	for i, want := range []bool{true, true, false} {
+		if r := api.MustAsk(t, "/login", "newcomer"); r.Allowed != want || r.Degraded {
+			t.Fatalf("newcomer's login %d: allowed %v degraded %v error %q; want allowed %v by the store", i+1, r.Allowed, r.Degraded, r.Error, want)
+		}
 	}
-	if r := api.MustAsk(t, "/api", "a"); !r.Allowed || r.Degraded {
-		t.Fatalf("client a again: %+v", r)
+	page := metrics(t, addr)
+	// 20 buckets of the per-client policy, and the newcomer's two (one
+	// per policy), in a store of three.
+	if got := metric(t, page, "sluice_store_evictions_total"); got != clients+2-3 {
+		t.Errorf("sluice_store_evictions_total %v, want %d", got, clients+2-3)
+	}
+	if got := metric(t, page, "sluice_store_full_total"); got != 0 {
+		t.Errorf("sluice_store_full_total %v, want 0", got)
 	}
 }

@@ -54,6 +54,29 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckEvicting: every request brings a key the full store does
+// not hold, so each one evicts the least recently used bucket.
+func BenchmarkCheckEvicting(b *testing.B) {
+	const maxKeys, keys = 10_000, 100_000
+	s := memstore.New(memstore.WithMaxKeys(maxKeys))
+	b.Cleanup(func() { _ = s.Close() })
+	reqs := make([]*ratelimit.Request, keys)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprint(i), 1)
+	}
+	var dec ratelimit.Decision
+	i := 0
+	for b.Loop() {
+		if err := s.Check(context.Background(), 0, reqs[i%keys], &dec); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if s.Evictions() == 0 && i > maxKeys {
+		b.Fatal("nothing evicted")
+	}
+}
+
 func request(value string, n int) *ratelimit.Request {
 	req := &ratelimit.Request{}
 	for i := range n {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,156 +21,193 @@ func one(key string, cost int64) *ratelimit.Request {
 	return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: window, Cost: cost}}}
 }
 
-// TestMaxKeys: a full store admits no new key (ErrCapacity, nothing
-// changed) and keeps deciding the keys it holds exactly; expired keys are
-// reclaimed to make room.
-func TestMaxKeys(t *testing.T) {
-	const maxKeys = 10
+// capped is a store of at most maxKeys buckets on a simulated clock, with
+// no sweeper.
+func capped(t *testing.T, maxKeys int) (*memstore.Store, *ratelimittest.Clock) {
+	t.Helper()
 	clock := ratelimittest.FutureClock()
 	clock.AlignTo(time.Second)
 	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(maxKeys))
 	t.Cleanup(func() { _ = s.Close() })
-	ctx := context.Background()
+	return s, clock
+}
+
+// expect checks req and fails t unless it is decided allowed (or not)
+// with remaining left on its first entry.
+func expect(t *testing.T, s *memstore.Store, what string, req *ratelimit.Request, allowed bool, remaining int64) {
+	t.Helper()
 	var dec ratelimit.Decision
+	if err := s.Check(context.Background(), 0, req, &dec); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if dec.Allowed != allowed || dec.Results[0].Remaining != remaining {
+		t.Fatalf("%s: allowed %v with %d left, want %v with %d", what, dec.Allowed, dec.Results[0].Remaining, allowed, remaining)
+	}
+}
+
+// TestMaxKeysEvictsLeastRecentlyUsed: a full store takes a new key by
+// evicting the bucket used least recently, which starts afresh when it
+// comes back; a bucket in use, denied requests included, survives.
+func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
+	const maxKeys = 10
+	s, _ := capped(t, maxKeys)
 	for i := range maxKeys {
-		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed {
-			t.Fatalf("key %d of %d: %v, allowed %v", i+1, maxKeys, err, dec.Allowed)
+		expect(t, s, fmt.Sprint("k", i, " first use"), one(fmt.Sprint("k", i), 1), true, 1)
+	}
+	// k0, the oldest, is used again: allowed to 0, then denied. A denial
+	// is a use too: a client denied again and again keeps its bucket.
+	expect(t, s, "k0 second use", one("k0", 1), true, 0)
+	expect(t, s, "k0 third use", one("k0", 1), false, 0)
+
+	// Nine new keys evict k1..k9, the least recently used, in order.
+	for i := range maxKeys - 1 {
+		expect(t, s, fmt.Sprint("new key n", i), one(fmt.Sprint("n", i), 1), true, 1)
+		if got, want := s.Evictions(), uint64(i+1); got != want {
+			t.Fatalf("after new key n%d: %d evictions, want %d", i, got, want)
+		}
+		if s.Len() != maxKeys {
+			t.Fatalf("after new key n%d: %d keys held, want %d", i, s.Len(), maxKeys)
 		}
 	}
-	err := s.Check(ctx, 0, one("new", 1), &dec)
-	if !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("key %d: %v, want ErrCapacity", maxKeys+1, err)
+	expect(t, s, "k0 after nine new keys", one("k0", 1), false, 0)
+	// k1 was evicted: it starts afresh (1 left after this use, not 0),
+	// and takes the room of n0, now the least recently used.
+	expect(t, s, "k1 after its eviction", one("k1", 1), true, 1)
+	expect(t, s, "n1, held", one("n1", 1), true, 0)
+	expect(t, s, "n0, evicted by k1", one("n0", 1), true, 1)
+	if s.Evictions() != maxKeys+1 || s.Len() != maxKeys {
+		t.Fatalf("%d evictions, %d keys held; want %d, %d", s.Evictions(), s.Len(), maxKeys+1, maxKeys)
 	}
-	if s.Len() != maxKeys {
-		t.Fatalf("the store holds %d keys, want %d", s.Len(), maxKeys)
+}
+
+// TestMaxKeysKeepsTheCallsBuckets: a call never evicts a bucket it uses,
+// even the least recently used one, and one that needs more buckets than
+// the store may hold is refused (ErrCapacity) having changed nothing.
+func TestMaxKeysKeepsTheCallsBuckets(t *testing.T) {
+	s, _ := capped(t, 2)
+	expect(t, s, "a", one("a", 1), true, 1)
+	expect(t, s, "b", one("b", 1), true, 1)
+	// a is the least recently used; this call uses it and a new key c.
+	both := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "a", Limit: window, Cost: 1}, {Key: "c", Limit: window, Cost: 1}}}
+	expect(t, s, "a with a new key", both, true, 0)
+	expect(t, s, "a afterwards", one("a", 1), false, 0)
+	expect(t, s, "c afterwards", one("c", 1), true, 0)
+	if s.Evictions() != 1 {
+		t.Fatalf("%d evictions, want 1 (b)", s.Evictions())
 	}
 
-	// The keys held are decided exactly: one more each, then denied.
-	for i := range maxKeys {
-		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 {
-			t.Fatalf("held key %d, second use: %v, %+v; want allowed with 0 left", i, err, dec)
-		}
-		if err := s.Check(ctx, 0, one(fmt.Sprint("k", i), 1), &dec); err != nil || dec.Allowed {
-			t.Fatalf("held key %d, third use: %v, %+v; want denied", i, err, dec)
-		}
+	var dec ratelimit.Decision
+	three := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "a", Limit: window}, {Key: "d", Limit: window, Cost: 1}, {Key: "e", Limit: window, Cost: 1}}}
+	if err := s.Check(context.Background(), 0, three, &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a call of three buckets in a store of two: %v, want ErrCapacity", err)
 	}
+	if s.Len() != 2 || s.Evictions() != 1 {
+		t.Fatalf("after the refused call: %d keys, %d evictions; want 2, 1", s.Len(), s.Evictions())
+	}
+	expect(t, s, "a after the refused call", one("a", 0), true, 0)
+	expect(t, s, "c after the refused call", one("c", 0), true, 0)
+}
 
-	// What needs no new key is answered: a dry run, cost 0, a denial.
+// TestMaxKeysOnlyWritesTakeRoom: what writes no new bucket evicts
+// nothing (a dry run, cost 0, a denial), and a bucket whose state expired
+// is reclaimed, not counted as an eviction.
+func TestMaxKeysOnlyWritesTakeRoom(t *testing.T) {
+	s, clock := capped(t, 1)
+	expect(t, s, "held", one("held", 1), true, 1)
 	for name, req := range map[string]*ratelimit.Request{
 		"dry run": {Entries: one("new", 1).Entries, DryRun: true},
 		"cost 0":  one("new", 0),
 		"denied":  one("new", 3), // over the capacity: never admitted
 	} {
-		if err := s.Check(ctx, 0, req, &dec); err != nil {
-			t.Errorf("%s on a new key: %v", name, err)
+		var dec ratelimit.Decision
+		if err := s.Check(context.Background(), 0, req, &dec); err != nil {
+			t.Fatalf("%s on a new key: %v", name, err)
 		}
 	}
-
-	// All or nothing: a held key with a new one changes neither.
-	both := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k0", Limit: window, Cost: 0}, {Key: "new", Limit: window, Cost: 1}}}
-	if err := s.Check(ctx, 0, both, &dec); !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("held and new key: %v, want ErrCapacity", err)
+	if s.Evictions() != 0 {
+		t.Fatalf("%d evictions by calls that write nothing", s.Evictions())
 	}
-	if s.Len() != maxKeys {
-		t.Fatalf("the store holds %d keys, want %d", s.Len(), maxKeys)
-	}
+	expect(t, s, "held, still", one("held", 1), true, 0)
 
-	// Once the held keys expire, a new key takes the room of one of them.
 	clock.Advance(time.Second)
-	if err := s.Check(ctx, 0, one("new", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
-		t.Fatalf("new key after the others expired: %v, %+v", err, dec)
-	}
-	if s.Len() != 1 {
-		t.Fatalf("the store holds %d keys after reclaiming, want 1", s.Len())
-	}
-	for i := range maxKeys - 1 {
-		if err := s.Check(ctx, 0, one(fmt.Sprint("again", i), 1), &dec); err != nil {
-			t.Fatalf("key %d after reclaiming: %v", i+2, err)
-		}
-	}
-	if err := s.Check(ctx, 0, one("over", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("key %d after reclaiming: %v, want ErrCapacity", maxKeys+1, err)
+	expect(t, s, "new key once held expired", one("new", 1), true, 1)
+	if s.Evictions() != 0 || s.Len() != 1 {
+		t.Fatalf("%d evictions, %d keys; want an expired bucket reclaimed, not evicted", s.Evictions(), s.Len())
 	}
 }
 
 // TestMaxKeysCountsBuckets: the cap counts buckets, one per (policy, key
-// value), whatever the number of its limits: a full store still takes a
-// limit of a bucket it holds, and no limit of another.
+// value), whatever the number of its limits: a full store takes a new
+// limit of a bucket it holds without evicting, and evicts a whole bucket,
+// every limit of it, for another.
 func TestMaxKeysCountsBuckets(t *testing.T) {
-	clock := ratelimittest.FutureClock()
-	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(2))
-	t.Cleanup(func() { _ = s.Close() })
-	ctx := context.Background()
-	three := func(value string, limits ...string) *ratelimit.Request {
+	s, _ := capped(t, 2)
+	limits := func(value string, cost int64, names ...string) *ratelimit.Request {
 		req := &ratelimit.Request{}
-		for _, l := range limits {
-			req.Entries = append(req.Entries, ratelimit.Entry{Key: ratelimit.Key("ns", "p", value, l), Limit: window, Cost: 1})
+		for _, l := range names {
+			req.Entries = append(req.Entries, ratelimit.Entry{Key: ratelimit.Key("ns", "p", value, l), Limit: window, Cost: cost})
 		}
 		return req
 	}
-	var dec ratelimit.Decision
-	for _, v := range []string{"a", "b"} {
-		if err := s.Check(ctx, 0, three(v, "x", "y", "z"), &dec); err != nil || !dec.Allowed {
-			t.Fatalf("bucket %s: %v, %+v", v, err, dec)
-		}
-	}
+	expect(t, s, "bucket a", limits("a", 1, "x", "y", "z"), true, 1)
+	expect(t, s, "bucket b", limits("b", 1, "x", "y", "z"), true, 1)
 	if s.Len() != 2 {
 		t.Fatalf("two buckets of three limits held as %d", s.Len())
 	}
-	if err := s.Check(ctx, 0, three("a", "w"), &dec); err != nil || !dec.Allowed {
-		t.Fatalf("a new limit of a held bucket: %v, %+v", err, dec)
+	expect(t, s, "a new limit of bucket a", limits("a", 1, "w"), true, 1)
+	if s.Evictions() != 0 {
+		t.Fatalf("a new limit of a held bucket evicted %d", s.Evictions())
 	}
-	if err := s.Check(ctx, 0, three("c", "x"), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
-		t.Fatalf("a third bucket: %v, want ErrCapacity", err)
+	expect(t, s, "bucket c", limits("c", 1, "x"), true, 1)
+	if s.Evictions() != 1 || s.Len() != 2 {
+		t.Fatalf("%d evictions, %d buckets; want 1, 2", s.Evictions(), s.Len())
 	}
-	if err := s.Check(ctx, 0, three("a", "x", "y", "z", "w"), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 0 || dec.Results[3].Remaining != 0 {
-		t.Fatalf("the held bucket's limits: %v, %+v", err, dec)
+	var dec ratelimit.Decision
+	if err := s.Check(context.Background(), 0, limits("a", 0, "x", "y", "z", "w"), &dec); err != nil {
+		t.Fatal(err)
 	}
+	for i, r := range dec.Results {
+		if r.Remaining != 1 {
+			t.Fatalf("bucket a's limit %d: %d left, want 1 (kept)", i, r.Remaining)
+		}
+	}
+	expect(t, s, "bucket b, evicted whole", limits("b", 0, "x", "y", "z"), true, 2)
 }
 
 // TestMaxKeysExpiredKeyReused: an expired key the store still holds is
 // used again without needing room.
 func TestMaxKeysExpiredKeyReused(t *testing.T) {
-	clock := ratelimittest.FutureClock()
-	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(1))
-	t.Cleanup(func() { _ = s.Close() })
-	var dec ratelimit.Decision
-	if err := s.Check(context.Background(), 0, one("a", 1), &dec); err != nil {
-		t.Fatal(err)
-	}
+	s, clock := capped(t, 1)
+	expect(t, s, "a", one("a", 1), true, 1)
 	clock.Advance(2 * time.Second)
-	if err := s.Check(context.Background(), 0, one("a", 1), &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 1 {
-		t.Fatalf("expired key used again: %v, %+v", err, dec)
+	expect(t, s, "a, expired", one("a", 1), true, 1)
+	if s.Evictions() != 0 {
+		t.Fatalf("%d evictions", s.Evictions())
 	}
 }
 
-// TestMaxKeysConcurrent: distinct keys added concurrently fill the store
-// to exactly its cap.
+// TestMaxKeysConcurrent: distinct keys added concurrently, over several
+// shards, are all decided, and the store ends holding exactly its cap.
 func TestMaxKeysConcurrent(t *testing.T) {
-	const maxKeys, workers, each = 500, 8, 200
+	const maxKeys, workers, each = 20_000, 8, 4_000
 	s := memstore.New(memstore.WithMaxKeys(maxKeys), memstore.WithSweepInterval(0))
 	t.Cleanup(func() { _ = s.Close() })
 	l := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Capacity: 10, Rate: 1, Interval: time.Hour}
-	var admitted, full atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			var dec ratelimit.Decision
 			for i := range each {
 				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint(w, "/", i), Limit: l, Cost: 1}}}
-				switch err := s.Check(context.Background(), 0, &req, &dec); {
-				case err == nil && dec.Allowed:
-					admitted.Add(1)
-				case errors.Is(err, ratelimit.ErrCapacity):
-					full.Add(1)
-				default:
+				if err := s.Check(context.Background(), 0, &req, &dec); err != nil || !dec.Allowed || dec.Results[0].Remaining != 9 {
 					t.Errorf("key %d/%d: %v, %+v", w, i, err, dec)
+					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if admitted.Load() != maxKeys || full.Load() != workers*each-maxKeys || s.Len() != maxKeys {
-		t.Fatalf("admitted %d, full %d, held %d; want %d, %d, %d", admitted.Load(), full.Load(), s.Len(), maxKeys, workers*each-maxKeys, maxKeys)
+	if s.Len() != maxKeys || s.Evictions() != workers*each-maxKeys {
+		t.Fatalf("held %d, evicted %d; want %d, %d", s.Len(), s.Evictions(), maxKeys, workers*each-maxKeys)
 	}
 }

@@ -1,7 +1,8 @@
 // Package memstore is an in-process ratelimit.Store built on the model:
 // exact for one process, safe for concurrent use, with memory bounded by
 // the buckets whose state is still live (a sweeper drops expired state)
-// and, optionally, by a cap on those buckets (WithMaxKeys). Like the Redis
+// and, optionally, by a cap on those buckets (WithMaxKeys), beyond which
+// the least recently used are evicted. Like the Redis
 // store it keeps one bucket per (policy, key value) (ratelimit.SplitKey),
 // holding the state of each of its limits, which expires with the
 // longest-lived of them.
@@ -11,10 +12,8 @@ package memstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,37 +23,44 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
 )
 
-// numShards splits the key space so unrelated keys rarely contend.
-const numShards = 64
+// maxShards split the key space so unrelated keys rarely contend.
+const maxShards = 64
+
+// minShardKeys is the fewest buckets a shard of a capped store may hold:
+// a capped store has fewer shards than maxShards when its cap is below
+// maxShards*minShardKeys, and one below 2*minShardKeys. Each shard
+// evicts its own least recently used bucket: exactly the store's with one
+// shard, and close to it when shards are this large.
+const minShardKeys = 4096
+
+// shardsFor returns how many shards a store capped at maxKeys has.
+func shardsFor(maxKeys int64) int {
+	if maxKeys <= 0 {
+		return maxShards
+	}
+	return int(min(max(maxKeys/minShardKeys, 1), maxShards))
+}
 
 // DefaultSweepInterval is how often expired state is removed.
 const DefaultSweepInterval = 10 * time.Second
 
-// DefaultMaxKeys is the cap `manager local` puts on the buckets it holds:
-// about 200 MB at about 200 bytes per bucket of one limit (a bucket of
-// three takes about 360).
+// DefaultMaxKeys is the cap `manager local` and the middleware put on the
+// buckets the store holds: about 250 MB at about 250 bytes per bucket of
+// one limit (a bucket of three takes about 400).
 const DefaultMaxKeys = 1_000_000
-
-// reclaimEvery is the least time between two sweeps of one shard to make
-// room for new buckets while the store is full: a store full of live
-// buckets does not scan its shards for every request that brings a new one.
-const reclaimEvery = 100 * time.Millisecond
 
 // Store is the in-memory Store. A call locks the shards of all its buckets
 // in ascending shard order (so calls never deadlock), reads the clock, then
 // evaluates and commits every entry under those locks: the call is atomic
 // with respect to every bucket it touches.
 type Store struct {
-	shards [numShards]shard
+	shards []shard
 	seed   maphash.Seed
 	now    func() time.Time
 	sweep  time.Duration
 
-	// keys counts the buckets the maps hold, expired or not; a new bucket
-	// is counted before it is added, so maxKeys is never exceeded.
-	keys    atomic.Int64
-	maxKeys int64 // 0: no cap
-	errFull error
+	maxKeys   int64 // 0: no cap; else the sum of the shards' max
+	evictions atomic.Uint64
 
 	scratch   sync.Pool
 	stop      chan struct{}
@@ -65,15 +71,15 @@ type Store struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*item
+	// max is the most buckets m may hold (0: no cap).
+	max int
+	// head and tail end the list of m's items through their prev and
+	// next, most recently used first: a full shard evicts its tail.
+	head, tail *item
 	// peak is the most keys m has held since it was last rebuilt. A Go map
 	// never shrinks, so after a spike of distinct keys has expired, Sweep
 	// moves the survivors into a new map and the memory goes back.
 	peak int
-	// minExp is at most the earliest expiry in m (µs; MaxInt64 when
-	// empty): before it, the shard has nothing to reclaim.
-	minExp int64
-	// swept is when the shard was last swept (µs).
-	swept int64
 }
 
 // shrinkBelow: a shard whose map holds fewer than 1/shrinkRatio of its peak
@@ -89,9 +95,11 @@ const (
 // goes, also when the limit is no longer used (renamed, removed): reading
 // a state after its own expiry gives what an untouched one would.
 type item struct {
-	exp   int64
-	first limit   // most buckets hold one to three limits
-	more  []limit // the others
+	key        string // its key in the shard's map
+	prev, next *item  // its neighbors in the shard's list
+	exp        int64
+	first      limit   // most buckets hold one to three limits
+	more       []limit // the others
 }
 
 // limit is one limit's state in its bucket.
@@ -136,10 +144,13 @@ func WithSweepInterval(d time.Duration) Option { return func(s *Store) { s.sweep
 
 // WithMaxKeys caps the buckets the store holds (0 or less: no cap, the
 // default): a bucket is one (policy, key value), whatever the number of its
-// limits (see ratelimit.SplitKey). When it holds n buckets and expired
-// ones cannot be reclaimed, a request that needs a bucket it does not hold
-// gets an error wrapping ratelimit.ErrCapacity and changes nothing;
-// requests on the buckets it holds are decided as always.
+// limits (see ratelimit.SplitKey). A request that writes a bucket the full
+// store does not hold first evicts the least recently used bucket of that
+// bucket's shard (see minShardKeys); a request uses its buckets whether it
+// is allowed or denied, and an evicted bucket starts afresh, as a key
+// Redis evicted does. A request that needs more buckets of one shard than
+// it may hold gets an error wrapping ratelimit.ErrCapacity and changes
+// nothing.
 func WithMaxKeys(n int) Option { return func(s *Store) { s.maxKeys = int64(max(n, 0)) } }
 
 // New returns a Store and starts its sweeper; Close stops it.
@@ -148,11 +159,19 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	n := shardsFor(s.maxKeys)
+	s.shards = make([]shard, n)
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*item)
-		s.shards[i].minExp = math.MaxInt64
+		sh := &s.shards[i]
+		sh.m = make(map[string]*item)
+		if s.maxKeys > 0 {
+			// The shards' caps add up to the store's.
+			sh.max = int(s.maxKeys / int64(n))
+			if int64(i) < s.maxKeys%int64(n) {
+				sh.max++
+			}
+		}
 	}
-	s.errFull = fmt.Errorf("memstore: %w: it holds %d keys, its maximum", ratelimit.ErrCapacity, s.maxKeys)
 	s.scratch.New = func() any { return new(scratch) }
 	if s.sweep > 0 {
 		go s.sweeper()
@@ -218,7 +237,7 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 			g++
 		}
 		if g == len(sc.bucket) {
-			sh := uint8(maphash.String(s.seed, bucket) % numShards)
+			sh := uint8(maphash.String(s.seed, bucket) % uint64(len(s.shards))) //nolint:gosec // below len(s.shards) <= maxShards
 			sc.bucket, sc.shardOf = append(sc.bucket, bucket), append(sc.shardOf, sh)
 			sc.locked = insertSorted(sc.locked, sh)
 		}
@@ -226,23 +245,14 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 	}
 	sc.items = grow(sc.items, len(sc.bucket))
 	err := s.check(req, dec, sc)
-	if errors.Is(err, errNoRoom) && s.reclaim() {
-		err = s.check(req, dec, sc) // decided again: time and state may have moved
-	}
 	clear(sc.items) // drop references held by the pool
 	clear(sc.bucket)
 	clear(sc.field)
-	if errors.Is(err, errNoRoom) {
-		return s.errFull
-	}
 	return err
 }
 
-// errNoRoom: the request needs new buckets and the store holds its maximum.
-var errNoRoom = errors.New("no room")
-
 // check evaluates and commits req under the locks of its shards, or
-// returns errNoRoom having changed nothing.
+// returns an error wrapping ratelimit.ErrCapacity having changed nothing.
 func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scratch) error {
 	for _, i := range sc.locked {
 		s.shards[i].mu.Lock()
@@ -255,7 +265,12 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 
 	now := s.now().UnixMicro()
 	for g, b := range sc.bucket {
-		sc.items[g] = s.shards[sc.shardOf[g]].m[b]
+		sh := &s.shards[sc.shardOf[g]]
+		it := sh.m[b]
+		if it != nil {
+			sh.touch(it) // used, whether the call allows, denies or only reads
+		}
+		sc.items[g] = it
 	}
 	for i := range req.Entries {
 		var st *model.State
@@ -272,19 +287,10 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		}
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
-	if !req.DryRun {
-		var added int64
-		for g := range sc.bucket {
-			if sc.items[g] == nil && s.writes(req, dec.Allowed, sc, g) {
-				added++
-			}
-		}
-		if added > 0 {
-			if total := s.keys.Add(added); s.maxKeys > 0 && total > s.maxKeys {
-				s.keys.Add(-added)
-				clear(sc.nexts)
-				return errNoRoom
-			}
+	if !req.DryRun && s.maxKeys > 0 {
+		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {
+			clear(sc.nexts)
+			return err
 		}
 	}
 	dec.Results = dec.Results[:0]
@@ -318,15 +324,102 @@ func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
 
+// makeRoom evicts, from each shard of the call, as many least recently
+// used buckets as the call's new buckets need. The call's own buckets,
+// just used, are at the front of their shards' lists and never evicted:
+// when they alone would exceed a shard's cap, it returns an error
+// wrapping ratelimit.ErrCapacity having evicted nothing.
+//
+// State that must outlive idleness (units held in flight, bans) must
+// never be evicted: a bucket holding such state is to leave its shard's
+// list while it holds it, so that the tail is always evictable and
+// eviction stays O(1) per bucket.
+func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now int64) error {
+	news := false
+	for g := range sc.bucket {
+		if sc.items[g] == nil && s.writes(req, allowed, sc, g) {
+			news = true
+			break
+		}
+	}
+	if !news {
+		return nil // the common case: every bucket written is held
+	}
+	var need, held [maxShards]int
+	for g := range sc.bucket {
+		switch {
+		case sc.items[g] != nil:
+			held[sc.shardOf[g]]++
+		case s.writes(req, allowed, sc, g):
+			need[sc.shardOf[g]]++
+		}
+	}
+	for _, i := range sc.locked {
+		if sh := &s.shards[i]; need[i] > 0 && need[i]+held[i] > sh.max {
+			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d)",
+				ratelimit.ErrCapacity, need[i]+held[i], sh.max, s.maxKeys)
+		}
+	}
+	for _, i := range sc.locked {
+		sh := &s.shards[i]
+		for len(sh.m)+need[i] > sh.max {
+			s.evict(sh, sh.tail, now)
+		}
+	}
+	return nil
+}
+
+// evict removes it from sh, locked, counting it when its state was live.
+func (s *Store) evict(sh *shard, it *item, now int64) {
+	sh.unlink(it)
+	delete(sh.m, it.key)
+	if now < it.exp {
+		s.evictions.Add(1)
+	}
+}
+
+// touch moves it to the front of sh's list: the most recently used.
+func (sh *shard) touch(it *item) {
+	if sh.head != it {
+		sh.unlink(it)
+		sh.pushFront(it)
+	}
+}
+
+func (sh *shard) pushFront(it *item) {
+	it.prev, it.next = nil, sh.head
+	if sh.head != nil {
+		sh.head.prev = it
+	} else {
+		sh.tail = it
+	}
+	sh.head = it
+}
+
+func (sh *shard) unlink(it *item) {
+	if it.prev != nil {
+		it.prev.next = it.next
+	} else {
+		sh.head = it.next
+	}
+	if it.next != nil {
+		it.next.prev = it.prev
+	} else {
+		sh.tail = it.prev
+	}
+	it.prev, it.next = nil, nil
+}
+
 // commit stores a limit's state in bucket g, whose expiry moves to exp
-// if that is later; a new bucket was counted in s.keys already.
+// if that is later; room for a new bucket was made already.
 func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int64) {
 	shard := &s.shards[sc.shardOf[g]]
 	it := sc.items[g]
 	if it == nil {
-		it = &item{exp: exp, first: limit{field: field, st: st}}
+		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, st: st}}
 		sc.items[g] = it
-		shard.m[sc.bucket[g]] = it
+		shard.m[it.key] = it
+		shard.pushFront(it)
 		if len(shard.m) > shard.peak {
 			shard.peak = len(shard.m)
 		}
@@ -334,23 +427,6 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
 	}
-	shard.minExp = min(shard.minExp, it.exp)
-}
-
-// reclaim sweeps the shards that may hold expired buckets and were not
-// swept in the last reclaimEvery, and reports whether it removed any.
-func (s *Store) reclaim() bool {
-	removed := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		now := s.now().UnixMicro()
-		if now >= sh.minExp && now-sh.swept >= reclaimEvery.Microseconds() {
-			removed += s.sweepLocked(sh, now)
-		}
-		sh.mu.Unlock()
-	}
-	return removed > 0
 }
 
 // insertSorted adds v to the ascending set s.
@@ -368,8 +444,8 @@ func insertSorted(s []uint8, v uint8) []uint8 {
 	return s
 }
 
-// Len returns how many buckets hold state, expired or not (until swept):
-// the buckets WithMaxKeys caps.
+// Len returns how many buckets hold state, expired or not (until swept or
+// evicted): the buckets WithMaxKeys caps.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
@@ -380,6 +456,14 @@ func (s *Store) Len() int {
 	}
 	return n
 }
+
+// MaxKeys returns the most buckets the store holds (0: no cap).
+func (s *Store) MaxKeys() int { return int(s.maxKeys) }
+
+// Evictions returns how many buckets with live state the store has
+// evicted to make room (WithMaxKeys) since New. A bucket whose state had
+// expired is reclaimed, not counted.
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Sweep removes every expired state now and returns how many it removed.
 func (s *Store) Sweep() int {
@@ -396,17 +480,13 @@ func (s *Store) Sweep() int {
 // sweepLocked removes sh's expired state; sh is locked.
 func (s *Store) sweepLocked(sh *shard, now int64) int {
 	removed := 0
-	minExp := int64(math.MaxInt64)
 	for k, it := range sh.m {
 		if now >= it.exp {
+			sh.unlink(it)
 			delete(sh.m, k)
 			removed++
-		} else {
-			minExp = min(minExp, it.exp)
 		}
 	}
-	sh.minExp, sh.swept = minExp, now
-	s.keys.Add(int64(-removed))
 	if sh.peak >= shrinkMinPeak && len(sh.m)*shrinkRatio < sh.peak {
 		m := make(map[string]*item, len(sh.m))
 		for k, it := range sh.m {

@@ -62,6 +62,14 @@ func needsLoad(err error) bool {
 	return strings.HasPrefix(msg, "NOSCRIPT") || strings.Contains(msg, "Function not found")
 }
 
+// outOfMemory: the server is over its maxmemory with nothing it may evict
+// (maxmemory-policy noeviction, or volatile-* with no key to evict) and
+// refused the command before it changed anything: FCALL before it
+// starts, a script (EVALSHA) at its first write.
+func outOfMemory(err error) bool {
+	return strings.HasPrefix(serverError(err), "OOM ")
+}
+
 // unknownCommand: the server has no FCALL/FUNCTION (Redis < 7, or a proxy
 // that does not pass them); the command did not run.
 func unknownCommand(err error) bool {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // command is one library invocation (FCALL or EVALSHA) carrying one or
@@ -118,6 +120,11 @@ func (s *Store) execNode(ctx context.Context, pipe redis.Pipeliner, cmds []*comm
 		}
 	}
 	for _, m := range cmds {
+		if outOfMemory(m.err) {
+			// Redis answers: full, not away (the checker answers by the
+			// failure mode without counting an outage).
+			m.err = fmt.Errorf("%w: %w", ratelimit.ErrCapacity, m.err)
+		}
 		m.deliver()
 	}
 	for _, m := range cmds {
