@@ -240,12 +240,11 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 	}
 	lr := tightestOfPart(out, part)
 	if lr == nil {
-		// No figures for this part (a remembered denial of another part
-		// answered without Redis), but its policies' limits still apply:
-		// a status without current_limit would say none does.
-		if best := matchedLimit(out, part); best != nil && fillLimit(&pa.limit, best) {
-			status.CurrentLimit = &pa.limit
-		}
+		// No figures: no policy limits the part, or another part's
+		// denial was answered from the cache of denials, which read
+		// nothing from the store. Its limit with a remaining 0 would be
+		// false (nothing was charged to it), and Envoy would send that
+		// 0 on to the client.
 		return status
 	}
 	if fillLimit(&pa.limit, lr) {
@@ -315,25 +314,6 @@ func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
 			}
 		case lr.Remaining < best.Remaining:
 			best = lr
-		}
-	}
-	return best
-}
-
-// matchedLimit is the smallest limit of the enforced policies the part
-// matched (nil when it matched none), for a part without figures.
-func matchedLimit(out *check.Outcome, part int) *check.LimitResult {
-	var best *check.LimitResult
-	for i := range out.Policies {
-		pr := &out.Policies[i]
-		if pr.Part != part || pr.MissingKey || pr.Policy.Shadow {
-			continue
-		}
-		for j := range pr.Policy.Limits {
-			l := &pr.Policy.Limits[j]
-			if best == nil || l.Limit.Capacity < best.Limit.Limit.Capacity {
-				best = &check.LimitResult{Policy: pr.Policy, Limit: l}
-			}
 		}
 	}
 	return best

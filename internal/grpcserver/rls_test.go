@@ -260,3 +260,47 @@ func TestDomainBindingsFlag(t *testing.T) {
 		}
 	}
 }
+
+// A denial the deny cache answers has figures only for the limit that
+// denied: the other descriptor, charged nothing and not read from the
+// store, reports no limit rather than a remaining 0 it does not have
+// (Envoy would turn that into an "X-RateLimit-Remaining: 0" header).
+// When the store decides the denial, it reports its real remaining.
+func TestRLSCachedDenialReportsNoFiguresForOtherDescriptors(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
+	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		rlsDescriptor("remote_address", "10.0.0.1"), rlsDescriptor("generic_key", "login")}}
+	for range 2 {
+		e.shouldRateLimit(t, both)
+	}
+	cacheHits := func() float64 { return testutil.ToFloat64(counterOf(t, e.reg, "sluice_deny_cache_hits_total", nil)) }
+	byStore := e.shouldRateLimit(t, both)
+	client, login := byStore.GetStatuses()[0], byStore.GetStatuses()[1]
+	if byStore.GetOverallCode() != rlsOver || client.GetCode() != rlsOK || client.GetLimitRemaining() != 8 || client.GetCurrentLimit().GetRequestsPerUnit() != 10 {
+		t.Fatalf("denied by the store: %v; want OVER_LIMIT, the client's descriptor OK with 8 of 10 left", byStore)
+	}
+	if login.GetCode() != rlsOver || login.GetLimitRemaining() != 0 || login.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Fatalf("login's status %v, want OVER_LIMIT, 0 of 2 left", login)
+	}
+	if n := cacheHits(); n != 0 {
+		t.Fatalf("%v deny cache hits before the cached denial", n)
+	}
+	fromCache := e.shouldRateLimit(t, both)
+	if n := cacheHits(); n != 1 {
+		t.Fatalf("%v deny cache hits, want 1: the store answered", n)
+	}
+	client, login = fromCache.GetStatuses()[0], fromCache.GetStatuses()[1]
+	if fromCache.GetOverallCode() != rlsOver || login.GetCode() != rlsOver || login.GetCurrentLimit().GetRequestsPerUnit() != 2 || login.GetLimitRemaining() != 0 {
+		t.Fatalf("denied from the cache: %v; want OVER_LIMIT by login's 2 an hour", fromCache)
+	}
+	if client.GetCode() != rlsOK || client.GetCurrentLimit() != nil || client.GetLimitRemaining() != 0 || client.GetDurationUntilReset() != nil {
+		t.Errorf("the client's descriptor in a cached denial: %v; want OK without figures (nothing was read from the store)", client)
+	}
+	// Its bucket was not charged: 8 left before, 7 after this one.
+	alone := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: both.Descriptors[:1]})
+	if r := alone.GetStatuses()[0].GetLimitRemaining(); r != 7 {
+		t.Errorf("client's remaining %d, want 7", r)
+	}
+}
