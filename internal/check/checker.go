@@ -129,6 +129,10 @@ type Part struct {
 	// matches; 0 then checks the limits without counting.
 	Cost    int64
 	CostSet bool
+	// Policies, when set, decide the part instead of the namespace's
+	// policies that match it (the limit an Envoy descriptor carries,
+	// which replaces them as it does in envoyproxy/ratelimit).
+	Policies []*policy.Policy
 }
 
 // Reason says why a request was answered the way it was.
@@ -229,7 +233,7 @@ func (c *Checker) currentSet() *policy.Set {
 		if c.seenSet != nil && c.denials != nil {
 			c.denials.clear() // limits changed: old denials may no longer hold
 		}
-		c.counts.byPtr.Clear() // the old set's limits are gone
+		c.counts.forgetLimits() // the old set's limits are gone
 
 		c.seenSet, c.seenRevision = set, set.Revision
 		if c.metrics != nil {
@@ -310,7 +314,11 @@ func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
 	for i := range parts {
 		part := &parts[i]
 		sc.eval.Reset(part.Request)
-		for _, p := range candidates {
+		policies := candidates
+		if part.Policies != nil {
+			policies = part.Policies
+		}
+		for _, p := range policies {
 			matched, werr := sc.eval.Match(p)
 			if werr != nil {
 				matched = true // an expression's error never bypasses a limit
@@ -468,7 +476,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		if e.Shadow {
 			continue
 		}
-		d, ok := c.denials.lookup(e.Key, e.Cost, now)
+		d, ok := c.denials.lookup(e.Key, e.Cost, e.Limit, now)
 		if !ok {
 			continue
 		}
@@ -554,7 +562,7 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 			if c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
 				// The store decided at an instant after sent: counting the
 				// retry time from sent can only end the cached denial early.
-				c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, reset: sent.Add(r.Reset)}, sent)
+				c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset)}, sent)
 			}
 			continue
 		}

@@ -150,3 +150,54 @@ func TestReportsChargedAlwaysReachTheStore(t *testing.T) {
 		t.Fatalf("check of cost 0 once the debt is refilled: denied, want allowed")
 	}
 }
+
+// A part's own policies decide it instead of the namespace's that match
+// it, in the same all-or-nothing call as the other parts.
+func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	own := func(n int64) Part {
+		p := descriptor("route", "login")
+		limit, err := policy.DescriptorLimit("ns", "hour", time.Hour, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Policies = []*policy.Policy{limit}
+		return p
+	}
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for i := range 4 {
+		out := check(own(3), descriptor("client", "a"))
+		if want := i < 3; out.Allowed != want {
+			t.Fatalf("request %d: allowed %v, want %v (3 an hour replace the route policy's 1)", i, out.Allowed, want)
+		}
+		for _, pr := range out.Policies {
+			if pr.Part == 0 && pr.Policy.Name != policy.DescriptorLimitPolicy {
+				t.Fatalf("part 0 matched %s, want only its own limit", pr.Policy.Name)
+			}
+		}
+	}
+	// The denied request charged the client nothing: 10 - 3 - this one.
+	if out := check(descriptor("client", "a")); out.Limits[0].Remaining != 6 {
+		t.Errorf("client: %d remaining, want 6", out.Limits[0].Remaining)
+	}
+	// The denial of 3 an hour is cached; the same bucket with 5 an hour
+	// is not denied by it: the store counts 3 of 5.
+	if out := check(own(3)); out.Allowed || !out.Limits[0].Cached {
+		t.Fatalf("3 an hour again: allowed %v, cached %v; want denied from the cache", out.Allowed, out.Limits[0].Cached)
+	}
+	if out := check(own(5)); !out.Allowed || out.Limits[0].Remaining != 1 {
+		t.Errorf("5 an hour on the same bucket: allowed %v, %d remaining; want allowed, 1 (3 counted + this one)", out.Allowed, out.Limits[0].Remaining)
+	}
+}

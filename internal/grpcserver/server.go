@@ -48,10 +48,13 @@ type Config struct {
 	// Domains binds rate limit service domains to the one namespace whose
 	// descriptor policies answer them.
 	Domains DomainBindings
+	// DescriptorLimits honours the limit a rate limit service descriptor
+	// carries, as envoyproxy/ratelimit does (BindFlags: default on).
+	DescriptorLimits bool
 }
 
-// BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file
-// and --grpc-default-namespace.
+// BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file,
+// --grpc-default-namespace, --rls-descriptor-limits and --rls-domain.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "grpc-listen", "", "address of the gRPC endpoint (Envoy ext_authz v3, health, reflection); empty: off")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", "", "PEM certificate (chain) of the gRPC endpoint; with --grpc-tls-key-file it serves TLS, without plaintext")
@@ -60,6 +63,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	if c.Domains == nil {
 		c.Domains = DomainBindings{}
 	}
+	fs.BoolVar(&c.DescriptorLimits, "rls-descriptor-limits", true, "honour the limit a rate limit service descriptor carries (RateLimitDescriptor.limit, from the route or dynamic metadata) in a bound domain, as envoyproxy/ratelimit does: it replaces the namespace's policies for that descriptor; false: ignore it")
 	fs.Var(c.Domains, "rls-domain", "DOMAIN=NAMESPACE: the namespace whose descriptor policies answer rate limit service requests of DOMAIN (repeatable, or comma-separated); requests of an unbound domain are answered OK")
 }
 
@@ -108,6 +112,9 @@ type Options struct {
 	// DefaultNamespace and Domains: see Config.
 	DefaultNamespace string
 	Domains          DomainBindings
+	// IgnoreDescriptorLimits answers descriptors as if they carried no
+	// limit of their own (Config.DescriptorLimits off).
+	IgnoreDescriptorLimits bool
 	// TLS, when set, serves TLS.
 	TLS *tls.Config
 	// Registerer, when set, receives the gRPC request metrics.
@@ -243,6 +250,7 @@ func FromConfig(cfg *Config, o Options) (*Server, error) {
 		return nil, err
 	}
 	o.TLS, o.DefaultNamespace, o.Domains = tlsCfg, cfg.DefaultNamespace, cfg.Domains
+	o.IgnoreDescriptorLimits = !cfg.DescriptorLimits
 	return New(o)
 }
 
