@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 )
 
@@ -199,5 +200,68 @@ func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
 	}
 	if out := check(own(5)); !out.Allowed || out.Limits[0].Remaining != 1 {
 		t.Errorf("5 an hour on the same bucket: allowed %v, %d remaining; want allowed, 1 (3 counted + this one)", out.Allowed, out.Limits[0].Remaining)
+	}
+}
+
+// A part's own limit of 0 denies a request of any cost before the store
+// is asked, charging the other parts nothing; a check of cost 0 passes.
+// Both report 0 remaining and the end of the window on the clock.
+func TestPartLimitOfZero(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000+600, 0)} // 10 minutes into an hour
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	zero, err := policy.DescriptorLimit("ns", "hour", time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := func(cost int64) Part {
+		p := withCost(descriptor("route", "login"), cost)
+		p.Policies = []*policy.Policy{zero}
+		return p
+	}
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	zeroFigures := func(name string, lr LimitResult, allowed bool) {
+		t.Helper()
+		want := ratelimit.Result{Allowed: allowed, Reset: 50 * time.Minute}
+		if !allowed {
+			want.RetryAfter = ratelimit.Never
+		}
+		if lr.Policy != zero || lr.Part != 0 || lr.Result != want {
+			t.Errorf("%s: limit of 0 reported %s part %d %+v, want part 0 %+v", name, lr.Policy, lr.Part, lr.Result, want)
+		}
+	}
+
+	out := check(blocked(1), descriptor("client", "a"))
+	if out.Allowed || out.Reason != ReasonLimited || out.RetryAfter != ratelimit.Never || out.Decider != zero || len(out.Limits) != 1 || out.Tightest != 0 {
+		t.Fatalf("cost 1: allowed %v, %s, retry %v, decider %s, %d limits, tightest %d; want denied by the limit of 0 alone, never to retry", out.Allowed, out.Reason, out.RetryAfter, out.Decider, len(out.Limits), out.Tightest)
+	}
+	zeroFigures("cost 1", out.Limits[0], false)
+
+	out = check(blocked(0), descriptor("client", "a"))
+	if !out.Allowed || out.Reason != ReasonAllowed || len(out.Limits) != 2 || out.Tightest != 0 || out.Limits[1].Remaining != 9 {
+		t.Fatalf("cost 0: allowed %v, %s, limits %+v, tightest %d; want allowed, the client charged its first (9 of 10 left)", out.Allowed, out.Reason, out.Limits, out.Tightest)
+	}
+	zeroFigures("cost 0", out.Limits[0], true)
+	if out := check(blocked(0)); !out.Allowed || out.Reason != ReasonAllowed || len(out.Limits) != 1 {
+		t.Errorf("cost 0 alone: allowed %v, %s, %d limits; want allowed by the limit of 0", out.Allowed, out.Reason, len(out.Limits))
+	}
+
+	// Beside a denial the cache of denials answers, the answer reports
+	// the cached denial.
+	check(descriptor("route", "x"))
+	check(descriptor("route", "x"))
+	out = check(blocked(0), descriptor("route", "x"))
+	if out.Allowed || len(out.Limits) != 2 || !out.Limits[1].Cached || out.Tightest != 1 {
+		t.Errorf("beside a cached denial: allowed %v, limits %+v, tightest %d; want denied, reporting the cached denial", out.Allowed, out.Limits, out.Tightest)
 	}
 }

@@ -248,15 +248,13 @@ func (r *rls) ownLimitsOf(namespace string) ownLimits {
 // namespace's, from the limit it carries, as envoyproxy/ratelimit applies
 // it (policy.DescriptorLimit): requests_per_unit per unit (times
 // unit_multiplier, which Envoy sends from 1.35 on), in a window aligned to
-// the clock. A number above the engine's bound counts as the bound.
+// the clock. A number above the engine's bound counts as the bound; 0
+// denies every request that counts, as the peer answers it.
 func (r *rls) ownLimit(namespace string, at int, o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) ([]*policy.Policy, error) {
 	unit := ratelimitv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	u, ok := ownUnits[unit]
 	if !ok {
 		return nil, fmt.Errorf("descriptors[%d].limit.unit: %d is no unit; want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", at, o.GetUnit())
-	}
-	if o.GetRequestsPerUnit() == 0 {
-		return nil, fmt.Errorf("descriptors[%d].limit.requests_per_unit: 0; want at least 1", at)
 	}
 	multiplier := uint32(1)
 	if m := o.GetUnitMultiplier(); m != nil {

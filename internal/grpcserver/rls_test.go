@@ -393,7 +393,6 @@ func TestRLSDescriptorOwnLimitRefusesWhatItCannotRead(t *testing.T) {
 	}{
 		"unknown unit":         {withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_UNKNOWN), "descriptors[1].limit.unit: 0 is no unit"},
 		"unit out of range":    {withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit(8)), "descriptors[1].limit.unit: 8 is no unit"},
-		"no requests":          {withLimit(rlsDescriptor("k", "v"), 0, typev3.RateLimitUnit_SECOND), "descriptors[1].limit.requests_per_unit: 0"},
 		"multiplier 0":         {withMultiplier(withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_SECOND), 0), "descriptors[1].limit.unit_multiplier: 0"},
 		"multiplier past 366d": {withMultiplier(withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_YEAR), 2), "descriptors[1].limit.unit_multiplier: 2"},
 	} {
@@ -424,4 +423,88 @@ func TestRLSDescriptorOwnLimitMultiplier(t *testing.T) {
 func withMultiplier(d *ratelimitcommonv3.RateLimitDescriptor, m uint32) *ratelimitcommonv3.RateLimitDescriptor {
 	d.Limit.UnitMultiplier = wrapperspb.UInt32(m)
 	return d
+}
+
+// A descriptor's own limit of 0 denies every request that counts, as
+// envoyproxy/ratelimit does: OVER_LIMIT with its limit (0 a minute), 0
+// remaining and the rest of the minute until reset, without asking the
+// store and charging the request's other descriptors nothing. A check of
+// nothing (hits_addend 0) is OK with the same figures, as the peer
+// answers it while its window has counted nothing.
+func TestRLSDescriptorOwnLimitOfZeroDenies(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	client := func() *ratelimitcommonv3.RateLimitDescriptor { return rlsDescriptor("remote_address", "10.0.0.1") }
+	blocked := func() *ratelimitcommonv3.RateLimitDescriptor {
+		return withLimit(rlsDescriptor("generic_key", "blocked"), 0, typev3.RateLimitUnit_MINUTE)
+	}
+	checkOnly := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return d
+	}
+	// ask sends the descriptors and checks the last one's figures: 0 a
+	// minute, 0 remaining, reset at the end of the minute by the clock.
+	ask := func(name string, ds ...*ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+		t.Helper()
+		before := time.Now()
+		resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+		after := time.Now()
+		st := resp.GetStatuses()[len(ds)-1]
+		if cl := st.GetCurrentLimit(); cl == nil || cl.GetRequestsPerUnit() != 0 || cl.GetUnit() != ratelimitv3.RateLimitResponse_RateLimit_MINUTE || st.GetLimitRemaining() != 0 {
+			t.Errorf("%s: status %v, want 0 per MINUTE with 0 remaining", name, st)
+		}
+		d := st.GetDurationUntilReset().AsDuration()
+		if end := after.Add(d).Truncate(time.Minute); d <= 0 || d > time.Minute || end.Before(before.Add(d-time.Microsecond)) {
+			t.Errorf("%s: duration_until_reset %v between %s and %s, want the rest of the minute", name, d, before.Format(time.StampMicro), after.Format(time.StampMicro))
+		}
+		return resp
+	}
+	storeCalls := func() uint64 {
+		t.Helper()
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_redis_duration_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no sluice_redis_duration_seconds")
+		return 0
+	}
+
+	calls := storeCalls()
+	for i := range 2 {
+		resp := ask(fmt.Sprintf("denial %d", i+1), client(), blocked())
+		if got, want := fmt.Sprint(codesOf(resp)), fmt.Sprint([]ratelimitv3.RateLimitResponse_Code{rlsOver, rlsOK, rlsOver}); got != want {
+			t.Errorf("denial %d: codes (overall, client, blocked) %s, want %s", i+1, got, want)
+		}
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 0 {
+			t.Errorf("denial %d: the client's status %v, want no figures (nothing was read or charged)", i+1, st)
+		}
+	}
+	if n := storeCalls() - calls; n != 0 {
+		t.Errorf("%d store calls for requests a limit of 0 denies, want none", n)
+	}
+	if n := testutil.ToFloat64(counterOf(t, e.reg, "sluice_decisions_total", map[string]string{"namespace": "ns", "policy": policy.DescriptorLimitPolicy, "limit": "minute", "result": "denied"})); n != 2 {
+		t.Errorf("%v denials counted for @descriptor-limit/minute, want 2", n)
+	}
+	// The denials charged the client nothing: 10, less this request.
+	alone := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{client()}})
+	if r := alone.GetStatuses()[0].GetLimitRemaining(); r != 9 {
+		t.Errorf("client's remaining %d after two denials, want 9", r)
+	}
+
+	calls = storeCalls()
+	if resp := ask("a check of nothing", checkOnly(blocked())); resp.GetOverallCode() != rlsOK {
+		t.Errorf("a check of nothing: %v, want OK", codesOf(resp))
+	}
+	if n := storeCalls() - calls; n != 0 {
+		t.Errorf("%d store calls for a check of nothing against a limit of 0, want none", n)
+	}
+	// Beside a descriptor that counts, the check of nothing lets it count.
+	if resp := ask("a check of nothing beside the client", client(), checkOnly(blocked())); resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetLimitRemaining() != 8 {
+		t.Errorf("a check of nothing beside the client: %v, want OK with the client's 8 remaining", resp)
+	}
 }

@@ -45,21 +45,29 @@ var domainDescriptorKey = func() keyTemplate {
 // one count, as they share the peer's key. unit names the limit (a DNS
 // label such as "minute") and window is its length.
 //
+// requestsPerUnit 0 is a limit that admits nothing (Limit.AdmitsNothing),
+// as the peer denies every request of such a descriptor.
+//
 // The policy matches every descriptor: the caller decides which
 // descriptors it answers, instead of the namespace's policies.
 func DescriptorLimit(namespace, unit string, window time.Duration, requestsPerUnit int64) (*Policy, error) {
-	spec := ratelimitv1alpha1.RateLimitPolicySpec{Limits: []ratelimitv1alpha1.Limit{{
-		Name: ratelimitv1alpha1.LimitName(unit),
-		FixedWindow: &ratelimitv1alpha1.WindowLimit{
-			Limit:     ratelimitv1alpha1.Count(requestsPerUnit),
-			Window:    ratelimitv1alpha1.Duration(window.String()),
-			Alignment: ratelimitv1alpha1.WindowAlignmentClock,
-		},
-	}}}
+	w := &ratelimitv1alpha1.WindowLimit{
+		// The engine counts from 1: a limit of 0 compiles as 1, then is
+		// emptied below.
+		Limit:     ratelimitv1alpha1.Count(max(requestsPerUnit, 1)),
+		Window:    ratelimitv1alpha1.Duration(window.String()),
+		Alignment: ratelimitv1alpha1.WindowAlignmentClock,
+	}
+	spec := ratelimitv1alpha1.RateLimitPolicySpec{Limits: []ratelimitv1alpha1.Limit{{Name: ratelimitv1alpha1.LimitName(unit), FixedWindow: w}}}
 	p := newPolicy(namespace, DescriptorLimitPolicy, &spec)
 	limits, summary, errs := compileLimits(spec.Limits, p.Cost, field.NewPath("descriptor"))
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
+	}
+	if requestsPerUnit == 0 {
+		w.Limit = 0
+		limits[0].Limit.Capacity = 0
+		summary = unit + "=" + fixedWindowSummary(w)
 	}
 	for i := range limits {
 		limits[i].Window = quotaWindow(limits[i].Limit)

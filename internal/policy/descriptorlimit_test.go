@@ -69,7 +69,19 @@ func TestDescriptorLimit(t *testing.T) {
 	if ok, _ := e.Match(p); ok {
 		t.Error("a descriptor limit matches an HTTP request")
 	}
-	if _, err := DescriptorLimit("ns", "minute", time.Minute, 0); err == nil || !strings.Contains(err.Error(), "fixedWindow.limit: Invalid value: 0") {
-		t.Errorf("0 requests per unit: %v, want an error naming the field", err)
+	// 0 requests per unit: a limit that admits nothing, in the same
+	// bucket as any other number.
+	zero, err := DescriptorLimit("ns", "minute", time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := &zero.Limits[0]; !l.AdmitsNothing() || l.Limit.Capacity != 0 || l.Limit.Interval != time.Minute || l.Window != time.Minute || zero.Summary != "minute=fixedWindow(0/1m0s,clock)" {
+		t.Errorf("0 a minute: %+v, summary %q", zero.Limits, zero.Summary)
+	}
+	if p.Limits[0].AdmitsNothing() {
+		t.Error("2 a minute admits nothing")
+	}
+	if k := keyOf(zero, desc("edge", "a", "1", "b", "2")); k != base {
+		t.Errorf("0 requests per unit keys another bucket: %q, %q", k, base)
 	}
 }
