@@ -11,6 +11,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
@@ -33,17 +34,20 @@ spec:
 `
 
 // limited is one descriptor of key and value carrying its own limit of
-// perUnit per unit (perUnit 0: none).
+// perUnit per unit (unit UNKNOWN: none); checkOnly sends it with
+// hits_addend 0, a check that counts nothing.
 type limited struct {
 	key, value string
 	perUnit    uint32
 	unit       typev3.RateLimitUnit
+	checkOnly  bool
 }
 
 // TestDescriptorLimitsAsEnvoyRatelimit sends envoyproxy/ratelimit's
 // service_cmd and `manager local`, each on a redis-server of its own, the
 // same requests whose descriptors carry their own limit
-// (RateLimitDescriptor.limit): every answer's codes must agree, and so
+// (RateLimitDescriptor.limit), 0 among them, and one sent with hits_addend
+// 0 (a check that counts nothing): every answer's codes must agree, and so
 // must every descriptor's limit (requests per unit, unit), its remaining
 // units and its time until reset (to the second), except the remaining of
 // a descriptor that did not deny in a denied request (the peer reports
@@ -82,12 +86,16 @@ func TestDescriptorLimitsAsEnvoyRatelimit(t *testing.T) {
 		descriptors []limited
 		want        string
 	}{
-		{"2 a minute on a descriptor the configuration lacks", []limited{{"generic_key", "unconfigured", 2, typev3.RateLimitUnit_MINUTE}}, "oox"},
-		{"4 a minute in place of the configured 2", []limited{{"configured", "a", 4, typev3.RateLimitUnit_MINUTE}}, "oooox"},
-		{"the configured 2 without a limit of its own", []limited{{"configured", "b", 0, 0}}, "oox"},
-		{"1 a minute for one descriptor of two", []limited{{"generic_key", "pair", 1, typev3.RateLimitUnit_MINUTE}, {"configured", "c", 0, 0}}, "oxx"},
-		{"the other one alone", []limited{{"configured", "c", 0, 0}}, "ox"},
-		{"5 an hour", []limited{{"generic_key", "hourly", 5, typev3.RateLimitUnit_HOUR}}, "ooooox"},
+		{"2 a minute on a descriptor the configuration lacks", []limited{{"generic_key", "unconfigured", 2, typev3.RateLimitUnit_MINUTE, false}}, "oox"},
+		{"4 a minute in place of the configured 2", []limited{{"configured", "a", 4, typev3.RateLimitUnit_MINUTE, false}}, "oooox"},
+		{"the configured 2 without a limit of its own", []limited{{"configured", "b", 0, 0, false}}, "oox"},
+		{"1 a minute for one descriptor of two", []limited{{"generic_key", "pair", 1, typev3.RateLimitUnit_MINUTE, false}, {"configured", "c", 0, 0, false}}, "oxx"},
+		{"the other one alone", []limited{{"configured", "c", 0, 0, false}}, "ox"},
+		{"5 an hour", []limited{{"generic_key", "hourly", 5, typev3.RateLimitUnit_HOUR, false}}, "ooooox"},
+		{"0 a minute", []limited{{"generic_key", "blocked", 0, typev3.RateLimitUnit_MINUTE, false}}, "xx"},
+		{"0 a minute beside the configured 2", []limited{{"configured", "d", 0, 0, false}, {"generic_key", "blocked", 0, typev3.RateLimitUnit_MINUTE, false}}, "xx"},
+		{"the configured one alone, charged nothing", []limited{{"configured", "d", 0, 0, false}}, "oox"},
+		{"a check of nothing against 0 a minute", []limited{{"generic_key", "unused", 0, typev3.RateLimitUnit_MINUTE, true}}, "oo"},
 	}
 	// Minute windows start on the minute for both: keep the steps in one.
 	if s := time.Now().Second(); s > 40 {
@@ -98,8 +106,11 @@ func TestDescriptorLimitsAsEnvoyRatelimit(t *testing.T) {
 		req := &ratelimitv3.RateLimitRequest{Domain: "edge"}
 		for _, d := range st.descriptors {
 			rd := &commonv3.RateLimitDescriptor{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: d.key, Value: d.value}}}
-			if d.perUnit > 0 {
+			if d.unit != typev3.RateLimitUnit_UNKNOWN {
 				rd.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: d.perUnit, Unit: d.unit}
+			}
+			if d.checkOnly {
+				rd.HitsAddend = wrapperspb.UInt64(0)
 			}
 			req.Descriptors = append(req.Descriptors, rd)
 		}
