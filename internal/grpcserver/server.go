@@ -48,7 +48,7 @@ type Config struct {
 	// Domains binds rate limit service domains to the one namespace whose
 	// descriptor policies answer them.
 	Domains DomainBindings
-	// DescriptorLimits honours the limit a rate limit service descriptor
+	// DescriptorLimits honors the limit a rate limit service descriptor
 	// carries, as envoyproxy/ratelimit does (BindFlags: default on).
 	DescriptorLimits bool
 }
@@ -63,7 +63,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	if c.Domains == nil {
 		c.Domains = DomainBindings{}
 	}
-	fs.BoolVar(&c.DescriptorLimits, "rls-descriptor-limits", true, "honour the limit a rate limit service descriptor carries (RateLimitDescriptor.limit, from the route or dynamic metadata) in a bound domain, as envoyproxy/ratelimit does: it replaces the namespace's policies for that descriptor; false: ignore it")
+	fs.BoolVar(&c.DescriptorLimits, "rls-descriptor-limits", true, "honor the limit a rate limit service descriptor carries (RateLimitDescriptor.limit, from the route or dynamic metadata) in a bound domain, as envoyproxy/ratelimit does: it replaces the namespace's policies for that descriptor; false: ignore it")
 	fs.Var(c.Domains, "rls-domain", "DOMAIN=NAMESPACE: the namespace whose descriptor policies answer rate limit service requests of DOMAIN (repeatable, or comma-separated); requests of an unbound domain are answered OK")
 }
 
