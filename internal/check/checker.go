@@ -155,6 +155,10 @@ type Part struct {
 	// matches; 0 then checks the limits without counting.
 	Cost    int64
 	CostSet bool
+	// Policies, when set, decide the part instead of the namespace's
+	// policies that match it (the limit an Envoy descriptor carries,
+	// which replaces them as it does in envoyproxy/ratelimit).
+	Policies []*policy.Policy
 }
 
 // Reason says why a request was answered the way it was.
@@ -229,7 +233,9 @@ type scratch struct {
 	dec  ratelimit.Decision
 	// uses are the limits checked, in order: one per entry, except that
 	// parts whose keys coincide share one entry (with their costs added).
-	uses  []use
+	uses []use
+	// zeros are the limits of 0 met, which have no entry (decideZeros).
+	zeros []zeroUse
 	one   [1]*policy.Policy
 	parts [1]Part
 	route route    // the breakers the store call passes
@@ -256,7 +262,7 @@ func (c *Checker) currentSet() *policy.Set {
 		if c.seenSet != nil && c.denials != nil {
 			c.denials.clear() // limits changed: old denials may no longer hold
 		}
-		c.counts.byPtr.Clear() // the old set's limits are gone
+		c.counts.forgetLimits() // the old set's limits are gone
 
 		c.seenSet, c.seenRevision = set, set.Revision
 		if c.metrics != nil {
@@ -293,6 +299,12 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
 	}
+	if len(sc.zeros) > 0 && !in.Refund { // a limit of 0 has nothing to give back
+		out.Reason = ReasonAllowed
+		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
+			return nil
+		}
+	}
 	if len(sc.req.Entries) == 0 {
 		return nil
 	}
@@ -324,6 +336,8 @@ func (sc *scratch) reset(in Input) {
 	sc.req.Entries = sc.req.Entries[:0]
 	sc.req.DryRun, sc.req.Refund = in.DryRun, in.Refund
 	sc.uses = sc.uses[:0]
+	clear(sc.zeros)
+	sc.zeros = sc.zeros[:0]
 }
 
 // gather records the candidates that match each part of in, and their
@@ -337,7 +351,11 @@ func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
 	for i := range parts {
 		part := &parts[i]
 		sc.eval.Reset(part.Request)
-		for _, p := range candidates {
+		policies := candidates
+		if part.Policies != nil {
+			policies = part.Policies
+		}
+		for _, p := range policies {
 			matched, werr := sc.eval.Match(p)
 			if werr != nil {
 				matched = true // an expression's error never bypasses a limit
@@ -375,9 +393,18 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 	}
 	before := len(sc.req.Entries)
 	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
-	for l := 0; before+l < len(sc.req.Entries); l++ {
-		sc.uses = append(sc.uses, use{entry: before + l, owner: owner, limit: l})
+	kept := before
+	for l, e := range sc.req.Entries[before:] {
+		if p.Limits[l].AdmitsNothing() { // no bucket: not for the store
+			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost})
+			continue
+		}
+		sc.req.Entries[kept] = e
+		sc.uses = append(sc.uses, use{entry: kept, owner: owner, limit: l})
+		kept++
 	}
+	clear(sc.req.Entries[kept:])
+	sc.req.Entries = sc.req.Entries[:kept]
 	if shared {
 		sc.mergeSharedKeys(before)
 	}
@@ -506,7 +533,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		if e.Shadow {
 			continue
 		}
-		d, ok := c.denials.lookup(e.Key, e.Cost, now)
+		d, ok := c.denials.lookup(e.Key, e.Cost, e.Limit, now)
 		if !ok {
 			continue
 		}
@@ -517,7 +544,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Cached: true,
 			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now)}})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
-		out.Tightest = 0
+		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
 		c.counts.add(p, l, ResultCachedDenied)
 		if c.metrics != nil {
@@ -565,43 +592,48 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
-		pr := &out.Policies[u.owner]
-		p := pr.Policy
-		l := &p.Limits[u.limit]
-		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Result: r})
-		result := ResultAllowed
-		switch {
-		case !r.Allowed && e.Shadow:
-			result = ResultShadowDenied
-		case !r.Allowed:
-			result = ResultDenied
-		}
-		if !sc.req.DryRun {
-			c.counts.add(p, l, result)
-			if c.metrics != nil {
-				c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
-			}
-		}
-		if e.Shadow {
-			continue
-		}
-		if !r.Allowed {
-			if r.RetryAfter >= out.RetryAfter {
-				out.RetryAfter = r.RetryAfter
-				out.Tightest, out.Decider = len(out.Limits)-1, p
-			}
-			if c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
-				// The store decided at an instant after sent: counting the
-				// retry time from sent can only end the cached denial early.
-				c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, reset: sent.Add(r.Reset)}, sent)
-			}
-			continue
-		}
-		if out.Allowed && (out.Tightest < 0 || r.Remaining < out.Limits[out.Tightest].Remaining) {
-			out.Tightest, out.Decider = len(out.Limits)-1, p
+		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.DryRun)
+		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
+			// The store decided at an instant after sent: counting the
+			// retry time from sent can only end the cached denial early.
+			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset)}, sent)
 		}
 	}
 	if out.Allowed {
 		out.RetryAfter = 0
+	}
+}
+
+// addLimit records limit of the matching policy owner, decided r, in out
+// and in the counts (unless a dry run), and makes it the limit the answer
+// reports when it is the tightest so far: on a denial the enforced limit
+// that waits longest, otherwise the one with the fewest remaining.
+func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelimit.Result, dryRun bool) {
+	pr := &out.Policies[owner]
+	p := pr.Policy
+	l := &p.Limits[limit]
+	out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: key, Result: r})
+	result := ResultAllowed
+	switch {
+	case !r.Allowed && p.Shadow:
+		result = ResultShadowDenied
+	case !r.Allowed:
+		result = ResultDenied
+	}
+	if !dryRun {
+		c.counts.add(p, l, result)
+		if c.metrics != nil {
+			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
+		}
+	}
+	switch {
+	case p.Shadow:
+	case !r.Allowed:
+		if r.RetryAfter >= out.RetryAfter {
+			out.RetryAfter = r.RetryAfter
+			out.Tightest, out.Decider = len(out.Limits)-1, p
+		}
+	case out.Allowed && (out.Tightest < 0 || r.Remaining < out.Limits[out.Tightest].Remaining):
+		out.Tightest, out.Decider = len(out.Limits)-1, p
 	}
 }

@@ -21,6 +21,19 @@ type LimitCount struct {
 type counts struct {
 	m     sync.Map // "ns/policy/limit" -> *limitCounter
 	byPtr sync.Map // *policy.Limit -> *limitCounter: no key to build per request
+	// ptrs is about how many entries byPtr holds: limits compiled per
+	// request (a descriptor's own limit, when its number is not cached)
+	// would grow it until the policies change. byPtr is only a shortcut
+	// to m, so emptying it past maxCountPointers loses nothing.
+	ptrs atomic.Int64
+}
+
+const maxCountPointers = 1 << 14
+
+// forgetLimits empties byPtr: its limits are gone.
+func (c *counts) forgetLimits() {
+	c.byPtr.Clear()
+	c.ptrs.Store(0)
 }
 
 type limitCounter struct {
@@ -45,6 +58,9 @@ func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) {
 		// A compiled limit is new (a policy changed): find its counter by
 		// name, so counts survive policy edits.
 		lc = c.counter(p.Namespace, p.Name, l.Name)
+		if c.ptrs.Add(1) > maxCountPointers {
+			c.forgetLimits()
+		}
 		c.byPtr.Store(l, lc)
 	}
 	switch result {

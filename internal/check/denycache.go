@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // denyCache remembers denied keys until their retry time, so a flood of
@@ -14,7 +16,9 @@ import (
 // a denial is served from the cache only until the moment the store said
 // the same request could be allowed, measured from when the call was sent
 // (never later than the store's own instant), and only for a cost at least
-// as large as the one that was denied. Other processes can only consume
+// as large as the one that was denied, against the same limit (a
+// descriptor's own limit may name another number for the same bucket on
+// the next request). Other processes can only consume
 // more, which makes the real retry time later, never earlier.
 //
 // A refund makes room in a bucket: forget drops its keys' denials, and a
@@ -48,6 +52,7 @@ type denyShard struct {
 type deniedEntry struct {
 	until time.Time
 	cost  int64
+	limit ratelimit.Limit
 	reset time.Time
 }
 
@@ -69,8 +74,9 @@ func (c *denyCache) slot(key string) *atomic.Int64 {
 	return &c.forgotten[maphash.String(c.seed, key)/uint64(len(c.shards))%forgetSlots]
 }
 
-// lookup returns the cached denial of key for a request of the given cost.
-func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, bool) {
+// lookup returns the cached denial of key for a request of the given cost
+// against limit.
+func (c *denyCache) lookup(key string, cost int64, limit ratelimit.Limit, now time.Time) (deniedEntry, bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	e, ok := s.entries.Get(key)
@@ -79,7 +85,7 @@ func (c *denyCache) lookup(key string, cost int64, now time.Time) (deniedEntry, 
 		ok = false
 	}
 	s.mu.Unlock()
-	if !ok || cost < e.cost {
+	if !ok || cost < e.cost || limit != e.limit {
 		return deniedEntry{}, false
 	}
 	return e, true
@@ -96,7 +102,7 @@ func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.entries.Peek(key); ok && old.cost < e.cost && now.Before(old.until) {
+	if old, ok := s.entries.Peek(key); ok && old.limit == e.limit && old.cost < e.cost && now.Before(old.until) {
 		// The live denial of a smaller cost covers more requests, with
 		// its own retry time; keep it.
 		return

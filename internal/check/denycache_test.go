@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // shardKeys returns n keys that c puts in its first shard.
@@ -38,7 +40,7 @@ func TestDenyCacheFullShard(t *testing.T) {
 	if dropped := s.removed - before; dropped != 1 {
 		t.Fatalf("insert into a full shard of expired denials dropped %d entries, want 1", dropped)
 	}
-	if _, ok := c.lookup(keys[perShard], 1, now); !ok {
+	if _, ok := c.lookup(keys[perShard], 1, ratelimit.Limit{}, now); !ok {
 		t.Fatal("the new denial is not cached")
 	}
 
@@ -48,7 +50,7 @@ func TestDenyCacheFullShard(t *testing.T) {
 		c.store(k, live(time.Hour), now)
 	}
 	for _, k := range keys[1:perShard] {
-		if _, ok := c.lookup(k, 1, now); !ok {
+		if _, ok := c.lookup(k, 1, ratelimit.Limit{}, now); !ok {
 			t.Fatalf("%s: live denial not cached", k)
 		}
 	}
@@ -57,14 +59,14 @@ func TestDenyCacheFullShard(t *testing.T) {
 	if dropped := s.removed - before; dropped != 1 {
 		t.Fatalf("insert into a full shard of live denials dropped %d entries, want 1", dropped)
 	}
-	if _, ok := c.lookup(keys[perShard+1], 1, now); !ok {
+	if _, ok := c.lookup(keys[perShard+1], 1, ratelimit.Limit{}, now); !ok {
 		t.Fatal("the new denial is not cached")
 	}
-	if _, ok := c.lookup(keys[0], 1, now); ok {
+	if _, ok := c.lookup(keys[0], 1, ratelimit.Limit{}, now); ok {
 		t.Fatal("the least recently used denial is still cached")
 	}
 	for _, k := range keys[1:perShard] {
-		if _, ok := c.lookup(k, 1, now); !ok {
+		if _, ok := c.lookup(k, 1, ratelimit.Limit{}, now); !ok {
 			t.Fatalf("%s: a recently used denial was dropped", k)
 		}
 	}

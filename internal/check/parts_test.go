@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 )
 
@@ -148,5 +149,119 @@ func TestReportsChargedAlwaysReachTheStore(t *testing.T) {
 	clock.now = clock.now.Add(6 * time.Second)
 	if out := report(0); !out.Allowed {
 		t.Fatalf("check of cost 0 once the debt is refilled: denied, want allowed")
+	}
+}
+
+// A part's own policies decide it instead of the namespace's that match
+// it, in the same all-or-nothing call as the other parts.
+func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	own := func(n int64) Part {
+		p := descriptor("route", "login")
+		limit, err := policy.DescriptorLimit("ns", "hour", time.Hour, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Policies = []*policy.Policy{limit}
+		return p
+	}
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for i := range 4 {
+		out := check(own(3), descriptor("client", "a"))
+		if want := i < 3; out.Allowed != want {
+			t.Fatalf("request %d: allowed %v, want %v (3 an hour replace the route policy's 1)", i, out.Allowed, want)
+		}
+		for _, pr := range out.Policies {
+			if pr.Part == 0 && pr.Policy.Name != policy.DescriptorLimitPolicy {
+				t.Fatalf("part 0 matched %s, want only its own limit", pr.Policy.Name)
+			}
+		}
+	}
+	// The denied request charged the client nothing: 10 - 3 - this one.
+	if out := check(descriptor("client", "a")); out.Limits[0].Remaining != 6 {
+		t.Errorf("client: %d remaining, want 6", out.Limits[0].Remaining)
+	}
+	// The denial of 3 an hour is cached; the same bucket with 5 an hour
+	// is not denied by it: the store counts 3 of 5.
+	if out := check(own(3)); out.Allowed || !out.Limits[0].Cached {
+		t.Fatalf("3 an hour again: allowed %v, cached %v; want denied from the cache", out.Allowed, out.Limits[0].Cached)
+	}
+	if out := check(own(5)); !out.Allowed || out.Limits[0].Remaining != 1 {
+		t.Errorf("5 an hour on the same bucket: allowed %v, %d remaining; want allowed, 1 (3 counted + this one)", out.Allowed, out.Limits[0].Remaining)
+	}
+}
+
+// A part's own limit of 0 denies a request of any cost before the store
+// is asked, charging the other parts nothing; a check of cost 0 passes.
+// Both report 0 remaining and the end of the window on the clock.
+func TestPartLimitOfZero(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000+600, 0)} // 10 minutes into an hour
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	c, _ := newChecker(t, clock, store,
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	zero, err := policy.DescriptorLimit("ns", "hour", time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocked := func(cost int64) Part {
+		p := withCost(descriptor("route", "login"), cost)
+		p.Policies = []*policy.Policy{zero}
+		return p
+	}
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	zeroFigures := func(name string, lr LimitResult, allowed bool) {
+		t.Helper()
+		want := ratelimit.Result{Allowed: allowed, Reset: 50 * time.Minute}
+		if !allowed {
+			want.RetryAfter = ratelimit.Never
+		}
+		if lr.Policy != zero || lr.Part != 0 || lr.Result != want {
+			t.Errorf("%s: limit of 0 reported %s part %d %+v, want part 0 %+v", name, lr.Policy, lr.Part, lr.Result, want)
+		}
+	}
+
+	out := check(blocked(1), descriptor("client", "a"))
+	if out.Allowed || out.Reason != ReasonLimited || out.RetryAfter != ratelimit.Never || out.Decider != zero || len(out.Limits) != 1 || out.Tightest != 0 {
+		t.Fatalf("cost 1: allowed %v, %s, retry %v, decider %s, %d limits, tightest %d; want denied by the limit of 0 alone, never to retry", out.Allowed, out.Reason, out.RetryAfter, out.Decider, len(out.Limits), out.Tightest)
+	}
+	zeroFigures("cost 1", out.Limits[0], false)
+
+	out = check(blocked(0), descriptor("client", "a"))
+	if !out.Allowed || out.Reason != ReasonAllowed || len(out.Limits) != 2 || out.Tightest != 0 || out.Limits[1].Remaining != 9 {
+		t.Fatalf("cost 0: allowed %v, %s, limits %+v, tightest %d; want allowed, the client charged its first (9 of 10 left)", out.Allowed, out.Reason, out.Limits, out.Tightest)
+	}
+	zeroFigures("cost 0", out.Limits[0], true)
+	if out := check(blocked(0)); !out.Allowed || out.Reason != ReasonAllowed || len(out.Limits) != 1 {
+		t.Errorf("cost 0 alone: allowed %v, %s, %d limits; want allowed by the limit of 0", out.Allowed, out.Reason, len(out.Limits))
+	}
+
+	// Beside a denial the cache of denials answers, the answer reports
+	// the cached denial.
+	check(descriptor("route", "x"))
+	check(descriptor("route", "x"))
+	out = check(blocked(0), descriptor("route", "x"))
+	if out.Allowed || len(out.Limits) != 2 || !out.Limits[1].Cached || out.Tightest != 1 {
+		t.Errorf("beside a cached denial: allowed %v, limits %+v, tightest %d; want denied, reporting the cached denial", out.Allowed, out.Limits, out.Tightest)
 	}
 }

@@ -80,24 +80,24 @@ func TestDenyCacheKeepsNoDenialSentBeforeARefund(t *testing.T) {
 	c.store("a", denial(now), now)
 	c.store("b", denial(now), now)
 	c.forget([]string{"a"}, now.Add(time.Second))
-	if _, ok := c.lookup("a", 1, now.Add(time.Second)); ok {
+	if _, ok := c.lookup("a", 1, ratelimit.Limit{}, now.Add(time.Second)); ok {
 		t.Fatal("a refunded key is still denied")
 	}
-	if _, ok := c.lookup("b", 1, now.Add(time.Second)); !ok {
+	if _, ok := c.lookup("b", 1, ratelimit.Limit{}, now.Add(time.Second)); !ok {
 		t.Fatal("a refund of another key dropped this one's denial")
 	}
 	c.store("a", denial(now), now.Add(time.Second)) // sent at the refund's instant
-	if _, ok := c.lookup("a", 1, now.Add(2*time.Second)); ok {
+	if _, ok := c.lookup("a", 1, ratelimit.Limit{}, now.Add(2*time.Second)); ok {
 		t.Fatal("a denial sent before the refund was remembered after it")
 	}
 	c.store("a", denial(now), now.Add(2*time.Second))
-	if _, ok := c.lookup("a", 1, now.Add(2*time.Second)); !ok {
+	if _, ok := c.lookup("a", 1, ratelimit.Limit{}, now.Add(2*time.Second)); !ok {
 		t.Fatal("a denial sent after the refund is not remembered")
 	}
 	c.forgetAll(now.Add(3 * time.Second))
 	c.store("b", denial(now), now.Add(3*time.Second))
 	for _, k := range []string{"a", "b"} {
-		if _, ok := c.lookup(k, 1, now.Add(3*time.Second)); ok {
+		if _, ok := c.lookup(k, 1, ratelimit.Limit{}, now.Add(3*time.Second)); ok {
 			t.Fatalf("%s denied after every key was forgotten", k)
 		}
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -38,6 +41,12 @@ type rls struct {
 	// misconfigured proxy is reported once per domain, not per request.
 	unboundMu sync.Mutex
 	unbound   map[string]bool
+
+	// ownLimits are the descriptors' own limits compiled so far, by
+	// ownLimitKey, for reuse: up to maxOwnLimits, past which others
+	// compile per request.
+	ownLimits sync.Map
+	ownHeld   atomic.Int64
 }
 
 // rlsState is one call's reusable memory.
@@ -86,7 +95,9 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 		clear(st.refunds)
 		r.state.Put(st)
 	}()
-	st.read(req)
+	if err := st.read(req, r.ownLimitsOf(namespace)); err != nil {
+		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
 	if len(st.refunds) > 0 {
 		// Negative hits go back first, in a call of their own; the
 		// descriptors then read their limits in the call below.
@@ -137,12 +148,13 @@ func okForEach(n int) *ratelimitv3.RateLimitResponse {
 	return resp
 }
 
-// read turns each descriptor into a part: its entries, and its cost: the
-// descriptor's hits_addend when set (0 checks without counting), else the
-// request's when above 0, else the policies' own cost. A descriptor with
-// is_negative_hits is also a refund of that cost (st.refunds), and checks
-// without counting.
-func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
+// read turns each descriptor into a part: its entries, the limit it
+// carries when ownLimit is set (which then decides it instead of the
+// namespace's policies), and its cost: the descriptor's hits_addend when
+// set (0 checks without counting), else the request's when above 0, else
+// the policies' own cost. A descriptor with is_negative_hits is also a
+// refund of that cost (st.refunds), and checks without counting.
+func (st *rlsState) read(req *ratelimitv3.RateLimitRequest, own ownLimits) error {
 	descriptors := req.GetDescriptors()
 	st.entries = st.entries[:0]
 	for _, d := range descriptors {
@@ -159,6 +171,13 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 		st.reqs[i] = policy.Request{Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
 		at += n
 		part := check.Part{Request: &st.reqs[i]}
+		if d.GetLimit() != nil && own.r != nil {
+			policies, err := own.r.ownLimit(own.namespace, i, d.GetLimit())
+			if err != nil {
+				return err
+			}
+			part.Policies = policies
+		}
 		switch {
 		case d.GetHitsAddend() != nil:
 			part.Cost, part.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
@@ -174,6 +193,96 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest) {
 		}
 		st.parts[i] = part
 	}
+	return nil
+}
+
+// ownUnit is a unit a descriptor's own limit may name: its limit name
+// and length.
+type ownUnit struct {
+	name   string
+	length time.Duration
+}
+
+// ownUnits are the units of a descriptor's own limit by the response's
+// numbering, as envoyproxy/ratelimit reads the descriptor's unit (Envoy's
+// RateLimitUnit numbers SECOND to YEAR alike; 7 is the response's WEEK).
+var ownUnits = func() map[ratelimitv3.RateLimitResponse_RateLimit_Unit]ownUnit {
+	m := make(map[ratelimitv3.RateLimitResponse_RateLimit_Unit]ownUnit, len(units))
+	for length, u := range units {
+		m[u] = ownUnit{name: strings.ToLower(u.String()), length: length}
+	}
+	return m
+}()
+
+// ownLimitKey names a compiled descriptor limit.
+type ownLimitKey struct {
+	namespace  string
+	unit       ratelimitv3.RateLimitResponse_RateLimit_Unit
+	multiplier uint32
+	perUnit    int64
+}
+
+// maxOwnLimits bounds the descriptor limits kept compiled: the numbers
+// come from the proxy's route configuration or dynamic metadata, a
+// handful in practice.
+const maxOwnLimits = 4096
+
+// maxOwnWindow is the longest window a limit may count over.
+const maxOwnWindow = 8784 * time.Hour
+
+// ownLimits reads the limits descriptors carry for a namespace; its r is
+// nil when the operator turned them off.
+type ownLimits struct {
+	r         *rls
+	namespace string
+}
+
+func (r *rls) ownLimitsOf(namespace string) ownLimits {
+	if r.s.opts.IgnoreDescriptorLimits {
+		return ownLimits{}
+	}
+	return ownLimits{r: r, namespace: namespace}
+}
+
+// ownLimit is the policy that decides descriptor at instead of the
+// namespace's, from the limit it carries, as envoyproxy/ratelimit applies
+// it (policy.DescriptorLimit): requests_per_unit per unit (times
+// unit_multiplier, which Envoy sends from 1.35 on), in a window aligned to
+// the clock. A number above the engine's bound counts as the bound; 0
+// denies every request that counts, as the peer answers it.
+func (r *rls) ownLimit(namespace string, at int, o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) ([]*policy.Policy, error) {
+	unit := ratelimitv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	u, ok := ownUnits[unit]
+	if !ok {
+		return nil, fmt.Errorf("descriptors[%d].limit.unit: %d is no unit; want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", at, o.GetUnit())
+	}
+	multiplier := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		multiplier = m.GetValue()
+		if multiplier == 0 || time.Duration(multiplier) > maxOwnWindow/u.length {
+			return nil, fmt.Errorf("descriptors[%d].limit.unit_multiplier: %d; want 1 to %d %s windows (366 days)", at, multiplier, maxOwnWindow/u.length, u.name)
+		}
+	}
+	key := ownLimitKey{namespace: namespace, unit: unit, multiplier: multiplier, perUnit: min(int64(o.GetRequestsPerUnit()), ratelimit.MaxCount)}
+	if v, ok := r.ownLimits.Load(key); ok {
+		return v.([]*policy.Policy), nil
+	}
+	name := u.name
+	if multiplier > 1 {
+		name = fmt.Sprintf("%d-%s", multiplier, u.name)
+	}
+	p, err := policy.DescriptorLimit(namespace, name, time.Duration(multiplier)*u.length, key.perUnit)
+	if err != nil {
+		return nil, fmt.Errorf("descriptors[%d].limit: %w", at, err)
+	}
+	own := []*policy.Policy{p}
+	if r.ownHeld.Load() < maxOwnLimits {
+		if v, loaded := r.ownLimits.LoadOrStore(key, own); loaded {
+			return v.([]*policy.Policy), nil
+		}
+		r.ownHeld.Add(1)
+	}
+	return own, nil
 }
 
 // clampCost keeps a cost in the engine's range; any cost above a limit's
@@ -240,12 +349,11 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 	}
 	lr := tightestOfPart(out, part)
 	if lr == nil {
-		// No figures for this part (a remembered denial of another part
-		// answered without Redis), but its policies' limits still apply:
-		// a status without current_limit would say none does.
-		if best := matchedLimit(out, part); best != nil && fillLimit(&pa.limit, best) {
-			status.CurrentLimit = &pa.limit
-		}
+		// No figures: no policy limits the part, or another part's
+		// denial was answered from the cache of denials, which read
+		// nothing from the store. Its limit with a remaining 0 would be
+		// false (nothing was charged to it), and Envoy would send that
+		// 0 on to the client.
 		return status
 	}
 	if fillLimit(&pa.limit, lr) {
@@ -315,25 +423,6 @@ func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
 			}
 		case lr.Remaining < best.Remaining:
 			best = lr
-		}
-	}
-	return best
-}
-
-// matchedLimit is the smallest limit of the enforced policies the part
-// matched (nil when it matched none), for a part without figures.
-func matchedLimit(out *check.Outcome, part int) *check.LimitResult {
-	var best *check.LimitResult
-	for i := range out.Policies {
-		pr := &out.Policies[i]
-		if pr.Part != part || pr.MissingKey || pr.Policy.Shadow {
-			continue
-		}
-		for j := range pr.Policy.Limits {
-			l := &pr.Policy.Limits[j]
-			if best == nil || l.Limit.Capacity < best.Limit.Limit.Capacity {
-				best = &check.LimitResult{Policy: pr.Policy, Limit: l}
-			}
 		}
 	}
 	return best

@@ -3,11 +3,13 @@ package grpcserver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -258,5 +260,251 @@ func TestDomainBindingsFlag(t *testing.T) {
 		if err := d.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted", bad)
 		}
+	}
+}
+
+// A denial the deny cache answers has figures only for the limit that
+// denied: the other descriptor, charged nothing and not read from the
+// store, reports no limit rather than a remaining 0 it does not have
+// (Envoy would turn that into an "X-RateLimit-Remaining: 0" header).
+// When the store decides the denial, it reports its real remaining.
+func TestRLSCachedDenialReportsNoFiguresForOtherDescriptors(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
+	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		rlsDescriptor("remote_address", "10.0.0.1"), rlsDescriptor("generic_key", "login")}}
+	for range 2 {
+		e.shouldRateLimit(t, both)
+	}
+	cacheHits := func() float64 { return testutil.ToFloat64(counterOf(t, e.reg, "sluice_deny_cache_hits_total", nil)) }
+	byStore := e.shouldRateLimit(t, both)
+	client, login := byStore.GetStatuses()[0], byStore.GetStatuses()[1]
+	if byStore.GetOverallCode() != rlsOver || client.GetCode() != rlsOK || client.GetLimitRemaining() != 8 || client.GetCurrentLimit().GetRequestsPerUnit() != 10 {
+		t.Fatalf("denied by the store: %v; want OVER_LIMIT, the client's descriptor OK with 8 of 10 left", byStore)
+	}
+	if login.GetCode() != rlsOver || login.GetLimitRemaining() != 0 || login.GetCurrentLimit().GetRequestsPerUnit() != 2 {
+		t.Fatalf("login's status %v, want OVER_LIMIT, 0 of 2 left", login)
+	}
+	if n := cacheHits(); n != 0 {
+		t.Fatalf("%v deny cache hits before the cached denial", n)
+	}
+	fromCache := e.shouldRateLimit(t, both)
+	if n := cacheHits(); n != 1 {
+		t.Fatalf("%v deny cache hits, want 1: the store answered", n)
+	}
+	client, login = fromCache.GetStatuses()[0], fromCache.GetStatuses()[1]
+	if fromCache.GetOverallCode() != rlsOver || login.GetCode() != rlsOver || login.GetCurrentLimit().GetRequestsPerUnit() != 2 || login.GetLimitRemaining() != 0 {
+		t.Fatalf("denied from the cache: %v; want OVER_LIMIT by login's 2 an hour", fromCache)
+	}
+	if client.GetCode() != rlsOK || client.GetCurrentLimit() != nil || client.GetLimitRemaining() != 0 || client.GetDurationUntilReset() != nil {
+		t.Errorf("the client's descriptor in a cached denial: %v; want OK without figures (nothing was read from the store)", client)
+	}
+	// Its bucket was not charged: 8 left before, 7 after this one.
+	alone := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: both.Descriptors[:1]})
+	if r := alone.GetStatuses()[0].GetLimitRemaining(); r != 7 {
+		t.Errorf("client's remaining %d, want 7", r)
+	}
+}
+
+// withLimit is d carrying its own limit (RateLimitDescriptor.limit).
+func withLimit(d *ratelimitcommonv3.RateLimitDescriptor, perUnit uint32, unit typev3.RateLimitUnit) *ratelimitcommonv3.RateLimitDescriptor {
+	d.Limit = &ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return d
+}
+
+// A descriptor's own limit limits it, as envoyproxy/ratelimit does, also
+// where no policy matches it: 2 a minute answer OK, OK, OVER_LIMIT.
+func TestRLSDescriptorOwnLimit(t *testing.T) {
+	// 10 seconds into a minute: the window ends in 50.
+	at := time.Unix(1_800_000_000+10, 0)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		withLimit(rlsDescriptor("generic_key", "unconfigured"), 2, typev3.RateLimitUnit_MINUTE)}}
+	var got []string
+	for range 3 {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		got = append(got, fmt.Sprintf("%s %d", resp.GetOverallCode(), st.GetLimitRemaining()))
+		if cl := st.GetCurrentLimit(); cl.GetRequestsPerUnit() != 2 || cl.GetUnit() != ratelimitv3.RateLimitResponse_RateLimit_MINUTE {
+			t.Errorf("current_limit %v, want 2 per MINUTE", cl)
+		}
+		if d := st.GetDurationUntilReset().AsDuration(); d != 50*time.Second {
+			t.Errorf("duration_until_reset %v, want 50s: the rest of the minute", d)
+		}
+	}
+	if want := []string{"OK 1", "OK 0", "OVER_LIMIT 0"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("answers %v, want %v", got, want)
+	}
+}
+
+// A descriptor's own limit replaces the policies that match it (as the
+// peer's replaces its configured limit), in the same all-or-nothing call
+// as the other descriptors; a domain bound to no namespace ignores it, as
+// the peer ignores it in a domain it has no configuration for; and
+// --rls-descriptor-limits=false ignores it everywhere.
+func TestRLSDescriptorOwnLimitReplacesPolicies(t *testing.T) {
+	policies := []*policy.Policy{
+		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+	}
+	at := time.Unix(1_800_000_000+10, 0)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
+	req := func(domain string) *ratelimitv3.RateLimitRequest {
+		return &ratelimitv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+			withLimit(rlsDescriptor("generic_key", "login"), 3, typev3.RateLimitUnit_MINUTE), rlsDescriptor("remote_address", "10.0.0.1")}}
+	}
+	var got [][]ratelimitv3.RateLimitResponse_Code
+	for i := range 4 {
+		resp := e.shouldRateLimit(t, req("edge"))
+		got = append(got, codesOf(resp))
+		login := resp.GetStatuses()[0]
+		if cl := login.GetCurrentLimit(); cl.GetName() != "@descriptor-limit/minute" || cl.GetRequestsPerUnit() != 3 || login.GetLimitRemaining() != uint32(max(2-i, 0)) { //nolint:gosec // small
+			t.Errorf("request %d: login's status %v, want 3 a minute (@descriptor-limit/minute), %d remaining", i, login, max(2-i, 0))
+		}
+	}
+	want := [][]ratelimitv3.RateLimitResponse_Code{{rlsOK, rlsOK, rlsOK}, {rlsOK, rlsOK, rlsOK}, {rlsOK, rlsOK, rlsOK}, {rlsOver, rlsOver, rlsOK}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("codes (overall, login, client) %v, want %v: 3 a minute in place of login's 1 an hour", got, want)
+	}
+	// The denied request charged the client nothing: 10 - 3 - this one.
+	alone := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: req("edge").Descriptors[1:]})
+	if r := alone.GetStatuses()[0].GetLimitRemaining(); r != 6 {
+		t.Errorf("client's remaining %d, want 6", r)
+	}
+	if resp := e.shouldRateLimit(t, req("unbound")); resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetCurrentLimit() != nil {
+		t.Errorf("unbound domain: %v, want OK without a limit", resp)
+	}
+
+	off := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}, IgnoreDescriptorLimits: true}, nil, policies...)
+	first, second := off.shouldRateLimit(t, req("edge")), off.shouldRateLimit(t, req("edge"))
+	if first.GetOverallCode() != rlsOK || first.GetStatuses()[0].GetCurrentLimit().GetName() != "login/l" || second.GetOverallCode() != rlsOver {
+		t.Errorf("descriptor limits off: %v then %v, want login's 1 an hour: OK then OVER_LIMIT", first, second)
+	}
+}
+
+// A limit no unit or number can express is refused, naming the field:
+// envoyproxy/ratelimit fails on an unknown unit too.
+func TestRLSDescriptorOwnLimitRefusesWhatItCannotRead(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	for name, tt := range map[string]struct {
+		d    *ratelimitcommonv3.RateLimitDescriptor
+		want string
+	}{
+		"unknown unit":         {withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_UNKNOWN), "descriptors[1].limit.unit: 0 is no unit"},
+		"unit out of range":    {withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit(8)), "descriptors[1].limit.unit: 8 is no unit"},
+		"multiplier 0":         {withMultiplier(withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_SECOND), 0), "descriptors[1].limit.unit_multiplier: 0"},
+		"multiplier past 366d": {withMultiplier(withLimit(rlsDescriptor("k", "v"), 2, typev3.RateLimitUnit_YEAR), 2), "descriptors[1].limit.unit_multiplier: 2"},
+	} {
+		req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("a", "b"), tt.d}}
+		_, err := ratelimitv3.NewRateLimitServiceClient(e.conn).ShouldRateLimit(context.Background(), req)
+		if grpcstatus.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want InvalidArgument naming %q", name, err, tt.want)
+		}
+	}
+}
+
+// A unit_multiplier (Envoy 1.35 on) multiplies the window.
+func TestRLSDescriptorOwnLimitMultiplier(t *testing.T) {
+	at := time.Unix(1_800_000_000+10, 0)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		withMultiplier(withLimit(rlsDescriptor("k", "v"), 1, typev3.RateLimitUnit_SECOND), 30)}}
+	first, second := e.shouldRateLimit(t, req), e.shouldRateLimit(t, req)
+	if first.GetOverallCode() != rlsOK || second.GetOverallCode() != rlsOver {
+		t.Fatalf("1 per 30 seconds: %v then %v, want OK then OVER_LIMIT", codesOf(first), codesOf(second))
+	}
+	// 10s past a 30s boundary; no unit of the protocol says 30 seconds.
+	if st := first.GetStatuses()[0]; st.GetDurationUntilReset().AsDuration() != 20*time.Second || st.GetCurrentLimit() != nil {
+		t.Errorf("status %v, want 20s until reset and no current_limit", st)
+	}
+}
+
+func withMultiplier(d *ratelimitcommonv3.RateLimitDescriptor, m uint32) *ratelimitcommonv3.RateLimitDescriptor {
+	d.Limit.UnitMultiplier = wrapperspb.UInt32(m)
+	return d
+}
+
+// A descriptor's own limit of 0 denies every request that counts, as
+// envoyproxy/ratelimit does: OVER_LIMIT with its limit (0 a minute), 0
+// remaining and the rest of the minute until reset, without asking the
+// store and charging the request's other descriptors nothing. A check of
+// nothing (hits_addend 0) is OK with the same figures, as the peer
+// answers it while its window has counted nothing.
+func TestRLSDescriptorOwnLimitOfZeroDenies(t *testing.T) {
+	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	client := func() *ratelimitcommonv3.RateLimitDescriptor { return rlsDescriptor("remote_address", "10.0.0.1") }
+	blocked := func() *ratelimitcommonv3.RateLimitDescriptor {
+		return withLimit(rlsDescriptor("generic_key", "blocked"), 0, typev3.RateLimitUnit_MINUTE)
+	}
+	checkOnly := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend = wrapperspb.UInt64(0)
+		return d
+	}
+	// ask sends the descriptors and checks the last one's figures: 0 a
+	// minute, 0 remaining, reset at the end of the minute by the clock.
+	ask := func(name string, ds ...*ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+		t.Helper()
+		before := time.Now()
+		resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+		after := time.Now()
+		st := resp.GetStatuses()[len(ds)-1]
+		if cl := st.GetCurrentLimit(); cl == nil || cl.GetRequestsPerUnit() != 0 || cl.GetUnit() != ratelimitv3.RateLimitResponse_RateLimit_MINUTE || st.GetLimitRemaining() != 0 {
+			t.Errorf("%s: status %v, want 0 per MINUTE with 0 remaining", name, st)
+		}
+		d := st.GetDurationUntilReset().AsDuration()
+		if end := after.Add(d).Truncate(time.Minute); d <= 0 || d > time.Minute || end.Before(before.Add(d-time.Microsecond)) {
+			t.Errorf("%s: duration_until_reset %v between %s and %s, want the rest of the minute", name, d, before.Format(time.StampMicro), after.Format(time.StampMicro))
+		}
+		return resp
+	}
+	storeCalls := func() uint64 {
+		t.Helper()
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "sluice_redis_duration_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatal("no sluice_redis_duration_seconds")
+		return 0
+	}
+
+	calls := storeCalls()
+	for i := range 2 {
+		resp := ask(fmt.Sprintf("denial %d", i+1), client(), blocked())
+		if got, want := fmt.Sprint(codesOf(resp)), fmt.Sprint([]ratelimitv3.RateLimitResponse_Code{rlsOver, rlsOK, rlsOver}); got != want {
+			t.Errorf("denial %d: codes (overall, client, blocked) %s, want %s", i+1, got, want)
+		}
+		if st := resp.GetStatuses()[0]; st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 0 {
+			t.Errorf("denial %d: the client's status %v, want no figures (nothing was read or charged)", i+1, st)
+		}
+	}
+	if n := storeCalls() - calls; n != 0 {
+		t.Errorf("%d store calls for requests a limit of 0 denies, want none", n)
+	}
+	if n := testutil.ToFloat64(counterOf(t, e.reg, "sluice_decisions_total", map[string]string{"namespace": "ns", "policy": policy.DescriptorLimitPolicy, "limit": "minute", "result": "denied"})); n != 2 {
+		t.Errorf("%v denials counted for @descriptor-limit/minute, want 2", n)
+	}
+	// The denials charged the client nothing: 10, less this request.
+	alone := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{client()}})
+	if r := alone.GetStatuses()[0].GetLimitRemaining(); r != 9 {
+		t.Errorf("client's remaining %d after two denials, want 9", r)
+	}
+
+	calls = storeCalls()
+	if resp := ask("a check of nothing", checkOnly(blocked())); resp.GetOverallCode() != rlsOK {
+		t.Errorf("a check of nothing: %v, want OK", codesOf(resp))
+	}
+	if n := storeCalls() - calls; n != 0 {
+		t.Errorf("%d store calls for a check of nothing against a limit of 0, want none", n)
+	}
+	// Beside a descriptor that counts, the check of nothing lets it count.
+	if resp := ask("a check of nothing beside the client", client(), checkOnly(blocked())); resp.GetOverallCode() != rlsOK || resp.GetStatuses()[0].GetLimitRemaining() != 8 {
+		t.Errorf("a check of nothing beside the client: %v, want OK with the client's 8 remaining", resp)
 	}
 }

@@ -58,6 +58,9 @@ type Config struct {
 	// MaxConnsPerPeer caps the connections of one peer address, closed the
 	// same way. 0: DefaultMaxConnsPerPeer; negative: no cap.
 	MaxConnsPerPeer int
+	// DescriptorLimits honors the limit a rate limit service descriptor
+	// carries, as envoyproxy/ratelimit does (BindFlags: default on).
+	DescriptorLimits bool
 }
 
 // Bounds of the endpoint's clients. The HTTP endpoint has the same kinds
@@ -95,8 +98,8 @@ const (
 )
 
 // BindFlags binds --grpc-listen, --grpc-tls-cert-file, --grpc-tls-key-file,
-// --grpc-default-namespace, --rls-domain, --grpc-max-connections and
-// --grpc-max-connections-per-peer.
+// --grpc-default-namespace, --rls-descriptor-limits, --rls-domain,
+// --grpc-max-connections and --grpc-max-connections-per-peer.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "grpc-listen", "", "address of the gRPC endpoint (Envoy ext_authz v3, health, reflection); empty: off")
 	fs.StringVar(&c.TLSCertFile, "grpc-tls-cert-file", "", "PEM certificate (chain) of the gRPC endpoint; with --grpc-tls-key-file it serves TLS, without plaintext")
@@ -109,6 +112,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		connlimit.CapFlag(&c.MaxConns))
 	fs.Func("grpc-max-connections-per-peer", fmt.Sprintf("most gRPC connections of one client address (one proxy pod); one more is closed at once (default %d; 0: no cap)", DefaultMaxConnsPerPeer),
 		connlimit.CapFlag(&c.MaxConnsPerPeer))
+	fs.BoolVar(&c.DescriptorLimits, "rls-descriptor-limits", true, "honor the limit a rate limit service descriptor carries (RateLimitDescriptor.limit, from the route or dynamic metadata) in a bound domain, as envoyproxy/ratelimit does: it replaces the namespace's policies for that descriptor; false: ignore it")
 	fs.Var(c.Domains, "rls-domain", "DOMAIN=NAMESPACE: the namespace whose descriptor policies answer rate limit service requests of DOMAIN (repeatable, or comma-separated); requests of an unbound domain are answered OK")
 }
 
@@ -175,6 +179,9 @@ type Options struct {
 	// DefaultNamespace and Domains: see Config.
 	DefaultNamespace string
 	Domains          DomainBindings
+	// IgnoreDescriptorLimits answers descriptors as if they carried no
+	// limit of their own (Config.DescriptorLimits off).
+	IgnoreDescriptorLimits bool
 	// TLS, when set, serves TLS.
 	TLS *tls.Config
 	// Budget holds the endpoint's connection caps (Config.Budget); nil: no
@@ -353,6 +360,7 @@ func FromConfig(cfg *Config, o Options) (*Server, error) {
 		o.Budget = connlimit.NewBudget(connlimit.OpenFileLimit(), log, cfg.Caps())
 	}
 	o.TLS, o.DefaultNamespace, o.Domains = tlsCfg, cfg.DefaultNamespace, cfg.Domains
+	o.IgnoreDescriptorLimits = !cfg.DescriptorLimits
 	return New(o)
 }
 

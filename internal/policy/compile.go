@@ -52,6 +52,11 @@ type Limit struct {
 	Window time.Duration
 }
 
+// AdmitsNothing reports a limit of 0, which only an Envoy descriptor's
+// own limit can be (DescriptorLimit): the engine counts from 1, so it has
+// no bucket, and the checker denies every request it would count there.
+func (l *Limit) AdmitsNothing() bool { return l.Limit.Capacity == 0 }
+
 // Compile turns a spec into a Policy. Every problem is reported, each
 // naming its field (such as "spec.limits[1].gcra.period"), so a person can
 // fix them all at once. The API server's schema already rejects most

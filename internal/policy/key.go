@@ -31,6 +31,7 @@ const (
 	partPath
 	partDescriptorEntry // the value of one descriptor entry
 	partDescriptor      // the whole descriptor: every key and value
+	partDomain          // the rate limit service domain; no spec can write it
 )
 
 type keyPart struct {
@@ -222,6 +223,8 @@ func (t *keyTemplate) render(dst []byte, r *Request) (out []byte, ok bool) {
 				return dst, false
 			}
 			dst = t.appendDescriptor(dst, r.Descriptor)
+		case partDomain:
+			dst = t.appendEscaped(dst, r.Domain)
 		}
 	}
 	return dst, true

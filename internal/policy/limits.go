@@ -158,14 +158,21 @@ func compileFixedWindow(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (
 		return ratelimit.Limit{}, "", false
 	}
 	lim := windowLimit(ratelimit.FixedWindow, w, p, n)
-	desc := fmt.Sprintf("%s(%d/%s)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
 	n.errs = checkEnum(n.errs, p.Child("alignment"), w.Alignment,
 		ratelimitv1alpha1.WindowAlignmentFirstRequest, ratelimitv1alpha1.WindowAlignmentClock)
 	if w.Alignment == ratelimitv1alpha1.WindowAlignmentClock {
 		lim.Algorithm = ratelimit.FixedWindowClock
-		desc = fmt.Sprintf("%s(%d/%s,clock)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
 	}
-	return lim, desc, true
+	return lim, fixedWindowSummary(w), true
+}
+
+// fixedWindowSummary describes a fixed window for the policy's summary,
+// e.g. "fixedWindow(100/1m,clock)".
+func fixedWindowSummary(w *ratelimitv1alpha1.WindowLimit) string {
+	if w.Alignment == ratelimitv1alpha1.WindowAlignmentClock {
+		return fmt.Sprintf("%s(%d/%s,clock)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
+	}
+	return fmt.Sprintf("%s(%d/%s)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
 }
 
 // windowAlgorithm is a sliding window: a WindowLimit that takes no

@@ -128,26 +128,7 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	peerAddr := freeAddr(t)
-	_, grpcPort, _ := net.SplitHostPort(peerAddr)
-	systest.Start(t, dir, "service_cmd", []string{
-		"REDIS_SOCKET_TYPE=tcp",
-		"REDIS_URL=" + redis.Addr(),
-		"RUNTIME_ROOT=" + runtime,
-		"RUNTIME_SUBDIRECTORY=ratelimit",
-		"RUNTIME_APPDIRECTORY=config",
-		"RUNTIME_WATCH_ROOT=false",
-		"USE_STATSD=false",
-		"LOCAL_CACHE_SIZE_IN_BYTES=0",
-		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true",
-		"HOST=127.0.0.1",
-		"PORT=" + port(t),
-		"GRPC_HOST=127.0.0.1",
-		"GRPC_PORT=" + grpcPort,
-		"DEBUG_HOST=127.0.0.1",
-		"DEBUG_PORT=" + port(t),
-		"LOG_LEVEL=warn",
-	}, peerBin)
+	peerAddr := startPeer(t, peerBin, dir, runtime, redis.Addr())
 
 	sluiceAddr := freeAddr(t)
 	httpAddr := freeAddr(t)
@@ -196,6 +177,35 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 		t.Errorf("the steps took %s: they may have crossed a minute's window", time.Since(start))
 	}
 	t.Logf("%d steps, %d over-limit answers, the same from both", len(steps), overs)
+}
+
+// startPeer runs envoyproxy/ratelimit's service_cmd (bin) on the
+// configuration under runtime/ratelimit/config and the redis-server at
+// redisAddr until the test ends, and returns its gRPC address. See
+// TestDecidesAsEnvoyRatelimit for STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+func startPeer(t *testing.T, bin, dir, runtime, redisAddr string) string {
+	t.Helper()
+	addr := freeAddr(t)
+	_, grpcPort, _ := net.SplitHostPort(addr)
+	systest.Start(t, dir, "service_cmd", []string{
+		"REDIS_SOCKET_TYPE=tcp",
+		"REDIS_URL=" + redisAddr,
+		"RUNTIME_ROOT=" + runtime,
+		"RUNTIME_SUBDIRECTORY=ratelimit",
+		"RUNTIME_APPDIRECTORY=config",
+		"RUNTIME_WATCH_ROOT=false",
+		"USE_STATSD=false",
+		"LOCAL_CACHE_SIZE_IN_BYTES=0",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true",
+		"HOST=127.0.0.1",
+		"PORT=" + port(t),
+		"GRPC_HOST=127.0.0.1",
+		"GRPC_PORT=" + grpcPort,
+		"DEBUG_HOST=127.0.0.1",
+		"DEBUG_PORT=" + port(t),
+		"LOG_LEVEL=warn",
+	}, bin)
+	return addr
 }
 
 // serviceCmd is envoyproxy/ratelimit's service_cmd in bin/, installed by

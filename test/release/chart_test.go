@@ -368,7 +368,7 @@ func verifyFull(t *testing.T, c *kubetest.Cluster) {
 		secret   string
 	}{
 		{ctrl, 3, []string{"--sync-interval=5s", "--leader-elect-lease-duration=30s"}, "512Mi", "sluice-redis-controller"},
-		{check, 4, []string{"--rls-domain=edge=gateway-system", "--rls-domain=internal=platform", "--trusted-proxies=10.0.0.0/16"}, "1Gi", "sluice-check-redis"},
+		{check, 4, []string{"--rls-domain=edge=gateway-system", "--rls-domain=internal=platform", "--rls-descriptor-limits=false", "--trusted-proxies=10.0.0.0/16"}, "1Gi", "sluice-check-redis"},
 	} {
 		name, ctr, spec := tc.d.Name, container(t, tc.d), tc.d.Spec.Template.Spec
 		if *tc.d.Spec.Replicas != tc.replicas {

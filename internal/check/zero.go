@@ -1,0 +1,46 @@
+package check
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// zeroUse is a limit of 0 (policy.Limit.AdmitsNothing) of the matching
+// policy owner, met with cost.
+type zeroUse struct {
+	owner, limit int
+	key          string
+	cost         int64
+}
+
+// decideZeros decides the limits of 0 the request met, before the cache
+// of denials and the store are asked: such a limit has no bucket, so
+// nothing is ever counted there. An enforced one denies a request of any
+// cost, which then consumes nothing anywhere (it reports whether one
+// did); a check of cost 0 passes. Each reports 0 remaining, no retry
+// ever, and as its reset the end of its window on the clock, as
+// envoyproxy/ratelimit reports a limit of 0 (a limit of 0 is always a
+// descriptor's own limit: policy.DescriptorLimit's clock-aligned window).
+func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
+	for _, z := range sc.zeros {
+		p := out.Policies[z.owner].Policy
+		r := ratelimit.Result{Allowed: z.cost == 0, Reset: untilWindowEnds(p.Limits[z.limit].Limit.Interval, now)}
+		if !r.Allowed {
+			r.RetryAfter = ratelimit.Never
+			if !p.Shadow {
+				out.Allowed, out.Reason = false, ReasonLimited
+			}
+		}
+		c.addLimit(out, z.owner, z.limit, z.key, r, sc.req.DryRun)
+	}
+	return !out.Allowed
+}
+
+// untilWindowEnds is the time from now to the end of the clock-aligned
+// window of the given length (windows are its multiples since the Unix
+// epoch), rounded up to the microsecond as the engine's durations are.
+func untilWindowEnds(window time.Duration, now time.Time) time.Duration {
+	w := window.Microseconds()
+	return time.Duration(w-now.UnixMicro()%w) * time.Microsecond
+}
