@@ -1,7 +1,6 @@
 package check
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 // counters sums reg's counters by metric name.
@@ -82,24 +81,6 @@ func TestFullMemoryStoreKeepsLimiting(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRedisOutOfMemoryIsStoreFull: a Redis over its maxmemory with
 // noeviction refuses every call (OOM). Each check is answered by its
 // policy's failure mode and counted as the store being full, not as a
@@ -118,7 +99,7 @@ func TestRedisOutOfMemoryIsStoreFull(t *testing.T) {
 	if err := store.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	reg := prometheus.NewRegistry()
 	c := New(Options{Store: store, Timeout: time.Second, Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{

@@ -7,45 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluice-dev/sluice/internal/testutil/listentest"
 )
-
-// failingListener fails its first failures accepts with err (all of them
-// when failures is negative), then accepts from the listener it wraps.
-type failingListener struct {
-	net.Listener
-	err      error
-	failures int64
-	calls    atomic.Int64
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	if n := l.calls.Add(1); l.failures < 0 || n <= l.failures {
-		return nil, l.err
-	}
-	return l.Listener.Accept()
-}
-
-// acceptErr is the error Go's net package returns when accept(2) fails
-// with errno.
-func acceptErr(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
-}
-
-func listenLoopback(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln
-}
 
 // TestAcceptErrors: which errors are retried, which returned, and that a
 // listener closed while waiting to retry ends Accept.
@@ -54,16 +23,16 @@ func TestAcceptErrors(t *testing.T) {
 		err   error
 		retry bool
 	}{
-		{acceptErr(syscall.EMFILE), true},
-		{acceptErr(syscall.ENFILE), true},
-		{acceptErr(syscall.ENOBUFS), true},
-		{acceptErr(syscall.ENOMEM), true},
-		{acceptErr(syscall.ECONNABORTED), true},
-		{acceptErr(syscall.EINTR), true},
+		{listentest.AcceptErr(syscall.EMFILE), true},
+		{listentest.AcceptErr(syscall.ENFILE), true},
+		{listentest.AcceptErr(syscall.ENOBUFS), true},
+		{listentest.AcceptErr(syscall.ENOMEM), true},
+		{listentest.AcceptErr(syscall.ECONNABORTED), true},
+		{listentest.AcceptErr(syscall.EINTR), true},
 		{fmt.Errorf("wrapped: %w", syscall.EMFILE), true},
 		{&net.OpError{Op: "accept", Net: "tcp", Err: net.ErrClosed}, false},
-		{acceptErr(syscall.EBADF), false},
-		{acceptErr(syscall.EINVAL), false},
+		{listentest.AcceptErr(syscall.EBADF), false},
+		{listentest.AcceptErr(syscall.EINVAL), false},
 		{io.EOF, false},
 	} {
 		if got := retryableAccept(tc.err); got != tc.retry {
@@ -72,19 +41,19 @@ func TestAcceptErrors(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	ll := NewListener(&failingListener{Listener: listenLoopback(t), err: boom, failures: -1}, Caps{}, nil, slog.Default())
+	ll := NewListener(&listentest.Failing{Listener: listentest.Loopback(t), Err: boom, Failures: -1}, Caps{}, nil, slog.Default())
 	if _, err := ll.Accept(); err != boom {
 		t.Fatalf("permanent error: got %v, want %v", err, boom)
 	}
 
-	inner := &failingListener{Listener: listenLoopback(t), err: acceptErr(syscall.EMFILE), failures: -1}
+	inner := &listentest.Failing{Listener: listentest.Loopback(t), Err: listentest.AcceptErr(syscall.EMFILE), Failures: -1}
 	ll = NewListener(inner, Caps{}, nil, slog.Default())
 	done := make(chan error, 1)
 	go func() {
 		_, err := ll.Accept()
 		done <- err
 	}()
-	for inner.calls.Load() < 3 { // retried at least twice
+	for inner.Calls() < 3 { // retried at least twice
 		select {
 		case err := <-done:
 			t.Fatalf("Accept returned on a temporary error: %v", err)
@@ -112,7 +81,7 @@ type capTest struct {
 }
 
 func newCapTest(t *testing.T, caps Caps, reg prometheus.Registerer) *capTest {
-	ct := &capTest{t: t, ll: NewListener(listenLoopback(t), caps, NewMetrics(reg, HTTP), slog.Default()),
+	ct := &capTest{t: t, ll: NewListener(listentest.Loopback(t), caps, NewMetrics(reg, HTTP), slog.Default()),
 		accepted: make(chan net.Conn, 16), server: map[string]net.Conn{}}
 	go func() {
 		for {

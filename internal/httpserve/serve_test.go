@@ -7,53 +7,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/connlimit"
+	"github.com/sluice-dev/sluice/internal/testutil/listentest"
 )
-
-// failingListener fails its first failures accepts with err (all of them
-// when failures is negative), then accepts from the listener it wraps.
-type failingListener struct {
-	net.Listener
-	err      error
-	failures int64
-	calls    atomic.Int64
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	if n := l.calls.Add(1); l.failures < 0 || n <= l.failures {
-		return nil, l.err
-	}
-	return l.Listener.Accept()
-}
-
-// acceptErr is the error Go's net package returns when accept(2) fails
-// with errno.
-func acceptErr(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
-}
-
-func listenLoopback(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	return ln
-}
 
 // TestServeRetriesAcceptErrors: out of file descriptors, Serve pauses and
 // accepts again instead of returning (and ending the process).
 func TestServeRetriesAcceptErrors(t *testing.T) {
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED} {
 		t.Run(errno.Error(), func(t *testing.T) {
-			ln := &failingListener{Listener: listenLoopback(t), err: acceptErr(errno), failures: 4}
+			ln := &listentest.Failing{Listener: listentest.Loopback(t), Err: listentest.AcceptErr(errno), Failures: 4}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
@@ -61,7 +28,7 @@ func TestServeRetriesAcceptErrors(t *testing.T) {
 			resp, _, err := tryRoundTrip(ln.Addr().String(), "GET /x HTTP/1.1\r\nHost: h\r\n\r\n")
 			select {
 			case err := <-done:
-				t.Fatalf("Serve returned after %d accepts, %d of them failing: %v", ln.calls.Load(), ln.failures, err)
+				t.Fatalf("Serve returned after %d accepts, %d of them failing: %v", ln.Calls(), ln.Failures, err)
 			default:
 			}
 			if err != nil {
@@ -70,8 +37,8 @@ func TestServeRetriesAcceptErrors(t *testing.T) {
 			if resp.StatusCode != http.StatusNotFound {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			if n := ln.calls.Load(); n <= ln.failures {
-				t.Fatalf("%d accepts, want more than the %d failures", n, ln.failures)
+			if n := ln.Calls(); n <= ln.Failures {
+				t.Fatalf("%d accepts, want more than the %d failures", n, ln.Failures)
 			}
 		})
 	}
@@ -109,7 +76,7 @@ func TestConfigResolve(t *testing.T) {
 // TestIdleTimeout: an idle keep-alive connection is closed after the idle
 // timeout.
 func TestIdleTimeout(t *testing.T) {
-	ln := listenLoopback(t)
+	ln := listentest.Loopback(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = Config{IdleTimeout: 200 * time.Millisecond}.Serve(ctx, ln, http.NotFoundHandler()) }()
