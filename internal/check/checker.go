@@ -145,6 +145,10 @@ const (
 // ErrUnknownPolicy is returned when Input.Policy names no policy in force.
 var ErrUnknownPolicy = errors.New("no such policy")
 
+// ErrTooManyLimits is returned for a request that meets more limits than
+// one check evaluates (ratelimit.MaxEntries).
+var ErrTooManyLimits = errors.New("too many limits for one check")
+
 // PolicyResult says how one matching policy took part.
 type PolicyResult struct {
 	Policy *policy.Policy
@@ -268,6 +272,12 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	}
 	if len(sc.req.Entries) == 0 {
 		return nil
+	}
+	if n := len(sc.req.Entries); n > ratelimit.MaxEntries {
+		// Refused before the store: it is no store failure, and the
+		// store could not decide it either.
+		return fmt.Errorf("%w: the request meets %d limits of namespace %s (limits of one bucket met twice count once), more than the %d one check evaluates",
+			ErrTooManyLimits, n, in.Namespace, ratelimit.MaxEntries)
 	}
 	out.Reason = ReasonAllowed
 
