@@ -20,18 +20,18 @@ import (
 )
 
 // namespacePolicies are n policies of ns without a match (every request
-// meets all of them), policy i with limits(i) fixed windows of 3 an hour,
-// except that the last limit of the last policy admits one.
-func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int) []*policy.Policy {
+// meets all of them), policy i with limits(i) fixed windows of limit an
+// hour, except that the last limit of the last policy admits last.
+func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int, limit, last int) []*policy.Policy {
 	t.Helper()
 	ps := make([]*policy.Policy, n)
 	for i := range n {
 		var spec strings.Builder
 		spec.WriteString("key: '{client_ip}'\nlimits:\n")
 		for l := range limits(i) {
-			limit := 3
+			limit := limit
 			if i == n-1 && l == limits(i)-1 {
-				limit = 1
+				limit = last
 			}
 			fmt.Fprintf(&spec, "- {name: l%d, fixedWindow: {limit: %d, window: 1h}}\n", l, limit)
 		}
@@ -49,15 +49,15 @@ func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int) [
 
 // boundStores are the stores a namespace's checks run against: the memory
 // store and a real redis-server.
-func boundStores(t *testing.T) map[string]func(t *testing.T) ratelimit.Store {
+func boundStores(t testing.TB) map[string]func(t testing.TB) ratelimit.Store {
 	srv := redistest.Start(t)
-	return map[string]func(t *testing.T) ratelimit.Store{
-		"memory": func(t *testing.T) ratelimit.Store {
+	return map[string]func(t testing.TB) ratelimit.Store{
+		"memory": func(t testing.TB) ratelimit.Store {
 			s := memstore.New()
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		"redis": func(t *testing.T) ratelimit.Store {
+		"redis": func(t testing.TB) ratelimit.Store {
 			if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -86,7 +86,7 @@ func TestManyMatchingLimits(t *testing.T) {
 			{1000, func(i int) int { return 1 + i%8 }},
 		} {
 			t.Run(fmt.Sprintf("%s/%d policies", name, c.policies), func(t *testing.T) {
-				ps := namespacePolicies(t, "ns", c.policies, c.limits)
+				ps := namespacePolicies(t, "ns", c.policies, c.limits, 3, 1)
 				want := 0
 				for i := range c.policies {
 					want += c.limits(i)
@@ -132,7 +132,7 @@ func TestTooManyLimits(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
 	store := memstore.New()
 	defer store.Close()
-	ps := namespacePolicies(t, "ns", ratelimit.MaxEntries/8+1, func(int) int { return 8 })
+	ps := namespacePolicies(t, "ns", ratelimit.MaxEntries/8+1, func(int) int { return 8 }, 3, 3)
 	checker, _ := newChecker(t, clock, store, ps...)
 	for range 10 {
 		_, err := checker.Check(context.Background(), Input{Namespace: "ns", Request: request()})
@@ -146,5 +146,29 @@ func TestTooManyLimits(t *testing.T) {
 	out, err := checker.Check(context.Background(), Input{Namespace: "ns", Policy: ps[0].Name, Request: request()})
 	if err != nil || !out.Allowed {
 		t.Fatalf("one policy of the namespace: %v, %+v", err, out)
+	}
+}
+
+// BenchmarkManyPolicies: one check of a namespace whose 1 or 1,000
+// policies (3 limits each, no match) all apply, on the memory store and a
+// local redis-server, one check at a time. Compare the two per store: a
+// check costs in proportion to the limits it meets (ratelimit.MaxCallEntries
+// a Redis call, a dry run and a consuming round once they take several).
+func BenchmarkManyPolicies(b *testing.B) {
+	stores := boundStores(b)
+	for _, name := range []string{"memory", "redis"} {
+		for _, n := range []int{1, 1000} {
+			b.Run(fmt.Sprintf("%s/policies=%d", name, n), func(b *testing.B) {
+				ps := namespacePolicies(b, "ns", n, func(int) int { return 3 }, 1_000_000_000, 1_000_000_000)
+				checker := New(Options{Store: stores[name](b), Source: &staticSource{set: policy.NewSet(1, ps)}, Timeout: 10 * time.Second})
+				in, out := Input{Namespace: "ns", Request: request()}, &Outcome{}
+				b.ResetTimer()
+				for b.Loop() {
+					if err := checker.CheckInto(context.Background(), in, out); err != nil || !out.Allowed || out.Degraded {
+						b.Fatalf("allowed %v, degraded %v, err %v", out.Allowed, out.Degraded, err)
+					}
+				}
+			})
+		}
 	}
 }

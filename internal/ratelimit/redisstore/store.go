@@ -444,18 +444,7 @@ func splitCalls(cs *checkState) {
 // are adjacent, as the library wants them. They usually are already (a
 // policy's limits come together).
 func adjacentBuckets(buckets []string, idx []int) {
-	adjacent := true
-	for p := 1; p < len(idx) && adjacent; p++ {
-		if b := buckets[idx[p]]; b != buckets[idx[p-1]] {
-			for q := p - 2; q >= 0; q-- {
-				if buckets[idx[q]] == b {
-					adjacent = false
-					break
-				}
-			}
-		}
-	}
-	if adjacent {
+	if adjacent(buckets, idx) {
 		return
 	}
 	first := make(map[string]int, len(idx)) // bucket -> position of its first entry
@@ -465,6 +454,36 @@ func adjacentBuckets(buckets []string, idx []int) {
 		}
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return first[buckets[idx[a]]] < first[buckets[idx[b]]] })
+}
+
+// adjacent reports whether the entries of each bucket in idx are
+// adjacent: by scanning back for a few entries, with a set of the buckets
+// seen for more (a namespace of many policies gives thousands).
+func adjacent(buckets []string, idx []int) bool {
+	var seen map[string]struct{}
+	if len(idx) > 32 {
+		seen = make(map[string]struct{}, len(idx))
+		seen[buckets[idx[0]]] = struct{}{}
+	}
+	for p := 1; p < len(idx); p++ {
+		b := buckets[idx[p]]
+		if b == buckets[idx[p-1]] {
+			continue
+		}
+		if seen != nil {
+			if _, ok := seen[b]; ok {
+				return false
+			}
+			seen[b] = struct{}{}
+			continue
+		}
+		for q := p - 2; q >= 0; q-- {
+			if buckets[idx[q]] == b {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // round sends one call per group, waits, and parses the replies into
