@@ -107,8 +107,9 @@ type Input struct {
 	Policy  string
 	Request *policy.Request
 	// Parts, when set, replace Request: the descriptors of one Envoy rate
-	// limit service request, decided together in one store call. Either
-	// every part's limits are counted or, when any denies, none is.
+	// limit service request (at most MaxParts), decided together in one
+	// store call. Either every part's limits are counted or, when any
+	// denies, none is.
 	Parts []Part
 	// Cost overrides every policy's cost when above 0.
 	Cost int64
@@ -121,6 +122,12 @@ type Input struct {
 	// denial cache.
 	Refund bool
 }
+
+// MaxParts bounds the Parts of one Input: the descriptors of one Envoy
+// rate limit service request, which the gRPC server refuses beyond it.
+// With ratelimit.MaxEntries it bounds what a namespace's descriptor
+// policies may add up to (the controller's TooManyLimits condition).
+const MaxParts = 64
 
 // Part is one of several requests decided together.
 type Part struct {

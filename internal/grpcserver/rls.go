@@ -25,7 +25,7 @@ const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
 // MaxDescriptors bounds the descriptors of one rate limit service request:
 // they come from the proxy's route configuration, a handful per route, and
 // each is matched against every policy of its namespace.
-const MaxDescriptors = 64
+const MaxDescriptors = check.MaxParts
 
 // rls is Envoy's Rate Limit Service v3 (the protocol of envoyproxy/ratelimit):
 // each descriptor of a request is one part of one check, so a request's
