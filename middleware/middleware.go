@@ -300,11 +300,13 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	out, err := l.checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})
 	if err != nil {
-		// Not Redis being away (the failure mode covers that): a bug.
-		l.log.Error("rate-limit check failed", "err", err)
-		checkhttp.WriteProblem(w, checkhttp.Problem{
-			Type: checkhttp.ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error(),
-		})
+		// Not Redis being away (the failure mode covers that): more
+		// limits than one check evaluates (400), or a bug.
+		p := checkhttp.CheckFailedProblem(err)
+		if p.Status == http.StatusInternalServerError {
+			l.log.Error("rate-limit check failed", "err", err)
+		}
+		checkhttp.WriteProblem(w, p)
 		return
 	}
 	if out.Degraded && !errors.Is(out.StoreErr, ratelimit.ErrCapacity) {

@@ -274,15 +274,12 @@ func (s *Server) checkError(w http.ResponseWriter, err error) {
 	checkhttp.WriteProblem(w, s.checkProblem(err))
 }
 
-// checkProblem is the answer to a check that failed: 404 for a policy
-// that does not exist, else 500 (logged).
+// checkProblem is the answer to a check that failed (see
+// checkhttp.CheckFailedProblem); a 500 is logged.
 func (s *Server) checkProblem(err error) checkhttp.Problem {
-	status := http.StatusInternalServerError
-	title := "Check failed"
-	if errors.Is(err, check.ErrUnknownPolicy) {
-		status, title = http.StatusNotFound, "No such policy"
-	} else {
+	p := checkhttp.CheckFailedProblem(err)
+	if p.Status == http.StatusInternalServerError {
 		s.opts.Logger.Error("check failed", "err", err)
 	}
-	return checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: title, Status: status, Detail: err.Error()}
+	return p
 }

@@ -3,7 +3,9 @@ package v1alpha1
 // Condition types follow kstatus, so `kubectl wait --for=condition=Ready`,
 // Flux and Argo CD read a policy's health without knowing Sluice:
 // Ready is always present; Reconciling and Stalled are present only while
-// true and are never true together.
+// true and are never true together. TooManyLimits is a warning beside
+// them, present only while true: kstatus and the GitOps tools ignore it,
+// and it changes neither Ready nor what is in force.
 const (
 	// ConditionReady is True when the current generation is compiled and
 	// in force in Redis.
@@ -16,6 +18,15 @@ const (
 	// ConditionStalled is True when the controller cannot make progress
 	// without a change from a person (an invalid spec).
 	ConditionStalled = "Stalled"
+
+	// ConditionTooManyLimits is True when one request could meet more
+	// limits of this policy and the policies it can match together with
+	// than one check evaluates (8,192): such a request is refused (HTTP
+	// 400 too-many-limits, RLS and ext_authz INVALID_ARGUMENT) and counted
+	// nowhere. The policy stays in force for every other request; the
+	// message names the worst case, the bound and what to change. Absent
+	// otherwise.
+	ConditionTooManyLimits = "TooManyLimits"
 )
 
 // Condition reasons.
@@ -36,4 +47,15 @@ const (
 	// or listener that does not exist; the message says which. The
 	// policy applies to its other targets, and to this one once it exists.
 	ReasonTargetNotFound = "TargetNotFound"
+
+	// ReasonHTTPPoliciesOverBound: the namespace's HTTP policies have
+	// more limits together than one check evaluates, and any request can
+	// match all of them as far as their specs tell.
+	ReasonHTTPPoliciesOverBound = "HTTPPoliciesOverBound"
+
+	// ReasonDescriptorPoliciesOverBound: 64 descriptors (the most one
+	// Envoy rate limit service request carries) could each match
+	// descriptor policies of the namespace with more limits together than
+	// one check evaluates.
+	ReasonDescriptorPoliciesOverBound = "DescriptorPoliciesOverBound"
 )

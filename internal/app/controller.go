@@ -42,6 +42,11 @@ type ControllerConfig struct {
 	SyncInterval time.Duration
 	// RESTConfig reaches the API server (default: in-cluster or KUBECONFIG).
 	RESTConfig *rest.Config
+	// LimitsBound is the most limits one check evaluates, which the
+	// TooManyLimits condition compares a namespace's worst case with
+	// (0: ratelimit.MaxEntries, what the check processes refuse beyond).
+	// Tests lower it to reach it with few policies.
+	LimitsBound int
 }
 
 // Scheme has the types the controller reads.
@@ -100,6 +105,7 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		Recorder:       mgr.GetEventRecorder("sluice-controller"),
 		LibraryVersion: redisstore.LibraryName,
 		LastGood:       lastGood,
+		LimitsBound:    cfg.LimitsBound,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -133,8 +133,9 @@ type Input struct {
 	Policy  string
 	Request *policy.Request
 	// Parts, when set, replace Request: the descriptors of one Envoy rate
-	// limit service request, decided together in one store call. Either
-	// every part's limits are counted or, when any denies, none is.
+	// limit service request (at most MaxParts), decided together in one
+	// store call. Either every part's limits are counted or, when any
+	// denies, none is.
 	Parts []Part
 	// Cost overrides every policy's cost when above 0.
 	Cost int64
@@ -147,6 +148,12 @@ type Input struct {
 	// denial cache.
 	Refund bool
 }
+
+// MaxParts bounds the Parts of one Input: the descriptors of one Envoy
+// rate limit service request, which the gRPC server refuses beyond it.
+// With ratelimit.MaxEntries it bounds what a namespace's descriptor
+// policies may add up to (the controller's TooManyLimits condition).
+const MaxParts = 64
 
 // Part is one of several requests decided together.
 type Part struct {
@@ -174,6 +181,10 @@ const (
 
 // ErrUnknownPolicy is returned when Input.Policy names no policy in force.
 var ErrUnknownPolicy = errors.New("no such policy")
+
+// ErrTooManyLimits is returned for a request that meets more limits than
+// one check evaluates (ratelimit.MaxEntries).
+var ErrTooManyLimits = errors.New("too many limits for one check")
 
 // PolicyResult says how one matching policy took part.
 type PolicyResult struct {
@@ -307,6 +318,12 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	}
 	if len(sc.req.Entries) == 0 {
 		return nil
+	}
+	if n := len(sc.req.Entries); n > ratelimit.MaxEntries {
+		// Refused before the store: it is no store failure, and the
+		// store could not decide it either.
+		return fmt.Errorf("%w: the request meets %d limits of namespace %s (limits of one bucket met twice count once), more than the %d one check evaluates",
+			ErrTooManyLimits, n, in.Namespace, ratelimit.MaxEntries)
 	}
 	out.Reason = ReasonAllowed
 

@@ -2,6 +2,7 @@ package checkhttp
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +18,9 @@ const (
 	ProblemUnavailable = "https://sluice.dev/problems/limiter-unavailable"
 	ProblemBadRequest  = "https://sluice.dev/problems/bad-request"
 	ProblemCheckFailed = "https://sluice.dev/problems/check-failed"
+	// ProblemTooManyLimits: the request meets more limits than one check
+	// evaluates (ratelimit.MaxEntries); the detail names the bound.
+	ProblemTooManyLimits = "https://sluice.dev/problems/too-many-limits"
 	// ProblemAboutBlank says no more than the status and title (RFC 9457
 	// section 4.2.1): the dashboard's answers, and a body that is not JSON.
 	ProblemAboutBlank = "about:blank"
@@ -46,6 +50,21 @@ func WriteProblem(w http.ResponseWriter, p Problem) {
 // AppendProblem appends the body WriteProblem writes for p to buf.
 func AppendProblem(buf []byte, p *Problem) []byte {
 	return appendProblem(buf, p, p.Detail, p.RetryAfter)
+}
+
+// CheckFailedProblem is the answer to a check the checker returned err
+// for: 404 for a policy that does not exist, 400 for a request that meets
+// more limits than one check evaluates, else 500 (a bug: Redis being away
+// is answered by the failure mode, never an error).
+func CheckFailedProblem(err error) Problem {
+	p := Problem{Type: ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error()}
+	switch {
+	case errors.Is(err, check.ErrUnknownPolicy):
+		p.Status, p.Title = http.StatusNotFound, "No such policy"
+	case errors.Is(err, check.ErrTooManyLimits):
+		p.Type, p.Status, p.Title = ProblemTooManyLimits, http.StatusBadRequest, "Too many limits for one check"
+	}
+	return p
 }
 
 // problemContentType is shared by every denial (capacity 1: see

@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -33,6 +35,7 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // Publisher is the Redis side the reconciler writes to.
@@ -61,6 +64,10 @@ type Reconciler struct {
 	// HTTPRoutes; nil when Gateway API is not installed (a policy with
 	// targetRefs then reports its targets not found).
 	Targets *TargetResolver
+	// LimitsBound is the most limits one check evaluates
+	// (ratelimit.MaxEntries when 0): a namespace whose worst case is
+	// over it has its policies report TooManyLimits.
+	LimitsBound int
 }
 
 // LastGood is the last table entry of each policy, by namespace/name, that
@@ -71,11 +78,16 @@ type LastGood = policy.LastGood[types.NamespacedName, policytable.Entry]
 func NewLastGood() *LastGood { return policy.NewLastGood[types.NamespacedName, policytable.Entry]() }
 
 // SetupWithManager registers the reconciler. Status-only updates (our own
-// patches) do not trigger a reconcile. When the cluster serves Gateway
-// API, the Gateway API objects are watched too (watchGatewayAPI).
+// patches) do not trigger a reconcile. A policy's changes may change the
+// TooManyLimits condition of the others in its namespace: those whose
+// condition no longer holds are reconciled too (peersToWarn). When the
+// cluster serves Gateway API, the Gateway API objects are watched too
+// (watchGatewayAPI).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+		For(&ratelimitv1alpha1.RateLimitPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&ratelimitv1alpha1.RateLimitPolicy{}, handler.EnqueueRequestsFromMapFunc(r.peersToWarn),
+			builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, warningChanged)))
 	if GatewayAPIInstalled(mgr.GetRESTMapper()) {
 		b = r.watchGatewayAPI(mgr, b)
 	}
@@ -125,6 +137,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		}
 	}()
 
+	if err := r.warnTooManyLimits(ctx, &p); err != nil {
+		return ctrl.Result{}, err
+	}
 	res, err := r.resolve(ctx, &p)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("resolve targetRefs: %w", err) // the API server's: retried
@@ -149,6 +164,78 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 		r.targetsMissing(&p, res.Missing)
 	}
 	return ctrl.Result{}, nil
+}
+
+// warnTooManyLimits sets TooManyLimits while a request could meet more
+// limits of p and the policies it can match with than one check
+// evaluates, and removes it otherwise. It neither refuses p nor touches
+// Ready: how many limits a request meets depends on match and when, which
+// only a request decides.
+func (r *Reconciler) warnTooManyLimits(ctx context.Context, p *ratelimitv1alpha1.RateLimitPolicy) error {
+	bound, err := r.namespaceBound(ctx, p.Namespace)
+	if err != nil {
+		return err
+	}
+	over, reason, msg := bound.of(p)
+	if !over {
+		apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionTooManyLimits)
+		return nil
+	}
+	warned := apimeta.IsStatusConditionTrue(p.Status.Conditions, ratelimitv1alpha1.ConditionTooManyLimits)
+	setCondition(p, ratelimitv1alpha1.ConditionTooManyLimits, metav1.ConditionTrue, reason, msg)
+	if !warned && r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Check", "%s", msg)
+	}
+	return nil
+}
+
+// namespaceBound reads the worst case of a namespace from the manager's cache.
+func (r *Reconciler) namespaceBound(ctx context.Context, namespace string) (*limitsBound, error) {
+	var list ratelimitv1alpha1.RateLimitPolicyList
+	// Read only, so the cache's own objects rather than copies: a
+	// namespace may hold a thousand policies.
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the policies of namespace %s: %w", namespace, err)
+	}
+	bound := r.LimitsBound
+	if bound <= 0 {
+		bound = ratelimit.MaxEntries
+	}
+	return newLimitsBound(list.Items, bound), nil
+}
+
+// peersToWarn maps an event of a policy to the policies of its namespace
+// whose TooManyLimits condition disagrees with the namespace's worst case
+// now: only those need a new status, so a namespace of a thousand
+// policies is not reconciled whole at every change. A warning's message
+// keeps the figures of its policy's last reconcile.
+func (r *Reconciler) peersToWarn(ctx context.Context, obj client.Object) []reconcile.Request {
+	bound, err := r.namespaceBound(ctx, obj.GetNamespace())
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "read the worst case of a namespace after a policy change")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range bound.policies {
+		p := &bound.policies[i]
+		if over, _, _ := bound.of(p); over != warns(p) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
+	}
+	return out
+}
+
+// warningChanged passes a status update that adds or removes a policy's
+// TooManyLimits condition: it was computed from the cache of its
+// reconcile, which a peer's change may have overtaken since.
+var warningChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool { return warns(e.ObjectOld) != warns(e.ObjectNew) },
+}
+
+// warns reports whether obj, a policy, has TooManyLimits=True.
+func warns(obj client.Object) bool {
+	p, ok := obj.(*ratelimitv1alpha1.RateLimitPolicy)
+	return ok && apimeta.IsStatusConditionTrue(p.Status.Conditions, ratelimitv1alpha1.ConditionTooManyLimits)
 }
 
 // resolve resolves p's targetRefs, reporting every target not found when

@@ -73,12 +73,19 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(func() { _ = store.Close(); _ = redisClient.Close() })
 })
 
+// testLimitsBound stands for the 8,192 limits one check evaluates, so
+// that a few policies reach it: 80 policies of 8 limits are at it, 81 over
+// it; over RLS, 64 descriptors meeting 10 limits each are at it, 11 over.
+// The other specs stay below it (500 policies of one limit).
+const testLimitsBound = 640
+
 // startController runs the controller as `manager controller` does
 // (internal/app's wiring), with a short table sync, until the suite ends.
 func startController(e *envtest.Environment) error {
 	go func() {
 		controllerDone <- app.RunController(ctx, app.ControllerConfig{
 			RESTConfig: e.Config, MetricsAddr: "0", ProbeAddr: "0", SyncInterval: time.Second,
+			LimitsBound: testLimitsBound,
 		}, &redisconn.Config{URL: "redis://" + redisServer.Addr() + "/0"})
 	}()
 	return nil

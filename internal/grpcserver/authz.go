@@ -88,8 +88,12 @@ func (a *authz) check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	}
 	err = a.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Request: &st.req}, &st.out)
 	if err != nil {
+		p := checkhttp.CheckFailedProblem(err)
+		checkhttp.WriteProblem(&st.w, p)
+		if p.Status == http.StatusBadRequest { // more limits than one check evaluates
+			return denied(codes.InvalidArgument, "bad check request: "+err.Error(), &st.w), codes.InvalidArgument
+		}
 		a.s.opts.Logger.Error("check failed", "err", err)
-		checkhttp.WriteProblem(&st.w, checkhttp.Problem{Type: checkhttp.ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error()})
 		return denied(codes.Internal, "check failed: "+err.Error(), &st.w), codes.Internal
 	}
 	out := &st.out

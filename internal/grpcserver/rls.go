@@ -2,6 +2,7 @@ package grpcserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
 // MaxDescriptors bounds the descriptors of one rate limit service request:
 // they come from the proxy's route configuration, a handful per route, and
 // each is matched against every policy of its namespace.
-const MaxDescriptors = 64
+const MaxDescriptors = check.MaxParts
 
 // rls is Envoy's Rate Limit Service v3 (the protocol of envoyproxy/ratelimit):
 // each descriptor of a request is one part of one check, so a request's
@@ -102,15 +103,26 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 		// Negative hits go back first, in a call of their own; the
 		// descriptors then read their limits in the call below.
 		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Refund: true}, &st.out); err != nil {
-			r.s.opts.Logger.Error("rate limit refund failed", "domain", req.GetDomain(), "err", err)
-			return nil, grpcstatus.Error(codes.Internal, "refund failed: "+err.Error())
+			return nil, r.checkFailed(req, err)
 		}
 	}
 	if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out); err != nil {
-		r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
-		return nil, grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
+		return nil, r.checkFailed(req, err)
 	}
 	return st.response(r.s.opts.Now()), nil
+}
+
+// checkFailed is the status of a request the checker returned err for:
+// INVALID_ARGUMENT for one whose descriptors meet more limits than one
+// check evaluates (Envoy's failure_mode_deny answers it, as any request it
+// cannot have decided), else INTERNAL (a bug: Redis being away is answered
+// by the failure modes).
+func (r *rls) checkFailed(req *ratelimitv3.RateLimitRequest, err error) error {
+	if errors.Is(err, check.ErrTooManyLimits) {
+		return grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
+	r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
+	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
 }
 
 // validateRLS refuses what envoyproxy/ratelimit refuses (no domain, no

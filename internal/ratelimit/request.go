@@ -15,9 +15,19 @@ import (
 // denial until the policy changes).
 const Never = time.Duration(math.MaxInt64)
 
-// MaxEntries bounds the entries of one Request, which bounds the work of
-// one atomic Redis call.
-const MaxEntries = 256
+// MaxEntries bounds the entries of one Request, which bounds the work one
+// request can make a store do: 1,024 policies of 8 limits each. A Redis
+// store decides such a request in about 30ms of the server's time (one
+// bucket of 8 limits costs about 25µs), several calls of at most
+// MaxCallEntries each.
+const MaxEntries = 8192
+
+// MaxCallEntries bounds the entries one atomic call of the Redis library
+// evaluates (the library's own bound): a call holds the server for at
+// most a few milliseconds, so other clients' commands run between the
+// calls of a larger request. The library checks that a request's buckets
+// are distinct in time quadratic in their number, which this keeps small.
+const MaxCallEntries = 256
 
 // Entry is one limit to check for a request.
 type Entry struct {

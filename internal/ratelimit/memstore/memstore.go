@@ -196,6 +196,41 @@ type scratch struct {
 	shardOf []uint8
 	items   []*item // bucket g's item when the map holds it, else nil
 	locked  []uint8
+	// index maps a bucket to g once a request has many (see find).
+	index map[string]int
+}
+
+// find returns the index of bucket in sc.bucket, len(sc.bucket) when it
+// is not there. A policy's limits come together, so the last bucket is
+// the likely one; a few more are scanned, and past that a map answers (a
+// namespace of many policies gives a request thousands of buckets).
+func (sc *scratch) find(bucket string) int {
+	n := len(sc.bucket)
+	if n > 0 && sc.bucket[n-1] == bucket {
+		return n - 1
+	}
+	if n <= 32 {
+		for g := range n {
+			if sc.bucket[g] == bucket {
+				return g
+			}
+		}
+		if n == 32 { // the next bucket makes the request large
+			if sc.index == nil {
+				sc.index = make(map[string]int)
+			}
+			for g, b := range sc.bucket {
+				sc.index[b] = g
+			}
+			sc.index[bucket] = n
+		}
+		return n
+	}
+	if g, ok := sc.index[bucket]; ok {
+		return g
+	}
+	sc.index[bucket] = n
+	return n
 }
 
 func (sc *scratch) reset(n int) {
@@ -232,10 +267,7 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 		sc.params[i] = model.CompileValid(e.Limit)
 		bucket, field := ratelimit.SplitKey(e.Key)
 		sc.field[i] = field
-		g := 0
-		for g < len(sc.bucket) && sc.bucket[g] != bucket {
-			g++
-		}
+		g := sc.find(bucket)
 		if g == len(sc.bucket) {
 			sh := uint8(maphash.String(s.seed, bucket) % uint64(len(s.shards))) //nolint:gosec // below len(s.shards) <= maxShards
 			sc.bucket, sc.shardOf = append(sc.bucket, bucket), append(sc.shardOf, sh)
@@ -247,6 +279,7 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 	err := s.check(req, dec, sc)
 	clear(sc.items) // drop references held by the pool
 	clear(sc.bucket)
+	clear(sc.index)
 	clear(sc.field)
 	return err
 }

@@ -60,7 +60,7 @@ const (
 	// maxMerge bounds Options.MaxMerge.
 	maxMerge = 1024
 	// maxMergeKeys bounds the keys of a merged command; a single call of
-	// up to ratelimit.MaxEntries keys always goes alone. The library
+	// up to ratelimit.MaxCallEntries entries always goes alone. The library
 	// accepts up to 8192.
 	maxMergeKeys = 1024
 )

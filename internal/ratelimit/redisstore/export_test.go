@@ -12,3 +12,7 @@ import (
 func (s *Store) CheckBatch(ctx context.Context, reqs []*ratelimit.Request, at []int64, decs []ratelimit.Decision) error {
 	return s.checkBatch(ctx, reqs, at, decs)
 }
+
+// BetweenRounds sets a function the store calls between the dry run and
+// the consuming round of a request that takes several calls (nil: none).
+func BetweenRounds(s *Store, f func()) { s.betweenRounds = f }

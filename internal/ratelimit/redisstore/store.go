@@ -117,8 +117,12 @@ type Store struct {
 	loadMu sync.Mutex
 
 	b *batchers
+	// betweenRounds, when set, runs between the dry run and the consuming
+	// round of a request of several calls (tests: a concurrent consumer).
+	betweenRounds func()
 
 	pipelines, commands, calls, loads atomic.Uint64
+	lostRefunds                       atomic.Uint64
 }
 
 // Stats counts the store's traffic since New.
@@ -130,11 +134,15 @@ type Stats struct {
 	Pipelines, Commands, Calls uint64
 	// Loads is how many times the library was loaded (Load included).
 	Loads uint64
+	// LostRefunds is how many requests of several calls lost a race
+	// between their rounds and could not give back what their earlier
+	// calls took (see Store).
+	LostRefunds uint64
 }
 
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
-	return Stats{Pipelines: s.pipelines.Load(), Commands: s.commands.Load(), Calls: s.calls.Load(), Loads: s.loads.Load()}
+	return Stats{Pipelines: s.pipelines.Load(), Commands: s.commands.Load(), Calls: s.calls.Load(), Loads: s.loads.Load(), LostRefunds: s.lostRefunds.Load()}
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -286,17 +294,25 @@ func (s *Store) Check(ctx context.Context, timeout time.Duration, req *ratelimit
 func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimit.Decision, cs *checkState) error {
 	s.compile(req, cs)
 
-	// One slot, or not a Cluster: one call decides and consumes.
-	// Several slots: a dry run everywhere first. A refund has nothing to
-	// decide: one round gives back everywhere.
+	// One call (one slot, or not a Cluster, and at most MaxCallEntries
+	// entries) decides and consumes. Several calls: a dry run in each
+	// first. A refund has nothing to decide: one round gives back
+	// everywhere.
 	dryFirst := len(cs.groups) > 1 && !req.Refund
 	if err := s.round(ctx, req, cs, req.DryRun || dryFirst); err != nil {
 		return err
 	}
 	allowed := all(cs.consumed)
 	if dryFirst && allowed && !req.DryRun {
+		if s.betweenRounds != nil {
+			s.betweenRounds()
+		}
 		if err := s.round(ctx, req, cs, false); err != nil {
 			return err
+		}
+		if !all(cs.consumed) {
+			s.giveBack(ctx, req, cs)
+			clear(cs.consumed) // denied: reported as not consumed, as it is again
 		}
 		fill(dec, req, all(cs.consumed), cs)
 		return nil
@@ -311,6 +327,36 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	}
 	fill(dec, req, allowed, cs)
 	return nil
+}
+
+// giveBack refunds what the consuming round took in the calls that
+// consumed when another call of the same request denied: a concurrent
+// consumer took that call's room after the dry run. A refund never goes
+// past untouched, so at most what was taken comes back. Entries that
+// charge always keep their charge (they are charged whatever the
+// decision). When the refund fails, those units stay taken until their
+// limits' windows pass: an over-count, never an over-admission; it is
+// counted in Stats.LostRefunds.
+func (s *Store) giveBack(ctx context.Context, req *ratelimit.Request, cs *checkState) {
+	back := ratelimit.Request{Refund: true}
+	for g, idx := range cs.groups {
+		if !cs.consumed[g] {
+			continue
+		}
+		for _, i := range idx {
+			if e := req.Entries[i]; e.Cost > 0 && cs.verdicts[i].Allowed && !e.ChargeAlways {
+				back.Entries = append(back.Entries, e)
+			}
+		}
+	}
+	if len(back.Entries) == 0 {
+		return
+	}
+	bs := &checkState{done: make(chan struct{}, 1), deadline: cs.deadline}
+	var dec ratelimit.Decision
+	if err := s.check(ctx, &back, &dec, bs); err != nil {
+		s.lostRefunds.Add(1)
+	}
 }
 
 // chargeAlways is the real round of a denied request that spans slots,
@@ -360,24 +406,45 @@ func (s *Store) compile(req *ratelimit.Request, cs *checkState) {
 	for _, idx := range cs.groups {
 		adjacentBuckets(cs.buckets, idx)
 	}
+	splitCalls(cs)
+}
+
+// splitCalls splits the groups of more than ratelimit.MaxCallEntries
+// entries into calls of at most that many, between buckets where it can
+// (a bucket of more limits than a call takes is split too: each call
+// reads and writes its own fields). The request then takes several calls,
+// decided as a request over several Cluster slots is (see check).
+func splitCalls(cs *checkState) {
+	split := false
+	for _, idx := range cs.groups {
+		split = split || len(idx) > ratelimit.MaxCallEntries
+	}
+	if !split {
+		return
+	}
+	var groups [][]int
+	for _, idx := range cs.groups {
+		for len(idx) > ratelimit.MaxCallEntries {
+			cut := ratelimit.MaxCallEntries
+			for c := cut; c > 0; c-- {
+				if cs.buckets[idx[c]] != cs.buckets[idx[c-1]] {
+					cut = c // idx[c] begins a bucket
+					break
+				}
+			}
+			groups = append(groups, idx[:cut:cut])
+			idx = idx[cut:]
+		}
+		groups = append(groups, idx)
+	}
+	cs.groups, cs.consumed = groups, make([]bool, len(groups))
 }
 
 // adjacentBuckets reorders idx, stably, so that the entries of one bucket
 // are adjacent, as the library wants them. They usually are already (a
 // policy's limits come together).
 func adjacentBuckets(buckets []string, idx []int) {
-	adjacent := true
-	for p := 1; p < len(idx) && adjacent; p++ {
-		if b := buckets[idx[p]]; b != buckets[idx[p-1]] {
-			for q := p - 2; q >= 0; q-- {
-				if buckets[idx[q]] == b {
-					adjacent = false
-					break
-				}
-			}
-		}
-	}
-	if adjacent {
+	if adjacent(buckets, idx) {
 		return
 	}
 	first := make(map[string]int, len(idx)) // bucket -> position of its first entry
@@ -387,6 +454,36 @@ func adjacentBuckets(buckets []string, idx []int) {
 		}
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return first[buckets[idx[a]]] < first[buckets[idx[b]]] })
+}
+
+// adjacent reports whether the entries of each bucket in idx are
+// adjacent: by scanning back for a few entries, with a set of the buckets
+// seen for more (a namespace of many policies gives thousands).
+func adjacent(buckets []string, idx []int) bool {
+	var seen map[string]struct{}
+	if len(idx) > 32 {
+		seen = make(map[string]struct{}, len(idx))
+		seen[buckets[idx[0]]] = struct{}{}
+	}
+	for p := 1; p < len(idx); p++ {
+		b := buckets[idx[p]]
+		if b == buckets[idx[p-1]] {
+			continue
+		}
+		if seen != nil {
+			if _, ok := seen[b]; ok {
+				return false
+			}
+			seen[b] = struct{}{}
+			continue
+		}
+		for q := p - 2; q >= 0; q-- {
+			if buckets[idx[q]] == b {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // round sends one call per group, waits, and parses the replies into
