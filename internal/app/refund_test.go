@@ -58,7 +58,12 @@ func TestRefundReachesTheOtherCheckProcesses(t *testing.T) {
 		runCtx, stop := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- cs.run(runCtx) }()
-		t.Cleanup(func() { stop(); <-done })
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("check server: %v", err)
+			}
+		})
 		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
