@@ -308,17 +308,21 @@ func TestRLSWithClientCmd(t *testing.T) {
 	})
 
 	// 10.1.0.1's denial above is remembered until its retry time, and a
-	// request with it is denied without Redis; the other descriptor's
-	// status must still name the limit that applies to it (a status
-	// without current_limit says no limit applies).
-	t.Run("a remembered denial: the other descriptors keep their limit", func(t *testing.T) {
+	// request with it is denied without Redis. The cache answers without
+	// asking the store, so the other descriptor has no figures to report:
+	// it carries none, rather than a remaining 0 that Envoy would turn
+	// into a header.
+	t.Run("a remembered denial: the other descriptors carry no figures", func(t *testing.T) {
 		r := ask(t, "remote_address=10.1.0.4", "remote_address=10.1.0.1")
 		t.Logf("10.1.0.4 with 10.1.0.1 (denied before): %v", r)
 		if r.GetOverallCode() != ratelimitv3.RateLimitResponse_OVER_LIMIT || len(r.GetStatuses()) != 2 {
 			t.Fatalf("overall %v, %d statuses; want OVER_LIMIT, 2", r.GetOverallCode(), len(r.GetStatuses()))
 		}
-		if l := r.GetStatuses()[0].GetCurrentLimit(); l.GetName() != "per-client/minute" || l.GetRequestsPerUnit() != 2 {
-			t.Errorf("10.1.0.4's status: current_limit %v, want per-client/minute, 2 a MINUTE", l)
+		if st := r.GetStatuses()[0]; st.GetCode() != ratelimitv3.RateLimitResponse_OK || st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 0 {
+			t.Errorf("10.1.0.4's status: %v, want OK without figures", st)
+		}
+		if l := r.GetStatuses()[1].GetCurrentLimit(); l.GetName() != "per-client/minute" || l.GetRequestsPerUnit() != 2 {
+			t.Errorf("10.1.0.1's status: current_limit %v, want per-client/minute, 2 a MINUTE", l)
 		}
 	})
 }

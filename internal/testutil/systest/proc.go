@@ -10,11 +10,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -83,15 +85,51 @@ func (m *Manager) Path(t testing.TB) string {
 	return m.path
 }
 
-// FreePort is a loopback port nothing listens on right now.
+// FreePort is a loopback port nothing listens on right now, for a child
+// process to listen on. It is picked at random below the kernel's range of
+// ephemeral ports (ip_local_port_range), so that no outgoing connection
+// (the test's own clients, hundreds of them in a flood) takes it as its
+// local port before the child binds it, and never handed out twice in one
+// test binary.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := ephemeralLow()
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for range 1000 {
+		port := 10000 + rand.IntN(low-10000)
+		if freePorts.given[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		freePorts.given[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port below the ephemeral range")
+	return 0
+}
+
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
+
+// ephemeralLow is the first port the kernel gives outgoing connections
+// (32768 unless configured otherwise), at least 20000.
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	return max(low, 20000)
 }
 
 // Proc is a child process in its own process group.
