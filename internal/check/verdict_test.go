@@ -2,9 +2,11 @@ package check
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 )
 
@@ -93,4 +95,67 @@ func TestPartsCarryTheirVerdicts(t *testing.T) {
 	if v := single.Part(0); v.Denied || v.Reporting == nil || v.Reporting != single.Reporting() || v.Reporting.Limit.Name != "narrow" {
 		t.Errorf("request without parts: part 0 %+v, the answer reports %+v; want both the client's narrow limit", v, single.Reporting())
 	}
+}
+
+// A part is denied by its own policies too: the one whose missing key
+// denied, those whose failureMode Closed answered with the store away,
+// and an enforced limit of 0; the other parts are not.
+func TestPartsDeniedByTheirPolicies(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	defer store.Close()
+	failing := &countingStore{Store: store}
+	c, _ := newChecker(t, clock, failing,
+		compile(t, "ns", "keyed", "match: {descriptor: [{key: keyed}]}\nkey: '{descriptor:user}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "open", "match: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+	)
+	zero, err := policy.DescriptorLimit("ns", "hour", time.Hour, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	denied := func(name string, out *Outcome, want ...bool) {
+		t.Helper()
+		for i, w := range want {
+			if got := out.Part(i).Denied; got != w {
+				t.Errorf("%s: part %d denied %v, want %v", name, i, got, w)
+			}
+		}
+	}
+
+	out := check(descriptor("open", "x"), descriptor("keyed", "x"))
+	if out.Allowed || out.Reason != ReasonMissingKey {
+		t.Fatalf("missing key: allowed %v, %s", out.Allowed, out.Reason)
+	}
+	denied("missing key", out, false, true)
+
+	blocked := descriptor("open", "x")
+	blocked.Policies = []*policy.Policy{zero}
+	out = check(descriptor("open", "x"), blocked)
+	if out.Allowed || out.Reason != ReasonLimited {
+		t.Fatalf("limit of 0: allowed %v, %s", out.Allowed, out.Reason)
+	}
+	denied("limit of 0", out, false, true)
+	if v := out.Part(1); v.Reporting == nil || v.Reporting.Policy != zero {
+		t.Errorf("limit of 0: part 1 reports %+v, want the limit of 0", v.Reporting)
+	}
+
+	failing.err = errors.New("redis: connection refused")
+	out = check(descriptor("open", "x"), descriptor("closed", "x"))
+	if out.Allowed || !out.Degraded || out.Reporting() != nil {
+		t.Fatalf("store away: allowed %v, degraded %v, reporting %+v; want denied by the failure mode, no figures", out.Allowed, out.Degraded, out.Reporting())
+	}
+	denied("store away", out, false, true)
+	if out = check(descriptor("open", "x")); !out.Allowed {
+		t.Fatal("store away: failureMode Open denied")
+	}
+	denied("store away, open", out, false)
 }
