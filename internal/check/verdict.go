@@ -1,5 +1,7 @@
 package check
 
+import "slices"
+
 // PartVerdict is one part's share of a decision (a descriptor of an Envoy
 // rate limit service request; the request itself when it has no parts).
 type PartVerdict struct {
@@ -40,7 +42,7 @@ func (o *Outcome) Reporting() *LimitResult {
 }
 
 // Part is the verdict of part i of the Input (0 for a request without
-// parts).
+// parts); a part out of range neither denied nor reports a limit.
 func (o *Outcome) Part(i int) PartVerdict {
 	var f partFacts
 	switch {
@@ -60,10 +62,8 @@ func (o *Outcome) Part(i int) PartVerdict {
 // made.
 func (o *Outcome) judgeParts(n int) {
 	o.firstPart = partFacts{}
-	o.moreParts = o.moreParts[:0]
-	for range n - 1 {
-		o.moreParts = append(o.moreParts, partFacts{})
-	}
+	o.moreParts = slices.Grow(o.moreParts[:0], n-1)[:n-1]
+	clear(o.moreParts)
 	for i := range o.Limits {
 		lr := &o.Limits[i]
 		f := o.facts(lr.Part)
