@@ -341,8 +341,8 @@ func localDecision(out *check.Outcome, status int) Decision {
 	case check.ReasonStoreUnavailable:
 		d.Reason = ReasonUnavailable
 	default:
-		if out.Tightest >= 0 {
-			d.Limit = out.Limits[out.Tightest].Limit.Name
+		if lr := out.Reporting(); lr != nil {
+			d.Limit = lr.Limit.Name
 		}
 	}
 	return d

@@ -223,7 +223,8 @@ type Outcome struct {
 	Limits []LimitResult
 	// Tightest indexes the limit whose figures the answer's headers carry:
 	// on a denial the one that waits longest, otherwise the one with the
-	// fewest remaining; -1 when there is none.
+	// fewest remaining; -1 when there is none. Renderers read it through
+	// Reporting, and each part's through Part.
 	Tightest int
 	// RetryAfter is set on a denial: never earlier than the moment the
 	// same request could be allowed. ratelimit.Never when it never can.
@@ -234,6 +235,12 @@ type Outcome struct {
 	StoreErr error
 	// Degraded is set when the failure mode answered instead of Redis.
 	Degraded bool
+
+	// firstPart and moreParts are the verdicts of the Input's parts (see
+	// Part): the first kept inline, so that a request without parts
+	// costs no slice.
+	firstPart partFacts
+	moreParts []partFacts
 
 	dryRun bool
 }
@@ -296,6 +303,14 @@ func (c *Checker) Check(ctx context.Context, in Input) (*Outcome, error) {
 // CheckInto decides in and fills out, reusing its slices: the hot path
 // pools Outcomes so a check allocates almost nothing.
 func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
+	if err := c.checkInto(ctx, in, out); err != nil {
+		return err
+	}
+	out.judgeParts(max(len(in.Parts), 1))
+	return nil
+}
+
+func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	start := c.now()
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
@@ -524,7 +539,7 @@ var errBreakerOpen = errors.New("circuit breaker open: Redis failed repeatedly")
 func (o *Outcome) reset() {
 	clear(o.Policies)
 	clear(o.Limits)
-	*o = Outcome{Allowed: true, Reason: ReasonNoPolicy, Tightest: -1, Policies: o.Policies[:0], Limits: o.Limits[:0]}
+	*o = Outcome{Allowed: true, Reason: ReasonNoPolicy, Tightest: -1, Policies: o.Policies[:0], Limits: o.Limits[:0], moreParts: o.moreParts[:0]}
 }
 
 func (c *Checker) observeLatency(start time.Time) {

@@ -1,5 +1,5 @@
 // Package checkhttp renders a check.Outcome as HTTP, the same way wherever
-// a decision is answered: the rate-limit headers of the tightest limit,
+// a decision is answered: the rate-limit headers of the reporting limit,
 // Retry-After, and every application/problem+json body Sluice sends (a
 // denial's, a bad request's, the dashboard's), all by one renderer. It also
 // normalizes the host and path of a request before policies are matched.
@@ -38,8 +38,8 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// SetHeaders writes the headers of the tightest limit in the decider's
-// style:
+// SetHeaders writes the headers of the limit that reports the outcome
+// (check.Outcome.Reporting) in its policy's style:
 //
 //	RateLimit-Policy: "<policy>/<limit>";q=<quota>;w=<window s>
 //	RateLimit: "<policy>/<limit>";r=<remaining>;t=<reset s>
@@ -114,9 +114,8 @@ func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 	buf := sc.buf[:0]
 	sc.from, sc.to = [numHeaders]int{}, [numHeaders]int{}
 	var style ratelimitv1alpha1.HeaderStyle
-	var lr *check.LimitResult
-	if out.Tightest >= 0 && !out.Degraded {
-		lr = &out.Limits[out.Tightest]
+	lr := out.Reporting()
+	if lr != nil {
 		style = lr.Policy.HeaderStyle
 	}
 	if style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth {

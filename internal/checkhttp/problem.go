@@ -149,8 +149,8 @@ func describeDenial(out *check.Outcome, status int, policy string, buf []byte) (
 		return p, append(buf, " fails closed and its limits cannot be checked right now"...), retry
 	}
 	p.Type, p.Title = ProblemRateLimited, "Rate limit exceeded"
-	if out.Tightest >= 0 {
-		p.Limit = out.Limits[out.Tightest].Limit.Name
+	if lr := out.Reporting(); lr != nil {
+		p.Limit = lr.Limit.Name
 	}
 	buf = append(buf, "limit "...)
 	buf = strconv.AppendQuote(buf, p.Limit)

@@ -306,8 +306,8 @@ func clampCost(n uint64) int64 {
 	return int64(n)
 }
 
-// response renders the outcome: a status per descriptor from its tightest
-// limit, OVER_LIMIT overall when any enforced limit denied (or a failure
+// response renders the outcome: a status per descriptor from its verdict
+// (check.Outcome.Part), OVER_LIMIT overall when any enforced limit denied (or a failure
 // mode or missing key did), and the answer's rate-limit headers.
 func (st *rlsState) response(now time.Time) *ratelimitv3.RateLimitResponse {
 	out := &st.out
@@ -351,15 +351,17 @@ type partAnswer struct {
 	untilReset durationpb.Duration
 }
 
-// fill fills descriptor part's status and returns it: its tightest
-// limit's figures, and OVER_LIMIT when the part took part in the denial.
+// fill fills descriptor part's status from the part's verdict and
+// returns it: its reporting limit's figures, and OVER_LIMIT when the part
+// took part in the denial.
 func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
 	status := &pa.status
 	status.Code = ratelimitv3.RateLimitResponse_OK
-	if !out.Allowed && partDenied(out, part) {
+	v := out.Part(part)
+	if v.Denied {
 		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	lr := tightestOfPart(out, part)
+	lr := v.Reporting
 	if lr == nil {
 		// No figures: no policy limits the part, or another part's
 		// denial was answered from the cache of denials, which read
@@ -376,68 +378,6 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 	pa.untilReset.Nanos = int32(lr.Reset % time.Second) //nolint:gosec // below 1e9
 	status.DurationUntilReset = &pa.untilReset
 	return status
-}
-
-// partDenied reports whether part caused the denial: an enforced limit
-// of it denied, or one of its policies denied by its onMissingKey or, with
-// Redis away, by failureMode Closed.
-func partDenied(out *check.Outcome, part int) bool {
-	for i := range out.Limits {
-		lr := &out.Limits[i]
-		if lr.Part == part && !lr.Allowed && !lr.Policy.Shadow {
-			return true
-		}
-	}
-	for i := range out.Policies {
-		pr := &out.Policies[i]
-		if pr.Part != part || pr.Policy.Shadow {
-			continue
-		}
-		if pr.MissingKey && out.Reason == check.ReasonMissingKey && pr.Policy == out.Decider {
-			return true
-		}
-		if out.Degraded && pr.Policy.FailClosed && !pr.MissingKey {
-			return true
-		}
-	}
-	return false
-}
-
-// tightestOfPart is the limit whose figures the part reports: among its
-// enforced limits the denied one that waits longest, else the one with
-// the fewest remaining; shadow limits only when it has no other.
-func tightestOfPart(out *check.Outcome, part int) *check.LimitResult {
-	var best *check.LimitResult
-	rank := func(lr *check.LimitResult) (enforced, denied bool) { return !lr.Policy.Shadow, !lr.Allowed }
-	for i := range out.Limits {
-		lr := &out.Limits[i]
-		if lr.Part != part {
-			continue
-		}
-		if best == nil {
-			best = lr
-			continue
-		}
-		be, bd := rank(best)
-		le, ld := rank(lr)
-		switch {
-		case le != be:
-			if le {
-				best = lr
-			}
-		case ld != bd:
-			if ld {
-				best = lr
-			}
-		case ld:
-			if lr.RetryAfter > best.RetryAfter {
-				best = lr
-			}
-		case lr.Remaining < best.Remaining:
-			best = lr
-		}
-	}
-	return best
 }
 
 // units are the rate limit service's units, by their length.

@@ -1,0 +1,117 @@
+package check
+
+import "slices"
+
+// PartVerdict is one part's share of a decision (a descriptor of an Envoy
+// rate limit service request; the request itself when it has no parts).
+type PartVerdict struct {
+	// Denied: the part took part in the denial: an enforced limit of it
+	// denied (the store, the cache of denials or a limit of 0), or one of
+	// its enforced policies denied by its onMissingKey or, with the store
+	// away, by failureMode Closed. A shadow denial denies nothing.
+	Denied bool
+	// Reporting is the limit whose figures the part reports: among its
+	// enforced limits the denied one that waits longest, else the one
+	// with the fewest remaining; a shadow limit only when it has no
+	// other. nil when it has none: no policy limits the part, or another
+	// part's denial was answered from the cache of denials, which read
+	// nothing from the store.
+	Reporting *LimitResult
+}
+
+// partFacts is a part's verdict as kept in an Outcome: indexes, so that
+// judging parts allocates nothing. The zero value is a part that neither
+// denied nor has a reporting limit.
+type partFacts struct {
+	denied bool
+	// reporting is the index of the part's reporting limit in
+	// Outcome.Limits plus one; 0 when it has none.
+	reporting int
+}
+
+// Reporting is the limit whose figures the answer's headers and denial
+// carry (Tightest): on a denial the enforced limit that waits longest,
+// otherwise the enforced one with the fewest remaining. nil when none
+// reports: no enforced limit was evaluated, or the failure mode answered,
+// so that no figure of the store was read.
+func (o *Outcome) Reporting() *LimitResult {
+	if o.Tightest < 0 || o.Degraded {
+		return nil
+	}
+	return &o.Limits[o.Tightest]
+}
+
+// Part is the verdict of part i of the Input (0 for a request without
+// parts); a part out of range neither denied nor reports a limit.
+func (o *Outcome) Part(i int) PartVerdict {
+	var f partFacts
+	switch {
+	case i == 0:
+		f = o.firstPart
+	case i-1 < len(o.moreParts):
+		f = o.moreParts[i-1]
+	}
+	v := PartVerdict{Denied: f.denied}
+	if f.reporting > 0 {
+		v.Reporting = &o.Limits[f.reporting-1]
+	}
+	return v
+}
+
+// judgeParts records each of the n parts' verdicts once the decision is
+// made.
+func (o *Outcome) judgeParts(n int) {
+	o.firstPart = partFacts{}
+	o.moreParts = slices.Grow(o.moreParts[:0], n-1)[:n-1]
+	clear(o.moreParts)
+	for i := range o.Limits {
+		lr := &o.Limits[i]
+		f := o.facts(lr.Part)
+		if !o.Allowed && !lr.Allowed && !lr.Policy.Shadow {
+			f.denied = true
+		}
+		if f.reporting == 0 || reportsBefore(lr, &o.Limits[f.reporting-1]) {
+			f.reporting = i + 1
+		}
+	}
+	if o.Allowed {
+		return
+	}
+	for i := range o.Policies {
+		pr := &o.Policies[i]
+		if pr.Policy.Shadow {
+			continue
+		}
+		missingKeyDenied := pr.MissingKey && o.Reason == ReasonMissingKey && pr.Policy == o.Decider
+		failedClosed := o.Degraded && pr.Policy.FailClosed && !pr.MissingKey
+		if missingKeyDenied || failedClosed {
+			o.facts(pr.Part).denied = true
+		}
+	}
+}
+
+// facts is the verdict of part i.
+func (o *Outcome) facts(i int) *partFacts {
+	if i == 0 {
+		return &o.firstPart
+	}
+	return &o.moreParts[i-1]
+}
+
+// reportsBefore reports whether a part reports lr rather than best, one
+// of its limits met earlier: an enforced limit before a shadow one, then
+// a denied one before an allowed one, then among denied ones the one that
+// waits longer, among allowed ones the one with fewer remaining.
+func reportsBefore(lr, best *LimitResult) bool {
+	le, be := !lr.Policy.Shadow, !best.Policy.Shadow
+	ld, bd := !lr.Allowed, !best.Allowed
+	switch {
+	case le != be:
+		return le
+	case ld != bd:
+		return ld
+	case ld:
+		return lr.RetryAfter > best.RetryAfter
+	}
+	return lr.Remaining < best.Remaining
+}
