@@ -19,6 +19,19 @@ func descriptor(kv ...string) Part {
 	return Part{Request: r}
 }
 
+// partsChecker checks requests of parts in namespace "ns" with c, failing
+// the test on an error.
+func partsChecker(t *testing.T, c *Checker) func(parts ...Part) *Outcome {
+	return func(parts ...Part) *Outcome {
+		t.Helper()
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+}
+
 func withCost(p Part, cost int64) Part {
 	p.Cost, p.CostSet = cost, true
 	return p
@@ -32,14 +45,7 @@ func TestPartsAreDecidedAllOrNothing(t *testing.T) {
 		compile(t, "ns", "per-client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
 		compile(t, "ns", "route", "match: {descriptor: [{key: route, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 	)
-	check := func(parts ...Part) *Outcome {
-		t.Helper()
-		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	check := partsChecker(t, c)
 	for i := 0; i < 4; i++ {
 		out := check(descriptor("client", "a"), descriptor("route", "login"))
 		if want := i < 2; out.Allowed != want {
@@ -170,14 +176,7 @@ func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
 		p.Policies = []*policy.Policy{limit}
 		return p
 	}
-	check := func(parts ...Part) *Outcome {
-		t.Helper()
-		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	check := partsChecker(t, c)
 	for i := range 4 {
 		out := check(own(3), descriptor("client", "a"))
 		if want := i < 3; out.Allowed != want {
@@ -222,14 +221,7 @@ func TestPartLimitOfZero(t *testing.T) {
 		p.Policies = []*policy.Policy{zero}
 		return p
 	}
-	check := func(parts ...Part) *Outcome {
-		t.Helper()
-		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	check := partsChecker(t, c)
 	zeroFigures := func(name string, lr LimitResult, allowed bool) {
 		t.Helper()
 		want := ratelimit.Result{Allowed: allowed, Reset: 50 * time.Minute}

@@ -114,14 +114,7 @@ func TestPartsDeniedByTheirPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(parts ...Part) *Outcome {
-		t.Helper()
-		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: parts})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
+	check := partsChecker(t, c)
 	denied := func(name string, out *Outcome, want ...bool) {
 		t.Helper()
 		for i, w := range want {
