@@ -130,6 +130,8 @@ test-e2e: deps envtest ## Run only the end-to-end tests (the built binary, envte
 include release.mk
 # The 20-minute soak (not part of make test): soak.mk.
 include soak.mk
+# The one-node cluster (make cluster-up, cluster-deploy, cluster-down): cluster.mk.
+include cluster.mk
 
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN)/.tmp-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -33,11 +33,20 @@ if [[ "$(id -u)" -ne 0 ]]; then
   fi
 fi
 export DEBIAN_FRONTEND=noninteractive
+# Debian starts packaged servers (redis, nginx, containerd) as system services
+# on install; the tests run private instances of their own. A policy-rc.d that
+# refuses every start keeps the services down while apt-get runs.
+POLICY_RC=/usr/sbin/policy-rc.d
+if [[ ! -e "${POLICY_RC}" ]]; then
+  printf '#!/bin/sh\nexit 101\n' | ${SUDO} tee "${POLICY_RC}" >/dev/null
+  ${SUDO} chmod +x "${POLICY_RC}"
+  trap '${SUDO} rm -f "${POLICY_RC}"' EXIT
+fi
 ${SUDO} apt-get update -qq >&2
 ${SUDO} apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-# Debian starts packaged servers as system services; the tests run their own
-# private instances on free ports, so stop those where a service manager runs.
-for svc in redis-server redis-sentinel nginx caddy; do
+# Where a service manager started one anyway (a policy-rc.d of the machine's
+# own), stop it: the tests' instances take their ports.
+for svc in redis-server redis-sentinel nginx caddy containerd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "${svc}" 2>/dev/null; then
     ${SUDO} systemctl stop "${svc}" >/dev/null 2>&1 || true
   fi
