@@ -53,6 +53,11 @@ type Config struct {
 	// its next request. 0 or less: DefaultIdleTimeout. A new connection
 	// has the read timeout (10 s) to send its first request.
 	IdleTimeout time.Duration
+	// DrainTimeout bounds the drain between the end of Serve's context and
+	// the shutdown, while every answer closes its connection. 0:
+	// DefaultDrainTimeout; negative: no drain (idle connections are closed
+	// at once).
+	DrainTimeout time.Duration
 	// Budget is the process's descriptor budget, which its other
 	// listeners share (connlimit.NewBudget, with Caps() among the asks);
 	// nil: this listener has the whole budget.
@@ -84,12 +89,29 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 			c.IdleTimeout = d
 			return nil
 		})
+	c.DrainTimeout = DefaultDrainTimeout
+	fs.Func("drain-timeout", fmt.Sprintf("on SIGTERM, answer with Connection: close for up to this long (less once the clients have moved on) before closing idle connections, so keep-alive clients move to another replica between requests (default %s; 0: close at once)", DefaultDrainTimeout),
+		func(s string) error {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return err
+			}
+			if d < 0 {
+				return fmt.Errorf("must not be negative, got %s", s)
+			}
+			c.DrainTimeout = d
+			if d == 0 {
+				c.DrainTimeout = -1 // Config's "no drain"
+			}
+			return nil
+		})
 }
 
 // limits are a Config's bounds in force.
 type limits struct {
-	caps connlimit.Caps
-	idle time.Duration
+	caps  connlimit.Caps
+	idle  time.Duration
+	drain time.Duration // 0: none
 }
 
 func (c Config) logger() *slog.Logger {
@@ -108,7 +130,7 @@ func (c Config) Caps() connlimit.Caps {
 // share, or, without one, the whole budget of the open-file limit nofile
 // (0 when unknown).
 func (c Config) resolve(nofile uint64) limits {
-	l := limits{idle: c.IdleTimeout}
+	l := limits{idle: c.IdleTimeout, drain: c.DrainTimeout}
 	ok := false
 	if c.Budget != nil {
 		l.caps, ok = c.Budget.Caps(connlimit.HTTP)
@@ -118,6 +140,12 @@ func (c Config) resolve(nofile uint64) limits {
 	}
 	if l.idle <= 0 {
 		l.idle = DefaultIdleTimeout
+	}
+	switch {
+	case l.drain == 0:
+		l.drain = DefaultDrainTimeout
+	case l.drain < 0:
+		l.drain = 0
 	}
 	return l
 }

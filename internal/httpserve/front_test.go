@@ -60,7 +60,7 @@ func startFront(t *testing.T, h http.Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(h, DefaultIdleTimeout)
+	srv := newServer(newFront(h).serve, DefaultIdleTimeout)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return ln.Addr().String()

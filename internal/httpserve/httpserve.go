@@ -34,26 +34,33 @@ import (
 // nginx accepts up to 4 × 8 KiB by default, Envoy 60 KiB.
 const MaxHeaderBytes = 64 << 10
 
-// Serve serves h on ln with the default Config until ctx ends, then shuts
-// down gracefully (up to 10 s for requests in flight). When h implements
-// Native, its native routes answer the requests they take.
+// Serve serves h on ln with the default Config until ctx ends, then drains
+// and shuts down gracefully (Config.Serve). When h implements Native, its
+// native routes answer the requests they take.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return Config{}.Serve(ctx, ln, h)
 }
 
-// Serve serves h on ln within c's bounds until ctx ends, then shuts down
-// gracefully (up to 10 s for requests in flight). Accept errors that a
-// pause may cure (out of file descriptors) are retried, never returned.
+// Serve serves h on ln within c's bounds until ctx ends. Then it drains
+// (up to c.DrainTimeout: every answer closes its connection, so clients
+// move to another replica between requests rather than lose one to a
+// closing connection; drain.go) and shuts down gracefully (up to 10 s for
+// requests in flight). Accept errors that a pause may cure (out of file
+// descriptors) are retried, never returned.
 func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	lim := c.resolve(connlimit.OpenFileLimit())
 	lln := connlimit.NewListener(ln, lim.caps, connlimit.NewMetrics(c.Registerer, connlimit.HTTP), c.logger())
-	srv := newServer(h, lim.idle)
+	var d drainer
+	srv := newServer(d.wrap(newFront(h).serve), lim.idle)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if lim.drain > 0 {
+		d.drain(srv.GetOpenConnectionsCount, lim.drain)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -71,9 +78,9 @@ func (c Config) Serve(ctx context.Context, ln net.Listener, h http.Handler) erro
 }
 
 // newServer is the fasthttp server Serve runs.
-func newServer(h http.Handler, idle time.Duration) *fasthttp.Server {
+func newServer(h fasthttp.RequestHandler, idle time.Duration) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler: newFront(h).serve,
+		Handler: h,
 		// A slow client cannot hold a connection with a half-sent request
 		// (nor a new one without a request); an idle keep-alive connection
 		// is closed after idle (DefaultIdleTimeout says why 2 min).
@@ -94,8 +101,8 @@ func newServer(h http.Handler, idle time.Duration) *fasthttp.Server {
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
-		// While draining, answers say Connection: close, so a proxy does not
-		// send its next request on a connection about to close.
+		// Past the drain, answers still say Connection: close, so a proxy
+		// does not send its next request on a connection about to close.
 		CloseOnShutdown: true,
 		Logger:          debugLogger{},
 	}

@@ -45,7 +45,7 @@ func TestServeRetriesAcceptErrors(t *testing.T) {
 }
 
 func lim(maxConns, perPeer int, idle time.Duration) limits {
-	return limits{caps: connlimit.Caps{Listener: connlimit.HTTP, MaxConns: maxConns, PerPeer: perPeer}, idle: idle}
+	return limits{caps: connlimit.Caps{Listener: connlimit.HTTP, MaxConns: maxConns, PerPeer: perPeer}, idle: idle, drain: DefaultDrainTimeout}
 }
 
 // TestConfigResolve: defaults, "no cap", the process cap lowered to fit
