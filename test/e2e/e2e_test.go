@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/testutil/argohealth"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -77,9 +78,9 @@ func (e *env) waitReady(t *testing.T, namespace, what string) {
 func TestEndToEnd(t *testing.T) {
 	start := time.Now()
 	// Fail at once, with what to install, when a program is missing.
-	requireCommand(t, "redis-server", "redis-server")
-	requireCommand(t, "nginx", "nginx")
-	requireCommand(t, "caddy", "caddy")
+	systest.RequireCommand(t, "redis-server", "redis-server")
+	systest.RequireCommand(t, "nginx", "nginx")
+	systest.RequireCommand(t, "caddy", "caddy")
 	kubetest.Assets(t)
 
 	e := &env{root: kubetest.RepoRoot(t), dir: t.TempDir()}
@@ -142,28 +143,28 @@ func TestEndToEnd(t *testing.T) {
 		e.waitReady(t, ns, "rlp/api")
 	}
 
-	plain := readIngressExample(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress.yaml"))
-	with429 := readIngressExample(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress-429.yaml"))
-	servers := []nginxServer{
-		{port: systest.FreePort(t), namespace: "e2e-nginx", upstream: addr["nginx"], example: plain, clientHeaders: true},
-		{port: systest.FreePort(t), namespace: "e2e-nginx-429", upstream: addr["nginx-429"], example: with429},
-		{port: systest.FreePort(t), namespace: "e2e-edit", upstream: addr["edit"], example: plain, clientHeaders: true},
+	plain := nginxtest.ReadIngress(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress.yaml"))
+	with429 := nginxtest.ReadIngress(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress-429.yaml"))
+	servers := []nginxtest.Server{
+		{Port: systest.FreePort(t), Namespace: "e2e-nginx", Upstream: addr["nginx"], Ingress: plain, ClientHeaders: true},
+		{Port: systest.FreePort(t), Namespace: "e2e-nginx-429", Upstream: addr["nginx-429"], Ingress: with429},
+		{Port: systest.FreePort(t), Namespace: "e2e-edit", Upstream: addr["edit"], Ingress: plain, ClientHeaders: true},
 	}
-	startNginx(t, e.dir, e.checkAddr, servers...)
+	nginxtest.StartServers(t, e.dir, e.checkAddr, servers...)
 	caddyPort := systest.FreePort(t)
 	startCaddy(t, e.root, e.dir, caddyPort, e.checkAddr, "e2e-caddy", addr["caddy"])
 
 	t.Run("nginx auth_request: 403 with the rate-limit headers", func(t *testing.T) {
-		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[0].port), apps["nginx"], limit, http.StatusForbidden, plain.responseHeaders, true)
+		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[0].Port), apps["nginx"], limit, http.StatusForbidden, plain.ResponseHeaders, true)
 	})
 	t.Run("nginx with the 429 snippets: 429 with Retry-After", func(t *testing.T) {
-		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[1].port), apps["nginx-429"], limit, http.StatusTooManyRequests, nil, true)
+		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[1].Port), apps["nginx-429"], limit, http.StatusTooManyRequests, nil, true)
 	})
 	t.Run("caddy forward_auth: 429 with Retry-After", func(t *testing.T) {
 		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", caddyPort), apps["caddy"], limit, http.StatusTooManyRequests, []string{"RateLimit", "RateLimit-Policy"}, false)
 	})
 	t.Run("kubectl patch and delete take effect within 2s", func(t *testing.T) {
-		testEditDelete(t, e, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[2].port))
+		testEditDelete(t, e, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[2].Port))
 	})
 	t.Run("Argo CD health of live policies", func(t *testing.T) { testArgoHealth(t, e) })
 	t.Logf("end to end in %s", time.Since(start).Round(time.Millisecond))
@@ -214,7 +215,7 @@ func testProxy(t *testing.T, url string, app *upstream, limit, deny int, toUpstr
 		t.Errorf("allowed response body %q is not the application's", resps[0].body)
 	}
 	denied := resps[limit]
-	for _, h := range rateLimitHeaders {
+	for _, h := range nginxtest.RateLimitHeaders {
 		if denied.header.Get(h) == "" {
 			t.Errorf("the denial lacks %s", h)
 		}

