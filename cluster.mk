@@ -20,7 +20,7 @@ cluster-up: cluster-node ## Start the one-node cluster (kubeconfig: bin/cluster/
 	K8S_VERSION=$(K8S_VERSION) hack/cluster/up.sh
 
 .PHONY: cluster-deploy
-cluster-deploy: ## Install Sluice on the node from its release artefacts: the image (make image) and dist/install.yaml (make build-installer).
+cluster-deploy: ## Install Sluice on the node from its release artifacts: the image (make image) and dist/install.yaml (make build-installer).
 	$(MAKE) --no-print-directory image PLATFORMS=linux/$(shell $(GO) env GOARCH)
 	$(MAKE) --no-print-directory build-installer
 	K8S_VERSION=$(K8S_VERSION) hack/cluster/deploy.sh

@@ -14,10 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
-// exampleGRPCCheckSocket is the check Service's gRPC address in
-// config/examples/envoy/envoy-grpc.yaml.
-const exampleGRPCCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 9090}"
-
 // noNamespaceHost is a virtual host the test adds in front of the
 // example's: its route sets no namespace context extension.
 const noNamespaceHost = "nonamespace.example.com"
@@ -30,7 +26,7 @@ const noNamespaceHost = "nonamespace.example.com"
 // namespace.
 func startEnvoyGRPC(t *testing.T, root, dir string, port int, grpcAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	conf := envoytest.Example(t, root, "envoy-grpc.yaml", port, map[string]string{exampleGRPCCheckSocket: grpcAddr, envoytest.AppSocket: appAddr})
+	conf := envoytest.Example(t, root, "envoy-grpc.yaml", port, map[string]string{envoytest.GRPCCheckSocket: grpcAddr, envoytest.AppSocket: appAddr})
 	const shopHost = "            - name: shop\n              domains: [\"*\"]\n"
 	conf = systest.ReplaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy-grpc.yaml"), conf, shopHost, fmt.Sprintf(`            - name: no-namespace
               domains: [%[1]q, "%[1]s:*"]

@@ -49,8 +49,8 @@ func TestEnvoyRLS(t *testing.T) {
 	app, appAddr := startUsageApp(t)
 	port := systest.FreePort(t)
 	envoytest.Run(t, dir, "envoy-ratelimit.yaml", envoytest.Example(t, root, "envoy-ratelimit.yaml", port, map[string]string{
-		exampleGRPCCheckSocket: grpcAddr,
-		envoytest.AppSocket:    appAddr,
+		envoytest.GRPCCheckSocket: grpcAddr,
+		envoytest.AppSocket:       appAddr,
 	}), port)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	rls := dialRLS(t, grpcAddr)

@@ -93,17 +93,13 @@ func startShopApp(t *testing.T) (*shopApp, string) {
 	return app, ln.Addr().String()
 }
 
-// exampleHTTPCheckSocket is the check Service's HTTP address in
-// config/examples/envoy/envoy.yaml.
-const exampleHTTPCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 8080}"
-
 // startEnvoy runs config/examples/envoy/envoy.yaml in a real Envoy, with
 // only its addresses replaced: the listener on a loopback port, the
 // sluice-check cluster (and the ext_authz URI naming it) at the check
 // process, the shop cluster at the application.
 func startEnvoy(t *testing.T, root, dir string, port int, checkAddr, appAddr string) *systest.Proc {
 	t.Helper()
-	conf := envoytest.Example(t, root, "envoy.yaml", port, map[string]string{exampleHTTPCheckSocket: checkAddr, envoytest.AppSocket: appAddr})
+	conf := envoytest.Example(t, root, "envoy.yaml", port, map[string]string{envoytest.HTTPCheckSocket: checkAddr, envoytest.AppSocket: appAddr})
 	conf = systest.ReplaceOnce(t, filepath.Join(root, "config", "examples", "envoy", "envoy.yaml"), conf, "uri: http://"+nginxtest.ExampleCheckAddr, "uri: http://"+checkAddr)
 	return envoytest.Run(t, dir, "envoy.yaml", conf, port)
 }

@@ -15,6 +15,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
+// The check Service's addresses in the Envoy examples: gRPC
+// (envoy-grpc.yaml, envoy-ratelimit.yaml) and HTTP (envoy.yaml).
+const (
+	GRPCCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 9090}"
+	HTTPCheckSocket = "socket_address: {address: sluice-check.sluice-system.svc.cluster.local, port_value: 8080}"
+)
+
 // AppSocket is the application's address in the Envoy examples; tests put
 // their application's in its place.
 const AppSocket = "socket_address: {address: shop.shop.svc.cluster.local, port_value: 80}"
