@@ -12,18 +12,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-dev/sluice/clientip"
-	"github.com/sluice-dev/sluice/internal/buildinfo"
-	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
-	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/webhook"
@@ -55,31 +49,19 @@ type CheckConfig struct {
 
 // redisParts is what both processes build from the Redis settings.
 type redisParts struct {
-	client redis.UniversalClient
-	store  *redisstore.Store
-	table  *policytable.Table
+	*redisconn.Conn
+	table *policytable.Table
 }
 
 func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisParts, error) {
 	if !cfg.Enabled() {
 		return nil, errors.New("redis: no connection configured; set --redis-url, --redis-sentinel-addrs or --redis-cluster-addrs")
 	}
-	opts, err := cfg.Options()
+	conn, err := cfg.Connect(storeOpts)
 	if err != nil {
 		return nil, err
 	}
-	client := redisstore.NewClient(opts)
-	store, err := redisstore.New(client, storeOpts)
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	return &redisParts{client: client, store: store, table: policytable.New(client)}, nil
-}
-
-func (r *redisParts) close() {
-	_ = r.store.Close()
-	_ = r.client.Close()
+	return &redisParts{Conn: conn, table: policytable.New(conn.Client)}, nil
 }
 
 // checkServer is the check endpoint over Redis, following the policy table.
@@ -93,9 +75,9 @@ type checkServer struct {
 	// grpc is nil without --grpc-listen.
 	grpc       *grpcserver.Server
 	grpcListen string
-	// leases gives back what it holds once serving has ended, before
-	// the Redis client closes.
-	leases *lease.Store
+	// stack gives back what its leases hold once serving has ended,
+	// before the Redis client closes.
+	stack *checkstack.Stack
 }
 
 func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
@@ -104,18 +86,13 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		log = slog.Default()
 	}
 	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	// Leased policies (spec.lease) are answered from this process's leases;
-	// every other request goes to Redis exactly, through the lease store.
-	leases := lease.New(parts.store, lease.Options{})
 	// Refunds (Envoy's negative hits, a lease's unused units) are told to
 	// the other check processes on the table's channel, so none keeps
 	// denying a bucket a refund gave room.
-	refunds := policytable.NewRefunds(parts.client, log)
-	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), AnnounceRefunds: refunds.Announce, Logger: log})
-	refunds.ForgetWith(checker)
+	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
+	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, Refunds: refunds, Logger: log})
+	checker, reg := stack.Checker, stack.Registry
 	var trusted *clientip.TrustedProxies
 	if cfg.TrustedProxies != nil {
 		var err error
@@ -136,7 +113,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	httpCfg := cfg.HTTP
 	httpCfg.Registerer, httpCfg.Logger = reg, log
 	httpCfg.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
-	c := &checkServer{reader: reader, refunds: refunds, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
+	c := &checkServer{reader: reader, refunds: refunds, stack: stack, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
 	if cfg.GRPC.Enabled() {
 		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Budget: httpCfg.Budget, Registerer: reg, Logger: log})
 		if err != nil {
@@ -149,7 +126,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 // run serves until ctx ends, then drains connections and gives back the
 // units of this process's leases.
 func (c *checkServer) run(ctx context.Context) error {
-	defer c.leases.Close()
+	defer c.stack.Close()
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -173,7 +150,7 @@ func RunCheck(ctx context.Context, cfg CheckConfig, redisCfg *redisconn.Config) 
 	if err != nil {
 		return err
 	}
-	defer parts.close()
+	defer parts.Close()
 	srv, err := newCheckServer(cfg, parts)
 	if err != nil {
 		return err

@@ -21,7 +21,7 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer parts.close()
+	defer parts.Close()
 	srv, err := newCheckServer(CheckConfig{Listen: ":8080", DashboardHosts: dashboard.Hosts{"sluice.example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
 	if err != nil {
 		t.Fatal(err)

@@ -9,18 +9,12 @@ import (
 	"net"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/sluice-dev/sluice/clientip"
-	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
-	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/internal/source"
@@ -66,7 +60,7 @@ type App struct {
 	Handler *webhook.Server
 	// GRPC is the gRPC endpoint; nil when cfg.GRPC is off.
 	GRPC      *grpcserver.Server
-	store     ratelimit.Store
+	stack     *checkstack.Stack
 	closers   []func()
 	log       *slog.Logger
 	storeName string
@@ -92,43 +86,28 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a.Files = files
 
+	var redisStore *redisstore.Store
+	a.storeName = "memory"
 	if cfg.Redis.Enabled() {
-		opts, err := cfg.Redis.Options()
+		conn, err := cfg.Redis.Connect(redisstore.Options{})
 		if err != nil {
 			return nil, err
 		}
-		client := redisstore.NewClient(opts)
-		a.closers = append(a.closers, func() { _ = client.Close() })
-		rs, err := redisstore.New(client, redisstore.Options{})
-		if err != nil {
-			a.Close()
-			return nil, err
-		}
+		a.closers = append(a.closers, conn.Close)
 		loadCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := rs.Load(loadCtx); err != nil {
+		if err := conn.Store.Load(loadCtx); err != nil {
 			// Not fatal: the failure modes answer until Redis is reachable,
 			// and the store loads the library on its first call.
 			log.Warn("Redis not reachable at start; failure modes apply until it is", "err", err)
 		}
 		cancel()
-		a.store, a.storeName = rs, "redis"
-	} else {
-		a.store, a.storeName = memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)), "memory"
+		redisStore, a.storeName = conn.Store, "redis"
 	}
-	a.closers = append([]func(){func() { _ = a.store.Close() }}, a.closers...)
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	checkStore := a.store
-	if a.storeName == "redis" {
-		// Leases only for Redis: the memory store is this process's own
-		// and answers from memory already, exactly.
-		leases := lease.New(a.store, lease.Options{})
-		checkStore = leases
-		// Closed before the store: the units it holds go back first.
-		a.closers = append([]func(){func() { _ = leases.Close() }}, a.closers...)
-	}
-	a.Checker = check.New(check.Options{Store: checkStore, Source: files, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), Logger: log})
+	a.stack = checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, Logger: log})
+	// Closed before the Redis store: the units the leases hold go back first.
+	a.closers = append([]func(){func() { _ = a.stack.Close() }}, a.closers...)
+	a.Checker = a.stack.Checker
+	reg := a.stack.Registry
 	a.http.Registerer = reg
 
 	var trusted *clientip.TrustedProxies
@@ -159,7 +138,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// Close releases the store and the Redis client.
+// Close gives back what the leases hold and releases the store and the
+// Redis client.
 func (a *App) Close() {
 	for _, c := range a.closers {
 		c()
