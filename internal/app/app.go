@@ -6,13 +6,10 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/sluice-dev/sluice/clientip"
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
@@ -68,16 +65,11 @@ func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisPa
 type checkServer struct {
 	reader  *policytable.Reader
 	refunds *policytable.Refunds
-	handler http.Handler
-	listen  string
-	http    httpserve.Config
-	log     *slog.Logger
-	// grpc is nil without --grpc-listen.
-	grpc       *grpcserver.Server
-	grpcListen string
 	// stack gives back what its leases hold once serving has ended,
 	// before the Redis client closes.
-	stack *checkstack.Stack
+	stack  *checkstack.Stack
+	server *checkserver.Server
+	log    *slog.Logger
 }
 
 func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
@@ -92,56 +84,29 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
 	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, Refunds: refunds, Logger: log})
-	checker, reg := stack.Checker, stack.Registry
-	var trusted *clientip.TrustedProxies
-	if cfg.TrustedProxies != nil {
-		var err error
-		if trusted, err = clientip.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
-			return nil, fmt.Errorf("--trusted-proxies: %w", err)
-		}
-	}
-	srv, err := webhook.New(webhook.Options{Checker: checker, Profile: cfg.Profile, TrustedProxies: trusted, Gatherer: reg, Logger: log})
+	server, err := checkserver.New(checkserver.Options{
+		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
+		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
+	})
 	if err != nil {
+		_ = stack.Close()
 		return nil, err
 	}
-	// The dashboard is read-only here: the RateLimitPolicy objects are the truth.
-	dash, err := dashboard.New(dashboard.Options{Checker: checker, Table: reader, Listen: cfg.Listen, Hosts: cfg.DashboardHosts})
-	if err != nil {
-		return nil, err
-	}
-	dash.Register(srv)
-	httpCfg := cfg.HTTP
-	httpCfg.Registerer, httpCfg.Logger = reg, log
-	httpCfg.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
-	c := &checkServer{reader: reader, refunds: refunds, stack: stack, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
-	if cfg.GRPC.Enabled() {
-		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Budget: httpCfg.Budget, Registerer: reg, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &checkServer{reader: reader, refunds: refunds, stack: stack, server: server, log: log}, nil
 }
 
 // run serves until ctx ends, then drains connections and gives back the
 // units of this process's leases.
 func (c *checkServer) run(ctx context.Context) error {
 	defer c.stack.Close()
-	ln, err := net.Listen("tcp", c.listen)
+	ln, grpcLn, err := c.server.Listen()
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	var grpcLn net.Listener
-	if c.grpc != nil {
-		if grpcLn, err = net.Listen("tcp", c.grpcListen); err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("--grpc-listen: %w", err)
-		}
+		return err
 	}
 	go c.reader.Run(ctx)
 	go c.refunds.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
-	return c.grpc.ServeBeside(ctx, grpcLn, func(ctx context.Context) error { return c.http.Serve(ctx, ln, c.handler) })
+	return c.server.Serve(ctx, ln, grpcLn)
 }
 
 // RunCheck runs the check endpoint process until ctx ends.

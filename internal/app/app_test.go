@@ -26,7 +26,7 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv.handler)
+	ts := httptest.NewServer(srv.server.Handler)
 	defer ts.Close()
 
 	resp, err := http.Get(ts.URL + "/")

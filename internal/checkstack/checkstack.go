@@ -8,7 +8,6 @@
 package checkstack
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
@@ -65,26 +64,22 @@ type Stack struct {
 	Registry *prometheus.Registry
 	// Memory is the in-memory store; nil over Redis.
 	Memory *memstore.Store
-	// closers release what the stack made, in order.
-	closers []func() error
+	// store is what the checker calls: the leases over Redis, or Memory.
+	store ratelimit.Store
 }
 
 // New assembles a stack from o.
 func New(o Options) *Stack {
 	s := &Stack{}
-	var store ratelimit.Store
 	if o.Redis != nil {
 		// Each process is one of the P of a leased policy's bound
 		// (spec.lease); every other request goes to Redis exactly,
 		// through the lease store. None over the memory store: it is the
 		// process's own and answers from memory already, exactly.
-		leases := lease.New(o.Redis, lease.Options{})
-		store = leases
-		s.closers = append(s.closers, leases.Close)
+		s.store = lease.New(o.Redis, lease.Options{})
 	} else {
 		s.Memory = memstore.New(memstore.WithMaxKeys(o.MemoryMaxKeys))
-		store = s.Memory
-		s.closers = append(s.closers, s.Memory.Close)
+		s.store = s.Memory
 	}
 
 	reg := o.Registerer
@@ -98,7 +93,7 @@ func New(o Options) *Stack {
 		metrics = check.NewMetrics(reg)
 	}
 
-	opts := check.Options{Store: store, Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
+	opts := check.Options{Store: s.store, Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
 	}
@@ -111,11 +106,4 @@ func New(o Options) *Stack {
 
 // Close gives back the units the leases hold and stops the memory store.
 // Check no more through the stack after Close.
-func (s *Stack) Close() error {
-	var errs []error
-	for _, c := range s.closers {
-		errs = append(errs, c())
-	}
-	s.closers = nil
-	return errors.Join(errs...)
-}
+func (s *Stack) Close() error { return s.store.Close() }
