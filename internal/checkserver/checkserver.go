@@ -8,6 +8,7 @@ package checkserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,8 +25,8 @@ import (
 
 // Options configure a Server.
 type Options struct {
-	// Stack decides; its Registry (checkstack.Options.OwnRegistry) is
-	// served on /metrics and takes the listeners' metrics.
+	// Stack decides; its Registry (checkstack.Options.OwnRegistry, which
+	// is required) is served on /metrics and takes the listeners' metrics.
 	Stack *checkstack.Stack
 	// Listen is the HTTP address; its host, when one is named, is a name
 	// the dashboard answers to, beside DashboardHosts.
@@ -74,6 +75,9 @@ func New(o Options) (*Server, error) {
 		}
 	}
 	checker, reg := o.Stack.Checker, o.Stack.Registry
+	if reg == nil {
+		return nil, errors.New("checkserver: the stack has no registry to serve on /metrics (checkstack.Options.OwnRegistry)")
+	}
 	handler, err := webhook.New(webhook.Options{Checker: checker, Profile: o.Profile, TrustedProxies: trusted, Gatherer: reg, Logger: log})
 	if err != nil {
 		return nil, err
