@@ -3,8 +3,8 @@ package middleware
 // MemoryMaxKeys returns the cap of l's in-memory store (0: no cap), or -1
 // when l has none.
 func MemoryMaxKeys(l *Limiter) int {
-	if l.memory == nil {
+	if l.stack == nil || l.stack.Memory == nil {
 		return -1
 	}
-	return l.memory.MaxKeys()
+	return l.stack.Memory.MaxKeys()
 }

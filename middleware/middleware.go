@@ -14,10 +14,11 @@ import (
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/source"
 )
 
@@ -34,9 +35,8 @@ type Limiter struct {
 	log       *slog.Logger
 	lastLog   atomic.Int64 // Unix ns of the last failure-mode log line
 
-	checker *check.Checker  // in the process
-	memory  *memstore.Store // its store when in memory
-	remote  *remote         // or remotely
+	stack   *checkstack.Stack // in the process
+	remote  *remote           // or remotely
 	closers []func() error
 }
 
@@ -117,11 +117,15 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	var store ratelimit.Store
 	kind := "WithMemoryStore"
 	if len(c.stores) == 1 {
 		kind = c.stores[0]
 	}
+	maxKeys := memstore.DefaultMaxKeys
+	if c.memoryMaxKeys != nil {
+		maxKeys = *c.memoryMaxKeys
+	}
+	var redisStore *redisstore.Store
 	switch {
 	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
 		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
@@ -136,31 +140,21 @@ func New(opts ...Option) (*Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
-		// Each service replica is one of the P processes of a leased
-		// policy's bound (spec.lease); other policies are exact.
-		leases := lease.New(st, lease.Options{})
-		// Closed before the Redis store: the units it holds go back first.
-		store, l.closers = leases, append([]func() error{leases.Close}, closers...)
-	default:
-		maxKeys := memstore.DefaultMaxKeys
-		if c.memoryMaxKeys != nil {
-			maxKeys = *c.memoryMaxKeys
-		}
-		ms := memstore.New(memstore.WithMaxKeys(maxKeys))
-		store, l.memory = ms, ms
-		l.closers = append(l.closers, ms.Close)
+		redisStore, l.closers = st, closers
 	}
-	var metrics *check.Metrics
-	if c.registerer != nil {
-		metrics = check.NewMetrics(c.registerer)
-	}
-	l.checker = check.New(check.Options{
-		Store:   store,
-		Source:  source.NewStatic(policies...),
-		Timeout: c.storeTimeout,
-		Metrics: metrics,
-		Logger:  c.logger,
+	// Each service replica is one of the P processes of a leased policy's
+	// bound (spec.lease); the metrics go to the service's registry
+	// (WithMetrics), or nowhere.
+	l.stack = checkstack.New(checkstack.Options{
+		Source:        source.NewStatic(policies...),
+		Redis:         redisStore,
+		MemoryMaxKeys: maxKeys,
+		Timeout:       c.storeTimeout,
+		Registerer:    c.registerer,
+		Logger:        c.logger,
 	})
+	// Closed before the Redis store: the units the leases hold go back first.
+	l.closers = append([]func() error{l.stack.Close}, l.closers...)
 	return l, nil
 }
 
@@ -298,7 +292,7 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 		badRequest(w, err)
 		return
 	}
-	out, err := l.checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})
+	out, err := l.stack.Checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})
 	if err != nil {
 		// Not Redis being away (the failure mode covers that): more
 		// limits than one check evaluates (400), or a bug.

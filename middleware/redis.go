@@ -6,7 +6,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 )
 
@@ -43,7 +42,7 @@ func checkRedisClient(client redis.UniversalClient) error {
 
 // newRedisStore builds the Redis store of WithRedis or WithRedisURL and
 // what Close must close, in order.
-func newRedisStore(c *config) (ratelimit.Store, []func() error, error) {
+func newRedisStore(c *config) (*redisstore.Store, []func() error, error) {
 	client := c.redisClient
 	var closers []func() error
 	if c.redisURL != "" {

@@ -6,24 +6,15 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluice-dev/sluice/clientip"
-	"github.com/sluice-dev/sluice/internal/buildinfo"
-	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkserver"
+	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
-	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/webhook"
@@ -55,47 +46,30 @@ type CheckConfig struct {
 
 // redisParts is what both processes build from the Redis settings.
 type redisParts struct {
-	client redis.UniversalClient
-	store  *redisstore.Store
-	table  *policytable.Table
+	*redisconn.Conn
+	table *policytable.Table
 }
 
 func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisParts, error) {
 	if !cfg.Enabled() {
 		return nil, errors.New("redis: no connection configured; set --redis-url, --redis-sentinel-addrs or --redis-cluster-addrs")
 	}
-	opts, err := cfg.Options()
+	conn, err := cfg.Connect(storeOpts)
 	if err != nil {
 		return nil, err
 	}
-	client := redisstore.NewClient(opts)
-	store, err := redisstore.New(client, storeOpts)
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	return &redisParts{client: client, store: store, table: policytable.New(client)}, nil
-}
-
-func (r *redisParts) close() {
-	_ = r.store.Close()
-	_ = r.client.Close()
+	return &redisParts{Conn: conn, table: policytable.New(conn.Client)}, nil
 }
 
 // checkServer is the check endpoint over Redis, following the policy table.
 type checkServer struct {
 	reader  *policytable.Reader
 	refunds *policytable.Refunds
-	handler http.Handler
-	listen  string
-	http    httpserve.Config
-	log     *slog.Logger
-	// grpc is nil without --grpc-listen.
-	grpc       *grpcserver.Server
-	grpcListen string
-	// leases gives back what it holds once serving has ended, before
-	// the Redis client closes.
-	leases *lease.Store
+	// stack gives back what its leases hold once serving has ended,
+	// before the Redis client closes.
+	stack  *checkstack.Stack
+	server *checkserver.Server
+	log    *slog.Logger
 }
 
 func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
@@ -104,67 +78,35 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		log = slog.Default()
 	}
 	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	// Leased policies (spec.lease) are answered from this process's leases;
-	// every other request goes to Redis exactly, through the lease store.
-	leases := lease.New(parts.store, lease.Options{})
 	// Refunds (Envoy's negative hits, a lease's unused units) are told to
 	// the other check processes on the table's channel, so none keeps
 	// denying a bucket a refund gave room.
-	refunds := policytable.NewRefunds(parts.client, log)
-	checker := check.New(check.Options{Store: leases, Source: reader, Timeout: cfg.Timeout, Metrics: check.NewMetrics(reg), AnnounceRefunds: refunds.Announce, Logger: log})
-	refunds.ForgetWith(checker)
+	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
-	var trusted *clientip.TrustedProxies
-	if cfg.TrustedProxies != nil {
-		var err error
-		if trusted, err = clientip.ParseTrustedProxies(cfg.TrustedProxies); err != nil {
-			return nil, fmt.Errorf("--trusted-proxies: %w", err)
-		}
-	}
-	srv, err := webhook.New(webhook.Options{Checker: checker, Profile: cfg.Profile, TrustedProxies: trusted, Gatherer: reg, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, Refunds: refunds, Logger: log})
+	server, err := checkserver.New(checkserver.Options{
+		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
+		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
+	})
 	if err != nil {
+		_ = stack.Close()
 		return nil, err
 	}
-	// The dashboard is read-only here: the RateLimitPolicy objects are the truth.
-	dash, err := dashboard.New(dashboard.Options{Checker: checker, Table: reader, Listen: cfg.Listen, Hosts: cfg.DashboardHosts})
-	if err != nil {
-		return nil, err
-	}
-	dash.Register(srv)
-	httpCfg := cfg.HTTP
-	httpCfg.Registerer, httpCfg.Logger = reg, log
-	httpCfg.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
-	c := &checkServer{reader: reader, refunds: refunds, leases: leases, handler: srv, listen: cfg.Listen, http: httpCfg, log: log, grpcListen: cfg.GRPC.Listen}
-	if cfg.GRPC.Enabled() {
-		c.grpc, err = grpcserver.FromConfig(&cfg.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, Budget: httpCfg.Budget, Registerer: reg, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return &checkServer{reader: reader, refunds: refunds, stack: stack, server: server, log: log}, nil
 }
 
 // run serves until ctx ends, then drains connections and gives back the
 // units of this process's leases.
 func (c *checkServer) run(ctx context.Context) error {
-	defer c.leases.Close()
-	ln, err := net.Listen("tcp", c.listen)
+	defer c.stack.Close()
+	ln, grpcLn, err := c.server.Listen()
 	if err != nil {
-		return fmt.Errorf("--listen: %w", err)
-	}
-	var grpcLn net.Listener
-	if c.grpc != nil {
-		if grpcLn, err = net.Listen("tcp", c.grpcListen); err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("--grpc-listen: %w", err)
-		}
+		return err
 	}
 	go c.reader.Run(ctx)
 	go c.refunds.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
-	return c.grpc.ServeBeside(ctx, grpcLn, func(ctx context.Context) error { return c.http.Serve(ctx, ln, c.handler) })
+	return c.server.Serve(ctx, ln, grpcLn)
 }
 
 // RunCheck runs the check endpoint process until ctx ends.
@@ -173,7 +115,7 @@ func RunCheck(ctx context.Context, cfg CheckConfig, redisCfg *redisconn.Config) 
 	if err != nil {
 		return err
 	}
-	defer parts.close()
+	defer parts.Close()
 	srv, err := newCheckServer(cfg, parts)
 	if err != nil {
 		return err

@@ -21,12 +21,12 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer parts.close()
+	defer parts.Close()
 	srv, err := newCheckServer(CheckConfig{Listen: ":8080", DashboardHosts: dashboard.Hosts{"sluice.example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv.handler)
+	ts := httptest.NewServer(srv.server.Handler)
 	defer ts.Close()
 
 	resp, err := http.Get(ts.URL + "/")

@@ -97,7 +97,7 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	if err := buildinfo.Register(crmetrics.Registry); err != nil {
 		return nil, fmt.Errorf("register %s: %w", buildinfo.MetricName, err)
 	}
-	publisher := &policytable.Publisher{Table: parts.table, Library: parts.store}
+	publisher := &policytable.Publisher{Table: parts.table, Library: parts.Store}
 	lastGood := controller.NewLastGood()
 	r := &controller.Reconciler{
 		Client:         mgr.GetClient(),
@@ -115,7 +115,7 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		Recorder: r.Recorder,
 		// maxmemory-policy of every master, for the eviction warning.
 		Memory: func(ctx context.Context) ([]redisconn.MemoryPolicy, error) {
-			return redisconn.ReadMemoryPolicies(ctx, parts.client)
+			return redisconn.ReadMemoryPolicies(ctx, parts.Client)
 		},
 	}); err != nil {
 		return nil, err
@@ -144,7 +144,7 @@ func RunController(ctx context.Context, cfg ControllerConfig, redisCfg *rediscon
 	if err != nil {
 		return err
 	}
-	defer parts.close()
+	defer parts.Close()
 	mgr, err := newControllerManager(cfg, parts)
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisC
 	if err != nil {
 		return err
 	}
-	defer parts.close()
+	defer parts.Close()
 	mgr, err := newControllerManager(ccfg, parts)
 	if err != nil {
 		return err

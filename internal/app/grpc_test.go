@@ -40,7 +40,7 @@ func TestCheckServerServesGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer parts.close()
+	defer parts.Close()
 	grpcAddr := freeAddr(t)
 	cs, err := newCheckServer(CheckConfig{
 		Listen: freeAddr(t), PollInterval: 100 * time.Millisecond,
@@ -89,7 +89,7 @@ func TestCheckServerGRPCStartErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer parts.close()
+	defer parts.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_, err = newCheckServer(CheckConfig{Logger: log, GRPC: grpcserver.Config{Listen: "127.0.0.1:0", TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"}}, parts)
 	if err == nil || !strings.Contains(err.Error(), "TLS") {

@@ -45,7 +45,7 @@ func TestRefundReachesTheOtherCheckProcesses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(parts.close)
+		t.Cleanup(parts.Close)
 		grpcAddr := freeAddr(t)
 		cs, err := newCheckServer(CheckConfig{
 			Listen: freeAddr(t), PollInterval: time.Hour, // changes by message only

@@ -1,0 +1,102 @@
+package checkstack_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/buildinfo"
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkstack"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/source"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+// One global window of 100 an hour; a process leases 10 units at a time.
+const leasedSpec = "key: global\nlease: {units: 10, ttl: 1m}\nlimits: [{name: hour, fixedWindow: {limit: 100, window: 1h}}]"
+
+func leasedPolicy(t *testing.T) *source.Static {
+	t.Helper()
+	var spec ratelimitv1alpha1.RateLimitPolicySpec
+	if err := yaml.UnmarshalStrict([]byte(leasedSpec), &spec); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Compile("ns", "leased", &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return source.NewStatic(p)
+}
+
+func remaining(t *testing.T, c *check.Checker, dryRun bool) int64 {
+	t.Helper()
+	out, err := c.Check(context.Background(), check.Input{Namespace: "ns", Request: &policy.Request{Method: "GET", Host: "h", Path: "/"}, DryRun: dryRun})
+	if err != nil || out.Degraded || len(out.Limits) != 1 {
+		t.Fatalf("check: %+v, %v", out, err)
+	}
+	return out.Limits[0].Remaining
+}
+
+// Over Redis, a leased policy is answered from this process's lease, and
+// Close gives back the units it did not use.
+func TestOverRedisLeasesAndClosingGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	conn, err := (&redisconn.Config{URL: "redis://" + srv.Addr() + "/0"}).Connect(redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	policies := leasedPolicy(t)
+	stack := checkstack.New(checkstack.Options{Source: policies, Redis: conn.Store, Timeout: 2 * time.Second})
+	if stack.Memory != nil || stack.Registry != nil {
+		t.Fatalf("a stack over Redis without OwnRegistry: memory %v, registry %v", stack.Memory, stack.Registry)
+	}
+	// What Redis itself says, through a checker with no leases of its own
+	// (a dry run reports what the request would leave).
+	exact := check.New(check.Options{Store: conn.Store, Source: policies, Timeout: 2 * time.Second})
+	untouched := remaining(t, exact, true)
+	remaining(t, stack.Checker, false)
+	if got := remaining(t, exact, true); got != untouched-10 {
+		t.Fatalf("Redis after one leased check: %d remaining, want %d (a lease of 10)", got, untouched-10)
+	}
+	if err := stack.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, exact, true); got != untouched-1 {
+		t.Fatalf("Redis after Close: %d remaining, want %d (the 9 unused units given back)", got, untouched-1)
+	}
+}
+
+// Without Redis the stack makes the in-memory store with its cap; with
+// OwnRegistry the process's registry holds the runtime and build
+// collectors beside the checker's metrics.
+func TestInMemoryWithOwnRegistry(t *testing.T) {
+	stack := checkstack.New(checkstack.Options{Source: leasedPolicy(t), MemoryMaxKeys: 7, OwnRegistry: true})
+	defer stack.Close()
+	if stack.Memory == nil || stack.Memory.MaxKeys() != 7 {
+		t.Fatalf("memory store %v, want one of 7 keys", stack.Memory)
+	}
+	if got := remaining(t, stack.Checker, false); got != 99 {
+		t.Fatalf("in memory, after one check: %d remaining, want 99 (no lease)", got)
+	}
+	families, err := stack.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	for _, want := range []string{"go_goroutines", "process_start_time_seconds", buildinfo.MetricName, "sluice_decisions_total"} {
+		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want+" ") {
+			t.Errorf("registry lacks %s: %v", want, names)
+		}
+	}
+}
