@@ -1,4 +1,4 @@
-package ingressconvert
+package ingressnginx
 
 import (
 	"crypto/sha256"
@@ -25,7 +25,7 @@ const DefaultCheckURL = "http://sluice-check.sluice-system.svc.cluster.local:808
 // defaultBurstMultiplier is ingress-nginx's limit-burst-multiplier default.
 const defaultBurstMultiplier = 5
 
-// Options shape the conversion.
+// Options shape the convert.
 type Options struct {
 	// Namespace is the namespace of the policies of Ingresses whose
 	// manifests name none; "" leaves theirs unset too, so that `kubectl
@@ -123,7 +123,7 @@ type converter struct {
 	names map[string]string
 }
 
-// ingressConversion is one Ingress under conversion.
+// ingressConversion is one Ingress under convert.
 type ingressConversion struct {
 	c   *converter
 	ing *ingress

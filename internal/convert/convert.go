@@ -1,8 +1,9 @@
-// Package conversion holds what the converters from other rate limiters'
-// configuration (internal/envoyconvert, internal/ingressconvert) share:
-// where a finding is, how much it matters, the order reports are given
-// in, and a policy written as YAML the way a person would write it.
-package conversion
+// Package convert is `manager convert`: turning other rate limiters'
+// configuration into RateLimitPolicy objects. Each format has a package
+// below it (envoyratelimit, ingressnginx); this one holds what they share:
+// the command, where a finding is, how much it matters, the order reports
+// are given in, and a policy written as YAML the way a person would write it.
+package convert
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package ingressconvert
+package ingressnginx
 
 import (
 	"bytes"
@@ -10,13 +10,13 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"github.com/sluice-dev/sluice/internal/conversion"
+	"github.com/sluice-dev/sluice/internal/convert"
 )
 
 // File is one input: YAML or JSON holding Ingress manifests, several
 // documents, or a List (as `kubectl get ingress -A -o yaml` writes); Name
 // is how reports name it ("-" for standard input).
-type File = conversion.File
+type File = convert.File
 
 // ingress is what the conversion reads of one Ingress manifest.
 type ingress struct {

@@ -1,4 +1,4 @@
-package envoyconvert
+package envoyratelimit
 
 import (
 	"bytes"
@@ -11,12 +11,12 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
-	"github.com/sluice-dev/sluice/internal/conversion"
+	"github.com/sluice-dev/sluice/internal/convert"
 )
 
 // File is one envoyproxy/ratelimit configuration file (Name is how
 // reports name it).
-type File = conversion.File
+type File = convert.File
 
 // config is one parsed file.
 type config struct {

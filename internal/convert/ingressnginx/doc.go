@@ -1,4 +1,4 @@
-// Package ingressconvert turns the rate limits of ingress-nginx Ingress
+// Package ingressnginx turns the rate limits of ingress-nginx Ingress
 // manifests into RateLimitPolicy objects that decide the same, and
 // reports by file, line, Ingress and annotation whatever it cannot carry
 // over exactly. It parses and converts; it reads no files and writes
@@ -152,4 +152,4 @@
 // $binary_remote_addr keys nginx's zones otherwise: edit the key. And a
 // Redis outage answers by the policy's failureMode (Open unless
 // --failure-mode says otherwise), where nginx's zones never fail.
-package ingressconvert
+package ingressnginx

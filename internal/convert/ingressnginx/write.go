@@ -1,22 +1,22 @@
-package ingressconvert
+package ingressnginx
 
 import (
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/sluice-dev/sluice/internal/conversion"
+	"github.com/sluice-dev/sluice/internal/convert"
 )
 
 // WriteYAML writes the policies as YAML documents separated by "---", each
 // after a comment that says where it comes from, what it enforces, and
 // how to point its Ingress (or the HTTPRoute that replaces it) at Sluice.
 func WriteYAML(w io.Writer, policies []Policy) error {
-	docs := make([]conversion.Document, len(policies))
+	docs := make([]convert.Document, len(policies))
 	for i, p := range policies {
-		docs[i] = conversion.Document{Comment: Comment(p), Policy: p.Object}
+		docs[i] = convert.Document{Comment: Comment(p), Policy: p.Object}
 	}
-	return conversion.WriteYAML(w, docs)
+	return convert.WriteYAML(w, docs)
 }
 
 // Comment is the comment above a policy, a line each.

@@ -1,21 +1,21 @@
-package envoyconvert
+package envoyratelimit
 
 import (
 	"fmt"
 
-	"github.com/sluice-dev/sluice/internal/conversion"
+	"github.com/sluice-dev/sluice/internal/convert"
 )
 
 // Pos, Severity and the severities are the converters' shared ones.
 type (
-	Pos      = conversion.Pos
-	Severity = conversion.Severity
+	Pos      = convert.Pos
+	Severity = convert.Severity
 )
 
 const (
-	Note    = conversion.Note
-	Inexact = conversion.Inexact
-	Error   = conversion.Error
+	Note    = convert.Note
+	Inexact = convert.Inexact
+	Error   = convert.Error
 )
 
 // Report is one finding, at the line it is about.
@@ -38,5 +38,5 @@ func (rs *reports) add(pos Pos, s Severity, format string, args ...any) {
 
 // sorted orders reports by file (in the given order), line, then as found.
 func (rs reports) sorted(fileOrder map[string]int) []Report {
-	return conversion.SortByPos(rs, func(r *Report) Pos { return r.Pos }, fileOrder)
+	return convert.SortByPos(rs, func(r *Report) Pos { return r.Pos }, fileOrder)
 }

@@ -1,4 +1,4 @@
-package ingressconvert
+package ingressnginx
 
 import (
 	"fmt"

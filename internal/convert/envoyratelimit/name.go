@@ -1,4 +1,4 @@
-package envoyconvert
+package envoyratelimit
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-// Package envoyconvert turns envoyproxy/ratelimit YAML configuration into
+// Package envoyratelimit turns envoyproxy/ratelimit YAML configuration into
 // RateLimitPolicy objects that decide the same, and reports by file and
 // line whatever it cannot carry over exactly. It parses and converts; it
 // reads no files and writes nothing but to the writers it is given.
@@ -115,4 +115,4 @@
 // regardless; a request's hits_addend and a descriptor's own limit override
 // are the RLS server's to honor; and requests whose entry keys straddle the
 // "_" join in ways the configuration's keys do not suggest.
-package envoyconvert
+package envoyratelimit
