@@ -84,7 +84,7 @@ func envoyCommand() *convert.Command {
 			return convert.Outcome{
 				Reports: reportLines(res.Reports),
 				Worst:   res.Worst(),
-				Write:   func(w io.Writer) error { return envoyratelimit.WriteYAML(w, res.Policies) },
+				Write:   func(w io.Writer) error { return convert.WriteYAML(w, res.Policies) },
 				Summary: fmt.Sprintf("manager convert: %d policies in namespace %s; the check process needs %s", len(res.Policies), opts.Namespace, strings.Join(bind, " ")),
 			}
 		},
@@ -147,7 +147,7 @@ func ingressCommand() *convert.Command {
 			return convert.Outcome{
 				Reports: reportLines(res.Reports),
 				Worst:   res.Worst(),
-				Write:   func(w io.Writer) error { return ingressnginx.WriteYAML(w, res.Policies) },
+				Write:   func(w io.Writer) error { return convert.WriteYAML(w, res.Policies) },
 				Summary: fmt.Sprintf("manager convert: %d Ingresses read, %d policies written. Through auth-url, Sluice's denials reach clients as 403 "+
 					"(nginx answered limit_req's with the ConfigMap's limit-req-status-code, 503 by default); "+
 					"config/examples/ingress-nginx/ingress-429.yaml answers 429 instead, or any status its snippet returns.", res.Ingresses, len(res.Policies)),

@@ -12,12 +12,6 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 )
 
-// File is one input, by the name it was given.
-type File struct {
-	Name string
-	Data []byte
-}
-
 // Outcome is what a converter made of its input.
 type Outcome struct {
 	// Reports are the findings, one line each, in the order to print.

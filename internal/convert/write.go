@@ -1,9 +1,12 @@
 package convert
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 )
@@ -15,11 +18,17 @@ type Document struct {
 	Policy  *ratelimitv1alpha1.RateLimitPolicy
 }
 
-// WriteYAML writes the documents as YAML separated by "---", each policy
-// after its comment, and each document whole or not at all: a policy
-// that cannot be written fails before any of its lines are.
-func WriteYAML(w io.Writer, docs []Document) error {
-	for i, d := range docs {
+// Converted is a converter's policy, which says how it is written.
+type Converted interface {
+	Document() Document
+}
+
+// WriteYAML writes the policies as YAML documents separated by "---", each
+// policy after its comment, and each document whole or not at all: a
+// policy that cannot be written fails before any of its lines are.
+func WriteYAML[P Converted](w io.Writer, policies []P) error {
+	for i, p := range policies {
+		d := p.Document()
 		doc, err := PolicyYAML(d.Policy)
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", d.Policy.Name, err)
@@ -37,4 +46,27 @@ func WriteYAML(w io.Writer, docs []Document) error {
 		}
 	}
 	return nil
+}
+
+// PolicyYAML is the object as a person would write it: no status, no
+// empty creationTimestamp or response.
+func PolicyYAML(p *ratelimitv1alpha1.RateLimitPolicy) ([]byte, error) {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if spec, ok := m["spec"].(map[string]any); ok {
+		if r, ok := spec["response"].(map[string]any); ok && len(r) == 0 {
+			delete(spec, "response")
+		}
+	}
+	if meta, ok := m["metadata"].(map[string]any); ok {
+		delete(meta, "creationTimestamp")
+	}
+	return yaml.Marshal(m)
 }

@@ -14,22 +14,18 @@ import (
 	"github.com/sluice-dev/sluice/internal/convert"
 )
 
-// File is one envoyproxy/ratelimit configuration file (Name is how
-// reports name it).
-type File = convert.File
-
 // config is one parsed file.
 type config struct {
 	file      string
 	index     int // the file's place among the inputs
 	domain    string
-	domainPos Pos
+	domainPos convert.Pos
 	nodes     []*node
 }
 
 // node is one descriptor of the configuration.
 type node struct {
-	pos       Pos
+	pos       convert.Pos
 	file      int // index of the file it came from (merged domains)
 	key       string
 	value     string // "" is no value, as for envoyproxy/ratelimit
@@ -41,24 +37,24 @@ type node struct {
 
 type setting struct {
 	on  bool
-	pos Pos
+	pos convert.Pos
 }
 
 // rateLimit is a node's rate_limit block.
 type rateLimit struct {
-	pos             Pos
+	pos             convert.Pos
 	unit            unit
 	requestsPerUnit uint32
-	rpuPos          Pos
+	rpuPos          convert.Pos
 	unlimited       bool
 	name            string
 	replaces        []replace
-	replacesPos     Pos
+	replacesPos     convert.Pos
 }
 
 type replace struct {
 	name string
-	pos  Pos
+	pos  convert.Pos
 }
 
 // unit is a rate_limit unit with its window.
@@ -104,7 +100,7 @@ var (
 type parser struct {
 	file   string
 	index  int
-	rs     *reports
+	rs     *convert.Reports
 	failed bool
 	// keyLine is the line of the key of each value fields returned.
 	keyLine map[*yaml.Node]int
@@ -114,36 +110,30 @@ type parser struct {
 	budget int
 }
 
-func (p *parser) pos(n *yaml.Node) Pos { return Pos{File: p.file, Line: n.Line} }
+func (p *parser) pos(n *yaml.Node) convert.Pos { return convert.Pos{File: p.file, Line: n.Line} }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	pos := Pos{File: p.file}
+	pos := convert.Pos{File: p.file}
 	if n != nil {
 		pos = p.pos(n)
 	}
-	p.rs.add(pos, Error, format, args...)
+	p.rs.Add(pos, convert.Error, format, args...)
 	p.failed = true
 }
 
-var lineInError = regexp.MustCompile(`line (\d+)`)
-
 // parseFile parses f; nil when envoyproxy/ratelimit would refuse it (the
 // reasons are in rs).
-func parseFile(f File, index int, rs *reports) *config {
+func parseFile(f convert.File, index int, rs *convert.Reports) *config {
 	p := &parser{file: f.Name, index: index, rs: rs, keyLine: map[*yaml.Node]int{}}
 	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
 	var doc yaml.Node
 	err := dec.Decode(&doc)
 	switch {
 	case errors.Is(err, io.EOF):
-		rs.add(Pos{File: f.Name, Line: 1}, Error, "config file cannot have empty domain (the file is empty)")
+		rs.Add(convert.Pos{File: f.Name, Line: 1}, convert.Error, "config file cannot have empty domain (the file is empty)")
 		return nil
 	case err != nil:
-		pos := Pos{File: f.Name}
-		if m := lineInError.FindStringSubmatch(err.Error()); m != nil {
-			pos.Line, _ = strconv.Atoi(m[1])
-		}
-		rs.add(pos, Error, "error loading config file: %v", err)
+		rs.Add(convert.DecodeErrorPos(f.Name, err), convert.Error, "error loading config file: %v", err)
 		return nil
 	}
 	// yaml.v2's Unmarshal reads the first document only.
@@ -152,10 +142,10 @@ func parseFile(f File, index int, rs *reports) *config {
 		if dec.Decode(&more) != nil {
 			break
 		}
-		rs.add(p.pos(&more), Note, "envoyproxy/ratelimit reads only a file's first YAML document; this one is ignored, here too")
+		rs.Add(p.pos(&more), convert.Note, "envoyproxy/ratelimit reads only a file's first YAML document; this one is ignored, here too")
 	}
 
-	root := deref(doc.Content[0])
+	root := convert.Deref(doc.Content[0])
 	// envoyproxy/ratelimit validates the keys, then decodes, and stops at
 	// the first problem; the converter goes on to report them all.
 	p.budget = max(10*countNodes(root), 100_000)
@@ -192,18 +182,11 @@ func countNodes(n *yaml.Node) int {
 	return count
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
-}
-
 // validate is envoyproxy/ratelimit's validateYamlKeys: mapping keys are
 // strings from validKeys, lists hold mappings only, and scalars are
 // strings, integers, booleans or null.
 func (p *parser) validate(n *yaml.Node, root bool) {
-	n = deref(n)
+	n = convert.Deref(n)
 	if p.budget--; p.budget < 0 {
 		if p.budget == -1 {
 			p.errorf(n, "error loading config file: yaml: document contains excessive aliasing")
@@ -213,7 +196,7 @@ func (p *parser) validate(n *yaml.Node, root bool) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := deref(n.Content[i]), n.Content[i+1]
+			k, v := convert.Deref(n.Content[i]), n.Content[i+1]
 			if k.Kind != yaml.ScalarNode || resolve(k).kind != kindString {
 				p.errorf(k, "config error, key is not of type string: %v", k.Value)
 				continue
@@ -234,7 +217,7 @@ func (p *parser) validate(n *yaml.Node, root bool) {
 			return
 		}
 		for _, e := range n.Content {
-			e = deref(e)
+			e = convert.Deref(e)
 			if e.Kind != yaml.MappingNode {
 				p.errorf(e, "config error, yaml file contains list of type other than map: %v", e.Value)
 				continue
@@ -260,16 +243,16 @@ func (p *parser) fields(m *yaml.Node, known map[string]bool) map[string]*yaml.No
 	out := map[string]*yaml.Node{}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := deref(m.Content[i]), deref(m.Content[i+1])
+		k, v := convert.Deref(m.Content[i]), convert.Deref(m.Content[i+1])
 		if line, dup := seen[k.Value]; dup {
-			p.rs.add(p.pos(k), Note, "'%s' repeats line %d; envoyproxy/ratelimit (YAML 1.1) takes this last one, and so does the conversion", k.Value, line)
+			p.rs.Add(p.pos(k), convert.Note, "'%s' repeats line %d; envoyproxy/ratelimit (YAML 1.1) takes this last one, and so does the conversion", k.Value, line)
 		}
 		seen[k.Value] = k.Line
 		if !known[k.Value] {
 			if !validKeys[k.Value] {
 				continue // validate reported it
 			}
-			p.rs.add(p.pos(k), Note, "'%s' means nothing here; envoyproxy/ratelimit ignores it", k.Value)
+			p.rs.Add(p.pos(k), convert.Note, "'%s' means nothing here; envoyproxy/ratelimit ignores it", k.Value)
 			continue
 		}
 		out[k.Value] = v
@@ -279,9 +262,9 @@ func (p *parser) fields(m *yaml.Node, known map[string]bool) map[string]*yaml.No
 }
 
 // keyPos is the position of the key whose value is n.
-func (p *parser) keyPos(n *yaml.Node) Pos {
+func (p *parser) keyPos(n *yaml.Node) convert.Pos {
 	if line, ok := p.keyLine[n]; ok {
-		return Pos{File: p.file, Line: line}
+		return convert.Pos{File: p.file, Line: line}
 	}
 	return p.pos(n)
 }
@@ -293,7 +276,7 @@ func (p *parser) descriptors(n *yaml.Node) []*node {
 	}
 	var out []*node
 	for _, item := range items {
-		if item = deref(item); item.Kind == yaml.MappingNode { // validate reported the rest
+		if item = convert.Deref(item); item.Kind == yaml.MappingNode { // validate reported the rest
 			out = append(out, p.descriptor(item))
 		}
 	}
@@ -329,16 +312,16 @@ func (p *parser) descriptor(m *yaml.Node) *node {
 		for _, r := range rl.replaces {
 			switch r.name {
 			case "":
-				p.rs.add(r.pos, Error, "should not have an empty replaces entry")
+				p.rs.Add(r.pos, convert.Error, "should not have an empty replaces entry")
 				p.failed = true
 			case rl.name:
-				p.rs.add(r.pos, Error, "replaces should not contain name of same descriptor")
+				p.rs.Add(r.pos, convert.Error, "replaces should not contain name of same descriptor")
 				p.failed = true
 			}
 		}
 	}
 	if d.share.on && !strings.HasSuffix(d.mapKey(), "*") {
-		p.rs.add(d.share.pos, Error, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", d.mapKey())
+		p.rs.Add(d.share.pos, convert.Error, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", d.mapKey())
 		p.failed = true
 	}
 	return d
@@ -371,7 +354,7 @@ func (p *parser) rateLimit(n *yaml.Node) *rateLimit {
 		rl.replacesPos = p.pos(v)
 		items, _ := p.list(v)
 		for _, item := range items {
-			if item = deref(item); item.Kind != yaml.MappingNode {
+			if item = convert.Deref(item); item.Kind != yaml.MappingNode {
 				continue // validate reported it
 			}
 			r := replace{pos: p.pos(item)}
@@ -384,10 +367,10 @@ func (p *parser) rateLimit(n *yaml.Node) *rateLimit {
 	u, valid := units[strings.ToUpper(unitName)]
 	switch {
 	case rl.unlimited && valid:
-		p.rs.add(unitPos, Error, "should not specify rate limit unit when unlimited")
+		p.rs.Add(unitPos, convert.Error, "should not specify rate limit unit when unlimited")
 		p.failed = true
 	case !rl.unlimited && !valid:
-		p.rs.add(unitPos, Error, "invalid rate limit unit '%s' (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", unitName)
+		p.rs.Add(unitPos, convert.Error, "invalid rate limit unit '%s' (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR)", unitName)
 		p.failed = true
 	}
 	rl.unit = u

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -30,7 +31,7 @@ type Options struct {
 type Policy struct {
 	Object *ratelimitv1alpha1.RateLimitPolicy
 	// Source is the descriptor the policy comes from.
-	Source Pos
+	Source convert.Pos
 	// Descriptor describes the matched descriptor, such as
 	// "remote_address, path=/api/*" (a key alone matches any value).
 	Descriptor string
@@ -45,20 +46,14 @@ type Policy struct {
 // line order.
 type Result struct {
 	Policies []Policy
-	Reports  []Report
+	Reports  []convert.Report
 	// Domains are the domains converted, in input order: each must be
 	// bound to the namespace with --rls-domain DOMAIN=NAMESPACE.
 	Domains []string
 }
 
 // Worst is the highest severity reported; Note when nothing was.
-func (r *Result) Worst() Severity {
-	worst := Note
-	for _, rep := range r.Reports {
-		worst = max(worst, rep.Severity)
-	}
-	return worst
-}
+func (r *Result) Worst() convert.Severity { return convert.Worst(r.Reports) }
 
 // Annotations written on every converted policy.
 const (
@@ -88,7 +83,7 @@ const denyKeyEntry = "sluice-no-such-entry"
 // domain is a domain's configuration, from one file or merged from several.
 type domain struct {
 	name  string
-	pos   Pos
+	pos   convert.Pos
 	nodes []*node
 	// named are the limited nodes by rate_limit name, for replaces.
 	named map[string][]*node
@@ -99,14 +94,14 @@ type domain struct {
 // Convert converts files as envoyproxy/ratelimit loads them together.
 // When any file is refused (a report of severity Error), there are no
 // policies: envoyproxy/ratelimit would not load the configuration either.
-func Convert(files []File, opts Options) *Result {
+func Convert(files []convert.File, opts Options) *Result {
 	if opts.Namespace == "" {
 		opts.Namespace = "default"
 	}
 	if opts.FailureMode == "" {
 		opts.FailureMode = ratelimitv1alpha1.FailureModeOpen
 	}
-	var rs reports
+	var rs convert.Reports
 	order := map[string]int{}
 	var configs []*config
 	for i, f := range files {
@@ -120,8 +115,8 @@ func Convert(files []File, opts Options) *Result {
 	for _, d := range domains {
 		checkDuplicates(d.name, d.nodes, &rs)
 	}
-	if hasErrors(rs) {
-		res.Reports = rs.sorted(order)
+	if convert.Worst(rs) == convert.Error {
+		res.Reports = convert.Sorted(rs, order)
 		return res
 	}
 	c := &converter{opts: opts, rs: &rs}
@@ -130,14 +125,14 @@ func Convert(files []File, opts Options) *Result {
 		before := len(c.policies)
 		c.walk(d, nil, d.nodes)
 		if len(c.policies) > before {
-			rs.add(d.pos, Note, "%s", chargeNote)
+			rs.Add(d.pos, convert.Note, "%s", chargeNote)
 		}
 	}
 	c.name()
 	c.compile()
 	res.Policies = c.policies
-	res.Reports = rs.sorted(order)
-	if hasErrors(rs) {
+	res.Reports = convert.Sorted(rs, order)
+	if convert.Worst(rs) == convert.Error {
 		res.Policies = nil
 	}
 	return res
@@ -151,19 +146,10 @@ const chargeNote = "envoyproxy/ratelimit counts a denied request's hits too, and
 	"(unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); these policies count admitted requests only, all descriptors or none, " +
 	"so after a denial they may admit what it would deny (charge: Always counts a denied request's cost, as it does)"
 
-func hasErrors(rs reports) bool {
-	for _, r := range rs {
-		if r.Severity == Error {
-			return true
-		}
-	}
-	return false
-}
-
 // mergeDomains groups the files by domain: a domain in two files is an
 // error unless merging, when the later file's top-level descriptors follow
 // the earlier's.
-func mergeDomains(configs []*config, merge bool, rs *reports) []*domain {
+func mergeDomains(configs []*config, merge bool, rs *convert.Reports) []*domain {
 	var out []*domain
 	byName := map[string]*domain{}
 	for _, c := range configs {
@@ -173,7 +159,7 @@ func mergeDomains(configs []*config, merge bool, rs *reports) []*domain {
 			byName[c.domain] = d
 			out = append(out, d)
 		} else if !merge {
-			rs.add(c.domainPos, Error, "duplicate domain '%s' in config file (also at %s); envoyproxy/ratelimit merges them only with MERGE_DOMAIN_CONFIG=true, the converter with --merge-domains", c.domain, d.pos)
+			rs.Add(c.domainPos, convert.Error, "duplicate domain '%s' in config file (also at %s); envoyproxy/ratelimit merges them only with MERGE_DOMAIN_CONFIG=true, the converter with --merge-domains", c.domain, d.pos)
 			continue
 		}
 		d.nodes = append(d.nodes, c.nodes...)
@@ -196,12 +182,12 @@ func mergeDomains(configs []*config, merge bool, rs *reports) []*domain {
 
 // checkDuplicates refuses two siblings with the same map key, as
 // loadDescriptors does.
-func checkDuplicates(prefix string, sibs []*node, rs *reports) {
+func checkDuplicates(prefix string, sibs []*node, rs *convert.Reports) {
 	seen := map[string]*node{}
 	for _, n := range sibs {
 		k := n.mapKey()
 		if first, dup := seen[k]; dup {
-			rs.add(n.pos, Error, "duplicate descriptor composite key '%s.%s' (also at %s)", prefix, k, first.pos)
+			rs.Add(n.pos, convert.Error, "duplicate descriptor composite key '%s.%s' (also at %s)", prefix, k, first.pos)
 			continue
 		}
 		seen[k] = n
@@ -212,7 +198,7 @@ func checkDuplicates(prefix string, sibs []*node, rs *reports) {
 // converter turns a domain's tree into policies.
 type converter struct {
 	opts     Options
-	rs       *reports
+	rs       *convert.Reports
 	policies []Policy
 }
 
@@ -275,7 +261,7 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 	n := sibs[idx]
 	lv := level{n: n}
 	if n.value == "" && strings.HasSuffix(n.key, "*") {
-		c.rs.add(n.pos, Inexact, "key '%s' without a value is a wildcard in envoyproxy/ratelimit: it matches any entry whose key_value starts with '%s', whatever its key; Sluice matches entry keys exactly, so there is no policy for it%s, and such descriptors are not limited",
+		c.rs.Add(n.pos, convert.Inexact, "key '%s' without a value is a wildcard in envoyproxy/ratelimit: it matches any entry whose key_value starts with '%s', whatever its key; Sluice matches entry keys exactly, so there is no policy for it%s, and such descriptors are not limited",
 			n.key, strings.TrimSuffix(n.key, "*"), below(n))
 		return lv, false
 	}
@@ -322,7 +308,7 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 			}
 			if s.file != n.file {
 				if j < idx {
-					c.rs.add(n.pos, Inexact, "this wildcard and the one at %s (another file of the merged domain '%s') both match values starting with '%s'; envoyproxy/ratelimit merges files in no fixed order, so which one wins varies; the policies give them to %s",
+					c.rs.Add(n.pos, convert.Inexact, "this wildcard and the one at %s (another file of the merged domain '%s') both match values starting with '%s'; envoyproxy/ratelimit merges files in no fixed order, so which one wins varies; the policies give them to %s",
 						s.pos, d.name, longer(prefix, q), s.pos)
 				}
 			}
@@ -331,11 +317,11 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 			}
 			if strings.HasPrefix(prefix, q) {
 				// Only the exact lookup of its own map key reaches it.
-				c.rs.add(n.pos, Note, "the wildcard at %s, before this one, takes every value it matches but the literal '%s' (map keys are looked up exactly first): the policies here match that literal value only", s.pos, n.value)
+				c.rs.Add(n.pos, convert.Note, "the wildcard at %s, before this one, takes every value it matches but the literal '%s' (map keys are looked up exactly first): the policies here match that literal value only", s.pos, n.value)
 				return c.literal(n, path)
 			}
 		} else if q == "" {
-			c.rs.add(n.pos, Note, "no descriptor reaches this node: the wildcard at %s takes every value of key '%s'; no policy for it%s", s.pos, key, below(n))
+			c.rs.Add(n.pos, convert.Note, "no descriptor reaches this node: the wildcard at %s takes every value of key '%s'; no policy for it%s", s.pos, key, below(n))
 			return lv, false
 		}
 		prefixes = append(prefixes, q)
@@ -348,7 +334,7 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 
 	ref := "request.descriptor[" + celString(key) + "]"
 	if repeatsKey(path, key) {
-		c.rs.add(n.pos, Inexact, "descriptors whose entry %d (key '%s') is %s belong to more specific siblings in envoyproxy/ratelimit, but a policy can only test the first entry with key '%s' (request.descriptor), and it occurs earlier in this descriptor: this policy and those nested in it also match them",
+		c.rs.Add(n.pos, convert.Inexact, "descriptors whose entry %d (key '%s') is %s belong to more specific siblings in envoyproxy/ratelimit, but a policy can only test the first entry with key '%s' (request.descriptor), and it occurs earlier in this descriptor: this policy and those nested in it also match them",
 			len(path)+1, key, describeExclusions(exact, prefixes), key)
 		return lv, true
 	}
@@ -374,7 +360,7 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 func (c *converter) literal(n *node, path []level) (level, bool) {
 	lv := level{n: n, shared: n.share.on}
 	if repeatsKey(path, n.key) {
-		c.rs.add(n.pos, Inexact, "only the literal value '%s' reaches this wildcard, but a policy can only test the first entry with key '%s' (request.descriptor), and it occurs earlier in this descriptor; no policy for it%s, so that value is not limited", n.value, n.key, below(n))
+		c.rs.Add(n.pos, convert.Inexact, "only the literal value '%s' reaches this wildcard, but a policy can only test the first entry with key '%s' (request.descriptor), and it occurs earlier in this descriptor; no policy for it%s, so that value is not limited", n.value, n.key, below(n))
 		return lv, false
 	}
 	lv.conds = []string{"request.descriptor[" + celString(n.key) + "] == " + celString(n.value)}
@@ -463,7 +449,7 @@ func (c *converter) checkSplits(d *domain, n *node) {
 		return
 	}
 	slices.Sort(others)
-	c.rs.add(n.pos, Inexact, "envoyproxy/ratelimit matches entries by key+\"_\"+value, so entries with key %s whose key_value %s '%s' also match this node there; the policy matches entries with key '%s' only, and leaves those unlimited",
+	c.rs.Add(n.pos, convert.Inexact, "envoyproxy/ratelimit matches entries by key+\"_\"+value, so entries with key %s whose key_value %s '%s' also match this node there; the policy matches entries with key '%s' only, and leaves those unlimited",
 		quoteList(others), map[bool]string{true: "starts with", false: "is"}[wildcard], t, n.key)
 }
 
@@ -480,10 +466,10 @@ func (c *converter) visit(d *domain, path []level) {
 			continue
 		}
 		if rl == nil {
-			c.rs.add(f.flag.pos, Note, "%s without a rate_limit on this descriptor: no effect in envoyproxy/ratelimit (it is not inherited)", f.name)
+			c.rs.Add(f.flag.pos, convert.Note, "%s without a rate_limit on this descriptor: no effect in envoyproxy/ratelimit (it is not inherited)", f.name)
 			continue
 		}
-		c.rs.add(f.flag.pos, Note, "%s names envoyproxy/ratelimit's statistics by descriptor value; Sluice's metrics count by policy and limit (sluice_decisions_total), so the per-value series are gone; decisions are the same", f.name)
+		c.rs.Add(f.flag.pos, convert.Note, "%s names envoyproxy/ratelimit's statistics by descriptor value; Sluice's metrics count by policy and limit (sluice_decisions_total), so the per-value series are gone; decisions are the same", f.name)
 	}
 	if rl == nil {
 		for _, f := range []struct {
@@ -491,14 +477,14 @@ func (c *converter) visit(d *domain, path []level) {
 			name string
 		}{{n.shadow, "shadow_mode"}, {n.quota, "quota_mode"}} {
 			if f.flag.on {
-				c.rs.add(f.flag.pos, Note, "%s without a rate_limit on this descriptor: no effect in envoyproxy/ratelimit (it is not inherited by nested descriptors)", f.name)
+				c.rs.Add(f.flag.pos, convert.Note, "%s without a rate_limit on this descriptor: no effect in envoyproxy/ratelimit (it is not inherited by nested descriptors)", f.name)
 			}
 		}
 		return
 	}
 	c.checkReplaces(d, n)
 	if rl.unlimited {
-		c.rs.add(rl.pos, Note, "unlimited: no policy; its descriptors are answered OK and counted nowhere, as the other policies of this domain exclude them")
+		c.rs.Add(rl.pos, convert.Note, "unlimited: no policy; its descriptors are answered OK and counted nowhere, as the other policies of this domain exclude them")
 		return
 	}
 	c.emit(d, path)
@@ -508,14 +494,14 @@ func (c *converter) checkReplaces(d *domain, n *node) {
 	for _, r := range n.rateLimit.replaces {
 		targets := d.named[r.name]
 		if len(targets) == 0 {
-			c.rs.add(r.pos, Note, "replaces '%s': no limit of domain '%s' is named so; no effect", r.name, d.name)
+			c.rs.Add(r.pos, convert.Note, "replaces '%s': no limit of domain '%s' is named so; no effect", r.name, d.name)
 			continue
 		}
 		var at []string
 		for _, t := range targets {
 			at = append(at, t.pos.String())
 		}
-		c.rs.add(r.pos, Inexact, "replaces '%s' (%s): envoyproxy/ratelimit does not apply that limit to a request that also has a descriptor matching this one; Sluice decides each descriptor on its own, so it still applies there (counted, and denying when over)",
+		c.rs.Add(r.pos, convert.Inexact, "replaces '%s' (%s): envoyproxy/ratelimit does not apply that limit to a request that also has a descriptor matching this one; Sluice decides each descriptor on its own, so it still applies there (counted, and denying when over)",
 			r.name, strings.Join(at, ", "))
 	}
 }
@@ -525,11 +511,11 @@ func (c *converter) emit(d *domain, path []level) {
 	n := path[len(path)-1].n
 	rl := n.rateLimit
 	if len(path) > maxEntries {
-		c.rs.add(n.pos, Inexact, "a descriptor of %d entries: a policy matches at most %d; no policy, so these descriptors are not limited", len(path), maxEntries)
+		c.rs.Add(n.pos, convert.Inexact, "a descriptor of %d entries: a policy matches at most %d; no policy, so these descriptors are not limited", len(path), maxEntries)
 		return
 	}
 	if len(d.name) > maxDomainBytes {
-		c.rs.add(n.pos, Inexact, "domain '%s' is longer than %d bytes, match.domain's bound; no policy, so these descriptors are not limited", d.name, maxDomainBytes)
+		c.rs.Add(n.pos, convert.Inexact, "domain '%s' is longer than %d bytes, match.domain's bound; no policy, so these descriptors are not limited", d.name, maxDomainBytes)
 		return
 	}
 	spec := ratelimitv1alpha1.RateLimitPolicySpec{
@@ -541,7 +527,7 @@ func (c *converter) emit(d *domain, path []level) {
 	for _, l := range path {
 		e := ratelimitv1alpha1.DescriptorEntryMatch{Key: l.n.key}
 		if len(l.n.key) > maxKeyBytes || len(l.n.value) > maxValueBytes {
-			c.rs.add(n.pos, Inexact, "entry '%s' exceeds a policy's bounds (keys of %d bytes, values of %d); no policy, so these descriptors are not limited", l.n.key, maxKeyBytes, maxValueBytes)
+			c.rs.Add(n.pos, convert.Inexact, "entry '%s' exceeds a policy's bounds (keys of %d bytes, values of %d); no policy, so these descriptors are not limited", l.n.key, maxKeyBytes, maxValueBytes)
 			return
 		}
 		if l.n.value != "" {
@@ -556,7 +542,7 @@ func (c *converter) emit(d *domain, path []level) {
 	}
 	spec.Match.When = strings.Join(conds, " && ")
 	if len(spec.Match.When) > maxWhenBytes {
-		c.rs.add(n.pos, Inexact, "the exclusions of this descriptor's more specific siblings need a match.when of %d bytes, over its bound of %d; written without them, the policy also limits descriptors that envoyproxy/ratelimit gives to those siblings", len(spec.Match.When), maxWhenBytes)
+		c.rs.Add(n.pos, convert.Inexact, "the exclusions of this descriptor's more specific siblings need a match.when of %d bytes, over its bound of %d; written without them, the policy also limits descriptors that envoyproxy/ratelimit gives to those siblings", len(spec.Match.When), maxWhenBytes)
 		spec.Match.When = ""
 	}
 	key, ok := c.sharedKey(path)
@@ -574,7 +560,7 @@ func (c *converter) emit(d *domain, path []level) {
 		limit = 1
 		note = "requests_per_unit: 0 denies every request: the key reads an entry these descriptors never have, and onMissingKey Deny denies them (nothing is counted)"
 	case limit > maxCount:
-		c.rs.add(rl.rpuPos, Inexact, "requests_per_unit %d is above a policy's most, %d; written as %d", limit, maxCount, maxCount)
+		c.rs.Add(rl.rpuPos, convert.Inexact, "requests_per_unit %d is above a policy's most, %d; written as %d", limit, maxCount, maxCount)
 		limit = maxCount
 	}
 	spec.Limits = []ratelimitv1alpha1.Limit{{
@@ -589,7 +575,7 @@ func (c *converter) emit(d *domain, path []level) {
 		spec.Mode = ratelimitv1alpha1.ModeShadow
 	}
 	if n.quota.on {
-		c.rs.add(n.quota.pos, Note, "quota_mode: written as mode: Shadow (counted, never denied, as there); Sluice does not list the violation in the response's dynamic metadata")
+		c.rs.Add(n.quota.pos, convert.Note, "quota_mode: written as mode: Shadow (counted, never denied, as there); Sluice does not list the violation in the response's dynamic metadata")
 	}
 	obj := &ratelimitv1alpha1.RateLimitPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: ratelimitv1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy"},
@@ -626,7 +612,7 @@ func (c *converter) sharedKey(path []level) (string, bool) {
 		dynamic := !l.shared && (l.n.value == "" || strings.HasSuffix(l.n.value, "*"))
 		if dynamic {
 			if seen[k] || strings.ContainsAny(k, "{}") {
-				c.rs.add(n.pos, Inexact, "share_threshold: the bucket must be named by the value of entry '%s', which a key template cannot read (a key that repeats in the descriptor or holds braces); no policy, so these descriptors are not limited", k)
+				c.rs.Add(n.pos, convert.Inexact, "share_threshold: the bucket must be named by the value of entry '%s', which a key template cannot read (a key that repeats in the descriptor or holds braces); no policy, so these descriptors are not limited", k)
 				return "", false
 			}
 			parts = append(parts, "{descriptor:"+k+"}")
@@ -638,7 +624,7 @@ func (c *converter) sharedKey(path []level) (string, bool) {
 	}
 	key := strings.Join(parts, "/")
 	if len(key) > maxTemplate {
-		c.rs.add(n.pos, Inexact, "share_threshold: the key template is longer than %d bytes; no policy, so these descriptors are not limited", maxTemplate)
+		c.rs.Add(n.pos, convert.Inexact, "share_threshold: the key template is longer than %d bytes; no policy, so these descriptors are not limited", maxTemplate)
 		return "", false
 	}
 	return key, true
@@ -656,13 +642,13 @@ func (c *converter) compile() {
 			without := *spec
 			without.Match.When = ""
 			if _, err2 := policy.Compile(p.Object.Namespace, p.Object.Name, &without); err2 == nil {
-				c.rs.add(p.Source, Inexact, "the exclusions of this descriptor's more specific siblings do not compile as a match.when (%v); written without them, the policy also limits descriptors that envoyproxy/ratelimit gives to those siblings", err)
+				c.rs.Add(p.Source, convert.Inexact, "the exclusions of this descriptor's more specific siblings do not compile as a match.when (%v); written without them, the policy also limits descriptors that envoyproxy/ratelimit gives to those siblings", err)
 				spec.Match.When = ""
 				continue
 			}
 		}
 		if err != nil {
-			c.rs.add(p.Source, Error, "the converted policy %s does not compile (a converter bug): %v", p.Object.Name, err)
+			c.rs.Add(p.Source, convert.Error, "the converted policy %s does not compile (a converter bug): %v", p.Object.Name, err)
 		}
 	}
 }

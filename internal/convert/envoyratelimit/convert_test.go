@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/convert"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the converter's output")
@@ -68,7 +69,7 @@ func TestGolden(t *testing.T) {
 				fmt.Fprintln(&b, r)
 			}
 			b.WriteString("=== policies\n")
-			if err := WriteYAML(&b, res.Policies); err != nil {
+			if err := convert.WriteYAML(&b, res.Policies); err != nil {
 				t.Fatal(err)
 			}
 			file := filepath.Join("testdata", "golden", tc.name+".txt")
@@ -97,29 +98,29 @@ func TestGolden(t *testing.T) {
 func TestSeverities(t *testing.T) {
 	for _, tc := range []struct {
 		convertCase
-		want     Severity
+		want     convert.Severity
 		policies int
 		// lines are "file:line: severity" prefixes that must be reported.
 		lines []string
 	}{
-		{convertCase{name: "replaces", files: []string{"replaces.yaml"}}, Inexact, 4, []string{"replaces.yaml:24: inexact", "replaces.yaml:31: note"}},
-		{convertCase{name: "inexact", files: []string{"inexact.yaml"}}, Inexact, 4, []string{"inexact.yaml:5: inexact", "inexact.yaml:8: inexact", "inexact.yaml:11: inexact", "inexact.yaml:18: inexact", "inexact.yaml:21: inexact"}},
-		{convertCase{name: "merged", files: []string{"merge-1.yaml", "merge-2.yaml"}, opts: Options{MergeDomains: true}}, Inexact, 4, []string{"merge-2.yaml:3: inexact"}},
-		{convertCase{name: "not-merged", files: []string{"merge-1.yaml", "merge-2.yaml"}}, Error, 0, []string{"merge-2.yaml:1: error"}},
-		{convertCase{name: "metrics", files: []string{"metrics.yaml"}}, Note, 2, []string{"metrics.yaml:5: note", "metrics.yaml:13: note", "metrics.yaml:18: note"}},
-		{convertCase{name: "shadow", files: []string{"shadow.yaml"}}, Note, 3, []string{"shadow.yaml:12: note", "shadow.yaml:17: note"}},
-		{convertCase{name: "unlimited", files: []string{"unlimited.yaml"}}, Note, 3, []string{"unlimited.yaml:7: note"}},
-		{convertCase{name: "syntax", files: []string{"errors/syntax.yaml"}}, Error, 0, []string{"errors/syntax.yaml:2: error"}},
-		{convertCase{name: "unknown key", files: []string{"errors/unknown-key.yaml"}}, Error, 0, []string{"errors/unknown-key.yaml:4: error: config error, unknown key 'ratelimit'"}},
-		{convertCase{name: "unknown unit", files: []string{"errors/unknown-unit.yaml"}}, Error, 0, []string{"errors/unknown-unit.yaml:5: error: invalid rate limit unit 'fortnight'", "errors/unknown-unit.yaml:8: error: invalid rate limit unit ''"}},
-		{convertCase{name: "duplicate", files: []string{"errors/duplicate.yaml"}}, Error, 0, []string{"errors/duplicate.yaml:9: error: duplicate descriptor composite key 'dups.a.b'", "errors/duplicate.yaml:10: error: duplicate descriptor composite key 'dups.a_x'"}},
-		{convertCase{name: "empty domain", files: []string{"errors/empty-domain.yaml", "errors/empty.yaml"}}, Error, 0, []string{"errors/empty-domain.yaml:1: error: config file cannot have empty domain", "errors/empty.yaml:1: error"}},
-		{convertCase{name: "unlimited with unit", files: []string{"errors/unlimited-unit.yaml"}}, Error, 0, []string{"errors/unlimited-unit.yaml:6: error: should not specify rate limit unit when unlimited"}},
-		{convertCase{name: "types", files: []string{"errors/types.yaml"}}, Error, 0, []string{"errors/types.yaml:4: error", "errors/types.yaml:7: error", "errors/types.yaml:9: error", "errors/types.yaml:12: error"}},
-		{convertCase{name: "replaces errors", files: []string{"errors/replaces.yaml"}}, Error, 0, []string{"errors/replaces.yaml:9: error: replaces should not contain name", "errors/replaces.yaml:10: error: should not have an empty replaces entry"}},
-		{convertCase{name: "share", files: []string{"errors/share.yaml"}}, Error, 0, []string{"errors/share.yaml:5: error: share_threshold can only be used with wildcard values"}},
-		{convertCase{name: "list", files: []string{"errors/list.yaml"}}, Error, 0, []string{"errors/list.yaml:1: error"}},
-		{convertCase{name: "an error stops all files", files: []string{"flat.yaml", "errors/unknown-key.yaml"}}, Error, 0, nil},
+		{convertCase{name: "replaces", files: []string{"replaces.yaml"}}, convert.Inexact, 4, []string{"replaces.yaml:24: inexact", "replaces.yaml:31: note"}},
+		{convertCase{name: "inexact", files: []string{"inexact.yaml"}}, convert.Inexact, 4, []string{"inexact.yaml:5: inexact", "inexact.yaml:8: inexact", "inexact.yaml:11: inexact", "inexact.yaml:18: inexact", "inexact.yaml:21: inexact"}},
+		{convertCase{name: "merged", files: []string{"merge-1.yaml", "merge-2.yaml"}, opts: Options{MergeDomains: true}}, convert.Inexact, 4, []string{"merge-2.yaml:3: inexact"}},
+		{convertCase{name: "not-merged", files: []string{"merge-1.yaml", "merge-2.yaml"}}, convert.Error, 0, []string{"merge-2.yaml:1: error"}},
+		{convertCase{name: "metrics", files: []string{"metrics.yaml"}}, convert.Note, 2, []string{"metrics.yaml:5: note", "metrics.yaml:13: note", "metrics.yaml:18: note"}},
+		{convertCase{name: "shadow", files: []string{"shadow.yaml"}}, convert.Note, 3, []string{"shadow.yaml:12: note", "shadow.yaml:17: note"}},
+		{convertCase{name: "unlimited", files: []string{"unlimited.yaml"}}, convert.Note, 3, []string{"unlimited.yaml:7: note"}},
+		{convertCase{name: "syntax", files: []string{"errors/syntax.yaml"}}, convert.Error, 0, []string{"errors/syntax.yaml:2: error"}},
+		{convertCase{name: "unknown key", files: []string{"errors/unknown-key.yaml"}}, convert.Error, 0, []string{"errors/unknown-key.yaml:4: error: config error, unknown key 'ratelimit'"}},
+		{convertCase{name: "unknown unit", files: []string{"errors/unknown-unit.yaml"}}, convert.Error, 0, []string{"errors/unknown-unit.yaml:5: error: invalid rate limit unit 'fortnight'", "errors/unknown-unit.yaml:8: error: invalid rate limit unit ''"}},
+		{convertCase{name: "duplicate", files: []string{"errors/duplicate.yaml"}}, convert.Error, 0, []string{"errors/duplicate.yaml:9: error: duplicate descriptor composite key 'dups.a.b'", "errors/duplicate.yaml:10: error: duplicate descriptor composite key 'dups.a_x'"}},
+		{convertCase{name: "empty domain", files: []string{"errors/empty-domain.yaml", "errors/empty.yaml"}}, convert.Error, 0, []string{"errors/empty-domain.yaml:1: error: config file cannot have empty domain", "errors/empty.yaml:1: error"}},
+		{convertCase{name: "unlimited with unit", files: []string{"errors/unlimited-unit.yaml"}}, convert.Error, 0, []string{"errors/unlimited-unit.yaml:6: error: should not specify rate limit unit when unlimited"}},
+		{convertCase{name: "types", files: []string{"errors/types.yaml"}}, convert.Error, 0, []string{"errors/types.yaml:4: error", "errors/types.yaml:7: error", "errors/types.yaml:9: error", "errors/types.yaml:12: error"}},
+		{convertCase{name: "replaces errors", files: []string{"errors/replaces.yaml"}}, convert.Error, 0, []string{"errors/replaces.yaml:9: error: replaces should not contain name", "errors/replaces.yaml:10: error: should not have an empty replaces entry"}},
+		{convertCase{name: "share", files: []string{"errors/share.yaml"}}, convert.Error, 0, []string{"errors/share.yaml:5: error: share_threshold can only be used with wildcard values"}},
+		{convertCase{name: "list", files: []string{"errors/list.yaml"}}, convert.Error, 0, []string{"errors/list.yaml:1: error"}},
+		{convertCase{name: "an error stops all files", files: []string{"flat.yaml", "errors/unknown-key.yaml"}}, convert.Error, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := Convert(readFiles(t, tc.files...), tc.opts)
@@ -149,7 +150,7 @@ func TestSeverities(t *testing.T) {
 // TestNames: policy names are DNS labels, unique, and stable.
 func TestNames(t *testing.T) {
 	long := strings.Repeat("very-long-domain-name.", 8)
-	files := []File{{Name: "names.yaml", Data: []byte(`domain: "` + long + `"
+	files := []convert.File{{Name: "names.yaml", Data: []byte(`domain: "` + long + `"
 descriptors:
   - key: a_b
     rate_limit: {unit: second, requests_per_unit: 1}
@@ -201,17 +202,17 @@ func FuzzConvert(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res := Convert([]File{{Name: "fuzz.yaml", Data: data}}, Options{})
+		res := Convert([]convert.File{{Name: "fuzz.yaml", Data: data}}, Options{})
 		for _, r := range res.Reports {
 			if strings.Contains(r.Message, "converter bug") {
 				t.Fatalf("%s\n%s", r, data)
 			}
 		}
-		if res.Worst() == Error && len(res.Policies) > 0 {
+		if res.Worst() == convert.Error && len(res.Policies) > 0 {
 			t.Fatal("policies despite an error")
 		}
 		var b bytes.Buffer
-		if err := WriteYAML(&b, res.Policies); err != nil {
+		if err := convert.WriteYAML(&b, res.Policies); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -159,7 +160,7 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			files := readFiles(t, tc.files...)
 			res := Convert(files, tc.opts)
-			if w := res.Worst(); w != Note {
+			if w := res.Worst(); w != convert.Note {
 				t.Fatalf("worst report %v, want notes only: %v", w, res.Reports)
 			}
 			var compiled []*policy.Policy
@@ -174,7 +175,7 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 				bySource[p.Object.Name] = p
 			}
 			var configs []*config
-			var rs reports
+			var rs convert.Reports
 			for i, f := range files {
 				configs = append(configs, parseFile(f, i, &rs))
 			}
@@ -259,15 +260,15 @@ func names(ps []*policy.Policy) []string {
 	return out
 }
 
-func readFiles(t *testing.T, names ...string) []File {
+func readFiles(t *testing.T, names ...string) []convert.File {
 	t.Helper()
-	var out []File
+	var out []convert.File
 	for _, n := range names {
 		b, err := os.ReadFile(filepath.Join("testdata", n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, File{Name: n, Data: b})
+		out = append(out, convert.File{Name: n, Data: b})
 	}
 	return out
 }
@@ -278,7 +279,7 @@ func readFiles(t *testing.T, names ...string) []File {
 func TestReportedDivergences(t *testing.T) {
 	files := readFiles(t, "inexact.yaml")
 	res := Convert(files, Options{})
-	var rs reports
+	var rs convert.Reports
 	tree := loadEnvoyTree(parseFile(files[0], 0, &rs).nodes)
 	var compiled []*policy.Policy
 	for _, p := range res.Policies {
@@ -319,7 +320,7 @@ func TestReportedDivergences(t *testing.T) {
 		}
 		reported := false
 		for _, r := range res.Reports {
-			reported = reported || r.Pos.String() == tc.report && r.Severity == Inexact
+			reported = reported || r.Pos.String() == tc.report && r.Severity == convert.Inexact
 		}
 		if !reported {
 			t.Errorf("%v: envoyproxy/ratelimit applies %s, Sluice %s, and %s reports nothing inexact", tc.entries, envoy, sluice, tc.report)

@@ -1,15 +1,11 @@
 package envoyratelimit
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"strconv"
 	"strings"
-)
 
-// maxName keeps policy names DNS labels, short enough to read in Redis
-// keys, metrics and the RateLimit-Policy header.
-const maxName = 63
+	"github.com/sluice-dev/sluice/internal/convert"
+)
 
 // nameParts are the words of a policy's name: the domain, then each
 // entry's key and value (a wildcard's prefix).
@@ -37,37 +33,12 @@ func identity(domain string, path []level) string {
 	return b.String()
 }
 
-// dnsName turns words into a DNS label: lower-case letters and digits,
-// other characters as single dashes, none at either end.
+// dnsName turns a policy's words into a DNS label.
 func dnsName(parts []string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(strings.Join(parts, "-")) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			b.WriteRune(r)
-			dash = false
-		} else {
-			dash = true
-		}
+	if l := convert.DNSLabel(strings.Join(parts, "-")); l != "" {
+		return l
 	}
-	if b.Len() == 0 {
-		return "envoy-ratelimit"
-	}
-	return b.String()
-}
-
-// withHash shortens name to fit a hash of id after it.
-func withHash(name, id string, hexDigits int) string {
-	sum := sha256.Sum256([]byte(id))
-	h := hex.EncodeToString(sum[:])[:hexDigits]
-	keep := maxName - hexDigits - 1
-	if len(name) > keep {
-		name = strings.TrimRight(name[:keep], "-")
-	}
-	return name + "-" + h
+	return "envoy-ratelimit"
 }
 
 // name gives every policy a unique DNS label from its domain and
@@ -84,14 +55,14 @@ func (c *converter) name() {
 	for i := range c.policies {
 		p := &c.policies[i]
 		name := bases[i]
-		if count[name] > 1 || len(name) > maxName {
-			name = withHash(name, p.id, 8)
+		if count[name] > 1 || len(name) > convert.MaxName {
+			name = convert.WithHash(name, p.id, 8)
 			if used[name] || count[name] > 0 {
-				name = withHash(bases[i], p.id, 16)
+				name = convert.WithHash(bases[i], p.id, 16)
 			}
 		}
 		if used[name] {
-			c.rs.add(p.Source, Error, "the policy name %s is taken by another descriptor (a converter bug)", name)
+			c.rs.Add(p.Source, convert.Error, "the policy name %s is taken by another descriptor (a converter bug)", name)
 		}
 		used[name] = true
 		p.Object.Name = name

@@ -1,8 +1,6 @@
 package ingressnginx
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"regexp"
@@ -13,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -53,7 +52,7 @@ type Policy struct {
 	// IngressNamespace and IngressName are the Ingress's (the namespace
 	// "" when its manifest names none).
 	IngressNamespace, IngressName string
-	Source                        Pos
+	Source                        convert.Pos
 	// Explain says, a line each, what nginx enforced and what the policy
 	// does, for the YAML comment above the policy.
 	Explain []string
@@ -80,17 +79,11 @@ type Result struct {
 }
 
 // Worst is the highest severity reported; Note when nothing was.
-func (r *Result) Worst() Severity {
-	worst := Note
-	for _, rep := range r.Reports {
-		worst = max(worst, rep.Severity)
-	}
-	return worst
-}
+func (r *Result) Worst() convert.Severity { return convert.Worst(r.Reports) }
 
 // Convert reads the Ingresses of every file and converts each one that
 // ingress-nginx rate-limits into one policy.
-func Convert(files []File, opts Options) *Result {
+func Convert(files []convert.File, opts Options) *Result {
 	if opts.AnnotationsPrefix == "" {
 		opts.AnnotationsPrefix = DefaultAnnotationsPrefix
 	}
@@ -98,7 +91,7 @@ func Convert(files []File, opts Options) *Result {
 		opts.CheckURL = DefaultCheckURL
 	}
 	opts.CheckURL = strings.TrimRight(opts.CheckURL, "/")
-	c := &converter{opts: opts, seen: map[string]Pos{}, names: map[string]string{}}
+	c := &converter{opts: opts, seen: map[string]convert.Pos{}, names: map[string]string{}}
 	order := map[string]int{}
 	res := &Result{}
 	for i, f := range files {
@@ -109,7 +102,7 @@ func Convert(files []File, opts Options) *Result {
 		}
 	}
 	res.Policies = c.policies
-	res.Reports = c.rs.sorted(order)
+	res.Reports = convert.Sorted(c.rs, order)
 	return res
 }
 
@@ -118,7 +111,7 @@ type converter struct {
 	rs       reports
 	policies []Policy
 	// seen is where each Ingress (namespace/name) was read first.
-	seen map[string]Pos
+	seen map[string]convert.Pos
 	// names maps each policy (namespace/name) to its Ingress.
 	names map[string]string
 }
@@ -131,11 +124,11 @@ type ingressConversion struct {
 	failed bool
 }
 
-func (ic *ingressConversion) report(pos Pos, ann string, s Severity, format string, args ...any) {
-	if s == Error {
+func (ic *ingressConversion) report(pos convert.Pos, ann string, s convert.Severity, format string, args ...any) {
+	if s == convert.Error {
 		ic.failed = true
 	}
-	ic.c.rs.add(Report{Pos: pos, Ingress: ic.ing.id(), Annotation: ann, Severity: s, Message: fmt.Sprintf(format, args...)})
+	ic.c.rs = append(ic.c.rs, Report{Report: convert.Reportf(pos, s, format, args...), Ingress: ic.ing.id(), Annotation: ann})
 }
 
 // ann is the annotation of that name (without prefix), if present.
@@ -191,7 +184,7 @@ func (c *converter) convert(ing *ingress) {
 		if a, ok := ic.ann(name); ok {
 			present = append(present, name)
 			if a.notString {
-				ic.report(a.pos, name, Note, "%s is written as a YAML %s: Kubernetes keeps annotations as strings and refuses this manifest; quote it (read here as %q)", a.value, yamlKind(a.value), a.value)
+				ic.report(a.pos, name, convert.Note, "%s is written as a YAML %s: Kubernetes keeps annotations as strings and refuses this manifest; quote it (read here as %q)", a.value, yamlKind(a.value), a.value)
 			}
 		}
 	}
@@ -199,13 +192,13 @@ func (c *converter) convert(ing *ingress) {
 		return
 	}
 	if first, ok := c.seen[ing.id()]; ok {
-		ic.report(ing.pos, "", Error, "this Ingress is also at %s: only that one is converted (the API server keeps one object of a name)", first)
+		ic.report(ing.pos, "", convert.Error, "this Ingress is also at %s: only that one is converted (the API server keeps one object of a name)", first)
 		return
 	}
 	c.seen[ing.id()] = ing.pos
 	if a, ok := ic.ann("canary"); ok {
 		if on, err := strconv.ParseBool(a.value); err == nil && on {
-			ic.report(a.pos, "canary", Note, "a canary Ingress: ingress-nginx sends its share of the traffic through the main Ingress's locations, whose limits apply, and never applies this Ingress's own %s; no policy", strings.Join(present, ", "))
+			ic.report(a.pos, "canary", convert.Note, "a canary Ingress: ingress-nginx sends its share of the traffic through the main Ingress's locations, whose limits apply, and never applies this Ingress's own %s; no policy", strings.Join(present, ", "))
 			return
 		}
 	}
@@ -213,34 +206,34 @@ func (c *converter) convert(ing *ingress) {
 	rps, rpm, conn := ic.readInt("limit-rps"), ic.readInt("limit-rpm"), ic.readInt("limit-connections")
 	for _, v := range []intAnn{rps, rpm, conn} {
 		if v.bad {
-			ic.report(v.a.pos, v.name, Error, "%q is not an integer: ingress-nginx refuses the whole Ingress (annotation validation; with it turned off, it ignores the annotation), so nothing of it was enforced; fix the value and convert again", v.a.value)
+			ic.report(v.a.pos, v.name, convert.Error, "%q is not an integer: ingress-nginx refuses the whole Ingress (annotation validation; with it turned off, it ignores the annotation), so nothing of it was enforced; fix the value and convert again", v.a.value)
 		}
 	}
 	mult := ic.readInt("limit-burst-multiplier")
 	multiplier := defaultBurstMultiplier
 	switch {
 	case mult.bad:
-		ic.report(mult.a.pos, mult.name, Note, "%q is not an integer: ingress-nginx uses the default %d, and so does the policy", mult.a.value, defaultBurstMultiplier)
+		ic.report(mult.a.pos, mult.name, convert.Note, "%q is not an integer: ingress-nginx uses the default %d, and so does the policy", mult.a.value, defaultBurstMultiplier)
 	case mult.set:
 		multiplier = mult.n
 	}
 	limited := rps.n > 0 || rpm.n > 0
 	if multiplier < 0 && limited {
-		ic.report(mult.a.pos, mult.name, Error, "%d makes a negative burst, which nginx refuses (\"invalid burst value\"): ingress-nginx cannot load a configuration with this Ingress", multiplier)
+		ic.report(mult.a.pos, mult.name, convert.Error, "%d makes a negative burst, which nginx refuses (\"invalid burst value\"): ingress-nginx cannot load a configuration with this Ingress", multiplier)
 	}
 	for _, v := range []intAnn{rps, rpm} {
 		if v.set && !v.bad && v.n <= 0 {
-			ic.report(v.a.pos, v.name, Note, "%d is not positive: ingress-nginx sets no such limit, nor does the policy", v.n)
+			ic.report(v.a.pos, v.name, convert.Note, "%d is not positive: ingress-nginx sets no such limit, nor does the policy", v.n)
 		}
 	}
 	if conn.n > 0 {
-		ic.report(conn.a.pos, conn.name, Inexact, "not convertible: at most %d open connections per client address (nginx limit_conn) is a limit on concurrency, and Sluice counts requests; keep the annotation while ingress-nginx serves this Ingress", conn.n)
+		ic.report(conn.a.pos, conn.name, convert.Inexact, "not convertible: at most %d open connections per client address (nginx limit_conn) is a limit on concurrency, and Sluice counts requests; keep the annotation while ingress-nginx serves this Ingress", conn.n)
 	}
 	ic.bandwidth("limit-rate", "limit_rate, KB/s for each response")
 	ic.bandwidth("limit-rate-after", "limit_rate_after, KB sent before limit-rate applies")
 	for _, name := range globalAnnotations {
 		if a, ok := ic.ann(name); ok {
-			ic.report(a.pos, name, Inexact, "not converted: ingress-nginx's global rate limiting (Lua, counted in memcached) was removed in ingress-nginx v1.12; where it still runs, a slidingWindowCounter limit of global-rate-limit per global-rate-limit-window is its nearest Sluice equivalent")
+			ic.report(a.pos, name, convert.Inexact, "not converted: ingress-nginx's global rate limiting (Lua, counted in memcached) was removed in ingress-nginx v1.12; where it still runs, a slidingWindowCounter limit of global-rate-limit per global-rate-limit-window is its nearest Sluice equivalent")
 		}
 	}
 	exempt, exemptAnn, exemptOK := ic.allowlist()
@@ -249,11 +242,11 @@ func (c *converter) convert(ing *ingress) {
 	}
 	if exemptAnn != "" && !limited && conn.n <= 0 {
 		a, _ := ic.ann(exemptAnn)
-		ic.report(a.pos, exemptAnn, Note, "no limit-rps or limit-rpm to exempt these clients from: nothing to convert")
+		ic.report(a.pos, exemptAnn, convert.Note, "no limit-rps or limit-rpm to exempt these clients from: nothing to convert")
 	}
 	if ic.failed || !limited {
 		if !ic.failed && mult.set && !mult.bad {
-			ic.report(mult.a.pos, mult.name, Note, "no limit-rps or limit-rpm to multiply: nothing to convert")
+			ic.report(mult.a.pos, mult.name, convert.Note, "no limit-rps or limit-rpm to multiply: nothing to convert")
 		}
 		return
 	}
@@ -273,9 +266,9 @@ func (ic *ingressConversion) bandwidth(name, what string) {
 	v := ic.readInt(name)
 	switch {
 	case v.bad:
-		ic.report(v.a.pos, name, Note, "%q is not an integer: ingress-nginx ignores it (the ConfigMap's value applies)", v.a.value)
+		ic.report(v.a.pos, name, convert.Note, "%q is not an integer: ingress-nginx ignores it (the ConfigMap's value applies)", v.a.value)
 	case v.n > 0:
-		ic.report(v.a.pos, name, Inexact, "not convertible: %d (nginx %s) limits bandwidth, and Sluice counts requests; keep the annotation while ingress-nginx serves this Ingress", v.n, what)
+		ic.report(v.a.pos, name, convert.Inexact, "not convertible: %d (nginx %s) limits bandwidth, and Sluice counts requests; keep the annotation while ingress-nginx serves this Ingress", v.n, what)
 	}
 }
 
@@ -295,7 +288,7 @@ func (ic *ingressConversion) allowlist() (nets []string, name string, ok bool) {
 	case allowOK && allow.value != "":
 		a, name = allow, "limit-allowlist"
 		if whiteOK && white.value != "" {
-			ic.report(white.pos, "limit-whitelist", Note, "ignored, as ingress-nginx ignores it: limit-allowlist is set and takes precedence")
+			ic.report(white.pos, "limit-whitelist", convert.Note, "ignored, as ingress-nginx ignores it: limit-allowlist is set and takes precedence")
 		}
 	case whiteOK && white.value != "":
 		a, name = white, "limit-whitelist"
@@ -311,7 +304,7 @@ func (ic *ingressConversion) allowlist() (nets []string, name string, ok bool) {
 		} else if ip := net.ParseIP(spec); ip != nil {
 			canon = ip.String()
 		} else {
-			ic.report(a.pos, name, Error, "%q is neither a CIDR nor an IP address: ingress-nginx refuses the whole Ingress, so nothing of it was enforced; fix the value and convert again", spec)
+			ic.report(a.pos, name, convert.Error, "%q is neither a CIDR nor an IP address: ingress-nginx refuses the whole Ingress, so nothing of it was enforced; fix the value and convert again", spec)
 			return nil, name, false
 		}
 		if !seen[canon] {
@@ -321,7 +314,7 @@ func (ic *ingressConversion) allowlist() (nets []string, name string, ok bool) {
 	}
 	slices.Sort(nets)
 	if len(nets) > maxExempt {
-		ic.report(a.pos, name, Inexact, "%d networks, and a policy exempts at most %d: the first %d (in sorted order) are kept, clients of the others are limited; merge networks into wider ones and convert again", len(nets), maxExempt, maxExempt)
+		ic.report(a.pos, name, convert.Inexact, "%d networks, and a policy exempts at most %d: the first %d (in sorted order) are kept, clients of the others are limited; merge networks into wider ones and convert again", len(nets), maxExempt, maxExempt)
 		nets = nets[:maxExempt]
 	}
 	return nets, name, true
@@ -404,7 +397,7 @@ func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn
 			continue
 		}
 		if v.a.n > maxCount || multiplier > maxCount || int64(v.a.n)*int64(multiplier)+1 > maxCount {
-			ic.report(v.a.a.pos, v.a.name, Inexact, "not converted: %d with a burst multiplier of %d is beyond what a policy holds (rates and bursts up to %d)", v.a.n, multiplier, maxCount)
+			ic.report(v.a.a.pos, v.a.name, convert.Inexact, "not converted: %d with a burst multiplier of %d is beyond what a policy holds (rates and bursts up to %d)", v.a.n, multiplier, maxCount)
 			reqKept = true
 			continue
 		}
@@ -463,11 +456,11 @@ func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn
 	}
 	id := obj.Namespace + "/" + obj.Name
 	if other, ok := ic.c.names[id]; ok {
-		ic.report(ing.pos, "", Error, "its policy would be named %s, as the policy of Ingress %s is: rename one of them (a converter limitation)", id, other)
+		ic.report(ing.pos, "", convert.Error, "its policy would be named %s, as the policy of Ingress %s is: rename one of them (a converter limitation)", id, other)
 		return
 	}
 	if _, err := policy.Compile(obj.Namespace, obj.Name, &obj.Spec); err != nil {
-		ic.report(ing.pos, "", Inexact, "not converted: the policy does not compile: %v", err)
+		ic.report(ing.pos, "", convert.Inexact, "not converted: the policy does not compile: %v", err)
 		return
 	}
 	ic.c.names[id] = ing.id()
@@ -498,10 +491,10 @@ func (ic *ingressConversion) authURL(namespace, name string) string {
 	want := fmt.Sprintf("%s/check/%s/%s?host=$host", ic.c.opts.CheckURL, ns, name)
 	if a, ok := ic.ann("auth-url"); ok && a.value != "" {
 		if strings.Contains(a.value, "/check/") {
-			ic.report(a.pos, "auth-url", Note, "already asks a Sluice check endpoint (%s); %s checks this Ingress's policy alone, as limit_req counted this Ingress's zone alone", a.value, want)
+			ic.report(a.pos, "auth-url", convert.Note, "already asks a Sluice check endpoint (%s); %s checks this Ingress's policy alone, as limit_req counted this Ingress's zone alone", a.value, want)
 			return want
 		}
-		ic.report(a.pos, "auth-url", Inexact, "the Ingress already asks an auth service (%s), and nginx asks one per location, so no auth-url can add Sluice: the policy applies once the Ingress's successor HTTPRoute is targeted (see the comment above it), or when that service asks Sluice (POST /v1/check)", a.value)
+		ic.report(a.pos, "auth-url", convert.Inexact, "the Ingress already asks an auth service (%s), and nginx asks one per location, so no auth-url can add Sluice: the policy applies once the Ingress's successor HTTPRoute is targeted (see the comment above it), or when that service asks Sluice (POST /v1/check)", a.value)
 		return ""
 	}
 	return want
@@ -524,7 +517,7 @@ func (ic *ingressConversion) hosts() (hosts []string, ok bool) {
 		if r.host == "" {
 			ok = false
 		} else if !hostPattern.MatchString(r.host) || len(r.host) > 253 {
-			ic.report(r.pos, "", Note, "host %q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", r.host)
+			ic.report(r.pos, "", convert.Note, "host %q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", r.host)
 			ok = false
 		}
 	}
@@ -535,7 +528,7 @@ func (ic *ingressConversion) hosts() (hosts []string, ok bool) {
 				continue
 			}
 			if !hostPattern.MatchString(alias) || len(alias) > 253 {
-				ic.report(a.pos, "server-alias", Note, "%q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", alias)
+				ic.report(a.pos, "server-alias", convert.Note, "%q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", alias)
 				ok = false
 				continue
 			}
@@ -545,7 +538,7 @@ func (ic *ingressConversion) hosts() (hosts []string, ok bool) {
 	slices.Sort(hosts)
 	hosts = slices.Compact(hosts)
 	if ok && len(hosts) > maxHosts {
-		ic.report(ic.ing.pos, "", Note, "%d hosts, and a policy names at most %d: the policy matches any host, and its auth-url still limits it to this Ingress's locations", len(hosts), maxHosts)
+		ic.report(ic.ing.pos, "", convert.Note, "%d hosts, and a policy names at most %d: the policy matches any host, and its auth-url still limits it to this Ingress's locations", len(hosts), maxHosts)
 		ok = false
 	}
 	return hosts, ok
@@ -568,12 +561,12 @@ func (ic *ingressConversion) hosts() (hosts []string, ok bool) {
 func (ic *ingressConversion) paths() []string {
 	if a, ok := ic.ann("use-regex"); ok {
 		if on, err := strconv.ParseBool(a.value); err == nil && on {
-			ic.report(a.pos, "use-regex", Note, "the paths are regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
+			ic.report(a.pos, "use-regex", convert.Note, "the paths are regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
 			return nil
 		}
 	}
 	if a, ok := ic.ann("rewrite-target"); ok && a.value != "" {
-		ic.report(a.pos, "rewrite-target", Note, "with a rewrite target, ingress-nginx writes the paths as regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
+		ic.report(a.pos, "rewrite-target", convert.Note, "with a rewrite target, ingress-nginx writes the paths as regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
 		return nil
 	}
 	var out []string
@@ -602,7 +595,7 @@ func (ic *ingressConversion) paths() []string {
 			case "ImplementationSpecific", "":
 				add(p + "*")
 			default:
-				ic.report(pt.pos, "", Note, "pathType %q is none of Exact, Prefix and ImplementationSpecific: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", pt.pathType)
+				ic.report(pt.pos, "", convert.Note, "pathType %q is none of Exact, Prefix and ImplementationSpecific: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", pt.pathType)
 				return nil
 			}
 		}
@@ -612,14 +605,14 @@ func (ic *ingressConversion) paths() []string {
 	}
 	for _, p := range out {
 		if len(p) > 1024 || !pathPattern.MatchString(p) {
-			ic.report(ic.ing.pos, "", Note, "path %q cannot be written as a policy's path ('*', '?', '#' or spaces in it): the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", strings.TrimSuffix(p, "*"))
+			ic.report(ic.ing.pos, "", convert.Note, "path %q cannot be written as a policy's path ('*', '?', '#' or spaces in it): the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", strings.TrimSuffix(p, "*"))
 			return nil
 		}
 	}
 	slices.Sort(out)
 	out = slices.Compact(out)
 	if len(out) > maxPaths {
-		ic.report(ic.ing.pos, "", Note, "%d paths, and a policy names at most %d: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", len(out), maxPaths)
+		ic.report(ic.ing.pos, "", convert.Note, "%d paths, and a policy names at most %d: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", len(out), maxPaths)
 		return nil
 	}
 	return out
@@ -634,27 +627,9 @@ func (c *converter) policyName(ingName string) string {
 	if dnsLabel.MatchString(ingName) {
 		return ingName
 	}
-	var b strings.Builder
-	dash := false
-	for _, r := range strings.ToLower(ingName) {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			if dash && b.Len() > 0 {
-				b.WriteByte('-')
-			}
-			b.WriteRune(r)
-			dash = false
-		} else {
-			dash = true
-		}
-	}
-	sum := sha256.Sum256([]byte(ingName))
-	h := hex.EncodeToString(sum[:])[:8]
-	name := b.String()
-	if len(name) > 63-len(h)-1 {
-		name = strings.TrimRight(name[:63-len(h)-1], "-")
-	}
+	name := convert.DNSLabel(ingName)
 	if name == "" {
-		return "ingress-" + h
+		name = "ingress"
 	}
-	return name + "-" + h
+	return convert.WithHash(name, ingName, 8)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -55,7 +56,7 @@ func rules(host string, paths ...string) string {
 type want struct {
 	line int
 	ann  string
-	sev  Severity
+	sev  convert.Severity
 	sub  string
 }
 
@@ -100,30 +101,30 @@ var convertCases = []convertCase{
 		name:     "a multiplier that is not an integer: ingress-nginx's default",
 		input:    manifest("api", "", `limit-rps: "3"`, `limit-burst-multiplier: "two"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(3/1s,16) auth=$namespace/api remove=[limit-rps limit-burst-multiplier]`},
-		reports:  []want{{8, "limit-burst-multiplier", Note, `"two" is not an integer: ingress-nginx uses the default 5`}},
+		reports:  []want{{8, "limit-burst-multiplier", convert.Note, `"two" is not an integer: ingress-nginx uses the default 5`}},
 	},
 	{
 		name:    "a negative multiplier: nginx refuses the burst",
 		input:   manifest("api", "", `limit-rps: "3"`, `limit-burst-multiplier: "-2"`),
-		reports: []want{{8, "limit-burst-multiplier", Error, "negative burst"}},
+		reports: []want{{8, "limit-burst-multiplier", convert.Error, "negative burst"}},
 	},
 	{
 		name:    "a multiplier alone",
 		input:   manifest("api", "", `limit-burst-multiplier: "2"`),
-		reports: []want{{7, "limit-burst-multiplier", Note, "nothing to convert"}},
+		reports: []want{{7, "limit-burst-multiplier", convert.Note, "nothing to convert"}},
 	},
 	{
 		name:    `limit-rps: "ten": the annotation named, no policy`,
 		input:   manifest("api", "", `limit-rps: "ten"`),
-		reports: []want{{7, "limit-rps", Error, `"ten" is not an integer: ingress-nginx refuses the whole Ingress`}},
+		reports: []want{{7, "limit-rps", convert.Error, `"ten" is not an integer: ingress-nginx refuses the whole Ingress`}},
 	},
 	{
 		name:  "several bad values, each reported",
 		input: manifest("api", "", `limit-rps: "5"`, `limit-rpm: " 60"`, `limit-connections: "1.5"`, `limit-whitelist: "10.0.0.300"`),
 		reports: []want{
-			{8, "limit-rpm", Error, `" 60" is not an integer`},
-			{9, "limit-connections", Error, `"1.5" is not an integer`},
-			{10, "limit-whitelist", Error, `"10.0.0.300" is neither a CIDR nor an IP address`},
+			{8, "limit-rpm", convert.Error, `" 60" is not an integer`},
+			{9, "limit-connections", convert.Error, `"1.5" is not an integer`},
+			{10, "limit-whitelist", convert.Error, `"10.0.0.300" is neither a CIDR nor an IP address`},
 		},
 	},
 	{
@@ -135,8 +136,8 @@ var convertCases = []convertCase{
 		name:  "zero and negative limits: none",
 		input: manifest("api", "", `limit-rps: "0"`, `limit-rpm: "-3"`),
 		reports: []want{
-			{7, "limit-rps", Note, "0 is not positive"},
-			{8, "limit-rpm", Note, "-3 is not positive"},
+			{7, "limit-rps", convert.Note, "0 is not positive"},
+			{8, "limit-rpm", convert.Note, "-3 is not positive"},
 		},
 	},
 	{
@@ -148,7 +149,7 @@ var convertCases = []convertCase{
 		name:     "limit-allowlist wins over limit-whitelist",
 		input:    manifest("api", "", `limit-rps: "1"`, `limit-whitelist: "10.0.0.0/8"`, `limit-allowlist: "172.16.0.0/12"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] exempt=[172.16.0.0/12] rps=gcra(1/1s,6) auth=$namespace/api remove=[limit-rps limit-allowlist limit-whitelist]`},
-		reports:  []want{{8, "limit-whitelist", Note, "limit-allowlist is set and takes precedence"}},
+		reports:  []want{{8, "limit-whitelist", convert.Note, "limit-allowlist is set and takes precedence"}},
 	},
 	{
 		name:     "an empty limit-allowlist gives way to limit-whitelist",
@@ -158,80 +159,80 @@ var convertCases = []convertCase{
 	{
 		name:    "a trailing comma in the whitelist: ingress-nginx refuses it",
 		input:   manifest("api", "", `limit-rps: "1"`, `limit-whitelist: "10.0.0.0/8,"`),
-		reports: []want{{8, "limit-whitelist", Error, `"" is neither a CIDR nor an IP address`}},
+		reports: []want{{8, "limit-whitelist", convert.Error, `"" is neither a CIDR nor an IP address`}},
 	},
 	{
 		name:    "a whitelist alone",
 		input:   manifest("api", "", `limit-whitelist: "10.0.0.0/8"`),
-		reports: []want{{7, "limit-whitelist", Note, "no limit-rps or limit-rpm to exempt"}},
+		reports: []want{{7, "limit-whitelist", convert.Note, "no limit-rps or limit-rpm to exempt"}},
 	},
 	{
 		name:     "more networks than a policy exempts",
 		input:    manifest("api", "", `limit-rps: "1"`, `limit-whitelist: "`+manyNets(70)+`"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] exempt=64 rps=gcra(1/1s,6) auth=$namespace/api remove=[limit-rps limit-whitelist]`},
-		reports:  []want{{8, "limit-whitelist", Inexact, "70 networks, and a policy exempts at most 64"}},
+		reports:  []want{{8, "limit-whitelist", convert.Inexact, "70 networks, and a policy exempts at most 64"}},
 	},
 	{
 		name:    "limit-connections alone: not convertible",
 		input:   manifest("api", "", `limit-connections: "10"`),
-		reports: []want{{7, "limit-connections", Inexact, "not convertible: at most 10 open connections per client address"}},
+		reports: []want{{7, "limit-connections", convert.Inexact, "not convertible: at most 10 open connections per client address"}},
 	},
 	{
 		name:     "limit-connections beside limit-rps: the whitelist stays for limit_conn",
 		input:    manifest("api", "", `limit-rps: "4"`, `limit-connections: "10"`, `limit-whitelist: "10.0.0.0/8"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] exempt=[10.0.0.0/8] rps=gcra(4/1s,21) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{8, "limit-connections", Inexact, "not convertible"}},
+		reports:  []want{{8, "limit-connections", convert.Inexact, "not convertible"}},
 	},
 	{
 		name:     "bandwidth: limit-rate and limit-rate-after",
 		input:    manifest("api", "", `limit-rps: "4"`, `limit-rate: "100"`, `limit-rate-after: "1024"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(4/1s,21) auth=$namespace/api remove=[limit-rps]`},
 		reports: []want{
-			{8, "limit-rate", Inexact, "limits bandwidth"},
-			{9, "limit-rate-after", Inexact, "limits bandwidth"},
+			{8, "limit-rate", convert.Inexact, "limits bandwidth"},
+			{9, "limit-rate-after", convert.Inexact, "limits bandwidth"},
 		},
 	},
 	{
 		name:    "bandwidth values that are not integers: ignored by ingress-nginx",
 		input:   manifest("api", "", `limit-rate: "fast"`, `limit-rate-after: "0"`),
-		reports: []want{{7, "limit-rate", Note, "ingress-nginx ignores it"}},
+		reports: []want{{7, "limit-rate", convert.Note, "ingress-nginx ignores it"}},
 	},
 	{
 		name:  "global rate limiting: not converted",
 		input: manifest("api", "", `global-rate-limit: "100"`, `global-rate-limit-window: "1m"`),
 		reports: []want{
-			{7, "global-rate-limit", Inexact, "removed in ingress-nginx v1.12"},
-			{8, "global-rate-limit-window", Inexact, "removed in ingress-nginx v1.12"},
+			{7, "global-rate-limit", convert.Inexact, "removed in ingress-nginx v1.12"},
+			{8, "global-rate-limit-window", convert.Inexact, "removed in ingress-nginx v1.12"},
 		},
 	},
 	{
 		name:    "a canary Ingress: its own limits never applied",
 		input:   manifest("api-canary", "", `canary: "true"`, `limit-rps: "5"`),
-		reports: []want{{7, "canary", Note, "a canary Ingress"}},
+		reports: []want{{7, "canary", convert.Note, "a canary Ingress"}},
 	},
 	{
 		name:     "an auth-url of another service: no auth-url for Sluice",
 		input:    manifest("api", "", `limit-rps: "5"`, `auth-url: "https://oauth2-proxy.auth.svc/oauth2/auth"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(5/1s,26) auth=- remove=[limit-rps]`},
-		reports:  []want{{8, "auth-url", Inexact, "already asks an auth service"}},
+		reports:  []want{{8, "auth-url", convert.Inexact, "already asks an auth service"}},
 	},
 	{
 		name:     "an auth-url of Sluice's already",
 		input:    manifest("api", "", `limit-rps: "5"`, `auth-url: "http://sluice-check.sluice-system.svc.cluster.local:8080/check/$namespace?host=$host"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{8, "auth-url", Note, "already asks a Sluice check endpoint"}},
+		reports:  []want{{8, "auth-url", convert.Note, "already asks a Sluice check endpoint"}},
 	},
 	{
 		name:     "regular expressions: every path of the hosts",
 		input:    manifest("api", rules("shop.example.com", "/api/v[0-9]+/.* ImplementationSpecific"), `limit-rps: "5"`, `use-regex: "true"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{8, "use-regex", Note, "regular expressions"}},
+		reports:  []want{{8, "use-regex", convert.Note, "regular expressions"}},
 	},
 	{
 		name:     "a rewrite target makes the paths regular expressions",
 		input:    manifest("api", rules("shop.example.com", "/api(/|$)(.*) ImplementationSpecific"), `limit-rps: "5"`, `rewrite-target: "/$2"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{8, "rewrite-target", Note, "regular expressions"}},
+		reports:  []want{{8, "rewrite-target", convert.Note, "regular expressions"}},
 	},
 	{
 		name: "every pathType, as ingress-nginx writes its locations",
@@ -253,7 +254,7 @@ var convertCases = []convertCase{
 		name:     "a path a policy cannot write",
 		input:    manifest("api", rules("shop.example.com", "/a b ImplementationSpecific"), `limit-rps: "5"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{4, "", Note, `path "/a b" cannot be written`}},
+		reports:  []want{{4, "", convert.Note, `path "/a b" cannot be written`}},
 	},
 	{
 		name:     "a rule without a host: any host",
@@ -274,13 +275,13 @@ var convertCases = []convertCase{
 		name:     "an annotation written as a number",
 		input:    manifest("api", "", `limit-rps: 5`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`},
-		reports:  []want{{7, "limit-rps", Note, "written as a YAML number"}},
+		reports:  []want{{7, "limit-rps", convert.Note, "written as a YAML number"}},
 	},
 	{
 		name:     "limits beyond the API's bounds: the multiplier and whitelist stay with the limit that stays",
 		input:    manifest("api", "", `limit-rps: "2000000000"`, `limit-rpm: "600"`, `limit-burst-multiplier: "2"`, `limit-whitelist: "10.0.0.0/8"`),
 		policies: []string{`shop/api hosts=[shop.example.com] paths=[/api /api/*] exempt=[10.0.0.0/8] rpm=gcra(600/1m,1201) auth=$namespace/api remove=[limit-rpm]`},
-		reports:  []want{{7, "limit-rps", Inexact, "beyond what a policy holds"}},
+		reports:  []want{{7, "limit-rps", convert.Inexact, "beyond what a policy holds"}},
 	},
 	{
 		name:     "a name that is not a DNS label",
@@ -290,7 +291,7 @@ var convertCases = []convertCase{
 	{
 		name:    "the same Ingress twice",
 		input:   manifest("api", "", `limit-rps: "5"`) + "---\n" + manifest("api", "", `limit-rps: "6"`),
-		reports: []want{{4 + strings.Count(manifest("api", "", `limit-rps: "5"`), "\n") + 1, "", Error, "this Ingress is also at"}},
+		reports: []want{{4 + strings.Count(manifest("api", "", `limit-rps: "5"`), "\n") + 1, "", convert.Error, "this Ingress is also at"}},
 		policies: []string{
 			`shop/api hosts=[shop.example.com] paths=[/api /api/*] rps=gcra(5/1s,26) auth=$namespace/api remove=[limit-rps]`,
 		},
@@ -321,7 +322,7 @@ var convertCases = []convertCase{
 	{
 		name:    "not YAML",
 		input:   "apiVersion: v1\nkind: Ingress\nmetadata: [\n",
-		reports: []want{{3, "", Error, "cannot read the file"}},
+		reports: []want{{3, "", convert.Error, "cannot read the file"}},
 	},
 }
 
@@ -340,7 +341,7 @@ func manyNets(n int) string {
 func TestConvert(t *testing.T) {
 	for _, tc := range convertCases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := Convert([]File{{Name: "in.yaml", Data: []byte(tc.input)}}, tc.opts)
+			res := Convert([]convert.File{{Name: "in.yaml", Data: []byte(tc.input)}}, tc.opts)
 			checkReports(t, res.Reports, tc.reports)
 			var got []string
 			for _, p := range res.Policies {
@@ -442,9 +443,9 @@ func TestTestdata(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := Convert([]File{{Name: filepath.Base(in), Data: data}}, Options{})
+			res := Convert([]convert.File{{Name: filepath.Base(in), Data: data}}, Options{})
 			var out strings.Builder
-			if err := WriteYAML(&out, res.Policies); err != nil {
+			if err := convert.WriteYAML(&out, res.Policies); err != nil {
 				t.Fatal(err)
 			}
 			out.WriteString("# reports:\n")
@@ -475,11 +476,11 @@ func TestTestdata(t *testing.T) {
 
 // TestReportFormat pins the report line the command prints.
 func TestReportFormat(t *testing.T) {
-	r := Report{Pos: Pos{File: "in.yaml", Line: 7}, Ingress: "shop/api", Annotation: "limit-rps", Severity: Error, Message: "bad"}
+	r := Report{Report: convert.Report{Pos: convert.Pos{File: "in.yaml", Line: 7}, Severity: convert.Error, Message: "bad"}, Ingress: "shop/api", Annotation: "limit-rps"}
 	if got, want := r.String(), "in.yaml:7: shop/api: annotation limit-rps: error: bad"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	r = Report{Pos: Pos{File: "in.yaml", Line: 3}, Severity: Error, Message: "cannot read"}
+	r = Report{Report: convert.Report{Pos: convert.Pos{File: "in.yaml", Line: 3}, Severity: convert.Error, Message: "cannot read"}}
 	if got, want := r.String(), "in.yaml:3: error: cannot read"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
@@ -492,13 +493,13 @@ func FuzzConvert(f *testing.F) {
 		f.Add([]byte(tc.input))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res := Convert([]File{{Name: "in.yaml", Data: data}}, Options{})
+		res := Convert([]convert.File{{Name: "in.yaml", Data: data}}, Options{})
 		for _, p := range res.Policies {
 			if _, err := policy.Compile(p.Object.Namespace, p.Object.Name, &p.Object.Spec); err != nil {
 				t.Fatalf("%s does not compile: %v", p.Object.Name, err)
 			}
 			var out strings.Builder
-			if err := WriteYAML(&out, []Policy{p}); err != nil {
+			if err := convert.WriteYAML(&out, []Policy{p}); err != nil {
 				t.Fatal(err)
 			}
 		}

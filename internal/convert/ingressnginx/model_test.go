@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/convert"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
@@ -128,8 +129,8 @@ func TestDecidesAsLimitReq(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(strings.Join(tc.anns, ","), func(t *testing.T) {
-			res := Convert([]File{{Name: "in.yaml", Data: []byte(manifest("api", "", tc.anns...))}}, Options{})
-			if len(res.Policies) != 1 || res.Worst() != Note {
+			res := Convert([]convert.File{{Name: "in.yaml", Data: []byte(manifest("api", "", tc.anns...))}}, Options{})
+			if len(res.Policies) != 1 || res.Worst() != convert.Note {
 				t.Fatalf("want one exact policy: %v", res.Reports)
 			}
 			p := res.Policies[0]

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"regexp"
-	"strconv"
+	"iter"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -13,14 +12,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/convert"
 )
 
-// File is one input: YAML or JSON holding Ingress manifests, several
-// documents, or a List (as `kubectl get ingress -A -o yaml` writes); Name
-// is how reports name it ("-" for standard input).
-type File = convert.File
-
 // ingress is what the conversion reads of one Ingress manifest.
 type ingress struct {
-	pos       Pos // the line of metadata.name, or of the object
+	pos       convert.Pos // the line of metadata.name, or of the object
 	namespace string
 	name      string
 	// annotations by full name (prefix included).
@@ -40,7 +34,7 @@ func (ing *ingress) id() string {
 
 type annotation struct {
 	value string
-	pos   Pos
+	pos   convert.Pos
 	// notString: the value is written as a YAML number or boolean, which
 	// Kubernetes refuses (annotations are strings).
 	notString bool
@@ -49,7 +43,7 @@ type annotation struct {
 // rule is one of spec.rules.
 type rule struct {
 	host string
-	pos  Pos
+	pos  convert.Pos
 	// http: the rule has an http block; a rule without one still gives
 	// ingress-nginx a server for its host.
 	http  bool
@@ -59,7 +53,7 @@ type rule struct {
 type path struct {
 	path     string
 	pathType string // "" when not written (v1beta1)
-	pos      Pos
+	pos      convert.Pos
 }
 
 // maxItems bounds the objects, rules and paths read from one document,
@@ -67,11 +61,9 @@ type path struct {
 // an exponential tree.
 const maxItems = 100_000
 
-var lineInError = regexp.MustCompile(`line (\d+)`)
-
 // parseFile reads every Ingress of f. Documents of other kinds are
 // skipped; a document that is not YAML ends the file with an error.
-func parseFile(f File, rs *reports) []*ingress {
+func parseFile(f convert.File, rs *reports) []*ingress {
 	p := &parser{file: f.Name, rs: rs, budget: maxItems}
 	dec := yaml.NewDecoder(bytes.NewReader(f.Data))
 	var out []*ingress
@@ -82,17 +74,13 @@ func parseFile(f File, rs *reports) []*ingress {
 			return out
 		}
 		if err != nil {
-			pos := Pos{File: f.Name}
-			if m := lineInError.FindStringSubmatch(err.Error()); m != nil {
-				pos.Line, _ = strconv.Atoi(m[1])
-			}
-			rs.add(Report{Pos: pos, Severity: Error, Message: "cannot read the file: " + err.Error()})
+			rs.add(convert.DecodeErrorPos(f.Name, err), convert.Error, "cannot read the file: %v", err)
 			return out
 		}
 		if len(doc.Content) == 0 {
 			continue
 		}
-		out = p.object(deref(doc.Content[0]), out)
+		out = p.object(convert.Deref(doc.Content[0]), out)
 	}
 }
 
@@ -102,14 +90,14 @@ type parser struct {
 	budget int
 }
 
-func (p *parser) pos(n *yaml.Node) Pos { return Pos{File: p.file, Line: n.Line} }
+func (p *parser) pos(n *yaml.Node) convert.Pos { return convert.Pos{File: p.file, Line: n.Line} }
 
 // spend takes n items from the document budget; false when it is spent
 // (reported once).
 func (p *parser) spend(n *yaml.Node) bool {
 	p.budget--
 	if p.budget == 0 {
-		p.rs.add(Report{Pos: p.pos(n), Severity: Error, Message: "more than 100000 objects, rules and paths in this file (aliases expanded): the rest is not read"})
+		p.rs.add(p.pos(n), convert.Error, "more than 100000 objects, rules and paths in this file (aliases expanded): the rest is not read")
 	}
 	return p.budget > 0
 }
@@ -126,10 +114,8 @@ func (p *parser) object(n *yaml.Node, out []*ingress) []*ingress {
 			out = append(out, ing)
 		}
 	case strings.HasSuffix(kind, "List"):
-		if items := get(n, "items"); items != nil && items.Kind == yaml.SequenceNode {
-			for _, item := range items.Content {
-				out = p.object(deref(item), out)
-			}
+		for item := range sequence(get(n, "items")) {
+			out = p.object(item, out)
 		}
 	}
 	return out
@@ -144,12 +130,12 @@ func (p *parser) ingress(n *yaml.Node) *ingress {
 	}
 	ing.namespace = scalar(get(meta, "namespace"))
 	if ing.name == "" {
-		p.rs.add(Report{Pos: ing.pos, Severity: Error, Message: "an Ingress without metadata.name: skipped"})
+		p.rs.add(ing.pos, convert.Error, "an Ingress without metadata.name: skipped")
 		return nil
 	}
 	if anns := get(meta, "annotations"); anns != nil && anns.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(anns.Content); i += 2 {
-			k, v := anns.Content[i], deref(anns.Content[i+1])
+			k, v := anns.Content[i], convert.Deref(anns.Content[i+1])
 			ing.annotations[k.Value] = annotation{
 				value:     v.Value,
 				pos:       p.pos(k),
@@ -159,39 +145,65 @@ func (p *parser) ingress(n *yaml.Node) *ingress {
 	}
 	spec := get(n, "spec")
 	ing.defaultBackend = get(spec, "defaultBackend") != nil || get(spec, "backend") != nil
-	if rules := get(spec, "rules"); rules != nil && rules.Kind == yaml.SequenceNode {
-		for _, rn := range rules.Content {
-			rn = deref(rn)
-			if !p.spend(rn) {
-				return ing
+	ing.rules = p.rules(get(spec, "rules"))
+	return ing
+}
+
+// rules reads spec.rules, up to the rule during which the budget runs out.
+func (p *parser) rules(n *yaml.Node) []rule {
+	var rules []rule
+	for rn := range sequence(n) {
+		if !p.spend(rn) {
+			return rules
+		}
+		r := rule{pos: p.pos(rn)}
+		if h := get(rn, "host"); h != nil {
+			r.host = scalar(h)
+			r.pos = p.pos(h)
+		}
+		if http := get(rn, "http"); http != nil {
+			r.http = true
+			var complete bool
+			if r.paths, complete = p.paths(get(http, "paths")); !complete {
+				return rules
 			}
-			r := rule{pos: p.pos(rn)}
-			if h := get(rn, "host"); h != nil {
-				r.host = scalar(h)
-				r.pos = p.pos(h)
+		}
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// paths reads a rule's http.paths; complete is false when the budget ran
+// out.
+func (p *parser) paths(n *yaml.Node) (paths []path, complete bool) {
+	for pn := range sequence(n) {
+		if !p.spend(pn) {
+			return nil, false
+		}
+		pt := path{pos: p.pos(pn)}
+		if v := get(pn, "path"); v != nil {
+			pt.path = scalar(v)
+			pt.pos = p.pos(v)
+		}
+		pt.pathType = scalar(get(pn, "pathType"))
+		paths = append(paths, pt)
+	}
+	return paths, true
+}
+
+// sequence yields the items of a sequence node, aliases resolved; none
+// for any other node.
+func sequence(n *yaml.Node) iter.Seq[*yaml.Node] {
+	return func(yield func(*yaml.Node) bool) {
+		if n == nil || n.Kind != yaml.SequenceNode {
+			return
+		}
+		for _, item := range n.Content {
+			if !yield(convert.Deref(item)) {
+				return
 			}
-			if http := get(rn, "http"); http != nil {
-				r.http = true
-				if paths := get(http, "paths"); paths != nil && paths.Kind == yaml.SequenceNode {
-					for _, pn := range paths.Content {
-						pn = deref(pn)
-						if !p.spend(pn) {
-							return ing
-						}
-						pt := path{pos: p.pos(pn)}
-						if v := get(pn, "path"); v != nil {
-							pt.path = scalar(v)
-							pt.pos = p.pos(v)
-						}
-						pt.pathType = scalar(get(pn, "pathType"))
-						r.paths = append(r.paths, pt)
-					}
-				}
-			}
-			ing.rules = append(ing.rules, r)
 		}
 	}
-	return ing
 }
 
 // get is the value of key in mapping m; nil when m is not a mapping or
@@ -200,14 +212,14 @@ func get(m *yaml.Node, key string) *yaml.Node {
 	if m == nil {
 		return nil
 	}
-	m = deref(m)
+	m = convert.Deref(m)
 	if m.Kind != yaml.MappingNode {
 		return nil
 	}
 	var v *yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
-			v = deref(m.Content[i+1])
+			v = convert.Deref(m.Content[i+1])
 		}
 	}
 	return v
@@ -219,11 +231,4 @@ func scalar(n *yaml.Node) string {
 		return ""
 	}
 	return n.Value
-}
-
-func deref(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	return n
 }

@@ -6,29 +6,15 @@ import (
 	"github.com/sluice-dev/sluice/internal/convert"
 )
 
-// Pos, Severity and the severities are the converters' shared ones.
-type (
-	Pos      = convert.Pos
-	Severity = convert.Severity
-)
-
-const (
-	Note    = convert.Note
-	Inexact = convert.Inexact
-	Error   = convert.Error
-)
-
 // Report is one finding about one Ingress, at the line it is about.
 type Report struct {
-	Pos Pos
+	convert.Report
 	// Ingress is "namespace/name" (or "name" when the manifest names no
 	// namespace); "" for a finding about the input itself.
 	Ingress string
 	// Annotation is the annotation's name without its prefix
 	// ("limit-rps"), or "" when the finding is about something else.
 	Annotation string
-	Severity   Severity
-	Message    string
 }
 
 // String is FILE:LINE: INGRESS: annotation NAME: SEVERITY: MESSAGE, the
@@ -48,9 +34,7 @@ func (r Report) String() string {
 // reports collects findings.
 type reports []Report
 
-func (rs *reports) add(r Report) { *rs = append(*rs, r) }
-
-// sorted orders reports by file (in the given order), line, then as found.
-func (rs reports) sorted(fileOrder map[string]int) []Report {
-	return convert.SortByPos(rs, func(r *Report) Pos { return r.Pos }, fileOrder)
+// add adds a finding about the input itself, not about one Ingress.
+func (rs *reports) add(pos convert.Pos, s convert.Severity, format string, args ...any) {
+	*rs = append(*rs, Report{Report: convert.Reportf(pos, s, format, args...)})
 }

@@ -2,25 +2,20 @@ package ingressnginx
 
 import (
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/convert"
 )
 
-// WriteYAML writes the policies as YAML documents separated by "---", each
-// after a comment that says where it comes from, what it enforces, and
-// how to point its Ingress (or the HTTPRoute that replaces it) at Sluice.
-func WriteYAML(w io.Writer, policies []Policy) error {
-	docs := make([]convert.Document, len(policies))
-	for i, p := range policies {
-		docs[i] = convert.Document{Comment: Comment(p), Policy: p.Object}
-	}
-	return convert.WriteYAML(w, docs)
+// Document is the policy after a comment that says where it comes from,
+// what it enforces, and how to point its Ingress (or the HTTPRoute that
+// replaces it) at Sluice.
+func (p Policy) Document() convert.Document {
+	return convert.Document{Comment: p.comment(), Policy: p.Object}
 }
 
-// Comment is the comment above a policy, a line each.
-func Comment(p Policy) []string {
+// comment is the comment above the policy, a line each.
+func (p Policy) comment() []string {
 	lines := []string{fmt.Sprintf("Ingress %s (%s):", p.Ingress, p.Source)}
 	for _, e := range p.Explain {
 		lines = append(lines, "  "+e)
