@@ -2,9 +2,7 @@ package ingressnginx
 
 import (
 	"fmt"
-	"net"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -131,42 +129,6 @@ func (ic *ingressConversion) report(pos convert.Pos, ann string, s convert.Sever
 	ic.c.rs = append(ic.c.rs, Report{Report: convert.Reportf(pos, s, format, args...), Ingress: ic.ing.id(), Annotation: ann})
 }
 
-// ann is the annotation of that name (without prefix), if present.
-func (ic *ingressConversion) ann(name string) (annotation, bool) {
-	a, ok := ic.ing.annotations[ic.c.opts.AnnotationsPrefix+"/"+name]
-	return a, ok
-}
-
-func (ic *ingressConversion) full(name string) string {
-	return ic.c.opts.AnnotationsPrefix + "/" + name
-}
-
-// intAnn is an integer annotation as ingress-nginx reads it (strconv.Atoi).
-type intAnn struct {
-	name string
-	a    annotation
-	set  bool // present and not empty
-	bad  bool // not an integer
-	n    int
-}
-
-func (ic *ingressConversion) readInt(name string) intAnn {
-	a, ok := ic.ann(name)
-	v := intAnn{name: name, a: a}
-	if !ok || a.value == "" {
-		// ingress-nginx validates no empty value and reads it as 0.
-		return v
-	}
-	v.set = true
-	n, err := strconv.Atoi(a.value)
-	if err != nil {
-		v.bad = true
-		return v
-	}
-	v.n = n
-	return v
-}
-
 // globalAnnotations are ingress-nginx's former global rate limiting.
 var globalAnnotations = []string{"global-rate-limit", "global-rate-limit-window", "global-rate-limit-key", "global-rate-limit-ignored-cidrs"}
 
@@ -253,159 +215,11 @@ func (c *converter) convert(ing *ingress) {
 	ic.policy(rps, rpm, multiplier, mult, exempt, exemptAnn, conn.n > 0)
 }
 
-func yamlKind(v string) string {
-	if _, err := strconv.ParseBool(v); err == nil {
-		return "boolean"
-	}
-	return "number"
-}
-
-// bandwidth reports limit-rate and limit-rate-after, which nginx applies
-// to the bytes of each response.
-func (ic *ingressConversion) bandwidth(name, what string) {
-	v := ic.readInt(name)
-	switch {
-	case v.bad:
-		ic.report(v.a.pos, name, convert.Note, "%q is not an integer: ingress-nginx ignores it (the ConfigMap's value applies)", v.a.value)
-	case v.n > 0:
-		ic.report(v.a.pos, name, convert.Inexact, "not convertible: %d (nginx %s) limits bandwidth, and Sluice counts requests; keep the annotation while ingress-nginx serves this Ingress", v.n, what)
-	}
-}
-
-// maxExempt is the API's bound on match.exemptClients.
-const maxExempt = 64
-
-// allowlist reads limit-allowlist, or its older name limit-whitelist when
-// the first is empty, as ingress-nginx does: comma-separated CIDRs or
-// addresses, each trimmed (net.ParseCIDR, then net.ParseIP). It returns
-// the networks, canonical, sorted and without repeats, and the annotation
-// read ("" for none); ok is false when ingress-nginx refuses the value.
-func (ic *ingressConversion) allowlist() (nets []string, name string, ok bool) {
-	allow, allowOK := ic.ann("limit-allowlist")
-	white, whiteOK := ic.ann("limit-whitelist")
-	var a annotation
-	switch {
-	case allowOK && allow.value != "":
-		a, name = allow, "limit-allowlist"
-		if whiteOK && white.value != "" {
-			ic.report(white.pos, "limit-whitelist", convert.Note, "ignored, as ingress-nginx ignores it: limit-allowlist is set and takes precedence")
-		}
-	case whiteOK && white.value != "":
-		a, name = white, "limit-whitelist"
-	default:
-		return nil, "", true
-	}
-	seen := map[string]bool{}
-	for _, spec := range strings.Split(a.value, ",") {
-		spec = strings.TrimSpace(spec)
-		var canon string
-		if _, ipnet, err := net.ParseCIDR(spec); err == nil {
-			canon = ipnet.String()
-		} else if ip := net.ParseIP(spec); ip != nil {
-			canon = ip.String()
-		} else {
-			ic.report(a.pos, name, convert.Error, "%q is neither a CIDR nor an IP address: ingress-nginx refuses the whole Ingress, so nothing of it was enforced; fix the value and convert again", spec)
-			return nil, name, false
-		}
-		if !seen[canon] {
-			seen[canon] = true
-			nets = append(nets, canon)
-		}
-	}
-	slices.Sort(nets)
-	if len(nets) > maxExempt {
-		ic.report(a.pos, name, convert.Inexact, "%d networks, and a policy exempts at most %d: the first %d (in sorted order) are kept, clients of the others are limited; merge networks into wider ones and convert again", len(nets), maxExempt, maxExempt)
-		nets = nets[:maxExempt]
-	}
-	return nets, name, true
-}
-
-// The API's bounds.
-const (
-	maxCount = 1_000_000_000
-	maxHosts = 16
-	maxPaths = 32
-)
-
-var (
-	hostPattern = regexp.MustCompile(`^([*][.])?[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*$`)
-	pathPattern = regexp.MustCompile(`^/[^*?#[:space:]]*[*]?$`)
-)
-
-// gcraLimit is nginx's limit_req of rate per period (period in seconds:
-// 1 for r/s, 60 for r/m) with burst, as a gcra limit, and the line that
-// explains it.
-//
-// nginx keeps a zone's rate in thousandths of a request per second,
-// rounded down (ngx_http_limit_req_zone: rate * 1000 / scale), so 10r/m is
-// 0.166 requests per second; the limit says exactly that: rate 166 per
-// 1000s, unless the rate divides evenly.
-func gcraLimit(name string, n, periodSeconds, burst int64) (ratelimitv1alpha1.Limit, string) {
-	milli := n * 1000 / periodSeconds
-	rate, period := n, fmt.Sprintf("%ds", periodSeconds)
-	if periodSeconds == 60 {
-		period = "1m"
-	}
-	exact := n*1000%periodSeconds == 0
-	if !exact {
-		rate, period = milli, "1000s"
-	}
-	unit := map[int64]string{1: "r/s", 60: "r/m"}[periodSeconds]
-	line := fmt.Sprintf("%s: nginx limit_req rate=%d%s burst=%d nodelay admits %d requests at once, then one every %s; gcra rate %d per %s, burst %d",
-		name, n, unit, burst, burst+1, spacing(milli), rate, period, burst+1)
-	if !exact {
-		line += fmt.Sprintf(" (nginx keeps %d%s as %d thousandths of a request per second)", n, unit, milli)
-	}
-	return ratelimitv1alpha1.Limit{
-		Name: ratelimitv1alpha1.LimitName(name),
-		GCRA: &ratelimitv1alpha1.GCRA{
-			Rate:   ratelimitv1alpha1.Count(rate),
-			Period: ratelimitv1alpha1.Duration(period),
-			Burst:  ratelimitv1alpha1.Count(burst + 1),
-		},
-	}, line
-}
-
-// spacing is the time between two requests at milli thousandths of a
-// request per second.
-func spacing(milli int64) string {
-	us := 1_000_000_000 / milli
-	switch {
-	case us%1_000_000 == 0:
-		return fmt.Sprintf("%ds", us/1_000_000)
-	case us%1000 == 0:
-		return fmt.Sprintf("%dms", us/1000)
-	}
-	return fmt.Sprintf("%.3fs", float64(us)/1e6)
-}
-
 // policy builds the Ingress's policy.
 func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn, exempt []string, exemptAnn string, keepsConn bool) {
 	ing := ic.ing
 	p := Policy{Ingress: ing.id(), IngressNamespace: ing.namespace, IngressName: ing.name, Source: ing.pos}
-	var limits []ratelimitv1alpha1.Limit
-	// reqKept: a limit_req stays with ingress-nginx, and with it the
-	// multiplier and the whitelist that shape it (limit_conn takes only
-	// the whitelist).
-	reqKept := false
-	for _, v := range []struct {
-		a      intAnn
-		limit  string
-		period int64
-	}{{rps, "rps", 1}, {rpm, "rpm", 60}} {
-		if v.a.n <= 0 {
-			continue
-		}
-		if v.a.n > maxCount || multiplier > maxCount || int64(v.a.n)*int64(multiplier)+1 > maxCount {
-			ic.report(v.a.a.pos, v.a.name, convert.Inexact, "not converted: %d with a burst multiplier of %d is beyond what a policy holds (rates and bursts up to %d)", v.a.n, multiplier, maxCount)
-			reqKept = true
-			continue
-		}
-		l, line := gcraLimit(v.limit, int64(v.a.n), v.period, int64(v.a.n)*int64(multiplier))
-		limits = append(limits, l)
-		p.Explain = append(p.Explain, line)
-		p.Remove = append(p.Remove, ic.full(v.a.name))
-	}
+	limits, reqKept := ic.limitReqs(&p, rps, rpm, multiplier)
 	if len(limits) == 0 {
 		return
 	}
@@ -413,30 +227,10 @@ func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn
 		p.Remove = append(p.Remove, ic.full("limit-burst-multiplier"))
 	}
 	if exemptAnn != "" {
-		p.Explain = append(p.Explain, fmt.Sprintf("%s: nginx keys these clients' requests on \"\", which limit_req never counts; exemptClients", exemptAnn))
-		if reqKept || keepsConn {
-			// The same list exempts clients from the limits that stay
-			// with ingress-nginx.
-			p.Explain = append(p.Explain, fmt.Sprintf("keep %s on the Ingress: it also exempts these clients from the limits ingress-nginx goes on enforcing", exemptAnn))
-		} else {
-			p.Remove = append(p.Remove, ic.full(exemptAnn))
-			if exemptAnn == "limit-allowlist" {
-				if _, ok := ic.ann("limit-whitelist"); ok {
-					p.Remove = append(p.Remove, ic.full("limit-whitelist"))
-				}
-			}
-		}
+		ic.exemption(&p, exemptAnn, reqKept || keepsConn)
 	}
-
 	match := ratelimitv1alpha1.RequestMatch{ExemptClients: exempt}
-	hosts, hostsOK := ic.hosts()
-	p.Hosts = hosts
-	if hostsOK {
-		for _, h := range hosts {
-			match.Hosts = append(match.Hosts, ratelimitv1alpha1.HostMatch(h))
-		}
-		match.Hosts = slices.Compact(match.Hosts)
-	}
+	match.Hosts, p.Hosts = ic.matchHosts()
 	for _, pm := range ic.paths() {
 		match.Paths = append(match.Paths, ratelimitv1alpha1.PathMatch(pm))
 	}
@@ -470,6 +264,24 @@ func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn
 	ic.c.policies = append(ic.c.policies, p)
 }
 
+// exemption explains in p the clients exemptAnn exempts, and lists it to
+// remove unless limits kept by ingress-nginx still need it.
+func (ic *ingressConversion) exemption(p *Policy, exemptAnn string, limitsKept bool) {
+	p.Explain = append(p.Explain, fmt.Sprintf("%s: nginx keys these clients' requests on \"\", which limit_req never counts; exemptClients", exemptAnn))
+	if limitsKept {
+		// The same list exempts clients from the limits that stay
+		// with ingress-nginx.
+		p.Explain = append(p.Explain, fmt.Sprintf("keep %s on the Ingress: it also exempts these clients from the limits ingress-nginx goes on enforcing", exemptAnn))
+		return
+	}
+	p.Remove = append(p.Remove, ic.full(exemptAnn))
+	if exemptAnn == "limit-allowlist" {
+		if _, ok := ic.ann("limit-whitelist"); ok {
+			p.Remove = append(p.Remove, ic.full("limit-whitelist"))
+		}
+	}
+}
+
 // namespace is the policy's namespace.
 func (ic *ingressConversion) namespace() string {
 	if ic.ing.namespace == "" || ic.c.opts.IgnoreIngressNamespace {
@@ -498,124 +310,6 @@ func (ic *ingressConversion) authURL(namespace, name string) string {
 		return ""
 	}
 	return want
-}
-
-// hosts are the hosts ingress-nginx serves the Ingress's locations on: its
-// rules' hosts and the server-alias names. ok is false when some rule
-// has no host (every host nginx has no server for) or a host cannot be
-// written as a policy's host: the policy then matches any host, and the
-// auth-url that names it still limits it to the Ingress's locations.
-func (ic *ingressConversion) hosts() (hosts []string, ok bool) {
-	ok = true
-	if len(ic.ing.rules) == 0 {
-		// A default backend alone: ingress-nginx's catch-all server.
-		hosts = append(hosts, "")
-		ok = false
-	}
-	for _, r := range ic.ing.rules {
-		hosts = append(hosts, r.host)
-		if r.host == "" {
-			ok = false
-		} else if !hostPattern.MatchString(r.host) || len(r.host) > 253 {
-			ic.report(r.pos, "", convert.Note, "host %q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", r.host)
-			ok = false
-		}
-	}
-	if a, found := ic.ann("server-alias"); found && a.value != "" {
-		for _, alias := range strings.Split(a.value, ",") {
-			alias = strings.TrimSpace(alias)
-			if alias == "" {
-				continue
-			}
-			if !hostPattern.MatchString(alias) || len(alias) > 253 {
-				ic.report(a.pos, "server-alias", convert.Note, "%q is not a host name a policy can match: the policy matches any host, and its auth-url still limits it to this Ingress's locations", alias)
-				ok = false
-				continue
-			}
-			hosts = append(hosts, strings.ToLower(alias))
-		}
-	}
-	slices.Sort(hosts)
-	hosts = slices.Compact(hosts)
-	if ok && len(hosts) > maxHosts {
-		ic.report(ic.ing.pos, "", convert.Note, "%d hosts, and a policy names at most %d: the policy matches any host, and its auth-url still limits it to this Ingress's locations", len(hosts), maxHosts)
-		ok = false
-	}
-	return hosts, ok
-}
-
-// paths are the policy's match.paths for the Ingress's locations (nil:
-// every path), as ingress-nginx turns each path into an nginx location:
-//
-//   - Exact "/a": location = /a, the policy's "/a".
-//   - Prefix "/a": location /a/ and location = /a (element-wise, so
-//     "/ab" is not under it): "/a" and "/a/*". Prefix "/a/": location /a/
-//     and = /a/ ("/a" itself is not under it): "/a/*". Prefix "/": every path.
-//   - ImplementationSpecific (or no pathType): location /a, nginx's own
-//     string prefix ("/ab" is under it): "/a*".
-//
-// A rule without paths gives the host's root location. Regular
-// expressions (use-regex, rewrite-target) and paths a policy cannot write
-// leave paths unset: the auth-url names the policy, so nginx's location
-// still decides which requests it counts.
-func (ic *ingressConversion) paths() []string {
-	if a, ok := ic.ann("use-regex"); ok {
-		if on, err := strconv.ParseBool(a.value); err == nil && on {
-			ic.report(a.pos, "use-regex", convert.Note, "the paths are regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
-			return nil
-		}
-	}
-	if a, ok := ic.ann("rewrite-target"); ok && a.value != "" {
-		ic.report(a.pos, "rewrite-target", convert.Note, "with a rewrite target, ingress-nginx writes the paths as regular expressions (case-insensitive), which a policy's paths cannot hold: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations")
-		return nil
-	}
-	var out []string
-	add := func(ps ...string) { out = append(out, ps...) }
-	for _, r := range ic.ing.rules {
-		if len(r.paths) == 0 {
-			return nil // the host's root location
-		}
-		for _, pt := range r.paths {
-			p := pt.path
-			if p == "" {
-				p = "/"
-			}
-			if p == "/" && pt.pathType != "Exact" {
-				return nil
-			}
-			switch pt.pathType {
-			case "Exact":
-				add(p)
-			case "Prefix":
-				if strings.HasSuffix(p, "/") {
-					add(p + "*")
-				} else {
-					add(p, p+"/*")
-				}
-			case "ImplementationSpecific", "":
-				add(p + "*")
-			default:
-				ic.report(pt.pos, "", convert.Note, "pathType %q is none of Exact, Prefix and ImplementationSpecific: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", pt.pathType)
-				return nil
-			}
-		}
-	}
-	if len(ic.ing.rules) == 0 {
-		return nil
-	}
-	for _, p := range out {
-		if len(p) > 1024 || !pathPattern.MatchString(p) {
-			ic.report(ic.ing.pos, "", convert.Note, "path %q cannot be written as a policy's path ('*', '?', '#' or spaces in it): the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", strings.TrimSuffix(p, "*"))
-			return nil
-		}
-	}
-	slices.Sort(out)
-	out = slices.Compact(out)
-	if len(out) > maxPaths {
-		ic.report(ic.ing.pos, "", convert.Note, "%d paths, and a policy names at most %d: the policy matches every path of its hosts, and its auth-url still limits it to this Ingress's locations", len(out), maxPaths)
-		return nil
-	}
-	return out
 }
 
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
