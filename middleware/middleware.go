@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // DefaultNamespace is the namespace of the policies unless WithNamespace
@@ -156,7 +155,7 @@ func New(opts ...Option) (*Limiter, error) {
 	}
 	l.checker = check.New(check.Options{
 		Store:   store,
-		Source:  source.NewStatic(policies...),
+		Source:  check.NewStaticSource(policies...),
 		Timeout: c.storeTimeout,
 		Metrics: metrics,
 		Logger:  c.logger,

@@ -24,7 +24,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -48,12 +47,12 @@ type endpoint struct {
 	URL     string
 	server  *Server
 	checker *check.Checker
-	source  *source.Static
+	source  *check.StaticSource
 }
 
 func newEndpoint(t testing.TB, store ratelimit.Store, opts Options, policies ...*policy.Policy) *endpoint {
 	t.Helper()
-	src := source.NewStatic(policies...)
+	src := check.NewStaticSource(policies...)
 	c := check.New(check.Options{Store: store, Source: src, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond})
 	opts.Checker = c
 	s, err := New(opts)

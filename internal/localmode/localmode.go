@@ -18,12 +18,12 @@ import (
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -61,7 +61,7 @@ type Config struct {
 // App is local mode assembled: the policy files, the store, the checker
 // and the check endpoint, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files   *source.Files
+	Files   *policyfiles.Folder
 	Checker *check.Checker
 	Handler *webhook.Server
 	// GRPC is the gRPC endpoint; nil when cfg.GRPC is off.
@@ -86,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	a := &App{log: log, http: cfg.HTTP, listen: cfg.Listen}
 	a.http.Logger = log
 	a.http.Budget = cfg.GRPC.Budget(cfg.HTTP, log)
-	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
+	files, err := policyfiles.NewFolder(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package source
+package policyfiles
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ spec:
 `
 
 // written is the modification time writeFile gives: long enough ago that
-// a version applies at the next read (see Files.settle).
+// a version applies at the next read (see Folder.settle).
 var written = time.Now().Add(-time.Hour)
 
 // writeFile writes a policy file as a writer that finished a while ago.
@@ -48,20 +48,20 @@ func writeFileAt(t *testing.T, dir, name, body string, mtime time.Time) {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newFiles(t *testing.T, files map[string]string) (*Files, string) {
+func newFiles(t *testing.T, files map[string]string) (*Folder, string) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range files {
 		writeFile(t, dir, name, body)
 	}
-	f, err := NewFiles(dir, 0, quiet)
+	f, err := NewFolder(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f, dir
 }
 
-func capacity(t *testing.T, f *Files) int64 {
+func capacity(t *testing.T, f *Folder) int64 {
 	t.Helper()
 	p := f.Policies().Get("shop", "api")
 	if p == nil {
@@ -70,7 +70,7 @@ func capacity(t *testing.T, f *Files) int64 {
 	return p.Limits[0].Limit.Capacity
 }
 
-func status(t *testing.T, f *Files) PolicyStatus {
+func status(t *testing.T, f *Folder) PolicyStatus {
 	t.Helper()
 	for _, st := range f.Statuses() {
 		if st.Namespace == "shop" && st.Name == "api" {

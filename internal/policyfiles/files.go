@@ -1,6 +1,6 @@
 // Package source provides the policy sets the check endpoint enforces:
 // Files reads RateLimitPolicy YAML from a folder (local mode).
-package source
+package policyfiles
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ type PolicyStatus struct {
 	// Spec is the latest version read (also when it does not compile), or
 	// the edited version while the policy is Edited.
 	Spec *ratelimitv1alpha1.RateLimitPolicySpec
-	// Edited is set while an in-memory edit (see Files.Edit) is in force
+	// Edited is set while an in-memory edit (see Folder.Edit) is in force
 	// in place of the file's version; EditedAt is when it was made.
 	Edited   bool
 	EditedAt time.Time
@@ -74,7 +74,7 @@ type FileError struct {
 	Err  error
 }
 
-// Files serves the RateLimitPolicies in the YAML files under a folder and
+// Folder serves the RateLimitPolicies in the YAML files under a folder and
 // follows edits. A file or policy that does not parse or compile is
 // reported and the last good version of each of its policies stays in force.
 //
@@ -92,7 +92,7 @@ type FileError struct {
 // dashboard): the edited spec is in force instead of the file's version
 // until that file changes on disk (written, replaced or removed), when the
 // file wins again, or until Revert. The files themselves are never written.
-type Files struct {
+type Folder struct {
 	dir      string
 	interval time.Duration
 	log      *slog.Logger
@@ -142,7 +142,7 @@ type edit struct {
 }
 
 // NewFiles reads dir once; Run follows it.
-func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, error) {
+func NewFolder(dir string, interval time.Duration, log *slog.Logger) (*Folder, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
@@ -156,7 +156,7 @@ func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, err
 	if !st.IsDir() {
 		return nil, fmt.Errorf("policies folder: %s is not a folder", dir)
 	}
-	f := &Files{dir: dir, interval: interval, log: log, files: map[string]*fileState{}, settle: min(interval, time.Second),
+	f := &Folder{dir: dir, interval: interval, log: log, files: map[string]*fileState{}, settle: min(interval, time.Second),
 		good: policy.NewLastGood[policyID, *policy.Policy](), goodFile: map[policyID]string{},
 		fileHash: map[string]string{}, used: map[policyID]usedDoc{}, edits: map[policyID]*edit{}, now: time.Now}
 	f.set.Store(policy.NewSet(0, nil))
@@ -178,10 +178,10 @@ func NewFiles(dir string, interval time.Duration, log *slog.Logger) (*Files, err
 }
 
 // Policies implements check.Source.
-func (f *Files) Policies() *policy.Set { return f.set.Load() }
+func (f *Folder) Policies() *policy.Set { return f.set.Load() }
 
 // Statuses reports every policy seen in the files, ordered by namespace and name.
-func (f *Files) Statuses() []PolicyStatus {
+func (f *Folder) Statuses() []PolicyStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]PolicyStatus(nil), f.statuses...)
@@ -189,27 +189,27 @@ func (f *Files) Statuses() []PolicyStatus {
 
 // FileErrors reports, per file, what keeps its policies from being applied
 // in full, sorted by file.
-func (f *Files) FileErrors() []FileError {
+func (f *Folder) FileErrors() []FileError {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]FileError(nil), f.fileErrors...)
 }
 
 // OnChange registers a function called after each new policy set.
-func (f *Files) OnChange(fn func()) {
+func (f *Folder) OnChange(fn func()) {
 	f.mu.Lock()
 	f.onChange = append(f.onChange, fn)
 	f.mu.Unlock()
 }
 
 // Dir is the folder being served.
-func (f *Files) Dir() string { return f.dir }
+func (f *Folder) Dir() string { return f.dir }
 
 // Run polls the folder until ctx ends. Polling (rather than inotify)
 // follows editors that replace files, mounted ConfigMaps that swap
 // symlinks, and network filesystems alike. A folder that cannot be read
 // is logged when that starts and when it ends, not at every poll.
-func (f *Files) Run(ctx context.Context) {
+func (f *Folder) Run(ctx context.Context) {
 	t := time.NewTicker(f.interval)
 	defer t.Stop()
 	var failing string
@@ -248,7 +248,7 @@ func (d document) id() policyID {
 
 // Reload reads the folder and, when anything changed, compiles it and
 // swaps the policy set.
-func (f *Files) Reload() error { return f.reload(false) }
+func (f *Folder) Reload() error { return f.reload(false) }
 
 // Edit changes the policy namespace/name in memory: fn gets a copy of the
 // spec in force (the file's, or the previous edit) and changes it. The
@@ -256,7 +256,7 @@ func (f *Files) Reload() error { return f.reload(false) }
 // error (wrapping ErrInvalidEdit, naming the fields) is returned and
 // nothing changes. Otherwise the edited version is in force at once, and
 // stays until the policy's file changes on disk or Revert is called.
-func (f *Files) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimitPolicySpec) error) error {
+func (f *Folder) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimitPolicySpec) error) error {
 	id := policyID{namespace, name}
 	f.mu.Lock()
 	doc, ok := f.used[id]
@@ -283,7 +283,7 @@ func (f *Files) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLimi
 
 // Revert drops the in-memory edit of namespace/name, putting its file's
 // version back in force. Reverting a policy without an edit does nothing.
-func (f *Files) Revert(namespace, name string) error {
+func (f *Folder) Revert(namespace, name string) error {
 	id := policyID{namespace, name}
 	f.mu.Lock()
 	_, edited := f.edits[id]
@@ -305,7 +305,7 @@ func (f *Files) Revert(namespace, name string) error {
 // own: one that cannot be read keeps its policies' last good versions and
 // the others follow their edits. The OnChange functions run after the new
 // set is in place, outside f.mu, so they may read the statuses.
-func (f *Files) reload(force bool) error {
+func (f *Folder) reload(force bool) error {
 	f.reloadMu.Lock()
 	defer f.reloadMu.Unlock()
 	r, err := f.read()
@@ -328,7 +328,7 @@ type folderRead struct {
 	signature string
 }
 
-func (f *Files) read() (*folderRead, error) {
+func (f *Folder) read() (*folderRead, error) {
 	entries, dirErrs, err := listFiles(f.dir)
 	if err != nil {
 		return nil, err
@@ -363,7 +363,7 @@ type nextSet struct {
 
 // apply compiles r into a new policy set unless nothing changed (and force
 // is not set), and returns the OnChange functions to call then.
-func (f *Files) apply(r *folderRead, force bool) []func() {
+func (f *Folder) apply(r *folderRead, force bool) []func() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r.signature == f.signature && !force {
@@ -409,7 +409,7 @@ func (f *Files) apply(r *folderRead, force bool) []func() {
 
 // dropStaleEdits drops the in-memory edits whose file has changed since:
 // the file wins again.
-func (f *Files) dropStaleEdits(fileHash map[string]string) {
+func (f *Folder) dropStaleEdits(fileHash map[string]string) {
 	for id, e := range f.edits {
 		if fileHash[e.file] != e.fileHash {
 			delete(f.edits, id)
@@ -428,7 +428,7 @@ type keptFiles struct {
 }
 
 // unreadable is r's files that could not be read.
-func (f *Files) unreadable(r *folderRead) *keptFiles {
+func (f *Folder) unreadable(r *folderRead) *keptFiles {
 	k := &keptFiles{why: map[string]string{}, dirErrs: r.dirErrs, rel: f.rel}
 	for _, fe := range r.readErrs {
 		if r.contents[fe.File] == nil {
@@ -454,7 +454,7 @@ func (k *keptFiles) reason(file string) (string, bool) {
 // definitions parses the files read: every definition of each policy, and
 // the policies in file order. A file that does not parse is reported and
 // kept.
-func (f *Files) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[policyID][]document, []policyID) {
+func (f *Folder) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[policyID][]document, []policyID) {
 	defs := map[policyID][]document{}
 	var order []policyID
 	for _, e := range r.entries {
@@ -482,7 +482,7 @@ func (f *Files) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[pol
 // resolve decides which of id's definitions ds is applied, reports the
 // others as duplicates, and compiles the one applied (or its in-memory
 // edit): when it does not compile, the last good version stays in force.
-func (f *Files) resolve(id policyID, ds []document, kept *keptFiles, n *nextSet) {
+func (f *Folder) resolve(id policyID, ds []document, kept *keptFiles, n *nextSet) {
 	owner, keptOwner := f.owner(id, ds, kept.reason)
 	f.reportDuplicates(id, ds, owner, keptOwner, n)
 	if keptOwner {
@@ -521,7 +521,7 @@ func (f *Files) resolve(id policyID, ds []document, kept *keptFiles, n *nextSet)
 
 // reportDuplicates reports every definition of id but the owner's as not
 // applied, on its file and in its own status.
-func (f *Files) reportDuplicates(id policyID, ds []document, owner int, keptOwner bool, n *nextSet) {
+func (f *Folder) reportDuplicates(id policyID, ds []document, owner int, keptOwner bool, n *nextSet) {
 	ownerFile := f.goodFile[id]
 	if !keptOwner {
 		ownerFile = ds[owner].file
@@ -556,7 +556,7 @@ func (f *Files) reportDuplicates(id policyID, ds []document, owner int, keptOwne
 
 // keepUnreadable keeps in force the last good version of each policy whose
 // file cannot be read or parsed this time.
-func (f *Files) keepUnreadable(kept *keptFiles, n *nextSet) {
+func (f *Folder) keepUnreadable(kept *keptFiles, n *nextSet) {
 	for id, file := range f.goodFile {
 		if _, present := n.inForce[id]; present {
 			continue
@@ -590,7 +590,7 @@ func sortReports(n *nextSet) {
 
 // logNewFileErrors logs each file error once, when it appears: not at
 // every poll, nor again when another file changes.
-func (f *Files) logNewFileErrors(fileErrors []FileError) {
+func (f *Folder) logNewFileErrors(fileErrors []FileError) {
 	logged := make(map[string]bool, len(f.fileErrors))
 	for _, fe := range f.fileErrors {
 		logged[fe.File+"\x00"+fe.Err.Error()] = true
@@ -608,7 +608,7 @@ func (f *Files) logNewFileErrors(fileErrors []FileError) {
 // that file still defines it, or while that file cannot be read or parsed
 // (keptOwner: its last good version stays); otherwise the first definition
 // wins. So adding a second definition never changes which one is enforced.
-func (f *Files) owner(id policyID, ds []document, keptWhy func(string) (string, bool)) (owner int, keptOwner bool) {
+func (f *Folder) owner(id policyID, ds []document, keptWhy func(string) (string, bool)) (owner int, keptOwner bool) {
 	if _, ok := f.good.Get(id); !ok {
 		return 0, false
 	}
@@ -635,7 +635,7 @@ func joinMessages(a, b string) string {
 }
 
 // rel names a file relative to the folder, as a person editing it would.
-func (f *Files) rel(file string) string {
+func (f *Folder) rel(file string) string {
 	if r, err := filepath.Rel(f.dir, file); err == nil && !strings.HasPrefix(r, "..") {
 		return r
 	}

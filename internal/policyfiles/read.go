@@ -1,4 +1,4 @@
-package source
+package policyfiles
 
 import (
 	"crypto/sha256"
@@ -102,7 +102,7 @@ func listFiles(dir string) ([]entry, []FileError, error) {
 // before the read, of the open file, and after the read must agree
 // (inode, size, modification time), else it is read again; errUnstable
 // when it never does.
-func (f *Files) readFile(path string) (*version, error) {
+func (f *Folder) readFile(path string) (*version, error) {
 	for range readAttempts {
 		v, err := f.readOnce(path)
 		if !errors.Is(err, errUnstable) {
@@ -112,7 +112,7 @@ func (f *Files) readFile(path string) (*version, error) {
 	return nil, errUnstable
 }
 
-func (f *Files) readOnce(path string) (*version, error) {
+func (f *Folder) readOnce(path string) (*version, error) {
 	before, err := os.Stat(path)
 	if err != nil {
 		return nil, openError(path, err)
@@ -220,7 +220,7 @@ func pathErr(err error) error {
 // a prefix that happens to parse) is not applied; until then the version
 // in force stays. It returns the contents to compile and the files that
 // cannot be read, are skipped, or have kept changing for long.
-func (f *Files) readAll(entries []entry, now time.Time) (map[string]*version, []FileError) {
+func (f *Folder) readAll(entries []entry, now time.Time) (map[string]*version, []FileError) {
 	contents := make(map[string]*version, len(entries))
 	var errs []FileError
 	listed := make(map[string]bool, len(entries))
@@ -283,7 +283,7 @@ func (f *Files) readAll(entries []entry, now time.Time) (map[string]*version, []
 }
 
 // changing notes that path has a version not yet applied.
-func (f *Files) changing(st *fileState, path string, now time.Time, why string) {
+func (f *Folder) changing(st *fileState, path string, now time.Time, why string) {
 	if st.changingSince.IsZero() {
 		st.changingSince = now
 		f.log.Debug("policy file "+why, "file", path, "settle", f.settle)
@@ -291,10 +291,10 @@ func (f *Files) changing(st *fileState, path string, now time.Time, why string) 
 }
 
 // changingLimit is how long a file may keep changing before it is reported.
-func (f *Files) changingLimit() time.Duration { return 10 * f.settle }
+func (f *Folder) changingLimit() time.Duration { return 10 * f.settle }
 
 // unsettled reports whether some file has a version not yet applied.
-func (f *Files) unsettled() bool {
+func (f *Folder) unsettled() bool {
 	f.reloadMu.Lock()
 	defer f.reloadMu.Unlock()
 	for _, st := range f.files {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package source
+package policyfiles
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ spec:
 }
 
 // inForce lists the policies in force as namespace/name, sorted.
-func inForce(f *Files) []string {
+func inForce(f *Folder) []string {
 	var ids []string
 	for _, p := range f.Policies().All() {
 		ids = append(ids, p.Namespace+"/"+p.Name)
@@ -43,7 +43,7 @@ func inForce(f *Files) []string {
 }
 
 // fileErrors maps each file with an error (relative to dir) to its errors.
-func fileErrors(f *Files, dir string) map[string]string {
+func fileErrors(f *Folder, dir string) map[string]string {
 	errs := map[string]string{}
 	for _, fe := range f.FileErrors() {
 		rel, _ := filepath.Rel(dir, fe.File)
@@ -179,7 +179,7 @@ func TestFolderLayouts(t *testing.T) {
 			dir := t.TempDir()
 			writeFile(t, dir, "api.yaml", bucketPolicy)
 			tc.layout(t, dir)
-			f, err := NewFiles(dir, 0, quiet)
+			f, err := NewFolder(dir, 0, quiet)
 			if err != nil {
 				t.Fatalf("one file must not stop the folder from being read: %v", err)
 			}
@@ -481,7 +481,7 @@ func TestStartWaitsForAFileJustWritten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(bucketPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFiles(dir, 10*time.Millisecond, quiet)
+	f, err := NewFolder(dir, 10*time.Millisecond, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +499,7 @@ func TestFileErrorsAreLoggedOncePerChange(t *testing.T) {
 	mkfifo(t, filepath.Join(dir, "pipe.yaml"))
 	writeFile(t, dir, "bad.yaml", policyDoc("shop", "a/b", 3))
 	var out syncbuf.Buffer
-	f, err := NewFiles(dir, 0, slog.New(slog.NewTextHandler(&out, nil)))
+	f, err := NewFolder(dir, 0, slog.New(slog.NewTextHandler(&out, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
