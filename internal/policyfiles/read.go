@@ -304,3 +304,33 @@ func (f *Folder) unsettled() bool {
 	}
 	return false
 }
+
+// folderRead is one reading of the folder.
+type folderRead struct {
+	entries  []entry
+	contents map[string]*version // by path; nil for a file not read
+	dirErrs  []FileError         // folders that cannot be listed
+	readErrs []FileError         // dirErrs and the files that cannot be read
+	// signature changes whenever a file's contents or error does.
+	signature string
+}
+
+func (f *Folder) read() (*folderRead, error) {
+	entries, dirErrs, err := listFiles(f.dir)
+	if err != nil {
+		return nil, err
+	}
+	contents, readErrs := f.readAll(entries, f.now())
+	r := &folderRead{entries: entries, contents: contents, dirErrs: dirErrs, readErrs: append(dirErrs, readErrs...)}
+	h := sha256.New()
+	for _, e := range entries {
+		if v := contents[e.path]; v != nil {
+			fmt.Fprintf(h, "%s\x00%x\x00", e.path, v.hash)
+		}
+	}
+	for _, fe := range r.readErrs {
+		fmt.Fprintf(h, "%s\x00error\x00%v\x00", fe.File, fe.Err)
+	}
+	r.signature = string(h.Sum(nil))
+	return r, nil
+}
