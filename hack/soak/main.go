@@ -150,17 +150,8 @@ func run(o options) error {
 	}
 	defer func() { _ = env.Stop() }()
 	k := env.Client
-	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+	if err := createPolicies(ctx, k); err != nil {
 		return err
-	}
-	for i, a := range algorithms {
-		spec, err := policySpec(i, 10)
-		if err != nil {
-			return fmt.Errorf("policy %s: %w", a.name, err)
-		}
-		if err := k.Create(ctx, &ratelimitv1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: a.name}, Spec: spec}); err != nil {
-			return err
-		}
 	}
 
 	ctlMetrics, checkAddr := freeAddr(), freeAddr()
@@ -187,15 +178,41 @@ func run(o options) error {
 		o.duration, o.rate, len(algorithms), o.keysPerSecond, o.editEvery, o.sampleEvery, o.warmup)
 
 	ld := &load{url: "http://" + checkAddr + "/check/" + namespace, o: o}
+	samples, edits, editErr := sampleUnderLoad(ctx, o, ld, k, func(ctx context.Context, at time.Duration) sample {
+		return takeSample(ctx, at, checker, controller, "http://"+checkAddr+"/metrics", "http://"+ctlMetrics+"/metrics", rdb, ld)
+	})
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	return report(o, samples, ld, edits, editErr, checker, controller)
+}
+
+// createPolicies creates the soak's namespace and a policy per algorithm.
+func createPolicies(ctx context.Context, k client.Client) error {
+	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		return err
+	}
+	for i, a := range algorithms {
+		spec, err := policySpec(i, 10)
+		if err != nil {
+			return fmt.Errorf("policy %s: %w", a.name, err)
+		}
+		if err := k.Create(ctx, &ratelimitv1alpha1.RateLimitPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: a.name}, Spec: spec}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sampleUnderLoad runs the load and the policy edits for o.duration, and
+// takes a sample every o.sampleEvery (and one at the end), printing each.
+func sampleUnderLoad(ctx context.Context, o options, ld *load, k client.Client, take func(context.Context, time.Duration) sample) (samples []sample, edits []string, editErr error) {
 	loadCtx, endLoad := context.WithTimeout(ctx, o.duration)
 	defer endLoad()
 	var wg sync.WaitGroup
 	wg.Go(func() { ld.run(loadCtx) })
-	var edits []string
-	var editErr error
 	wg.Go(func() { edits, editErr = editPolicies(loadCtx, k, o.editEvery) })
 
-	var samples []sample
 	start := time.Now()
 	tick := time.NewTicker(o.sampleEvery)
 	fmt.Println(sampleHeader)
@@ -208,16 +225,13 @@ func run(o options) error {
 		if done && len(samples) > 0 && time.Since(start)-samples[len(samples)-1].at < o.sampleEvery/2 {
 			break
 		}
-		s := takeSample(ctx, time.Since(start), checker, controller, "http://"+checkAddr+"/metrics", "http://"+ctlMetrics+"/metrics", rdb, ld)
+		s := take(ctx, time.Since(start))
 		samples = append(samples, s)
 		fmt.Println(s)
 	}
 	tick.Stop()
 	wg.Wait()
-	if ctx.Err() != nil {
-		return errors.New("interrupted")
-	}
-	return report(o, samples, ld, edits, editErr, checker, controller)
+	return samples, edits, editErr
 }
 
 // proc is one manager process.
