@@ -18,7 +18,7 @@ import (
 
 // benchServer is the check endpoint over the memory store, so the
 // benchmark measures the HTTP-to-decision path alone.
-func benchServer(b *testing.B, specYAML string) *Server {
+func benchServer(b *testing.B, specYAML string) *CheckEndpoint {
 	b.Helper()
 	store := memstore.New()
 	b.Cleanup(func() { store.Close() })

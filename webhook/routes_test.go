@@ -228,7 +228,7 @@ func TestRoutesAnswerAlike(t *testing.T) {
 // route, the request read as the check process's server reads it. ok is
 // false when no such request reaches the route: a value with a line break
 // cannot be sent as one header, and fasthttp refuses what it cannot parse.
-func nativeStatus(tb testing.TB, s *Server, target string, headers map[string]string) (status int, ok bool) {
+func nativeStatus(tb testing.TB, s *CheckEndpoint, target string, headers map[string]string) (status int, ok bool) {
 	tb.Helper()
 	var b strings.Builder
 	b.WriteString("GET " + target + " HTTP/1.1\r\nHost: sluice\r\n")

@@ -45,7 +45,7 @@ func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
 // (internal/httpserve: fasthttp, with the check routes native).
 type endpoint struct {
 	URL     string
-	server  *Server
+	server  *CheckEndpoint
 	checker *check.Checker
 	source  *check.StaticSource
 }

@@ -72,7 +72,7 @@ func New(o Options) (*Dashboard, error) {
 	return &Dashboard{opts: o, assets: http.StripPrefix("/dashboard/", http.FileServerFS(sub)), hosts: newHostGuard(o.Listen, o.Hosts)}, nil
 }
 
-// Mux is where the routes go: the check endpoint's *webhook.Server or an
+// Mux is where the routes go: a *webhook.CheckEndpoint or an
 // *http.ServeMux.
 type Mux interface {
 	Handle(pattern string, h http.Handler)

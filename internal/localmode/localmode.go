@@ -63,7 +63,7 @@ type Config struct {
 type App struct {
 	Files   *policyfiles.Folder
 	Checker *check.Checker
-	Handler *webhook.Server
+	Handler *webhook.CheckEndpoint
 	// GRPC is the gRPC endpoint; nil when cfg.GRPC is off.
 	GRPC      *grpcserver.Server
 	store     ratelimit.Store
