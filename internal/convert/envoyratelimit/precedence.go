@@ -73,12 +73,12 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 		return lv, false
 	}
 	c.checkSplits(d, n)
-	wildcard := strings.HasSuffix(n.value, "*")
-	lv.shared = wildcard && n.share.on
-	if n.value != "" && !wildcard {
+	a := amongSiblings(sibs, idx)
+	lv.shared = a.wildcard && n.share.on
+	if n.value != "" && !a.wildcard {
 		return lv, true // an exact key_value is looked up first
 	}
-	prefixes, left := c.wildcardsTake(d, sibs, idx)
+	prefixes, left := c.wildcardsTake(d, a)
 	switch left {
 	case literalValue:
 		return c.literal(n, path)
@@ -86,26 +86,42 @@ func (c *converter) level(d *domain, path []level, sibs []*node, idx int) (level
 		return lv, false
 	}
 	prefixes = shortest(prefixes)
-	exact := dropPrefixed(exactTake(sibs, idx), prefixes)
+	exact := dropPrefixed(exactTake(a), prefixes)
 	if len(exact) == 0 && len(prefixes) == 0 {
 		return lv, true
 	}
 	return c.exclude(lv, path, exact, prefixes)
 }
 
-// exactTake are the values of the entry of the node at sibs[idx] that its
-// siblings with an exact map key take (for a wildcard, those it matches).
-func exactTake(sibs []*node, idx int) []string {
+// among is a node among its siblings, with what their map keys are
+// compared by.
+type among struct {
+	sibs []*node
+	idx  int
+	n    *node
+	// kp is the node's key and "_", how the map keys of its entry's
+	// values start.
+	kp       string
+	wildcard bool
+	// prefix is the node's value, without a wildcard's '*'.
+	prefix string
+}
+
+func amongSiblings(sibs []*node, idx int) among {
 	n := sibs[idx]
-	kp := n.key + "_"
-	wildcard := strings.HasSuffix(n.value, "*")
-	prefix := strings.TrimSuffix(n.value, "*")
+	return among{sibs: sibs, idx: idx, n: n, kp: n.key + "_",
+		wildcard: strings.HasSuffix(n.value, "*"), prefix: strings.TrimSuffix(n.value, "*")}
+}
+
+// exactTake are the values of the node's entry that its siblings with an
+// exact map key take (for a wildcard, those it matches).
+func exactTake(a among) []string {
 	var exact []string
-	for j, s := range sibs {
-		if j == idx {
+	for j, s := range a.sibs {
+		if j == a.idx {
 			continue
 		}
-		if v, ok := strings.CutPrefix(s.mapKey(), kp); ok && (!wildcard || strings.HasPrefix(v, prefix)) {
+		if v, ok := strings.CutPrefix(s.mapKey(), a.kp); ok && (!a.wildcard || strings.HasPrefix(v, a.prefix)) {
 			exact = append(exact, v)
 		}
 	}
@@ -125,16 +141,13 @@ const (
 	noValue
 )
 
-// wildcardsTake are the prefixes of the values of the entry of the node
-// at sibs[idx] that its wildcard siblings take: for a key-only node every
-// wildcard's, for a wildcard those of earlier wildcards that overlap it.
-func (c *converter) wildcardsTake(d *domain, sibs []*node, idx int) ([]string, valuesLeft) {
-	n := sibs[idx]
-	kp := n.key + "_"
-	wildcard := strings.HasSuffix(n.value, "*")
-	prefix := strings.TrimSuffix(n.value, "*")
+// wildcardsTake are the prefixes of the values of the node's entry that
+// its wildcard siblings take: for a key-only node every wildcard's, for a
+// wildcard those of earlier wildcards that overlap it.
+func (c *converter) wildcardsTake(d *domain, a among) ([]string, valuesLeft) {
+	n, idx, kp, wildcard, prefix := a.n, a.idx, a.kp, a.wildcard, a.prefix
 	var prefixes []string
-	for j, s := range sibs {
+	for j, s := range a.sibs {
 		f := s.mapKey()
 		if j == idx || !strings.HasSuffix(f, "*") {
 			continue
