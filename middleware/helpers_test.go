@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/middleware"
 	"github.com/sluice-dev/sluice/webhook"
@@ -98,7 +97,7 @@ func newEndpoint(t testing.TB, namespace string, policies []named) *endpoint {
 	}
 	store := memstore.New()
 	t.Cleanup(func() { store.Close() })
-	checker := check.New(check.Options{Store: store, Source: source.NewStatic(compiled...)})
+	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled...)})
 	s, err := webhook.New(webhook.Options{Checker: checker})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // DefaultNamespace is the namespace of the policies unless WithNamespace
@@ -146,7 +145,7 @@ func New(opts ...Option) (*Limiter, error) {
 	// bound (spec.lease); the metrics go to the service's registry
 	// (WithMetrics), or nowhere.
 	l.stack = checkstack.New(checkstack.Options{
-		Source:        source.NewStatic(policies...),
+		Source:        check.NewStaticSource(policies...),
 		Redis:         redisStore,
 		MemoryMaxKeys: maxKeys,
 		Timeout:       c.storeTimeout,

@@ -81,7 +81,7 @@ type LimitReport struct {
 	Cached            bool   `json:"cached,omitempty"`
 }
 
-func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
+func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 	if !checkhttp.RequireJSON(w, r) {
 		return
 	}

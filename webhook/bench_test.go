@@ -14,16 +14,15 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // benchServer is the check endpoint over the memory store, so the
 // benchmark measures the HTTP-to-decision path alone.
-func benchServer(b *testing.B, specYAML string) *Server {
+func benchServer(b *testing.B, specYAML string) *CheckEndpoint {
 	b.Helper()
 	store := memstore.New()
 	b.Cleanup(func() { store.Close() })
-	c := check.New(check.Options{Store: store, Source: source.NewStatic(compile(b, "bench", "p", specYAML)), Timeout: time.Second})
+	c := check.New(check.Options{Store: store, Source: check.NewStaticSource(compile(b, "bench", "p", specYAML)), Timeout: time.Second})
 	s, err := New(Options{Checker: c})
 	if err != nil {
 		b.Fatal(err)

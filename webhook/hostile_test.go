@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // TestHostileKeyValues sends key values no client should send: huge,
@@ -86,7 +85,7 @@ func FuzzNoRequestSkipsAPolicy(f *testing.F) {
 	}
 	store := memstore.New()
 	defer store.Close()
-	src := source.NewStatic(compile(f, "ns", "admin", "match: {paths: ['/admin/*']}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]"))
+	src := check.NewStaticSource(compile(f, "ns", "admin", "match: {paths: ['/admin/*']}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]"))
 	c := check.New(check.Options{Store: store, Source: src, Timeout: time.Second})
 	s, err := New(Options{Checker: c})
 	if err != nil {

@@ -11,14 +11,13 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	store := memstore.New()
 	defer store.Close()
-	c := check.New(check.Options{Store: store, Timeout: time.Second, Metrics: check.NewMetrics(reg), Source: source.NewStatic(
+	c := check.New(check.Options{Store: store, Timeout: time.Second, Metrics: check.NewMetrics(reg), Source: check.NewStaticSource(
 		compile(t, "shop", "api", "key: global\nlimits: [{name: burst, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "shop", "trial", "mode: Shadow\nkey: global\nlimits: [{name: probe, fixedWindow: {limit: 1, window: 1h}}]"),
 	)})

@@ -24,7 +24,7 @@ import (
 // absolute form or with control bytes, and a /check/ path with escapes,
 // which net/http's reading decodes. Both routes give the same answer, byte
 // for byte (TestRoutesAnswerAlike).
-func (s *Server) ServeFastHTTP(ctx *fasthttp.RequestCtx) bool {
+func (s *CheckEndpoint) ServeFastHTTP(ctx *fasthttp.RequestCtx) bool {
 	kind := nativeRoute(ctx.Request.Header.RequestURI())
 	if kind == notNative {
 		return false
@@ -229,7 +229,7 @@ func peerAddr(a net.Addr) netip.Addr {
 
 // writeDecision renders the decision in st.out into the response: the
 // rate-limit headers, and for a denial its status and problem body.
-func (s *Server) writeDecision(ctx *fasthttp.RequestCtx, st *requestState, profile Profile) {
+func (s *CheckEndpoint) writeDecision(ctx *fasthttp.RequestCtx, st *requestState, profile Profile) {
 	out := &st.out
 	st.headers.Render(out, s.opts.Now())
 	h := &ctx.Response.Header

@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // routePolicies are the policies of TestRoutesAnswerAlike: shopPolicy in
@@ -44,7 +43,7 @@ func routeEndpoints(t *testing.T) (netHTTP, native string) {
 	serve := func(serve func(testing.TB, http.Handler) string) string {
 		store := memstore.New(memstore.WithClock(now))
 		t.Cleanup(func() { store.Close() })
-		c := check.New(check.Options{Store: store, Source: source.NewStatic(routePolicies(t)...), Timeout: time.Second, Now: now})
+		c := check.New(check.Options{Store: store, Source: check.NewStaticSource(routePolicies(t)...), Timeout: time.Second, Now: now})
 		s, err := New(Options{Checker: c, Now: now})
 		if err != nil {
 			t.Fatal(err)
@@ -229,7 +228,7 @@ func TestRoutesAnswerAlike(t *testing.T) {
 // route, the request read as the check process's server reads it. ok is
 // false when no such request reaches the route: a value with a line break
 // cannot be sent as one header, and fasthttp refuses what it cannot parse.
-func nativeStatus(tb testing.TB, s *Server, target string, headers map[string]string) (status int, ok bool) {
+func nativeStatus(tb testing.TB, s *CheckEndpoint, target string, headers map[string]string) (status int, ok bool) {
 	tb.Helper()
 	var b strings.Builder
 	b.WriteString("GET " + target + " HTTP/1.1\r\nHost: sluice\r\n")

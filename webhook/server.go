@@ -1,9 +1,13 @@
-// Package webhook is Sluice's HTTP check endpoint: a proxy's auth hook
-// (ingress-nginx auth-url, Traefik or Caddy ForwardAuth, Envoy ext_authz)
-// asks about the request it is about to serve, and gets allow (200) or
-// deny (403/429 with problem+json) with rate-limit headers. It turns HTTP
-// into a check.Input and a check.Outcome back into HTTP; the decision
-// itself is the check package's.
+// Package webhook is Sluice's HTTP check endpoint (CheckEndpoint): a
+// proxy's auth hook (ingress-nginx auth-url, Traefik or Caddy ForwardAuth,
+// Envoy ext_authz) asks about the request it is about to serve, and gets
+// allow (200) or deny (403/429 with problem+json) with rate-limit headers.
+// It turns HTTP into a check.Input and a check.Outcome back into HTTP; the
+// decision itself is the check package's.
+//
+// It is no Kubernetes admission webhook: the CRD's schema and CEL rules
+// validate policies. The package keeps the name the project was laid out
+// with, for the hook that proxies call.
 package webhook
 
 import (
@@ -38,8 +42,9 @@ type Options struct {
 	Now      func() time.Time
 }
 
-// Server is the check endpoint's http.Handler.
-type Server struct {
+// CheckEndpoint is the HTTP check endpoint: an http.Handler, whose check
+// routes are also served natively on fasthttp (ServeFastHTTP).
+type CheckEndpoint struct {
 	opts  Options
 	mux   *http.ServeMux
 	state sync.Pool // *requestState
@@ -54,7 +59,7 @@ type requestState struct {
 	native  nativeState // the native route's reading of the request
 }
 
-// New builds the endpoint. Routes:
+// New builds the check endpoint. Routes:
 //
 //	/check/{namespace}            the namespace's matching policies (nginx, ForwardAuth)
 //	/check/{namespace}/{policy}   one policy
@@ -62,7 +67,7 @@ type requestState struct {
 //	POST /v1/check                JSON for programmatic callers (dryRun supported)
 //	/healthz, /readyz             probes; never tied to Redis
 //	/metrics                      Prometheus
-func New(o Options) (*Server, error) {
+func New(o Options) (*CheckEndpoint, error) {
 	if o.Checker == nil {
 		return nil, errors.New("webhook: a Checker is required")
 	}
@@ -78,7 +83,7 @@ func New(o Options) (*Server, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Server{opts: o, mux: http.NewServeMux()}
+	s := &CheckEndpoint{opts: o, mux: http.NewServeMux()}
 	s.state.New = func() any { return &requestState{buf: make([]byte, 0, 256)} }
 	// /check/{namespace}[/{policy}] and /envoy/{namespace}/... are parsed by
 	// hand in ServeHTTP: the mux's path wildcards allocate on every request,
@@ -96,14 +101,14 @@ func New(o Options) (*Server, error) {
 }
 
 // Handle adds a route (the dashboard, in local mode and the check process).
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+func (s *CheckEndpoint) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler. Checks, nearly every request this
 // server sees, skip the mux's pattern matching. The check process serves
 // the check routes natively on fasthttp (ServeFastHTTP); this is their
 // net/http route, for servers of its own (tests, the middleware's remote
 // mode) and the requests ServeFastHTTP leaves to it.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *CheckEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, checkPrefix) {
 		s.handleCheck(w, r)
 		return
@@ -171,7 +176,7 @@ func envoyRoute(target string) (route, bool) {
 	return route{namespace: namespace, envoy: true, envoyPath: original}, true
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+func (s *CheckEndpoint) handleCheck(w http.ResponseWriter, r *http.Request) {
 	rt, found := checkRoute(r.URL.Path)
 	if !found {
 		http.NotFound(w, r)
@@ -180,7 +185,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	s.serveCheck(w, r, rt, "")
 }
 
-func (s *Server) handleEnvoy(w http.ResponseWriter, r *http.Request, target string) {
+func (s *CheckEndpoint) handleEnvoy(w http.ResponseWriter, r *http.Request, target string) {
 	rt, found := envoyRoute(target)
 	if !found {
 		http.NotFound(w, r)
@@ -208,7 +213,7 @@ func validNamespace(s string) bool {
 
 // serveCheck answers a check request on the net/http route; envoyRest is
 // the Envoy route's original path and query.
-func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, rt route, envoyRest string) {
+func (s *CheckEndpoint) serveCheck(w http.ResponseWriter, r *http.Request, rt route, envoyRest string) {
 	st := s.state.Get().(*requestState)
 	defer s.state.Put(st)
 	in := checkRequest{method: r.Method, host: r.Host, rawQuery: r.URL.RawQuery, header: r.Header, peer: clientip.Peer(r.RemoteAddr)}
@@ -232,7 +237,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, rt route, en
 
 // read rebuilds the original request a check request describes into
 // st.req, and says which profile read it. An error is the proxy's (400).
-func (s *Server) read(st *requestState, in *checkRequest, rt route, envoyRest string) (Profile, error) {
+func (s *CheckEndpoint) read(st *requestState, in *checkRequest, rt route, envoyRest string) (Profile, error) {
 	profile := ProfileEnvoy
 	if !rt.envoy {
 		var err error
@@ -244,7 +249,7 @@ func (s *Server) read(st *requestState, in *checkRequest, rt route, envoyRest st
 }
 
 // check decides st.req into st.out.
-func (s *Server) check(ctx context.Context, st *requestState, rt route) error {
+func (s *CheckEndpoint) check(ctx context.Context, st *requestState, rt route) error {
 	err := s.opts.Checker.CheckInto(ctx, check.Input{Namespace: rt.namespace, Policy: rt.policy, Request: &st.req}, &st.out)
 	st.req.Header = nil // do not keep the request's headers alive in the pool
 	return err
@@ -259,7 +264,7 @@ func denyStatus(profile Profile, out *check.Outcome) int {
 	return checkhttp.DenyStatus(out, http.StatusTooManyRequests)
 }
 
-func (s *Server) badRequest(w http.ResponseWriter, err error) {
+func (s *CheckEndpoint) badRequest(w http.ResponseWriter, err error) {
 	checkhttp.WriteProblem(w, badRequestProblem(err))
 }
 
@@ -270,13 +275,13 @@ func badRequestProblem(err error) checkhttp.Problem {
 	}
 }
 
-func (s *Server) checkError(w http.ResponseWriter, err error) {
+func (s *CheckEndpoint) checkError(w http.ResponseWriter, err error) {
 	checkhttp.WriteProblem(w, s.checkProblem(err))
 }
 
 // checkProblem is the answer to a check that failed (see
 // checkhttp.CheckFailedProblem); a 500 is logged.
-func (s *Server) checkProblem(err error) checkhttp.Problem {
+func (s *CheckEndpoint) checkProblem(err error) checkhttp.Problem {
 	p := checkhttp.CheckFailedProblem(err)
 	if p.Status == http.StatusInternalServerError {
 		s.opts.Logger.Error("check failed", "err", err)

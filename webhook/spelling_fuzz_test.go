@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // FuzzNoSpellingSkipsAPolicy generates spellings of a request (host, path,
@@ -40,7 +39,7 @@ func FuzzNoSpellingSkipsAPolicy(f *testing.F) {
 	}
 	store := memstore.New()
 	defer store.Close()
-	src := source.NewStatic(compile(f, "ns", "api", `
+	src := check.NewStaticSource(compile(f, "ns", "api", `
 match: {hosts: [api.example.com], paths: ["/api/*", "/login"], methods: [GET, POST]}
 key: global
 limits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]

@@ -24,7 +24,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -46,14 +45,14 @@ func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
 // (internal/httpserve: fasthttp, with the check routes native).
 type endpoint struct {
 	URL     string
-	server  *Server
+	server  *CheckEndpoint
 	checker *check.Checker
-	source  *source.Static
+	source  *check.StaticSource
 }
 
 func newEndpoint(t testing.TB, store ratelimit.Store, opts Options, policies ...*policy.Policy) *endpoint {
 	t.Helper()
-	src := source.NewStatic(policies...)
+	src := check.NewStaticSource(policies...)
 	c := check.New(check.Options{Store: store, Source: src, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond})
 	opts.Checker = c
 	s, err := New(opts)

@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
-	"github.com/sluice-dev/sluice/internal/conversion"
-	"github.com/sluice-dev/sluice/internal/envoyconvert"
-	"github.com/sluice-dev/sluice/internal/ingressconvert"
+	"github.com/sluice-dev/sluice/internal/convert"
+	"github.com/sluice-dev/sluice/internal/convert/envoyratelimit"
+	"github.com/sluice-dev/sluice/internal/convert/ingressnginx"
 )
 
 const convertUsage = `usage: manager convert envoy-ratelimit [flags] FILE...
@@ -44,7 +44,7 @@ func runConvert(args []string) error {
 		}
 		return flag.ErrHelp
 	}
-	var cmd *conversion.Command
+	var cmd *convert.Command
 	switch args[0] {
 	case "envoy-ratelimit":
 		cmd = envoyCommand()
@@ -57,9 +57,9 @@ func runConvert(args []string) error {
 }
 
 // envoyCommand is `manager convert envoy-ratelimit`.
-func envoyCommand() *conversion.Command {
-	var opts envoyconvert.Options
-	return &conversion.Command{
+func envoyCommand() *convert.Command {
+	var opts envoyratelimit.Options
+	return &convert.Command{
 		Name:  "convert envoy-ratelimit",
 		Usage: convertUsage,
 		Flags: func(fs *flag.FlagSet) func() error {
@@ -67,7 +67,7 @@ func envoyCommand() *conversion.Command {
 			failureMode := fs.String("failure-mode", string(ratelimitv1alpha1.FailureModeOpen), "failureMode of the policies: Open, as Envoy's rate limit filter allows when the service fails (failure_mode_deny: false), or Closed for filters with failure_mode_deny: true")
 			fs.BoolVar(&opts.MergeDomains, "merge-domains", false, "accept a domain in several files, merging their descriptors (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG=true)")
 			return func() (err error) {
-				opts.FailureMode, err = conversion.ParseFailureMode(*failureMode, false)
+				opts.FailureMode, err = convert.ParseFailureMode(*failureMode, false)
 				return err
 			}
 		},
@@ -75,16 +75,16 @@ func envoyCommand() *conversion.Command {
 		NoFiles:        "no configuration files given",
 		ErrorsRefused:  "nothing written: envoyproxy/ratelimit would refuse this configuration",
 		PartialRefused: "nothing written: some decisions cannot be carried over exactly (see above); --allow-partial writes the policies anyway",
-		Convert: func(files []conversion.File) conversion.Outcome {
-			res := envoyconvert.Convert(files, opts)
+		Convert: func(files []convert.File) convert.Outcome {
+			res := envoyratelimit.Convert(files, opts)
 			bind := make([]string, len(res.Domains))
 			for i, d := range res.Domains {
 				bind[i] = "--rls-domain " + d + "=" + opts.Namespace
 			}
-			return conversion.Outcome{
+			return convert.Outcome{
 				Reports: reportLines(res.Reports),
 				Worst:   res.Worst(),
-				Write:   func(w io.Writer) error { return envoyconvert.WriteYAML(w, res.Policies) },
+				Write:   func(w io.Writer) error { return convert.WriteYAML(w, res.Policies) },
 				Summary: fmt.Sprintf("manager convert: %d policies in namespace %s; the check process needs %s", len(res.Policies), opts.Namespace, strings.Join(bind, " ")),
 			}
 		},
@@ -118,23 +118,23 @@ flags:
 `
 
 // ingressCommand is `manager convert ingress-nginx`.
-func ingressCommand() *conversion.Command {
-	var opts ingressconvert.Options
-	return &conversion.Command{
+func ingressCommand() *convert.Command {
+	var opts ingressnginx.Options
+	return &convert.Command{
 		Name:  "convert ingress-nginx",
 		Usage: convertIngressUsage,
 		Flags: func(fs *flag.FlagSet) func() error {
 			fs.StringVar(&opts.Namespace, "namespace", "", "namespace of the policies of Ingresses whose manifests name none (default: none, so that kubectl apply -n decides, as for the Ingress)")
 			fromIngress := fs.Bool("namespace-from-ingress", true, "put each policy in its Ingress's namespace; false puts every policy in --namespace, and the auth-url then names it")
-			fs.StringVar(&opts.AnnotationsPrefix, "annotations-prefix", ingressconvert.DefaultAnnotationsPrefix, "ingress-nginx's --annotations-prefix")
-			fs.StringVar(&opts.CheckURL, "check-url", ingressconvert.DefaultCheckURL, "the check endpoint's base URL, for the auth-url annotation")
+			fs.StringVar(&opts.AnnotationsPrefix, "annotations-prefix", ingressnginx.DefaultAnnotationsPrefix, "ingress-nginx's --annotations-prefix")
+			fs.StringVar(&opts.CheckURL, "check-url", ingressnginx.DefaultCheckURL, "the check endpoint's base URL, for the auth-url annotation")
 			failureMode := fs.String("failure-mode", "", "failureMode of the policies: Open or Closed (default: unset, the API's Open)")
 			return func() (err error) {
 				opts.IgnoreIngressNamespace = !*fromIngress
 				if opts.IgnoreIngressNamespace && opts.Namespace == "" {
 					return errors.New("--namespace-from-ingress=false needs --namespace")
 				}
-				opts.FailureMode, err = conversion.ParseFailureMode(*failureMode, true)
+				opts.FailureMode, err = convert.ParseFailureMode(*failureMode, true)
 				return err
 			}
 		},
@@ -142,12 +142,12 @@ func ingressCommand() *conversion.Command {
 		NoFiles:        "no Ingress manifests given (name files, or - for standard input)",
 		Stdin:          true,
 		PartialRefused: "nothing written: some Ingresses cannot be converted exactly, or at all (see above); --allow-partial writes the policies of those that convert",
-		Convert: func(files []conversion.File) conversion.Outcome {
-			res := ingressconvert.Convert(files, opts)
-			return conversion.Outcome{
+		Convert: func(files []convert.File) convert.Outcome {
+			res := ingressnginx.Convert(files, opts)
+			return convert.Outcome{
 				Reports: reportLines(res.Reports),
 				Worst:   res.Worst(),
-				Write:   func(w io.Writer) error { return ingressconvert.WriteYAML(w, res.Policies) },
+				Write:   func(w io.Writer) error { return convert.WriteYAML(w, res.Policies) },
 				Summary: fmt.Sprintf("manager convert: %d Ingresses read, %d policies written. Through auth-url, Sluice's denials reach clients as 403 "+
 					"(nginx answered limit_req's with the ConfigMap's limit-req-status-code, 503 by default); "+
 					"config/examples/ingress-nginx/ingress-429.yaml answers 429 instead, or any status its snippet returns.", res.Ingresses, len(res.Policies)),

@@ -340,25 +340,49 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 			s.lean = append(s.lean, &config{name: sc.name + " — " + s.name + " (lean)", pid: s.pid})
 		}
 	}
+	if err := rlsWarmUp(ps.dir, servers, load); err != nil {
+		return res, err
+	}
+	if err := checkAnswers(servers); err != nil {
+		return res, err
+	}
+	if err := rlsRounds(ps.dir, o, servers, load, redisPid, rdb); err != nil {
+		return res, err
+	}
+	// The allowing runs must have stayed allowing, the flood denying.
+	if err := checkAnswers(servers); err != nil {
+		return res, fmt.Errorf("after the rounds: %w", err)
+	}
+	if o.rlsProfile != "" {
+		res.profiles, err = rlsProfiles(o, servers[2])
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
 
-	// Warm-up: two passes over every client, so connections and pools are
-	// open and in the denial flood every bucket is over its limit and has
-	// been denied once already (the peer's local cache and Sluice's deny
-	// cache hold a key from its first denial on), then each answer checked.
+// rlsWarmUp makes two passes over every client, so connections and pools
+// are open and in the denial flood every bucket is over its limit and has
+// been denied once already (the peer's local cache and Sluice's deny cache
+// hold a key from its first denial on).
+func rlsWarmUp(dir string, servers []*rlsServer, load func(*rlsServer, *rlsScenario) ghzRun) error {
 	fmt.Fprintf(os.Stderr, "bench: RLS warm-up, %d requests per scenario and server\n", 2*rlsClients)
 	for _, s := range servers {
 		for _, sc := range rlsScenarios {
 			g := load(s, sc)
 			g.requests = 2 * rlsClients
-			if _, err := g.run(ps.dir); err != nil {
-				return res, fmt.Errorf("warm-up %s, %s: %w", s.name, sc.name, err)
+			if _, err := g.run(dir); err != nil {
+				return fmt.Errorf("warm-up %s, %s: %w", s.name, sc.name, err)
 			}
 		}
 	}
-	if err := checkAnswers(servers); err != nil {
-		return res, err
-	}
+	return nil
+}
 
+// rlsRounds measures every scenario on every server, interleaved, o.rounds
+// times: with ghz, and with -rls-lean the lean generator too.
+func rlsRounds(dir string, o options, servers []*rlsServer, load func(*rlsServer, *rlsScenario) ghzRun, redisPid int, rdb *redis.Client) error {
 	fmt.Fprintf(os.Stderr, "bench: RLS %d rounds × %d scenarios × %d servers × %s, ghz -c%d --connections %d, %d clients\n",
 		o.rounds, len(rlsScenarios), len(servers), o.duration, rlsConcurrency, rlsConns, rlsClients)
 	for r := 1; r <= o.rounds; r++ {
@@ -368,7 +392,7 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 					c    *config
 					load func() (wrkResult, error)
 				}
-				runs := []run{{s.runs[i], func() (wrkResult, error) { return load(s, sc).run(ps.dir) }}}
+				runs := []run{{s.runs[i], func() (wrkResult, error) { return load(s, sc).run(dir) }}}
 				if o.rlsLean {
 					runs = append(runs, run{s.lean[i], func() (wrkResult, error) {
 						return grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
@@ -377,7 +401,7 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 				for _, l := range runs {
 					smp, err := measure(l.c, redisPid, rdb, l.load)
 					if err != nil {
-						return res, fmt.Errorf("%s: %w", l.c.name, err)
+						return fmt.Errorf("%s: %w", l.c.name, err)
 					}
 					l.c.rounds = append(l.c.rounds, smp)
 					fmt.Fprintf(os.Stderr, "  round %d  %-68s %9.0f req/s  p99 %s\n", r, l.c.name, smp.rps, round(smp.p99))
@@ -385,26 +409,25 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 			}
 		}
 	}
-	// The allowing runs must have stayed allowing, the flood denying.
-	if err := checkAnswers(servers); err != nil {
-		return res, fmt.Errorf("after the rounds: %w", err)
-	}
+	return nil
+}
 
-	if o.rlsProfile != "" {
-		sluice := servers[2]
-		for _, sc := range rlsScenarios {
-			name := strings.TrimSuffix(filepath.Base(sc.data), ".json")
-			top, err := profileUnderLoad(sluice.pprof, o.manager, profileFile(o.rlsProfile, name), sc.name+" (lean generator)", o.duration, func() (float64, error) {
-				w, err := grpcLoad(sluice.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
-				return w.rps, err
-			})
-			if err != nil {
-				return res, fmt.Errorf("profile: %w", err)
-			}
-			res.profiles = append(res.profiles, top)
+// rlsProfiles are `go tool pprof -top` of Sluice under each scenario's
+// load from the lean generator.
+func rlsProfiles(o options, sluice *rlsServer) ([]string, error) {
+	var profiles []string
+	for _, sc := range rlsScenarios {
+		name := strings.TrimSuffix(filepath.Base(sc.data), ".json")
+		top, err := profileUnderLoad(sluice.pprof, o.manager, profileFile(o.rlsProfile, name), sc.name+" (lean generator)", o.duration, func() (float64, error) {
+			w, err := grpcLoad(sluice.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
+			return w.rps, err
+		})
+		if err != nil {
+			return profiles, fmt.Errorf("profile: %w", err)
 		}
+		profiles = append(profiles, top)
 	}
-	return res, nil
+	return profiles, nil
 }
 
 // checkAnswers asks each limiting server request 0 of each scenario: a

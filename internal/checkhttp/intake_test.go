@@ -37,7 +37,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/middleware"
 	"github.com/sluice-dev/sluice/webhook"
@@ -284,7 +283,7 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := check.New(check.Options{Store: store, Source: source.NewStatic(compiled...), Timeout: storeTimeout, DenyCacheSize: -1})
+	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled...), Timeout: storeTimeout, DenyCacheSize: -1})
 	trusted := intakeTrusted(t)
 
 	// The HTTP check endpoint, on the check process's own server.

@@ -18,8 +18,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/policytable"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -35,7 +35,7 @@ type Options struct {
 	// Files makes the dashboard local mode's, which edits the folder's
 	// policies; Table the check process's, read-only (the
 	// RateLimitPolicy objects are the truth). Set one.
-	Files *source.Files
+	Files *policyfiles.Folder
 	Table *policytable.Reader
 	// Profile fixes the proxy profile (default: detected per request).
 	Profile webhook.Profile
@@ -52,7 +52,7 @@ type Options struct {
 // Server is the HTTP endpoint and the gRPC one beside it.
 type Server struct {
 	// Handler is the HTTP endpoint with the dashboard's routes.
-	Handler *webhook.Server
+	Handler *webhook.CheckEndpoint
 	// GRPC is the gRPC endpoint; nil when Options.GRPC is off.
 	GRPC       *grpcserver.Server
 	listen     string

@@ -15,14 +15,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
 // One global window of 100 an hour; a process leases 10 units at a time.
 const leasedSpec = "key: global\nlease: {units: 10, ttl: 1m}\nlimits: [{name: hour, fixedWindow: {limit: 100, window: 1h}}]"
 
-func leasedPolicy(t *testing.T) *source.Static {
+func leasedPolicy(t *testing.T) *check.StaticSource {
 	t.Helper()
 	var spec ratelimitv1alpha1.RateLimitPolicySpec
 	if err := yaml.UnmarshalStrict([]byte(leasedSpec), &spec); err != nil {
@@ -32,7 +31,7 @@ func leasedPolicy(t *testing.T) *source.Static {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return source.NewStatic(p)
+	return check.NewStaticSource(p)
 }
 
 func remaining(t *testing.T, c *check.Checker, dryRun bool) int64 {

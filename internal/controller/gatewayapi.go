@@ -95,99 +95,156 @@ func (r *TargetResolver) Resolve(ctx context.Context, p *ratelimitv1alpha1.RateL
 		return res, nil
 	}
 	res.Routes = &policy.Routes{}
-	targetRoutes := map[types.NamespacedName][]string{} // route -> targeted rule names ("" whole route)
-	targetGateways := map[types.NamespacedName][]string{}
-	var gateways []types.NamespacedName
-	addGateway := func(k types.NamespacedName) {
-		if !slices.Contains(gateways, k) {
-			gateways = append(gateways, k)
+	t, err := r.findTargets(ctx, p, res)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.routes) > 0 {
+		if err := r.addRouteTables(ctx, t, res); err != nil {
+			return nil, err
 		}
 	}
-	for i, t := range p.Spec.TargetRefs {
-		key := types.NamespacedName{Namespace: p.Namespace, Name: string(t.Name)}
+	if err := r.addListenerTables(ctx, t, res); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(res.Routes.Tables, func(a, b policy.RouteTable) int { return strings.Compare(a.Gateway, b.Gateway) })
+	return res, nil
+}
+
+// targets are the objects a policy's targetRefs found, each with the
+// sections named (rule or listener names; "" for the whole object).
+type targets struct {
+	routes   map[types.NamespacedName][]string
+	gateways map[types.NamespacedName][]string
+	// routing are the Gateways whose routing decides which requests the
+	// targeted routes get: their parents and the targeted Gateways, in
+	// the order found.
+	routing []types.NamespacedName
+}
+
+func (t *targets) addRouting(g types.NamespacedName) {
+	if !slices.Contains(t.routing, g) {
+		t.routing = append(t.routing, g)
+	}
+}
+
+// findTargets reads the HTTPRoutes and Gateways p's targetRefs name. A
+// target that is not found, or lacks the section named, is reported in
+// res and left out.
+func (r *TargetResolver) findTargets(ctx context.Context, p *ratelimitv1alpha1.RateLimitPolicy, res *Resolution) (*targets, error) {
+	t := &targets{routes: map[types.NamespacedName][]string{}, gateways: map[types.NamespacedName][]string{}}
+	for i, ref := range p.Spec.TargetRefs {
+		key := types.NamespacedName{Namespace: p.Namespace, Name: string(ref.Name)}
 		section := ""
-		if t.SectionName != nil {
-			section = string(*t.SectionName)
+		if ref.SectionName != nil {
+			section = string(*ref.SectionName)
 		}
-		switch t.Kind {
+		var problem, reason string
+		var err error
+		switch ref.Kind {
 		case "HTTPRoute":
-			var route gatewayv1.HTTPRoute
-			if err := r.Client.Get(ctx, key, &route); err != nil {
-				if !notFound(err) {
-					return nil, err
-				}
-				res.missing(p, i, "HTTPRoute "+key.String()+" not found", ReasonTargetNotFound)
-				continue
-			}
-			if section != "" && !hasRule(&route, section) {
-				res.missing(p, i, fmt.Sprintf("HTTPRoute %s has no rule named %q", key, section), ReasonTargetInvalid)
-				continue
-			}
-			targetRoutes[key] = append(targetRoutes[key], section)
-			parents := parentGateways(&route)
-			if len(parents) == 0 {
-				res.unattached(key, "HTTPRoute "+key.String()+" names no Gateway in its parentRefs: it receives no requests")
-			}
-			for _, g := range parents {
-				addGateway(g)
-			}
+			problem, reason, err = r.findRoute(ctx, key, section, t, res)
 		case "Gateway":
-			var gw gatewayv1.Gateway
-			if err := r.Client.Get(ctx, key, &gw); err != nil {
-				if !notFound(err) {
-					return nil, err
-				}
-				res.missing(p, i, "Gateway "+key.String()+" not found", ReasonTargetNotFound)
-				continue
-			}
-			if section != "" && !slices.ContainsFunc(gw.Spec.Listeners, func(l gatewayv1.Listener) bool { return string(l.Name) == section }) {
-				res.missing(p, i, fmt.Sprintf("Gateway %s has no listener named %q", key, section), ReasonTargetInvalid)
-				continue
-			}
-			targetGateways[key] = append(targetGateways[key], section)
-			addGateway(key)
+			problem, reason, err = r.findGateway(ctx, key, section, t)
 		}
-	}
-	if len(targetRoutes) > 0 {
-		routes, err := r.routesByGateway(ctx)
 		if err != nil {
 			return nil, err
 		}
-		att := newAttacher(r.Client)
-		for _, g := range gateways {
-			var gw gatewayv1.Gateway
-			if err := r.Client.Get(ctx, g, &gw); err != nil {
-				if !notFound(err) {
-					return nil, err
-				}
-				res.ancestor(g, metav1.ConditionFalse, ReasonTargetNotFound, "Gateway "+g.String()+", a parent of the targeted route, not found")
-				continue
-			}
-			table, unattached, err := routeTable(ctx, att, &gw, routes[g], targetRoutes)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.ContainsFunc(table.Entries, func(e policy.RouteEntry) bool { return e.Targeted }) {
-				res.ancestor(g, metav1.ConditionFalse, ReasonTargetInvalid,
-					truncate("no targeted route is attached to this Gateway, so the policy applies to none of its requests: "+strings.Join(unattached, "; "), 32768))
-				continue
-			}
-			res.Routes.Tables = append(res.Routes.Tables, table)
-			res.ancestor(g, metav1.ConditionTrue, ReasonTargetAccepted, "the policy applies to the targeted routes' requests on this Gateway")
+		if problem != "" {
+			res.missing(p, i, problem, reason)
 		}
 	}
-	for g, sections := range targetGateways {
+	return t, nil
+}
+
+// findRoute adds the HTTPRoute key to t, or says why it is not a target
+// (problem, with its reason).
+func (r *TargetResolver) findRoute(ctx context.Context, key types.NamespacedName, section string, t *targets, res *Resolution) (problem, reason string, err error) {
+	var route gatewayv1.HTTPRoute
+	if err := r.Client.Get(ctx, key, &route); err != nil {
+		if !notFound(err) {
+			return "", "", err
+		}
+		return "HTTPRoute " + key.String() + " not found", ReasonTargetNotFound, nil
+	}
+	if section != "" && !hasRule(&route, section) {
+		return fmt.Sprintf("HTTPRoute %s has no rule named %q", key, section), ReasonTargetInvalid, nil
+	}
+	t.routes[key] = append(t.routes[key], section)
+	parents := parentGateways(&route)
+	if len(parents) == 0 {
+		res.unattached(key, "HTTPRoute "+key.String()+" names no Gateway in its parentRefs: it receives no requests")
+	}
+	for _, g := range parents {
+		t.addRouting(g)
+	}
+	return "", "", nil
+}
+
+// findGateway adds the Gateway key to t, or says why it is not a target
+// (problem, with its reason).
+func (r *TargetResolver) findGateway(ctx context.Context, key types.NamespacedName, section string, t *targets) (problem, reason string, err error) {
+	var gw gatewayv1.Gateway
+	if err := r.Client.Get(ctx, key, &gw); err != nil {
+		if !notFound(err) {
+			return "", "", err
+		}
+		return "Gateway " + key.String() + " not found", ReasonTargetNotFound, nil
+	}
+	if section != "" && !slices.ContainsFunc(gw.Spec.Listeners, func(l gatewayv1.Listener) bool { return string(l.Name) == section }) {
+		return fmt.Sprintf("Gateway %s has no listener named %q", key, section), ReasonTargetInvalid, nil
+	}
+	t.gateways[key] = append(t.gateways[key], section)
+	t.addRouting(key)
+	return "", "", nil
+}
+
+// addRouteTables adds the route table of each Gateway in t.routing to
+// which a targeted route attaches, with its ancestor status.
+func (r *TargetResolver) addRouteTables(ctx context.Context, t *targets, res *Resolution) error {
+	routes, err := r.routesByGateway(ctx)
+	if err != nil {
+		return err
+	}
+	att := newAttacher(r.Client)
+	for _, g := range t.routing {
 		var gw gatewayv1.Gateway
 		if err := r.Client.Get(ctx, g, &gw); err != nil {
-			return nil, err
+			if !notFound(err) {
+				return err
+			}
+			res.ancestor(g, metav1.ConditionFalse, ReasonTargetNotFound, "Gateway "+g.String()+", a parent of the targeted route, not found")
+			continue
+		}
+		table, unattached, err := routeTable(ctx, att, &gw, routes[g], t.routes)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(table.Entries, func(e policy.RouteEntry) bool { return e.Targeted }) {
+			res.ancestor(g, metav1.ConditionFalse, ReasonTargetInvalid,
+				truncate("no targeted route is attached to this Gateway, so the policy applies to none of its requests: "+strings.Join(unattached, "; "), 32768))
+			continue
+		}
+		res.Routes.Tables = append(res.Routes.Tables, table)
+		res.ancestor(g, metav1.ConditionTrue, ReasonTargetAccepted, "the policy applies to the targeted routes' requests on this Gateway")
+	}
+	return nil
+}
+
+// addListenerTables adds the table of each targeted Gateway's listeners,
+// and its ancestor status unless its route table gave it one.
+func (r *TargetResolver) addListenerTables(ctx context.Context, t *targets, res *Resolution) error {
+	for g, sections := range t.gateways {
+		var gw gatewayv1.Gateway
+		if err := r.Client.Get(ctx, g, &gw); err != nil {
+			return err
 		}
 		res.Routes.Tables = append(res.Routes.Tables, listenerTable(&gw, sections))
 		if !slices.ContainsFunc(res.Ancestors, func(a gatewayv1.PolicyAncestorStatus) bool { return isGateway(a.AncestorRef, g) }) {
 			res.ancestor(g, metav1.ConditionTrue, ReasonTargetAccepted, "the policy applies to this Gateway's requests")
 		}
 	}
-	slices.SortFunc(res.Routes.Tables, func(a, b policy.RouteTable) int { return strings.Compare(a.Gateway, b.Gateway) })
-	return res, nil
+	return nil
 }
 
 func notFound(err error) bool {

@@ -20,8 +20,8 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/policytable"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 //go:embed static
@@ -35,7 +35,7 @@ const maxEditBody = 64 << 10
 type Options struct {
 	Checker *check.Checker
 	// Files is local mode's policy folder: statuses, file errors and edits.
-	Files *source.Files
+	Files *policyfiles.Folder
 	// Table is the check process's view of the policy table in Redis.
 	Table *policytable.Reader
 	// Listen is the address the page is served on (--listen); its host,
@@ -72,7 +72,7 @@ func New(o Options) (*Dashboard, error) {
 	return &Dashboard{opts: o, assets: http.StripPrefix("/dashboard/", http.FileServerFS(sub)), hosts: newHostGuard(o.Listen, o.Hosts)}, nil
 }
 
-// Mux is where the routes go: the check endpoint's *webhook.Server or an
+// Mux is where the routes go: a *webhook.CheckEndpoint or an
 // *http.ServeMux.
 type Mux interface {
 	Handle(pattern string, h http.Handler)
@@ -193,9 +193,9 @@ func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
 
 func (d *Dashboard) editError(w http.ResponseWriter, err error) {
 	switch {
-	case errors.Is(err, source.ErrUnknownPolicy):
+	case errors.Is(err, policyfiles.ErrUnknownPolicy):
 		problemJSON(w, http.StatusNotFound, "No such policy", err.Error())
-	case errors.Is(err, source.ErrInvalidEdit):
+	case errors.Is(err, policyfiles.ErrInvalidEdit):
 		problemJSON(w, http.StatusUnprocessableEntity, "Edit rejected; the policy in force is unchanged", err.Error())
 	default:
 		problemJSON(w, http.StatusInternalServerError, "Edit failed", err.Error())

@@ -18,10 +18,10 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -42,7 +42,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // serveLocal assembles what local mode serves: files, checker, check
 // endpoint and dashboard, over the policy files given.
-func serveLocal(t *testing.T, files map[string]string) (*httptest.Server, *source.Files) {
+func serveLocal(t *testing.T, files map[string]string) (*httptest.Server, *policyfiles.Folder) {
 	t.Helper()
 	return serveDir(t, writeFiles(t, files))
 }
@@ -67,16 +67,16 @@ func writeFiles(t *testing.T, files map[string]string) string {
 }
 
 // serveDir is serveLocal over a folder already laid out.
-func serveDir(t *testing.T, dir string) (*httptest.Server, *source.Files) {
+func serveDir(t *testing.T, dir string) (*httptest.Server, *policyfiles.Folder) {
 	t.Helper()
 	return serveDirWith(t, dir, Options{})
 }
 
 // serveDirWith is serveDir with the dashboard's options o (its Checker
 // and Files are set here).
-func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *source.Files) {
+func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *policyfiles.Folder) {
 	t.Helper()
-	f, err := source.NewFiles(dir, 0, quiet)
+	f, err := policyfiles.NewFolder(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestEditFromThePage(t *testing.T) {
 }
 
 func TestClusterDashboardIsReadOnly(t *testing.T) {
-	f, err := source.NewFiles(t.TempDir(), 0, quiet)
+	f, err := policyfiles.NewFolder(t.TempDir(), 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestClusterDashboardIsReadOnly(t *testing.T) {
 func TestNewRejectsBothSources(t *testing.T) {
 	store := memstore.New()
 	defer store.Close()
-	f, _ := source.NewFiles(t.TempDir(), 0, quiet)
+	f, _ := policyfiles.NewFolder(t.TempDir(), 0, quiet)
 	checker := check.New(check.Options{Store: store, Source: f})
 	if _, err := New(Options{Checker: checker, Files: f, Table: &policytable.Reader{}}); err == nil {
 		t.Fatal("Files and Table together must be refused")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // BenchmarkShouldRateLimit measures the service's own work per call (read,
@@ -30,7 +29,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			store := memstore.New()
 			defer store.Close()
-			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: check.New(check.Options{Store: store, Source: source.NewStatic(
+			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: check.New(check.Options{Store: store, Source: check.NewStaticSource(
 				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: "+c.limit+", window: 1h}}]"),
 				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),

@@ -37,7 +37,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/source"
 )
 
 // compile builds a policy from YAML spec text.
@@ -68,7 +67,7 @@ type endpoint struct {
 func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	opts.Checker = check.New(check.Options{Store: store, Source: source.NewStatic(policies...), Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)})
+	opts.Checker = check.New(check.Options{Store: store, Source: check.NewStaticSource(policies...), Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)})
 	opts.Registerer = reg
 	s, err := New(opts)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -53,7 +53,7 @@ type Config struct {
 // App is local mode assembled: the policy files, the checker stack and
 // the check endpoints, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files     *source.Files
+	Files     *policyfiles.Folder
 	server    *checkserver.Server
 	closers   []func()
 	log       *slog.Logger
@@ -69,7 +69,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}
-	files, err := source.NewFiles(cfg.PoliciesDir, cfg.PollInterval, log)
+	files, err := policyfiles.NewFolder(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 func TestConvertedPoliciesApply(t *testing.T) {
 	root := kubetest.RepoRoot(t)
 	cluster := kubetest.Start(t, kubetest.Options{CRDDirs: []string{filepath.Join(root, "config", "crd", "bases")}})
-	src := filepath.Join(root, "internal", "envoyconvert", "testdata")
+	src := filepath.Join(root, "internal", "convert", "envoyratelimit", "testdata")
 
 	singles, err := filepath.Glob(filepath.Join(src, "*.yaml"))
 	if err != nil {

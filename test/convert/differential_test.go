@@ -23,7 +23,7 @@ import (
 )
 
 // configFiles are the envoyproxy/ratelimit configuration both servers
-// answer from: the peer reads them, Sluice their conversion.
+// answer from: the peer reads them, Sluice their convert.
 var configFiles = []string{"edge.yaml", "partner.yaml"}
 
 // step sends one request times times; want is envoyproxy/ratelimit's

@@ -72,8 +72,8 @@ func ingressInputs(t *testing.T) []string {
 	root := kubetest.RepoRoot(t)
 	var files []string
 	for _, pattern := range []string{
-		filepath.Join(root, "internal", "ingressconvert", "testdata", "*.yaml"),
-		filepath.Join(root, "internal", "ingressconvert", "testdata", "*.json"),
+		filepath.Join(root, "internal", "convert", "ingressnginx", "testdata", "*.yaml"),
+		filepath.Join(root, "internal", "convert", "ingressnginx", "testdata", "*.json"),
 		filepath.Join("testdata", "ingress-*.yaml"),
 	} {
 		m, err := filepath.Glob(pattern)

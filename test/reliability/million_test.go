@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -106,7 +105,7 @@ func TestMillionKeyValuesRedis(t *testing.T) {
 	t.Cleanup(func() { _ = store.Close() })
 	// A deadline far above the load's queueing: this test is about what
 	// the keys leave behind, not about answer times.
-	checker := check.New(check.Options{Store: store, Source: source.NewStatic(millionPolicies(t)...), Timeout: 2 * time.Second})
+	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(millionPolicies(t)...), Timeout: 2 * time.Second})
 	admin := srv.Client()
 
 	// Warm up (library, connections, Lua's first allocations), then
@@ -242,7 +241,7 @@ func TestMillionKeyValuesMemory(t *testing.T) {
 	}
 	store := memstore.New(memstore.WithSweepInterval(0)) // sweep by hand
 	t.Cleanup(func() { _ = store.Close() })
-	checker := check.New(check.Options{Store: store, Source: source.NewStatic(millionPolicies(t)...)})
+	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(millionPolicies(t)...)})
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats

@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/internal/source"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -75,7 +74,7 @@ func TestSentinelWithAuth(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			checker := check.New(check.Options{Store: store, Source: source.NewStatic(limitPolicy("closed", "Closed", faultLimit).compile(t)), Timeout: 2 * time.Second})
+			checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(limitPolicy("closed", "Closed", faultLimit).compile(t)), Timeout: 2 * time.Second})
 			out, err := checker.Check(ctx, check.Input{Namespace: "closed", Request: &policy.Request{
 				Method: http.MethodGet, Host: "app.example", Path: "/", Header: http.Header{"X-Client": {"a"}}}})
 			if err != nil {

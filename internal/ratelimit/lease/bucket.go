@@ -95,3 +95,15 @@ func (b *bucket) figures(i int, now time.Time, r *ratelimit.Result) {
 func (b *bucket) idle(now time.Time) bool {
 	return b.taking == nil && (b.left == 0 || !now.Before(b.expires)) && !now.Before(b.deniedUntil)
 }
+
+// recallDenial fills results with b's remembered denial, its times counted
+// down to now.
+func (b *bucket) recallDenial(now time.Time, results []ratelimit.Result) {
+	for i := range results {
+		results[i] = b.denied[i]
+		results[i].Reset = left(b.denied[i].Reset, b.deniedAt, now)
+		if !results[i].Allowed && results[i].RetryAfter != ratelimit.Never {
+			results[i].RetryAfter = max(left(b.denied[i].RetryAfter, b.deniedAt, now), time.Microsecond)
+		}
+	}
+}

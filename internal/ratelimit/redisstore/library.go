@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"hash"
 )
 
@@ -42,4 +43,30 @@ func hashHex(newHash func() hash.Hash, s string) string {
 	h := newHash()
 	_, _ = h.Write([]byte(s))
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Mode selects how the library is invoked.
+type Mode int32
+
+const (
+	// ModeAuto uses Functions and switches to scripts for good the first
+	// time the server answers that FCALL or FUNCTION is an unknown command.
+	ModeAuto Mode = iota
+	// ModeFunctions uses FUNCTION LOAD REPLACE and FCALL.
+	ModeFunctions
+	// ModeScripts uses SCRIPT LOAD and EVALSHA (Redis < 7, proxies without
+	// FUNCTION; tests force it to cover the fallback).
+	ModeScripts
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeFunctions:
+		return "functions"
+	case ModeScripts:
+		return "scripts"
+	}
+	return fmt.Sprintf("Mode(%d)", int32(m))
 }

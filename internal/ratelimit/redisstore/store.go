@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,32 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/model"
 )
-
-// Mode selects how the library is invoked.
-type Mode int32
-
-const (
-	// ModeAuto uses Functions and switches to scripts for good the first
-	// time the server answers that FCALL or FUNCTION is an unknown command.
-	ModeAuto Mode = iota
-	// ModeFunctions uses FUNCTION LOAD REPLACE and FCALL.
-	ModeFunctions
-	// ModeScripts uses SCRIPT LOAD and EVALSHA (Redis < 7, proxies without
-	// FUNCTION; tests force it to cover the fallback).
-	ModeScripts
-)
-
-func (m Mode) String() string {
-	switch m {
-	case ModeAuto:
-		return "auto"
-	case ModeFunctions:
-		return "functions"
-	case ModeScripts:
-		return "scripts"
-	}
-	return fmt.Sprintf("Mode(%d)", int32(m))
-}
 
 // DefaultFlushers is Options.Flushers when unset.
 const DefaultFlushers = 8
@@ -201,40 +173,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// call is one request's share of a library call: the entries of one
-// group (one Cluster slot) of one Check. Flushers merge the calls queued
-// together into few commands (see command), so it holds only its own part
-// of the arguments: its keys (per entry its bucket, and a log's key), its
-// header and its entries (see lua/sluice.lua). Everything is copied into
-// the call's own storage at build time: a caller that gives up may reuse
-// its Request while a flusher still sends the call. Keys and arguments are
-// passed to go-redis by pointer into that storage, which boxes them
-// without allocating.
-type call struct {
-	keys    []string
-	args    []string // the header, then one per entry
-	entries int
-	slot    int    // Cluster slot of the keys; 0 outside Cluster
-	node    string // Cluster: the address of the slot's master when built; "" outside Cluster
-	job     *job   // the job the call belongs to
-
-	// Set by the flusher before the job is done: the call's segment of
-	// the reply (decision, then four per entry), or the error.
-	reply []int64
-	err   error
-	// answered is set by the flusher when the call has its reply or
-	// error; a waiter that gave up reads it to name the master that kept
-	// the answer.
-	answered atomic.Bool
-
-	// Inline storage for calls of up to inlineEntries entries.
-	keyBuf  [2 * inlineEntries]string
-	argBuf  [1 + inlineEntries]string
-	textBuf [24 + 96*inlineEntries]byte
-}
-
-const inlineEntries = 4
-
 // checkState is one Check's working memory in one allocation for small
 // requests. It is pooled, but only once the flusher has signaled done for
 // every job it submitted: a Check that gave up (its context ended) drops
@@ -385,107 +323,6 @@ func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *ch
 	return err
 }
 
-// compile fills cs's parameters and groups for req.
-func (s *Store) compile(req *ratelimit.Request, cs *checkState) {
-	n := len(req.Entries)
-	cs.params, cs.verdicts = cs.paramBuf[:0], cs.verdictBuf[:0]
-	if n > len(cs.paramBuf) {
-		cs.params, cs.verdicts = make([]model.Params, 0, n), make([]model.Verdict, 0, n)
-	}
-	cs.buckets, cs.fields = cs.bucketBuf[:0], cs.fieldBuf[:0]
-	if n > len(cs.bucketBuf) {
-		cs.buckets, cs.fields = make([]string, 0, n), make([]string, 0, n)
-	}
-	for i := range req.Entries {
-		cs.params = append(cs.params, model.CompileValid(req.Entries[i].Limit))
-		bucket, field := ratelimit.SplitKey(req.Entries[i].Key)
-		cs.buckets, cs.fields = append(cs.buckets, bucket), append(cs.fields, field)
-	}
-	cs.verdicts = cs.verdicts[:n]
-	s.group(req, cs)
-	for _, idx := range cs.groups {
-		adjacentBuckets(cs.buckets, idx)
-	}
-	splitCalls(cs)
-}
-
-// splitCalls splits the groups of more than ratelimit.MaxCallEntries
-// entries into calls of at most that many, between buckets where it can
-// (a bucket of more limits than a call takes is split too: each call
-// reads and writes its own fields). The request then takes several calls,
-// decided as a request over several Cluster slots is (see check).
-func splitCalls(cs *checkState) {
-	split := false
-	for _, idx := range cs.groups {
-		split = split || len(idx) > ratelimit.MaxCallEntries
-	}
-	if !split {
-		return
-	}
-	var groups [][]int
-	for _, idx := range cs.groups {
-		for len(idx) > ratelimit.MaxCallEntries {
-			cut := ratelimit.MaxCallEntries
-			for c := cut; c > 0; c-- {
-				if cs.buckets[idx[c]] != cs.buckets[idx[c-1]] {
-					cut = c // idx[c] begins a bucket
-					break
-				}
-			}
-			groups = append(groups, idx[:cut:cut])
-			idx = idx[cut:]
-		}
-		groups = append(groups, idx)
-	}
-	cs.groups, cs.consumed = groups, make([]bool, len(groups))
-}
-
-// adjacentBuckets reorders idx, stably, so that the entries of one bucket
-// are adjacent, as the library wants them. They usually are already (a
-// policy's limits come together).
-func adjacentBuckets(buckets []string, idx []int) {
-	if adjacent(buckets, idx) {
-		return
-	}
-	first := make(map[string]int, len(idx)) // bucket -> position of its first entry
-	for p, i := range idx {
-		if _, ok := first[buckets[i]]; !ok {
-			first[buckets[i]] = p
-		}
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return first[buckets[idx[a]]] < first[buckets[idx[b]]] })
-}
-
-// adjacent reports whether the entries of each bucket in idx are
-// adjacent: by scanning back for a few entries, with a set of the buckets
-// seen for more (a namespace of many policies gives thousands).
-func adjacent(buckets []string, idx []int) bool {
-	var seen map[string]struct{}
-	if len(idx) > 32 {
-		seen = make(map[string]struct{}, len(idx))
-		seen[buckets[idx[0]]] = struct{}{}
-	}
-	for p := 1; p < len(idx); p++ {
-		b := buckets[idx[p]]
-		if b == buckets[idx[p-1]] {
-			continue
-		}
-		if seen != nil {
-			if _, ok := seen[b]; ok {
-				return false
-			}
-			seen[b] = struct{}{}
-			continue
-		}
-		for q := p - 2; q >= 0; q-- {
-			if buckets[idx[q]] == b {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // round sends one call per group, waits, and parses the replies into
 // cs.verdicts and each group's decision into cs.consumed.
 func (s *Store) round(ctx context.Context, req *ratelimit.Request, cs *checkState, dry bool) error {
@@ -632,117 +469,6 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 		fill(&decs[i], reqs[i], cs.consumed[0], cs) // one group: its decision is the request's
 	}
 	return nil
-}
-
-// build fills the call: its keys (per entry its bucket, then a log's own
-// key), its header "n:mode:time" and its entries
-// "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
-// string that the arguments slice. The entries of one bucket are adjacent
-// in idx (adjacentBuckets).
-func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
-	n := len(idx)
-	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
-	buf := c.textBuf[:0]
-	if n > inlineEntries {
-		c.keys, c.args, buf = make([]string, 0, 2*n), make([]string, 0, 1+n), make([]byte, 0, 24+96*n)
-	}
-	var ends [1 + inlineEntries]int
-	end := ends[:0]
-	if n > inlineEntries {
-		end = make([]int, 0, 1+n)
-	}
-	buf = strconv.AppendInt(buf, int64(n), 10)
-	buf = append(buf, ':', mode(req, dry), ':')
-	if now >= 0 {
-		buf = strconv.AppendInt(buf, now, 10)
-	} else {
-		buf = append(buf, '-')
-	}
-	end = append(end, len(buf))
-	for _, i := range idx {
-		p, e, field := &cs.params[i], &req.Entries[i], cs.fields[i]
-		c.keys = append(c.keys, cs.buckets[i])
-		if p.Alg == ratelimit.SlidingWindowLog {
-			c.keys = append(c.keys, e.Key)
-		}
-		buf = strconv.AppendInt(buf, int64(p.Alg), 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, p.Capacity, 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, p.Rate, 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, p.Interval, 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, e.Cost, 10)
-		buf = append(buf, ':', entryFlags(e), ':')
-		buf = append(buf, field...)
-		end = append(end, len(buf))
-	}
-	all, from := string(buf), 0
-	for _, to := range end {
-		c.args = append(c.args, all[from:to])
-		from = to
-	}
-	c.slot = 0
-	if cluster {
-		c.slot = int(ratelimit.HashSlot(c.keys[0]))
-	}
-}
-
-// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
-func mode(req *ratelimit.Request, dry bool) byte {
-	switch {
-	case req.Refund:
-		return '2'
-	case dry:
-		return '1'
-	}
-	return '0'
-}
-
-// entryFlags is an entry's flags digit: 1 shadow, 2 charge always, 3 both.
-func entryFlags(e *ratelimit.Entry) byte {
-	f := byte('0')
-	if e.Shadow {
-		f++
-	}
-	if e.ChargeAlways {
-		f += 2
-	}
-	return f
-}
-
-// group splits the entries by Cluster slot, in order of first appearance;
-// without Cluster all entries form one group. It sets cs.groups and
-// cs.consumed.
-func (s *Store) group(req *ratelimit.Request, cs *checkState) {
-	n := len(req.Entries)
-	if s.cluster == nil {
-		idx := cs.idxBuf[:0]
-		if n > len(cs.idxBuf) {
-			idx = make([]int, 0, n)
-		}
-		for i := range n {
-			idx = append(idx, i)
-		}
-		cs.groupBuf[0] = idx
-		cs.groups, cs.consumed = cs.groupBuf[:], cs.boolBuf[:]
-		return
-	}
-	var slots []uint16
-	for i := range req.Entries {
-		slot := ratelimit.HashSlot(req.Entries[i].Key)
-		g := 0
-		for g < len(slots) && slots[g] != slot {
-			g++
-		}
-		if g == len(slots) {
-			slots = append(slots, slot)
-			cs.groups = append(cs.groups, nil)
-		}
-		cs.groups[g] = append(cs.groups[g], i)
-	}
-	cs.consumed = make([]bool, len(cs.groups))
 }
 
 // fill writes the Decision: an entry reports its numbers after consumption

@@ -1,0 +1,120 @@
+package redisstore
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// call is one request's share of a library call: the entries of one
+// group (one Cluster slot) of one Check. Flushers merge the calls queued
+// together into few commands (see command), so it holds only its own part
+// of the arguments: its keys (per entry its bucket, and a log's key), its
+// header and its entries (see lua/sluice.lua). Everything is copied into
+// the call's own storage at build time: a caller that gives up may reuse
+// its Request while a flusher still sends the call. Keys and arguments are
+// passed to go-redis by pointer into that storage, which boxes them
+// without allocating.
+type call struct {
+	keys    []string
+	args    []string // the header, then one per entry
+	entries int
+	slot    int    // Cluster slot of the keys; 0 outside Cluster
+	node    string // Cluster: the address of the slot's master when built; "" outside Cluster
+	job     *job   // the job the call belongs to
+
+	// Set by the flusher before the job is done: the call's segment of
+	// the reply (decision, then four per entry), or the error.
+	reply []int64
+	err   error
+	// answered is set by the flusher when the call has its reply or
+	// error; a waiter that gave up reads it to name the master that kept
+	// the answer.
+	answered atomic.Bool
+
+	// Inline storage for calls of up to inlineEntries entries.
+	keyBuf  [2 * inlineEntries]string
+	argBuf  [1 + inlineEntries]string
+	textBuf [24 + 96*inlineEntries]byte
+}
+
+const inlineEntries = 4
+
+// build fills the call: its keys (per entry its bucket, then a log's own
+// key), its header "n:mode:time" and its entries
+// "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
+// string that the arguments slice. The entries of one bucket are adjacent
+// in idx (adjacentBuckets).
+func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
+	n := len(idx)
+	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
+	buf := c.textBuf[:0]
+	if n > inlineEntries {
+		c.keys, c.args, buf = make([]string, 0, 2*n), make([]string, 0, 1+n), make([]byte, 0, 24+96*n)
+	}
+	var ends [1 + inlineEntries]int
+	end := ends[:0]
+	if n > inlineEntries {
+		end = make([]int, 0, 1+n)
+	}
+	buf = strconv.AppendInt(buf, int64(n), 10)
+	buf = append(buf, ':', mode(req, dry), ':')
+	if now >= 0 {
+		buf = strconv.AppendInt(buf, now, 10)
+	} else {
+		buf = append(buf, '-')
+	}
+	end = append(end, len(buf))
+	for _, i := range idx {
+		p, e, field := &cs.params[i], &req.Entries[i], cs.fields[i]
+		c.keys = append(c.keys, cs.buckets[i])
+		if p.Alg == ratelimit.SlidingWindowLog {
+			c.keys = append(c.keys, e.Key)
+		}
+		buf = strconv.AppendInt(buf, int64(p.Alg), 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Capacity, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Rate, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, p.Interval, 10)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, e.Cost, 10)
+		buf = append(buf, ':', entryFlags(e), ':')
+		buf = append(buf, field...)
+		end = append(end, len(buf))
+	}
+	all, from := string(buf), 0
+	for _, to := range end {
+		c.args = append(c.args, all[from:to])
+		from = to
+	}
+	c.slot = 0
+	if cluster {
+		c.slot = int(ratelimit.HashSlot(c.keys[0]))
+	}
+}
+
+// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
+func mode(req *ratelimit.Request, dry bool) byte {
+	switch {
+	case req.Refund:
+		return '2'
+	case dry:
+		return '1'
+	}
+	return '0'
+}
+
+// entryFlags is an entry's flags digit: 1 shadow, 2 charge always, 3 both.
+func entryFlags(e *ratelimit.Entry) byte {
+	f := byte('0')
+	if e.Shadow {
+		f++
+	}
+	if e.ChargeAlways {
+		f += 2
+	}
+	return f
+}
