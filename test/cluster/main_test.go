@@ -106,6 +106,9 @@ func repoRoot() (string, error) {
 // lock takes an exclusive lock on path, waiting up to wait for a run that
 // holds it; unlock releases it.
 func lock(path string, wait time.Duration) (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
