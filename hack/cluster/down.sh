@@ -6,6 +6,13 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# The node on this machine may be another state folder's (make cluster-up
+# beside a test run): it is not this one's to tear down.
+if [[ -f "${OWNER_FILE}" && "$(cat "${OWNER_FILE}")" != "${K}" ]]; then
+  echo "cluster-down: the node on this machine is $(cat "${OWNER_FILE}")'s, not ${K}'s: K=$(cat "${OWNER_FILE}") $0" >&2
+  exit 1
+fi
+
 # stop NAME: TERM the process in K/NAME.pid, KILL it after 10 s.
 stop() {
   local f="${K}/$1.pid" p

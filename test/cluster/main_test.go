@@ -55,6 +55,10 @@ func runTests(m *testing.M) int {
 	}
 	defer unlock()
 	c := newCluster(root, filepath.Join(root, "bin", "cluster-test"))
+	if owner := otherNode(c.dir); owner != "" {
+		fmt.Fprintf(os.Stderr, "test/cluster: a node from %s is up on this machine (make cluster-up?): stop it first with K=%s hack/cluster/down.sh (make cluster-down)\n", owner, owner)
+		return 1
+	}
 	start := time.Now()
 	if err := c.buildArtifacts(); err != nil {
 		fmt.Fprintln(os.Stderr, "test/cluster: build the release artifacts:", err)
@@ -87,6 +91,29 @@ func runTests(m *testing.M) int {
 	fmt.Fprintf(os.Stderr, "test/cluster: node Ready in %s\n", time.Since(up).Round(100*time.Millisecond))
 	node = c
 	return m.Run()
+}
+
+// otherNode is the state folder of a node up on this machine that is not
+// dir's ("" when none is): one node runs per machine, and its owner file
+// (hack/cluster/lib.sh) names its folder, whose pid files say whether it
+// runs.
+func otherNode(dir string) string {
+	b, err := os.ReadFile("/run/sluice-node/owner")
+	owner := strings.TrimSpace(string(b))
+	if err != nil || owner == dir {
+		return ""
+	}
+	for _, name := range []string{"apiserver", "kubelet"} {
+		pid, err := os.ReadFile(filepath.Join(owner, name+".pid"))
+		if err != nil {
+			continue
+		}
+		var p int
+		if _, err := fmt.Sscan(string(pid), &p); err == nil && p > 0 && syscall.Kill(p, 0) == nil {
+			return owner
+		}
+	}
+	return ""
 }
 
 // repoRoot is the checkout's root: the folder of go.mod above this one.
