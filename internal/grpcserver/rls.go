@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -147,7 +148,7 @@ func (r *rls) reportUnbound(domain string) {
 	}
 	r.unbound[domain] = true
 	r.s.opts.Logger.Warn("rate limit requests for a domain no namespace is bound to are answered OK; bind it with --rls-domain DOMAIN=NAMESPACE",
-		"domain", checkhttp.Excerpt(domain))
+		"domain", intake.Excerpt(domain))
 }
 
 // okForEach is the answer for descriptors no policy can match.

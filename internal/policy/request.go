@@ -19,7 +19,7 @@ type Request struct {
 	Path string
 	// AltPaths are other readings of the same target that some router
 	// takes ("" when unused): spec.match.paths matches when Path or any of
-	// them does, so no spelling skips a policy (checkhttp.ReadPath).
+	// them does, so no spelling skips a policy (package intake reads them).
 	AltPaths [5]string
 	RawQuery string
 	Header   http.Header
