@@ -113,7 +113,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.opts.Checker.Check(r.Context(), check.Input{
-		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, DryRun: in.DryRun,
+		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(),
 	})
 	if err != nil {
 		s.checkError(w, err)
@@ -121,6 +121,14 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(report(out))
+}
+
+// action is the check's action: a dry run or a real one.
+func (in *CheckRequest) action() ratelimit.Action {
+	if in.DryRun {
+		return ratelimit.DryRun
+	}
+	return ratelimit.Consume
 }
 
 // requestFields names each field Read may refuse as the body spells it.

@@ -103,7 +103,7 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 	if len(st.refunds) > 0 {
 		// Negative hits go back first, in a call of their own; the
 		// descriptors then read their limits in the call below.
-		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Refund: true}, &st.out); err != nil {
+		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Action: ratelimit.Refund}, &st.out); err != nil {
 			return nil, r.checkFailed(req, err)
 		}
 	}
