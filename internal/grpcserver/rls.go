@@ -181,7 +181,7 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest, own ownLimits) error
 	at := 0
 	for i, d := range descriptors {
 		n := len(d.GetEntries())
-		st.reqs[i] = policy.Request{Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
+		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
 		at += n
 		part := check.Part{Request: &st.reqs[i]}
 		if d.GetLimit() != nil && own.r != nil {
