@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/checkstack"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
@@ -218,46 +219,32 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serveLocal(w, r, next) })
 }
 
-// policyRequest describes r the way the check endpoint describes the
-// request a proxy asks about: host without port, path decoded and
-// cleaned, so a spelling cannot skip a policy.
+// policyRequest reads r as the check endpoint reads the request a proxy
+// asks about (intake.Read), so a spelling cannot skip a policy. The header
+// section is bounded as the check endpoint bounds it, which `when` costs
+// are estimated for; the service's own server may allow more.
 func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
-	if err := checkhttp.CheckMethod(r.Method); err != nil {
-		return nil, fmt.Errorf("method: %w", err)
+	o := intake.Original{Method: r.Method, Authority: r.Host, Target: requestTarget(r), Header: r.Header, Peer: clientip.Peer(r.RemoteAddr)}
+	if o.Authority == "" {
+		o.Authority = r.URL.Host
 	}
-	authority := r.Host
-	if authority == "" {
-		authority = r.URL.Host
+	req := &policy.Request{}
+	err := intake.CheckHeaderSection(r.Header)
+	if err == nil {
+		err = intake.Read(&o, l.trusted, req)
 	}
-	host, err := checkhttp.ReadHost(authority)
 	if err != nil {
-		return nil, fmt.Errorf("header Host: %w", err)
-	}
-	req := &policy.Request{
-		Method:   r.Method,
-		Host:     host,
-		Header:   r.Header,
-		ClientIP: l.trusted.FromRequest(r), // the peer's, or the one a trusted proxy forwarded
-	}
-	target := requestTarget(r)
-	// The bounds the check endpoint sets, which `when` costs are
-	// estimated for; the service's own server may allow more.
-	if len(authority)+len(target) > policy.MaxURLBytes {
-		return nil, fmt.Errorf("request target: with the host, longer than %d bytes", policy.MaxURLBytes)
-	}
-	size := 0
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			size += len(k) + len(v) + 4
-		}
-	}
-	if size > policy.MaxHeaderBytes {
-		return nil, errHeaderSection
-	}
-	if err := checkhttp.ReadTarget(req, target); err != nil {
-		return nil, fmt.Errorf("request target: %w", err)
+		f, _ := intake.FieldOf(err)
+		return nil, fmt.Errorf("%s: %w", requestFields[f], err)
 	}
 	return req, nil
+}
+
+// requestFields names each field intake.Read may refuse in a problem's
+// detail.
+var requestFields = map[intake.Field]string{
+	intake.FieldMethod: "method", intake.FieldHost: "header Host", intake.FieldTarget: "request target",
+	intake.FieldHeaders: "header section",
 }
 
 // badRequest answers a request the policies cannot read, as the check
@@ -265,15 +252,13 @@ func (l *Limiter) policyRequest(r *http.Request) (*policy.Request, error) {
 // problem naming what is wrong; the handler is not called.
 func badRequest(w http.ResponseWriter, err error) {
 	status := http.StatusBadRequest
-	if errors.Is(err, errHeaderSection) {
+	if errors.Is(err, intake.ErrHeadersTooLarge) {
 		status = http.StatusRequestHeaderFieldsTooLarge
 	}
 	checkhttp.WriteProblem(w, checkhttp.Problem{
 		Type: checkhttp.ProblemBadRequest, Title: "Bad request", Status: status, Detail: err.Error(),
 	})
 }
-
-var errHeaderSection = fmt.Errorf("header section: more than %d bytes", policy.MaxHeaderBytes)
 
 // requestTarget is the target as the client sent it, read as the check
 // endpoint reads a proxy's; an absolute-form one (or a request a program

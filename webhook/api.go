@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"strings"
 
-	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
-	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -115,7 +113,7 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := s.opts.Checker.Check(r.Context(), check.Input{
-		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, DryRun: in.DryRun,
+		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(),
 	})
 	if err != nil {
 		s.checkError(w, err)
@@ -125,49 +123,57 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(report(out))
 }
 
+// action is the check's action: a dry run or a real one.
+func (in *CheckRequest) action() ratelimit.Action {
+	if in.DryRun {
+		return ratelimit.DryRun
+	}
+	return ratelimit.Consume
+}
+
+// requestFields names each field Read may refuse as the body spells it.
+var requestFields = map[intake.Field]string{
+	intake.FieldMethod: "request.method", intake.FieldHost: "request.host", intake.FieldTarget: "request.path",
+	intake.FieldHeaders: "request.headers", intake.FieldClientAddress: "request.clientIP",
+}
+
+// toPolicyRequest maps the body's request onto the intake: the method
+// defaults to GET, the path to "/", the host is optional, and the client
+// is the address the caller names (forwarded headers are the caller's to
+// have resolved).
 func (in *CheckRequest) toPolicyRequest() (*policy.Request, error) {
-	o := &in.Request
-	method := o.Method
-	if method == "" {
-		method = http.MethodGet
+	req, err := in.Request.read()
+	if err != nil {
+		f, _ := intake.FieldOf(err)
+		return nil, fmt.Errorf("%s: %w", requestFields[f], err)
 	}
-	if err := checkhttp.CheckMethod(method); err != nil {
-		return nil, fmt.Errorf("request.method: %w", err)
+	return req, nil
+}
+
+func (o *OriginalRequest) read() (*policy.Request, error) {
+	in := intake.Original{Method: o.Method, Authority: o.Host, HostOptional: true, Target: o.Path}
+	if in.Method == "" {
+		in.Method = http.MethodGet
 	}
-	rawPath := o.Path
-	if rawPath == "" {
-		rawPath = "/"
+	if in.Target == "" {
+		in.Target = "/"
 	}
-	if len(rawPath)+len(o.Host) > maxURLLength {
-		return nil, fmt.Errorf("request.path: with request.host, longer than %d bytes", maxURLLength)
-	}
-	req := &policy.Request{Method: method, Header: http.Header{}}
-	if err := checkhttp.ReadTarget(req, rawPath); err != nil {
-		return nil, fmt.Errorf("request.path: %w", err)
-	}
-	if o.Host != "" { // optional: without it, host-scoped policies do not apply
-		var err error
-		if req.Host, err = checkhttp.ReadHost(o.Host); err != nil {
-			return nil, fmt.Errorf("request.host: %w", err)
-		}
-	}
-	size := 0
+	headers := intake.HeaderSection{Header: make(http.Header, len(o.Headers))}
 	for k, v := range o.Headers {
-		// Bounded as the check routes bound a header section.
-		if size += len(k) + len(v) + 4; size > httpserve.MaxHeaderBytes {
-			return nil, fmt.Errorf("request.headers: more than %d bytes", httpserve.MaxHeaderBytes)
+		if err := headers.Add(k, v); err != nil {
+			return nil, err
 		}
-		if !checkhttp.ValidHeaderName(k) {
-			return nil, fmt.Errorf("request.headers: %q is not an HTTP header name", checkhttp.Excerpt(k))
-		}
-		req.Header.Set(k, v)
 	}
+	in.Header = headers.Header
 	if o.ClientIP != "" {
-		a, err := netip.ParseAddr(o.ClientIP)
-		if err != nil {
-			return nil, fmt.Errorf("request.clientIP: %q is not an IP address", checkhttp.Excerpt(o.ClientIP))
+		var err error
+		if in.Peer, err = intake.ReadAddress(o.ClientIP); err != nil {
+			return nil, err
 		}
-		req.ClientIP = clientip.Normalize(a)
+	}
+	req := &policy.Request{}
+	if err := intake.Read(&in, nil, req); err != nil {
+		return nil, err
 	}
 	return req, nil
 }

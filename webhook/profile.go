@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/clientip"
-	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -53,11 +53,6 @@ func badHeader(h, format string, args ...any) error {
 	return &RequestError{Header: h, Reason: fmt.Sprintf(format, args...)}
 }
 
-// maxURLLength bounds the original URL a proxy may describe; longer ones
-// are refused with 400 rather than processed (the bound `when` costs are
-// estimated for).
-const maxURLLength = policy.MaxURLBytes
-
 // detectProfile picks the profile from the headers when it is not fixed.
 func detectProfile(fixed Profile, h http.Header) (Profile, error) {
 	if fixed != ProfileAuto && fixed != "" {
@@ -94,116 +89,71 @@ type checkRequest struct {
 // of the check URL after the namespace). It allocates nothing for a
 // well-formed, already normalized request.
 func originalRequest(profile Profile, r *checkRequest, envoyRest string, trusted *clientip.TrustedProxies, out *policy.Request) error {
-	*out = policy.Request{Header: r.header}
-	var o original
+	o := intake.Original{Header: r.header, Peer: r.peer}
 	var err error
 	switch profile {
 	case ProfileNginx:
-		o, err = nginxOriginal(r)
+		err = nginxOriginal(r, &o)
 	case ProfileForwardAuth:
-		o, err = forwardAuthOriginal(r)
+		err = forwardAuthOriginal(r, &o)
 	case ProfileEnvoy:
-		o, err = envoyOriginal(r, envoyRest)
+		// The original's method and Host, and its path and query after
+		// the route's prefix.
+		o.Method, o.Authority, o.Target = r.method, r.host, envoyRest
 	default:
 		return fmt.Errorf("unknown profile %q", profile)
 	}
 	if err != nil {
 		return err
 	}
-	if err := o.read(profile, out); err != nil {
-		return err
+	if err := intake.Read(&o, trusted, out); err != nil {
+		f, _ := intake.FieldOf(err)
+		return badHeader(profileFields[profile][f], "%v", err)
 	}
-	out.ClientIP = trusted.ClientIP(r.peer, r.header["X-Forwarded-For"], headerValue(r.header, "X-Real-Ip"))
 	return nil
 }
 
-// original is the request line a profile's headers describe, as sent.
-type original struct {
-	method, scheme, authority string
-	rest                      string // path, query and fragment
-}
-
-// nginxOriginal reads ingress-nginx's X-Original-URL and X-Original-Method.
-func nginxOriginal(r *checkRequest) (original, error) {
-	var o original
+// nginxOriginal maps ingress-nginx's X-Original-URL and X-Original-Method
+// onto o.
+func nginxOriginal(r *checkRequest, o *intake.Original) error {
 	raw := headerValue(r.header, "X-Original-Url")
 	if raw == "" {
-		return o, badHeader("X-Original-URL", "missing")
+		return badHeader("X-Original-URL", "missing")
 	}
-	o.method = headerValue(r.header, "X-Original-Method")
-	if o.method == "" {
-		return o, badHeader("X-Original-Method", "missing")
+	if o.Method = headerValue(r.header, "X-Original-Method"); o.Method == "" {
+		return badHeader("X-Original-Method", "missing")
 	}
-	if len(raw) > maxURLLength {
-		return o, badHeader("X-Original-URL", "longer than %d bytes", maxURLLength)
+	scheme, authority, rest, ok := splitAbsoluteURL(raw)
+	if !ok {
+		return badHeader("X-Original-URL", "not an absolute URL: %q", intake.Excerpt(raw))
 	}
-	var ok bool
-	if o.scheme, o.authority, o.rest, ok = splitAbsoluteURL(raw); !ok {
-		return o, badHeader("X-Original-URL", "not an absolute URL: %q", checkhttp.Excerpt(raw))
+	if !validScheme(scheme) {
+		return badHeader("X-Original-URL", "malformed URL: %q", intake.Excerpt(raw))
 	}
+	o.Authority, o.Target = authority, rest
 	// X-Original-URL's host is the Host header ($http_host), but nginx
 	// routes an absolute-form request by the host of its request line.
 	// The auth-url can pass the host nginx routed by ($host).
 	if h, ok := routedHost(r.rawQuery); ok {
 		if h == "" {
-			return o, badHeader("host", "the check URL's host parameter is empty")
+			return badHeader("host", "the check URL's host parameter is empty")
 		}
-		o.authority = h
+		o.Authority = h
 	}
-	return o, nil
+	return nil
 }
 
-// forwardAuthOriginal reads Traefik's and Caddy's X-Forwarded-Method,
-// -Uri and -Host.
-func forwardAuthOriginal(r *checkRequest) (original, error) {
-	o := original{scheme: "http"}
-	o.method = headerValue(r.header, "X-Forwarded-Method")
-	if o.method == "" {
-		return o, badHeader("X-Forwarded-Method", "missing")
+// forwardAuthOriginal maps Traefik's and Caddy's X-Forwarded-Method,
+// -Uri and -Host onto o.
+func forwardAuthOriginal(r *checkRequest, o *intake.Original) error {
+	if o.Method = headerValue(r.header, "X-Forwarded-Method"); o.Method == "" {
+		return badHeader("X-Forwarded-Method", "missing")
 	}
-	o.rest = headerValue(r.header, "X-Forwarded-Uri")
-	if o.rest == "" {
-		return o, badHeader("X-Forwarded-Uri", "missing")
+	if o.Target = headerValue(r.header, "X-Forwarded-Uri"); o.Target == "" {
+		return badHeader("X-Forwarded-Uri", "missing")
 	}
-	o.authority = headerValue(r.header, "X-Forwarded-Host")
-	if o.authority == "" {
-		return o, badHeader("X-Forwarded-Host", "missing")
-	}
-	if o.rest[0] != '/' {
-		return o, badHeader("X-Forwarded-Uri", "must start with '/'")
-	}
-	if len(o.rest)+len(o.authority) > maxURLLength {
-		return o, badHeader("X-Forwarded-Uri", "longer than %d bytes", maxURLLength)
-	}
-	return o, nil
-}
-
-// envoyOriginal reads Envoy's ext_authz check request: the original's
-// method and Host, and its path and query after the route's prefix (rest).
-func envoyOriginal(r *checkRequest, rest string) (original, error) {
-	o := original{method: r.method, scheme: "http", authority: r.host, rest: rest}
-	if len(o.rest)+len(o.authority) > maxURLLength {
-		return o, badHeader("path", "longer than %d bytes", maxURLLength)
-	}
-	return o, nil
-}
-
-// read checks o and sets out's method, host, path readings and query; a
-// problem names the profile's header.
-func (o original) read(profile Profile, out *policy.Request) error {
-	out.Method = o.method
-	if err := checkhttp.CheckMethod(o.method); err != nil {
-		return badHeader(methodHeader(profile), "%v", err)
-	}
-	if !validScheme(o.scheme) {
-		return badHeader(urlHeader(profile), "malformed URL: %q", checkhttp.Excerpt(o.scheme+"://"+o.authority+o.rest))
-	}
-	var err error
-	if out.Host, err = checkhttp.ReadHost(o.authority); err != nil {
-		return badHeader(hostHeader(profile), "%v", err)
-	}
-	if err := checkhttp.ReadTarget(out, o.rest); err != nil {
-		return badHeader(urlHeader(profile), "%v", err)
+	if o.Authority = headerValue(r.header, "X-Forwarded-Host"); o.Authority == "" {
+		return badHeader("X-Forwarded-Host", "missing")
 	}
 	return nil
 }
@@ -271,32 +221,10 @@ func validScheme(s string) bool {
 	return true
 }
 
-func urlHeader(p Profile) string {
-	switch p {
-	case ProfileForwardAuth:
-		return "X-Forwarded-Uri"
-	case ProfileEnvoy:
-		return "path"
-	}
-	return "X-Original-URL"
-}
-
-func hostHeader(p Profile) string {
-	switch p {
-	case ProfileForwardAuth:
-		return "X-Forwarded-Host"
-	case ProfileEnvoy:
-		return "Host"
-	}
-	return "X-Original-URL"
-}
-
-func methodHeader(p Profile) string {
-	switch p {
-	case ProfileForwardAuth:
-		return "X-Forwarded-Method"
-	case ProfileEnvoy:
-		return "method"
-	}
-	return "X-Original-Method"
+// profileFields names, for each profile, the header (or part of the
+// check request) that carries each field Read may refuse.
+var profileFields = map[Profile]map[intake.Field]string{
+	ProfileNginx:       {intake.FieldMethod: "X-Original-Method", intake.FieldHost: "X-Original-URL", intake.FieldTarget: "X-Original-URL"},
+	ProfileForwardAuth: {intake.FieldMethod: "X-Forwarded-Method", intake.FieldHost: "X-Forwarded-Host", intake.FieldTarget: "X-Forwarded-Uri"},
+	ProfileEnvoy:       {intake.FieldMethod: "method", intake.FieldHost: "Host", intake.FieldTarget: "path"},
 }

@@ -115,7 +115,7 @@ func TestManyMatchingLimits(t *testing.T) {
 				if out.Allowed || out.Decider.Name != ps[len(ps)-1].Name {
 					t.Fatalf("second check: allowed %v, decider %v; want denied by the last policy", out.Allowed, out.Decider)
 				}
-				dry, err := checker.Check(context.Background(), Input{Namespace: "ns", Policy: ps[0].Name, Request: request(), DryRun: true})
+				dry, err := checker.Check(context.Background(), Input{Namespace: "ns", Policy: ps[0].Name, Request: request(), Action: ratelimit.DryRun})
 				if err != nil || dry.Limits[0].Remaining != 1 {
 					t.Fatalf("first policy after a denied check: %v, remaining %d; want 1 (2 less one for this dry run): nothing consumed by the denial", err, dry.Limits[0].Remaining)
 				}

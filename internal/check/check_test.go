@@ -78,7 +78,7 @@ func TestAllOrNothingAcrossPolicies(t *testing.T) {
 		}
 	}
 	// The wide policy counted only the two admitted requests.
-	out, _ := c.Check(context.Background(), Input{Namespace: "ns", Policy: "a-wide", Request: request(), DryRun: true})
+	out, _ := c.Check(context.Background(), Input{Namespace: "ns", Policy: "a-wide", Request: request(), Action: ratelimit.DryRun})
 	if got := out.Limits[0].Remaining; got != 97 {
 		t.Fatalf("wide policy remaining %d after 2 admitted (dry run reports as if consumed): want 97", got)
 	}
@@ -270,7 +270,7 @@ func TestShadowAndCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), DryRun: true}); err != nil {
+	if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Action: ratelimit.DryRun}); err != nil {
 		t.Fatal(err)
 	}
 	got := c.Counts()
@@ -303,7 +303,7 @@ limits:
 		t.Fatalf("the exhausted key is not answered from the cache: %+v", out)
 	}
 	for range 2 { // the second dry run sees that the first consumed nothing
-		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), DryRun: true})
+		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Action: ratelimit.DryRun})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ type Options struct {
 	// Metrics, when set, receive every decision.
 	Metrics *Metrics
 	// AnnounceRefunds, when set, is given the keys of every refund this
-	// Checker's store made (Input.Refund, and the units a lease store
+	// Checker's store made (an Input's refund, and the units a lease store
 	// gives back), so that the other check processes forget their
 	// denials of them too (ForgetDenials). keys is valid only during the
 	// call; it must not block.
@@ -139,14 +139,13 @@ type Input struct {
 	Parts []Part
 	// Cost overrides every policy's cost when above 0.
 	Cost int64
-	// DryRun evaluates without consuming anything.
-	DryRun bool
-	// Refund gives the costs back to the matching policies' limits
-	// instead of taking them (ratelimit.Request's Refund: units taken
-	// earlier and not used, Envoy's negative hits). It is answered
-	// allowed, with the limits' figures after it, and never from the
-	// denial cache.
-	Refund bool
+	// Action is what the check does to the limits: consume (the zero
+	// Action), a dry run that evaluates without consuming anything, or a
+	// refund that gives the costs back to the matching policies' limits
+	// instead of taking them (units taken earlier and not used, Envoy's
+	// negative hits). A refund is answered allowed, with the limits'
+	// figures after it, and never from the denial cache.
+	Action ratelimit.Action
 }
 
 // MaxParts bounds the Parts of one Input: the descriptors of one Envoy
@@ -325,7 +324,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
 	}
-	if len(sc.zeros) > 0 && !in.Refund { // a limit of 0 has nothing to give back
+	if len(sc.zeros) > 0 && in.Action != ratelimit.Refund { // a limit of 0 has nothing to give back
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
 			return nil
@@ -342,8 +341,8 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	}
 	out.Reason = ReasonAllowed
 
-	out.dryRun = in.DryRun
-	if !in.Refund && c.answerFromCache(sc, out, start) {
+	out.dryRun = in.Action == ratelimit.DryRun
+	if in.Action != ratelimit.Refund && c.answerFromCache(sc, out, start) {
 		return nil
 	}
 	return c.decide(ctx, sc, out)
@@ -366,7 +365,7 @@ func (c *Checker) candidates(in Input, sc *scratch) ([]*policy.Policy, error) {
 // reset prepares sc for in, keeping its slices' storage.
 func (sc *scratch) reset(in Input) {
 	sc.req.Entries = sc.req.Entries[:0]
-	sc.req.DryRun, sc.req.Refund = in.DryRun, in.Refund
+	sc.req.Action = in.Action
 	sc.uses = sc.uses[:0]
 	clear(sc.zeros)
 	sc.zeros = sc.zeros[:0]
@@ -491,7 +490,7 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 	if c.metrics != nil {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
-	if sc.req.Refund && !errors.Is(err, ratelimit.ErrInvalidRequest) {
+	if sc.req.Action == ratelimit.Refund && !errors.Is(err, ratelimit.ErrInvalidRequest) {
 		// Sent: applied, or (after an error) perhaps applied.
 		sc.keys = sc.keys[:0]
 		for i := range sc.req.Entries {
@@ -624,7 +623,7 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
-		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.DryRun)
+		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.Action == ratelimit.DryRun)
 		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
 			// The store decided at an instant after sent: counting the
 			// retry time from sent can only end the cached denial early.

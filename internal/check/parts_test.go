@@ -12,7 +12,7 @@ import (
 
 // descriptor is one part of a rate limit service request.
 func descriptor(kv ...string) Part {
-	r := &policy.Request{Domain: "edge"}
+	r := &policy.Request{Kind: policy.KindDescriptor, Domain: "edge"}
 	for i := 0; i+1 < len(kv); i += 2 {
 		r.Descriptor = append(r.Descriptor, policy.DescriptorEntry{Key: kv[i], Value: kv[i+1]})
 	}

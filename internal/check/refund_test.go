@@ -52,7 +52,7 @@ func TestRefundDropsRememberedDenials(t *testing.T) {
 				t.Fatalf("after the denial: allowed %v cached %v, want a remembered denial", out.Allowed, out.Limits[0].Cached)
 			}
 			clock.Advance(time.Second)
-			out, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Refund: true})
+			out, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Action: ratelimit.Refund})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,35 +118,35 @@ func TestRefundsThroughALeaseStore(t *testing.T) {
 		compile(t, "ns", "p", "key: global\nlease: {units: 2, ttl: 1s}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 	})}, Now: clock.Now, AnnounceRefunds: func(keys []string) { announced <- append([]string(nil), keys...) }})
 	ctx := context.Background()
-	charge := func(refund bool) *Outcome {
+	charge := func(action ratelimit.Action) *Outcome {
 		t.Helper()
-		out, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Refund: refund})
+		out, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Action: action})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
 	for i := 0; i < 3; i++ { // one lease of 2, then a failed take
-		if out := charge(false); out.Allowed != (i < 2) {
+		if out := charge(ratelimit.Consume); out.Allowed != (i < 2) {
 			t.Fatalf("charge %d: allowed %v", i+1, out.Allowed)
 		}
 	}
 	clock.Advance(time.Second)
-	charge(true)
+	charge(ratelimit.Refund)
 	key := ratelimit.Key("ns", "p", "global", "l")
 	if got := <-announced; len(got) != 1 || got[0] != key {
 		t.Fatalf("the refund announced %q, want [%s]", got, key)
 	}
-	if out := charge(false); !out.Allowed {
+	if out := charge(ratelimit.Consume); !out.Allowed {
 		t.Fatal("after the refund: denied, from the lease's last failed take")
 	}
 
 	clock.Advance(time.Hour) // a new window: a lease of 2, one left over
-	if out := charge(false); !out.Allowed {
+	if out := charge(ratelimit.Consume); !out.Allowed {
 		t.Fatal("denied in a new window")
 	}
 	clock.Advance(time.Second)
-	charge(false) // the lease expired: its unit goes back, and a new one is taken
+	charge(ratelimit.Consume) // the lease expired: its unit goes back, and a new one is taken
 	select {
 	case got := <-announced:
 		if len(got) != 1 || got[0] != key {

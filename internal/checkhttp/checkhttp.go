@@ -1,8 +1,8 @@
 // Package checkhttp renders a check.Outcome as HTTP, the same way wherever
 // a decision is answered: the rate-limit headers of the reporting limit,
 // Retry-After, and every application/problem+json body Sluice sends (a
-// denial's, a bad request's, the dashboard's), all by one renderer. It also
-// normalizes the host and path of a request before policies are matched.
+// denial's, a bad request's, the dashboard's), all by one renderer.
+// Reading a request is package intake's.
 //
 // The check endpoint (webhook) and the public middleware package both use
 // it, so a decision reads the same wherever it is answered.

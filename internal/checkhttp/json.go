@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+
+	"github.com/sluice-dev/sluice/internal/intake"
 )
 
 // RequireJSON answers 415 unless r declares a JSON body (Content-Type
@@ -21,7 +23,7 @@ func RequireJSON(w http.ResponseWriter, r *http.Request) bool {
 	}
 	detail := "Content-Type: missing; this route reads only JSON (Content-Type: application/json)"
 	if ct != "" {
-		detail = fmt.Sprintf("Content-Type: %q is not application/json; this route reads only JSON (Content-Type: application/json)", Excerpt(ct))
+		detail = fmt.Sprintf("Content-Type: %q is not application/json; this route reads only JSON (Content-Type: application/json)", intake.Excerpt(ct))
 	}
 	WriteProblem(w, Problem{Type: ProblemAboutBlank, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType, Detail: detail})
 	return false

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
@@ -116,11 +117,16 @@ func DenialBody(out *check.Outcome, status int, buf []byte) (body, reuse []byte)
 }
 
 // deciderName names the denying policy ("" for none).
-func deciderName(out *check.Outcome) string {
-	if out.Decider == nil {
+func deciderName(out *check.Outcome) string { return policyName(out.Decider) }
+
+// policyName is p.String(), "" for nil. It names package policy so that
+// String inlines here: the name of a denial then does not escape, and is
+// built without an allocation.
+func policyName(p *policy.Policy) string {
+	if p == nil {
 		return ""
 	}
-	return out.Decider.String()
+	return p.String()
 }
 
 // describeDenial is the one description of a denial by policy (named by

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
@@ -36,7 +37,11 @@ func leasedPolicy(t *testing.T) *check.StaticSource {
 
 func remaining(t *testing.T, c *check.Checker, dryRun bool) int64 {
 	t.Helper()
-	out, err := c.Check(context.Background(), check.Input{Namespace: "ns", Request: &policy.Request{Method: "GET", Host: "h", Path: "/"}, DryRun: dryRun})
+	action := ratelimit.Consume
+	if dryRun {
+		action = ratelimit.DryRun
+	}
+	out, err := c.Check(context.Background(), check.Input{Namespace: "ns", Request: &policy.Request{Method: "GET", Host: "h", Path: "/"}, Action: action})
 	if err != nil || out.Degraded || len(out.Limits) != 1 {
 		t.Fatalf("check: %+v, %v", out, err)
 	}

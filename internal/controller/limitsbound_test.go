@@ -172,7 +172,7 @@ func TestLimitsBoundIsTheMostOneRequestMeets(t *testing.T) {
 		}
 		for _, d := range append(domains[1:], "unnamed") {
 			for _, ks := range append(keySets[1:], []string{"unnamed"}) {
-				r := policy.Request{Domain: d}
+				r := policy.Request{Kind: policy.KindDescriptor, Domain: d}
 				for _, k := range ks {
 					r.Descriptor = append(r.Descriptor, policy.DescriptorEntry{Key: k, Value: "x"})
 				}

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/intake"
 )
 
 // hostFlag is the flag that admits more names.
@@ -31,7 +31,7 @@ func (h *Hosts) String() string { return strings.Join(*h, ",") }
 func (h *Hosts) Set(s string) error {
 	for _, v := range strings.Split(s, ",") {
 		v = strings.TrimSpace(v)
-		name := checkhttp.NormalizeHost(v)
+		name := intake.NormalizeHost(v)
 		switch {
 		case name == "":
 			return fmt.Errorf("%q: want a host name", v)
@@ -67,10 +67,10 @@ type hostGuard struct {
 func newHostGuard(listen string, hosts []string) hostGuard {
 	g := hostGuard{names: map[string]bool{"localhost": true}}
 	for _, h := range hosts {
-		g.names[checkhttp.NormalizeHost(h)] = true
+		g.names[intake.NormalizeHost(h)] = true
 	}
 	if host, _, err := net.SplitHostPort(listen); err == nil && host != "" {
-		g.names[checkhttp.NormalizeHost(host)] = true
+		g.names[intake.NormalizeHost(host)] = true
 	}
 	return g
 }
@@ -89,7 +89,7 @@ func (g hostGuard) admits(name string) bool {
 // served as, and serves the rest with h.
 func (g hostGuard) guard(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := checkhttp.NormalizeHost(r.Host)
+		name := intake.NormalizeHost(r.Host)
 		if g.admits(name) {
 			h(w, r)
 			return
@@ -98,7 +98,7 @@ func (g hostGuard) guard(h http.HandlerFunc) http.Handler {
 		if name != "" {
 			detail = fmt.Sprintf("Host %q is not a name this dashboard is served as (localhost, IP addresses, the --listen host and each --%s), "+
 				"so that another site's name rebound to this address reaches nothing; to serve it as %s, start it with --%s=%s",
-				checkhttp.Excerpt(name), hostFlag, checkhttp.Excerpt(name), hostFlag, checkhttp.Excerpt(name))
+				intake.Excerpt(name), hostFlag, intake.Excerpt(name), hostFlag, intake.Excerpt(name))
 		}
 		problemJSON(w, http.StatusMisdirectedRequest, "Misdirected Request", detail)
 	})

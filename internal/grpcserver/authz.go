@@ -6,9 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"net/netip"
-	"net/textproto"
 	"slices"
-	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
-	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -128,7 +126,7 @@ func (a *authz) namespace(attrs *authv3.AttributeContext) (string, error) {
 		return a.s.opts.DefaultNamespace, nil
 	}
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return "", attrError("attributes.context_extensions."+NamespaceExtension, "%q is not a namespace name", checkhttp.Excerpt(ns))
+		return "", attrError("attributes.context_extensions."+NamespaceExtension, "%q is not a namespace name", intake.Excerpt(ns))
 	}
 	return ns, nil
 }
@@ -155,70 +153,40 @@ const (
 	attrSource  = "attributes.source.address.socket_address.address"
 )
 
-// readRequest reads the original request from the check's attributes into
-// out, with the same readings of host and path as the HTTP endpoint's
-// profiles (checkhttp.NormalizeHost, checkhttp.ReadPath) and the same
-// trusted-proxy rule for the client's address, the source address being
-// the peer.
+// attrFields names each field intake.Read may refuse by its attribute.
+var attrFields = map[intake.Field]string{
+	intake.FieldMethod: attrMethod, intake.FieldHost: attrHost, intake.FieldTarget: attrPath,
+	intake.FieldHeaders: attrHeaders, intake.FieldClientAddress: attrSource,
+}
+
+// readRequest maps the check's attributes onto the intake, the source
+// address being the peer, and reads the original request into out.
 func readRequest(attrs *authv3.AttributeContext, trusted *clientip.TrustedProxies, out *policy.Request) error {
 	h := attrs.GetRequest().GetHttp()
 	if h == nil {
 		return attrError(attrHTTP, "missing")
 	}
-	header, err := readHeaders(h)
+	o := intake.Original{Method: h.GetMethod(), Authority: h.GetHost(), Target: h.GetPath()}
+	var err error
+	if o.Header, err = readHeaders(h); err == nil {
+		if o.Peer, err = sourceAddress(attrs); err == nil {
+			err = intake.Read(&o, trusted, out)
+		}
+	}
 	if err != nil {
-		return err
+		f, _ := intake.FieldOf(err)
+		return attrError(attrFields[f], "%v", err)
 	}
-	*out = policy.Request{Header: header, Method: h.GetMethod()}
-	if err := checkhttp.CheckMethod(out.Method); err != nil {
-		return attrError(attrMethod, "%v", err)
-	}
-	host, target := h.GetHost(), h.GetPath()
-	if len(host)+len(target) > policy.MaxURLBytes {
-		return attrError(attrPath, "with the host, longer than %d bytes", policy.MaxURLBytes)
-	}
-	if out.Host, err = checkhttp.ReadHost(host); err != nil {
-		return attrError(attrHost, "%v", err)
-	}
-	if err := checkhttp.ReadTarget(out, target); err != nil {
-		return attrError(attrPath, "%v", err)
-	}
-	peer, err := sourceAddress(attrs)
-	if err != nil {
-		return err
-	}
-	var realIP string
-	if v := header["X-Real-Ip"]; len(v) > 0 {
-		realIP = v[0]
-	}
-	out.ClientIP = trusted.ClientIP(peer, header["X-Forwarded-For"], realIP)
 	return nil
 }
 
-// readHeaders builds the request's header in Go's canonical form, as the
-// policies' header matchers and keys read it, from the headers map (keys
-// lower case, repeated headers joined by Envoy) or, with Envoy's
-// encode_raw_headers, from header_map. Pseudo-headers (":path") are not
-// headers. The section is bounded as the HTTP endpoint bounds it.
+// readHeaders builds the request's header section from the headers map
+// (keys lower case, repeated headers joined by Envoy) or, with Envoy's
+// encode_raw_headers, from header_map.
 func readHeaders(h *authv3.AttributeContext_HttpRequest) (http.Header, error) {
-	header := make(http.Header, len(h.GetHeaders()))
-	size := 0
-	add := func(k, v string) error {
-		if size += len(k) + len(v) + 4; size > httpserve.MaxHeaderBytes {
-			return attrError(attrHeaders, "more than %d bytes", httpserve.MaxHeaderBytes)
-		}
-		if strings.HasPrefix(k, ":") {
-			return nil
-		}
-		if !checkhttp.ValidHeaderName(k) {
-			return attrError(attrHeaders, "%q is not an HTTP header name", checkhttp.Excerpt(k))
-		}
-		name := textproto.CanonicalMIMEHeaderKey(k)
-		header[name] = append(header[name], v)
-		return nil
-	}
+	s := intake.HeaderSection{Header: make(http.Header, len(h.GetHeaders()))}
 	for k, v := range h.GetHeaders() {
-		if err := add(k, v); err != nil {
+		if err := s.Add(k, v); err != nil {
 			return nil, err
 		}
 	}
@@ -227,11 +195,11 @@ func readHeaders(h *authv3.AttributeContext_HttpRequest) (http.Header, error) {
 		if raw := hv.GetRawValue(); raw != nil {
 			v = string(raw)
 		}
-		if err := add(hv.GetKey(), v); err != nil {
+		if err := s.Add(hv.GetKey(), v); err != nil {
 			return nil, err
 		}
 	}
-	return header, nil
+	return s.Header, nil
 }
 
 // sourceAddress is the peer of the original request: Envoy's downstream
@@ -242,11 +210,7 @@ func sourceAddress(attrs *authv3.AttributeContext) (netip.Addr, error) {
 	if sa == nil {
 		return netip.Addr{}, nil
 	}
-	a, err := netip.ParseAddr(sa.GetAddress())
-	if err != nil {
-		return netip.Addr{}, attrError(attrSource, "%q is not an IP address", checkhttp.Excerpt(sa.GetAddress()))
-	}
-	return clientip.Normalize(a), nil
+	return intake.ReadAddress(sa.GetAddress())
 }
 
 // denied is a denial with the recorded status, headers and body.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -102,7 +103,7 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 	if len(st.refunds) > 0 {
 		// Negative hits go back first, in a call of their own; the
 		// descriptors then read their limits in the call below.
-		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Refund: true}, &st.out); err != nil {
+		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Action: ratelimit.Refund}, &st.out); err != nil {
 			return nil, r.checkFailed(req, err)
 		}
 	}
@@ -147,7 +148,7 @@ func (r *rls) reportUnbound(domain string) {
 	}
 	r.unbound[domain] = true
 	r.s.opts.Logger.Warn("rate limit requests for a domain no namespace is bound to are answered OK; bind it with --rls-domain DOMAIN=NAMESPACE",
-		"domain", checkhttp.Excerpt(domain))
+		"domain", intake.Excerpt(domain))
 }
 
 // okForEach is the answer for descriptors no policy can match.
@@ -180,7 +181,7 @@ func (st *rlsState) read(req *ratelimitv3.RateLimitRequest, own ownLimits) error
 	at := 0
 	for i, d := range descriptors {
 		n := len(d.GetEntries())
-		st.reqs[i] = policy.Request{Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
+		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
 		at += n
 		part := check.Part{Request: &st.reqs[i]}
 		if d.GetLimit() != nil && own.r != nil {

@@ -9,7 +9,7 @@ import (
 // desc builds one descriptor of a rate limit service request from
 // key, value pairs.
 func desc(domain string, kv ...string) *Request {
-	r := &Request{Domain: domain}
+	r := &Request{Kind: KindDescriptor, Domain: domain}
 	for i := 0; i+1 < len(kv); i += 2 {
 		r.Descriptor = append(r.Descriptor, DescriptorEntry{Key: kv[i], Value: kv[i+1]})
 	}

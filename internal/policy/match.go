@@ -99,7 +99,7 @@ func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
 // matches reports whether r is in scope. The CEL expression runs last: it
 // is the most expensive test.
 func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
-	if m.forDescriptors != r.IsDescriptor() {
+	if m.forDescriptors != (r.Kind == KindDescriptor) {
 		return false, nil
 	}
 	switch {

@@ -9,9 +9,14 @@ import (
 	"net/netip"
 )
 
-// Request is the original request a proxy asks about, as the check endpoint
-// rebuilt it. Header keys are canonical (as net/http stores them).
+// Request is one request the policies decide, of one Kind: the original
+// HTTP request a proxy asks about, as an intake read it (header keys
+// canonical, as net/http stores them), or one descriptor of an Envoy rate
+// limit service request.
 type Request struct {
+	Kind Kind
+
+	// The HTTP attributes (KindHTTP).
 	Method string
 	Host   string // without port, lower case
 	// Path is the path percent-decoded, with dot segments and repeated
@@ -19,27 +24,34 @@ type Request struct {
 	Path string
 	// AltPaths are other readings of the same target that some router
 	// takes ("" when unused): spec.match.paths matches when Path or any of
-	// them does, so no spelling skips a policy (checkhttp.ReadPath).
+	// them does, so no spelling skips a policy (package intake reads them).
 	AltPaths [5]string
 	RawQuery string
 	Header   http.Header
 	ClientIP netip.Addr
 
-	// Domain and Descriptor are set for one descriptor of an Envoy rate
-	// limit service request, and only then: such a request has no HTTP
-	// attributes, and only descriptor policies match it.
+	// The descriptor and its domain (KindDescriptor).
 	Domain     string
 	Descriptor []DescriptorEntry
 }
+
+// Kind is what a Request describes.
+type Kind uint8
+
+const (
+	// KindHTTP is an HTTP request (the zero Kind): only HTTP policies
+	// match it.
+	KindHTTP Kind = iota
+	// KindDescriptor is one descriptor of an Envoy rate limit service
+	// request, which has no HTTP attributes: only descriptor policies
+	// match it.
+	KindDescriptor
+)
 
 // DescriptorEntry is one entry of an Envoy rate limit descriptor.
 type DescriptorEntry struct {
 	Key, Value string
 }
-
-// IsDescriptor reports whether r is a descriptor of an Envoy rate limit
-// service request rather than an HTTP request.
-func (r *Request) IsDescriptor() bool { return r.Domain != "" }
 
 // Lookup returns the value of the descriptor's first entry with key.
 func (r *Request) Lookup(key string) (string, bool) {

@@ -76,7 +76,7 @@ func worstRequests() map[string]*Request {
 // entries (the named headers' lower-case names first) with values of
 // valueLen bytes, and the longest domain.
 func bigDescriptor(unit string, valueLen, n int) *Request {
-	r := &Request{Domain: filler("d.", maxDomainBytes)}
+	r := &Request{Kind: KindDescriptor, Domain: filler("d.", maxDomainBytes)}
 	for i := range n {
 		key := fmt.Sprintf("k%d", i)
 		if i < len(namedHeaders) {

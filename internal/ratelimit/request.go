@@ -66,9 +66,20 @@ type Entry struct {
 // those that charge always).
 type Request struct {
 	Entries []Entry
+	// Action is what the call does to the limits' state: consume (the
+	// zero Action), a dry run, or a refund.
+	Action Action
+}
+
+// Action is what a Request does to its limits' state.
+type Action uint8
+
+const (
+	// Consume takes each entry's Cost when the request is allowed.
+	Consume Action = iota
 	// DryRun evaluates and reports the same Decision a real call would,
 	// but writes nothing.
-	DryRun bool
+	DryRun
 	// Refund returns each entry's Cost to its limit instead of taking it:
 	// units taken earlier and not used (a lease's leftovers, Envoy's
 	// negative hits). A refund never denies and never goes past untouched
@@ -76,7 +87,19 @@ type Request struct {
 	// holds units now, so it gives back at most Cost of each limit's room
 	// and never more than taking Cost had cost. Results are the limits'
 	// figures after the refund. Shadow and ChargeAlways do not apply.
-	Refund bool
+	Refund
+)
+
+func (a Action) String() string {
+	switch a {
+	case Consume:
+		return "consume"
+	case DryRun:
+		return "dry run"
+	case Refund:
+		return "refund"
+	}
+	return fmt.Sprintf("Action(%d)", a)
 }
 
 // Result is the outcome for one Entry. Durations are rounded up to the
@@ -158,9 +181,6 @@ func (r *Request) Validate() error {
 				return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
 			}
 		}
-	}
-	if r.Refund && r.DryRun {
-		return fmt.Errorf("%w: a refund cannot be a dry run", ErrInvalidRequest)
 	}
 	if i, j, ok := r.duplicate(); ok {
 		return fmt.Errorf("%w: entries %d and %d share key %s", ErrInvalidRequest, i, j, r.Entries[j].Key)

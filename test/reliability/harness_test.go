@@ -182,7 +182,7 @@ func (s *observedStore) Check(ctx context.Context, timeout time.Duration, req *r
 	err := s.Store.Check(ctx, timeout, req, dec)
 	if err != nil {
 		s.errs.add(err)
-		if k := errorKind(err); (k == "timeout" || k == "connection lost") && !req.DryRun {
+		if k := errorKind(err); (k == "timeout" || k == "connection lost") && req.Action != ratelimit.DryRun {
 			s.mu.Lock()
 			if s.unknown == nil {
 				s.unknown = map[string]int{}

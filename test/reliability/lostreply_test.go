@@ -168,7 +168,7 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 // that would be allowed reports what would remain after one more unit.
 func consumed(t testing.TB, s *redisstore.Store, key string, p *policy.Policy) int {
 	t.Helper()
-	req := ratelimit.Request{DryRun: true, Entries: []ratelimit.Entry{{Key: key, Limit: p.Limits[0].Limit, Cost: 1}}}
+	req := ratelimit.Request{Action: ratelimit.DryRun, Entries: []ratelimit.Entry{{Key: key, Limit: p.Limits[0].Limit, Cost: 1}}}
 	var dec ratelimit.Decision
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -189,7 +189,7 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 				for range 4000 {
 					entries := gen.next()
 					want, counter := envoyLimit(tree, d.name, entries)
-					req := &policy.Request{Domain: d.name, Descriptor: entries}
+					req := &policy.Request{Kind: policy.KindDescriptor, Domain: d.name, Descriptor: entries}
 					ev.Reset(req)
 					var matched []*policy.Policy
 					for _, p := range compiled {
@@ -300,7 +300,7 @@ func TestReportedDivergences(t *testing.T) {
 	} {
 		envoyNode, _ := envoyLimit(tree, "odd", tc.entries)
 		var ev policy.Eval
-		ev.Reset(&policy.Request{Domain: "odd", Descriptor: tc.entries})
+		ev.Reset(&policy.Request{Kind: policy.KindDescriptor, Domain: "odd", Descriptor: tc.entries})
 		var matched []string
 		for i, p := range compiled {
 			if ok, _ := ev.Match(p); ok {

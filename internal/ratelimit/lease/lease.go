@@ -180,7 +180,7 @@ func (s *Store) sendRefunds() {
 	var keys []string
 	for entries := range s.refunds {
 		units := entries[0].Cost
-		req := ratelimit.Request{Entries: entries, Refund: true}
+		req := ratelimit.Request{Entries: entries, Action: ratelimit.Refund}
 		err := s.inner.Check(context.Background(), refundTimeout, &req, &dec)
 		if err != nil {
 			s.dropped.Add(units) // unknown whether it was applied: never sent twice
@@ -305,7 +305,7 @@ type reservation struct {
 // groups splits req into leased buckets, or reports that req must go to
 // the wrapped store.
 func (s *Store) groups(req *ratelimit.Request, gs []group) ([]group, bool) {
-	if req.DryRun || req.Refund || len(req.Entries) == 0 {
+	if req.Action != ratelimit.Consume || len(req.Entries) == 0 {
 		return nil, false
 	}
 	for i := range req.Entries {

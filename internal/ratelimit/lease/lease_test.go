@@ -71,7 +71,7 @@ func (f *fixture) inStore(t *testing.T, e ratelimit.Entry) int64 {
 	t.Helper()
 	e.Cost, e.Lease = 0, ratelimit.Lease{}
 	var dec ratelimit.Decision
-	if err := f.inner.Store.Check(ctx, 0, &ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}, &dec); err != nil {
+	if err := f.inner.Store.Check(ctx, 0, &ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}, &dec); err != nil {
 		t.Fatal(err)
 	}
 	return dec.Results[0].Remaining
@@ -257,7 +257,7 @@ func TestExactWhereALeaseCannotDecide(t *testing.T) {
 		name string
 		req  ratelimit.Request
 	}{
-		{"a dry run", ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}},
+		{"a dry run", ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}},
 		{"a cost of 0", ratelimit.Request{Entries: []ratelimit.Entry{peek}}},
 		{"with a policy without a lease", ratelimit.Request{Entries: []ratelimit.Entry{e, plain}}},
 	} {

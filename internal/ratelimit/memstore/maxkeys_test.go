@@ -115,7 +115,7 @@ func TestMaxKeysOnlyWritesTakeRoom(t *testing.T) {
 	s, clock := capped(t, 1)
 	expect(t, s, "held", one("held", 1), true, 1)
 	for name, req := range map[string]*ratelimit.Request{
-		"dry run": {Entries: one("new", 1).Entries, DryRun: true},
+		"dry run": {Entries: one("new", 1).Entries, Action: ratelimit.DryRun},
 		"cost 0":  one("new", 0),
 		"denied":  one("new", 3), // over the capacity: never admitted
 	} {

@@ -311,7 +311,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 			st = it.state(sc.field[i])
 		}
 		switch {
-		case req.Refund:
+		case req.Action == ratelimit.Refund:
 			sc.verdicts[i], sc.nexts[i] = model.Refund(sc.params[i], st, now, req.Entries[i].Cost)
 		case req.Entries[i].ChargeAlways:
 			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
@@ -320,7 +320,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		}
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
-	if !req.DryRun && s.maxKeys > 0 {
+	if req.Action != ratelimit.DryRun && s.maxKeys > 0 {
 		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {
 			clear(sc.nexts)
 			return err
@@ -330,7 +330,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	for i := range req.Entries {
 		v := &sc.verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &req.Entries[i])))
-		if !req.DryRun && s.written(req, dec.Allowed, sc, i) {
+		if req.Action != ratelimit.DryRun && s.written(req, dec.Allowed, sc, i) {
 			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now+v.ResetAfter)
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
@@ -351,7 +351,7 @@ func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int)
 // written reports whether entry i of req, decided allowed or not, writes
 // its state (model.Writes).
 func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
-	if req.Refund {
+	if req.Action == ratelimit.Refund {
 		return sc.nexts[i].Alg != 0 // never a new bucket: a refund changes only held units
 	}
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])

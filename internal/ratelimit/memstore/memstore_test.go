@@ -75,7 +75,7 @@ func TestAllOrNothing(t *testing.T) {
 	if dec.Allowed || !dec.Results[0].Allowed || dec.Results[0].Remaining != 10 || dec.Results[1].Allowed {
 		t.Fatalf("denied request reported %+v", dec)
 	}
-	check(ratelimit.Request{Entries: []ratelimit.Entry{a}, DryRun: true})
+	check(ratelimit.Request{Entries: []ratelimit.Entry{a}, Action: ratelimit.DryRun})
 	if dec.Results[0].Remaining != 9 || dec.Results[0].Reset != time.Second {
 		t.Fatalf("first limit changed by a denied request: %+v", dec.Results[0])
 	}
@@ -172,13 +172,12 @@ func TestInvalidRequests(t *testing.T) {
 	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Second}
 	var dec ratelimit.Decision
 	for name, req := range map[string]ratelimit.Request{
-		"empty":      {},
-		"no key":     {Entries: []ratelimit.Entry{{Limit: l, Cost: 1}}},
-		"duplicate":  {Entries: []ratelimit.Entry{{Key: "k", Limit: l}, {Key: "k", Limit: l}}},
-		"bad limit":  {Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 1}}}},
-		"neg cost":   {Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: -1}}},
-		"a bucket":   {Entries: []ratelimit.Entry{{Key: "sluice:v2:{ns/p/v}", Limit: l, Cost: 1}}},
-		"dry refund": {Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: 1}}, DryRun: true, Refund: true},
+		"empty":     {},
+		"no key":    {Entries: []ratelimit.Entry{{Limit: l, Cost: 1}}},
+		"duplicate": {Entries: []ratelimit.Entry{{Key: "k", Limit: l}, {Key: "k", Limit: l}}},
+		"bad limit": {Entries: []ratelimit.Entry{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.GCRA, Capacity: 1}}}},
+		"neg cost":  {Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: -1}}},
+		"a bucket":  {Entries: []ratelimit.Entry{{Key: "sluice:v2:{ns/p/v}", Limit: l, Cost: 1}}},
 	} {
 		if err := s.Check(context.Background(), 0, &req, &dec); err == nil {
 			t.Errorf("%s: no error", name)

@@ -92,7 +92,7 @@ func CheckAtomicPairs(t testing.TB, s ratelimit.Store, prefix string) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	peek := ratelimit.Request{Entries: []ratelimit.Entry{b}, DryRun: true}
+	peek := ratelimit.Request{Entries: []ratelimit.Entry{b}, Action: ratelimit.DryRun}
 	peek.Entries[0].Cost = 0
 	var dec ratelimit.Decision
 	if err := s.Check(context.Background(), 0, &peek, &dec); err != nil {

@@ -111,7 +111,7 @@ func RunBatchDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, maxBatch
 					st.Batches, i, k, at[i], target.Name, fmtRequest(req), fmtDecision(&refDec), target.Name, fmtDecision(&decs[i]), fmtBatch(reqs[:i+1], at))
 			}
 			st.Requests++
-			if req.DryRun {
+			if req.Action == ratelimit.DryRun {
 				st.DryRuns++
 			}
 			if refDec.Allowed {

@@ -104,10 +104,10 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		send(req, fmt.Sprintf("request %d", n))
 
 		st.Requests++
-		if req.DryRun {
+		if req.Action == ratelimit.DryRun {
 			st.DryRuns++
 		}
-		if req.Refund {
+		if req.Action == ratelimit.Refund {
 			st.Refunds++
 		}
 		if refDec.Allowed {
@@ -145,7 +145,7 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			hint = r.RetryAfter
 			// A dry run reports the retry after a charge it did not make:
 			// the state it leaves admits earlier.
-			if !probed && !(req.DryRun && e.ChargeAlways) && rng.IntN(4) == 0 {
+			if !probed && !(req.Action == ratelimit.DryRun && e.ChargeAlways) && rng.IntN(4) == 0 {
 				probed = true
 				probeRetry(t, ref, send, e, r.RetryAfter)
 				st.Probes += 2
@@ -163,7 +163,7 @@ const maxJump = time.Hour
 func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, string), e ratelimit.Entry, retry time.Duration) {
 	t.Helper()
 	e.Shadow = false
-	req := &ratelimit.Request{Entries: []ratelimit.Entry{e}, DryRun: true}
+	req := &ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}
 	var d ratelimit.Decision
 	ref.Clock.Advance(retry - time.Microsecond)
 	send(req, "retry probe -1µs")
@@ -196,9 +196,9 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 	req := &ratelimit.Request{}
 	switch rng.IntN(10) {
 	case 0:
-		req.DryRun = true
+		req.Action = ratelimit.DryRun
 	case 1:
-		req.Refund = true // units given back, as a lease's leftovers are
+		req.Action = ratelimit.Refund // units given back, as a lease's leftovers are
 	}
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
@@ -226,7 +226,7 @@ func sameDecision(a, b *ratelimit.Decision) bool {
 
 func fmtRequest(r *ratelimit.Request) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "dryRun=%v refund=%v", r.DryRun, r.Refund)
+	fmt.Fprintf(&b, "%v", r.Action)
 	for _, e := range r.Entries {
 		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways)
 	}

@@ -45,7 +45,7 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
-		if req.Refund {
+		if req.Action == ratelimit.Refund {
 			verdicts[i], nexts[i] = model.Refund(p, &st, now, e.Cost)
 			continue
 		}
@@ -60,14 +60,14 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
-		if req.Refund {
+		if req.Action == ratelimit.Refund {
 			if nexts[i].Alg != 0 {
 				r.states[e.Key] = nexts[i]
 				r.refunded(e, &nexts[i])
 			}
 			continue
 		}
-		if !req.DryRun && model.Writes(dec.Allowed, &e, v, &nexts[i]) {
+		if req.Action != ratelimit.DryRun && model.Writes(dec.Allowed, &e, v, &nexts[i]) {
 			r.states[e.Key] = nexts[i]
 			r.written(e, now+v.ResetAfter)
 		}

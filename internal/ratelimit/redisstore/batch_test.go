@@ -149,7 +149,7 @@ func TestBatchReload(t *testing.T) {
 				}
 				_ = decs
 			}
-			peek := ratelimit.Request{DryRun: true, Entries: []ratelimit.Entry{{Key: ratelimit.Key("ns", "p", "v", "fw"), Limit: l, Cost: 0}}}
+			peek := ratelimit.Request{Action: ratelimit.DryRun, Entries: []ratelimit.Entry{{Key: ratelimit.Key("ns", "p", "v", "fw"), Limit: l, Cost: 0}}}
 			if got := check(t, s, peek).Results[0].Remaining; got != 100-23 {
 				t.Fatalf("shared key has %d left after 23 requests, want %d (a request applied twice or lost)", got, 100-23)
 			}

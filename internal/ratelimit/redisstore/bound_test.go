@@ -92,7 +92,7 @@ func TestRequestOverOneCall(t *testing.T) {
 				t.Fatalf("request that lost the race: allowed %v, last %+v", dec.Allowed, dec.Results[299])
 			}
 			peek := *req
-			peek.DryRun = true
+			peek.Action = ratelimit.DryRun
 			peek.Entries = peek.Entries[:len(peek.Entries)-1]
 			for i, r := range check(t, s, peek).Results {
 				if r.Remaining != 1 { // each took 1 in the first request, refilled by 1 since

@@ -99,7 +99,7 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 // mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
 func mode(req *ratelimit.Request, dry bool) byte {
 	switch {
-	case req.Refund:
+	case req.Action == ratelimit.Refund:
 		return '2'
 	case dry:
 		return '1'

@@ -151,7 +151,7 @@ func TestCluster(t *testing.T) {
 		calls, cmds := st.Calls-before.Calls, st.Commands-before.Commands
 		t.Logf("%d calls in %d commands, %d pipelines", calls, cmds, st.Pipelines-before.Pipelines)
 		for v, value := range values {
-			peek := ratelimit.Request{DryRun: true, Entries: []ratelimit.Entry{{Key: ratelimit.Key("ns", "merged", value, "big"), Limit: big}}}
+			peek := ratelimit.Request{Action: ratelimit.DryRun, Entries: []ratelimit.Entry{{Key: ratelimit.Key("ns", "merged", value, "big"), Limit: big}}}
 			left := check(t, m, peek).Results[0].Remaining
 			if admitted[v].Load() != 50 || left != 950 {
 				t.Fatalf("%s: admitted %d (want 50), big bucket has %d left (want 950)", value, admitted[v].Load(), left)

@@ -30,7 +30,7 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
 		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3]}
 		switch {
-		case req.Refund:
+		case req.Action == ratelimit.Refund:
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
 			}

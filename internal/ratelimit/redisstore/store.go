@@ -236,12 +236,12 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 	// entries) decides and consumes. Several calls: a dry run in each
 	// first. A refund has nothing to decide: one round gives back
 	// everywhere.
-	dryFirst := len(cs.groups) > 1 && !req.Refund
-	if err := s.round(ctx, req, cs, req.DryRun || dryFirst); err != nil {
+	dryFirst := len(cs.groups) > 1 && req.Action != ratelimit.Refund
+	if err := s.round(ctx, req, cs, req.Action == ratelimit.DryRun || dryFirst); err != nil {
 		return err
 	}
 	allowed := all(cs.consumed)
-	if dryFirst && allowed && !req.DryRun {
+	if dryFirst && allowed && req.Action != ratelimit.DryRun {
 		if s.betweenRounds != nil {
 			s.betweenRounds()
 		}
@@ -255,7 +255,7 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 		fill(dec, req, all(cs.consumed), cs)
 		return nil
 	}
-	if dryFirst && !allowed && !req.DryRun {
+	if dryFirst && !allowed && req.Action != ratelimit.DryRun {
 		if err := s.chargeAlways(ctx, req, cs); err != nil {
 			return err
 		}
@@ -276,7 +276,7 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 // limits' windows pass: an over-count, never an over-admission; it is
 // counted in Stats.LostRefunds.
 func (s *Store) giveBack(ctx context.Context, req *ratelimit.Request, cs *checkState) {
-	back := ratelimit.Request{Refund: true}
+	back := ratelimit.Request{Action: ratelimit.Refund}
 	for g, idx := range cs.groups {
 		if !cs.consumed[g] {
 			continue
@@ -453,7 +453,7 @@ func (s *Store) checkBatch(ctx context.Context, reqs []*ratelimit.Request, at []
 		if len(cs.groups) != 1 {
 			return fmt.Errorf("redisstore check batch: request %d spans %d slots", i, len(cs.groups))
 		}
-		states[i], jobs[i] = cs, s.prepare(ctx, req, cs, req.DryRun, at[i])
+		states[i], jobs[i] = cs, s.prepare(ctx, req, cs, req.Action == ratelimit.DryRun, at[i])
 	}
 	var calls []*call
 	for _, j := range jobs {

@@ -175,7 +175,7 @@ func TestAlgorithmChange(t *testing.T) {
 			}
 			for _, alg := range ratelimit.Algorithms {
 				l := ratelimittest.NoRefillLimits(7)[alg-1]
-				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}, DryRun: true}
+				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}, Action: ratelimit.DryRun}
 				if dec := check(t, s, req); !dec.Allowed || dec.Results[0].Remaining != 6 {
 					t.Fatalf("%s: %s over foreign data: %+v", key, alg, dec)
 				}
@@ -281,7 +281,7 @@ func TestNoReplay(t *testing.T) {
 	if err := s.Check(ctx, 0, &req, &dec); err == nil {
 		t.Fatal("a lost reply was not reported")
 	}
-	peek := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: 0}}, DryRun: true}
+	peek := ratelimit.Request{Entries: []ratelimit.Entry{{Key: "k", Limit: l, Cost: 0}}, Action: ratelimit.DryRun}
 	if got := check(t, s, peek).Results[0].Remaining; got != 8 {
 		t.Fatalf("remaining %d after one lost call, want 8 (the call ran %d times)", got, 9-got)
 	}

@@ -1,4 +1,4 @@
-package checkhttp
+package intake
 
 import (
 	"fmt"
@@ -8,12 +8,12 @@ import (
 // The syntax checks every way of asking (the HTTP profiles, the JSON check,
 // ext_authz over gRPC) applies to the original request it is told about.
 
-// ValidMethod reports whether m can be an HTTP method as nginx accepts
+// validMethod reports whether m can be an HTTP method as nginx accepts
 // one: upper-case letters, '-' and '_' (VERSION-CONTROL, M_SEARCH), at most
 // 32. Methods are case-sensitive (RFC 9110), so "get" is not GET: every
 // intake refuses it rather than guess, and none lets a spelling of a method
 // skip a policy's methods.
-func ValidMethod(m string) bool {
+func validMethod(m string) bool {
 	if m == "" || len(m) > 32 {
 		return false
 	}
@@ -25,18 +25,18 @@ func ValidMethod(m string) bool {
 	return true
 }
 
-// CheckMethod is ValidMethod with the reason every intake gives, after the
+// checkMethod is validMethod with the reason every intake gives, after the
 // name of the field or header the method came in.
-func CheckMethod(m string) error {
-	if ValidMethod(m) {
+func checkMethod(m string) error {
+	if validMethod(m) {
 		return nil
 	}
 	return fmt.Errorf("%q is not an HTTP method: want upper-case letters, '-' or '_' (methods are case-sensitive)", Excerpt(m))
 }
 
-// ValidURLText rejects control bytes and spaces, which no proxy forwards
+// validURLText rejects control bytes and spaces, which no proxy forwards
 // in a well-formed request line.
-func ValidURLText(s string) bool {
+func validURLText(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c == 0x7f {
 			return false
@@ -45,9 +45,9 @@ func ValidURLText(s string) bool {
 	return true
 }
 
-// ValidHeaderName reports whether s is an HTTP token (RFC 9110), as a
+// validHeaderName reports whether s is an HTTP token (RFC 9110), as a
 // header name must be.
-func ValidHeaderName(s string) bool {
+func validHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}

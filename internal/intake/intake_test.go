@@ -1,13 +1,12 @@
-package checkhttp_test
+package intake_test
 
 // The differential test of the intakes: one table of request spellings,
 // each sent through every way a request reaches the policies (the HTTP
 // check endpoint's profiles, POST /v1/check, ext_authz over gRPC, the
 // middleware in the process and remotely), must get one decision: refused
 // as unreadable, denied, or allowed having charged the same buckets of the
-// same policies. The intakes share checkhttp's readings of method, host
-// and target and clientip's reading of the client address; this test is
-// what keeps them sharing.
+// same policies. Each intake maps its fields onto intake.Read; this test
+// is what keeps them mapping alike.
 
 import (
 	"bufio"

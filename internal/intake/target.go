@@ -1,4 +1,4 @@
-package checkhttp
+package intake
 
 import (
 	"errors"
@@ -6,71 +6,24 @@ import (
 	"path"
 	"strings"
 
-	"golang.org/x/net/http/httpguts"
-
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
-// ReadHost reads the host of an authority as every intake does: bytes a
-// Host header may carry (httpguts.ValidHostHeader, as net/http's server
-// checks them: no control bytes, spaces or raw UTF-8, which an IDN sends
-// as punycode), read by NormalizeHost. An authority nothing can be read
-// from, empty included, is an error: an unreadable host must never skip a
-// host-scoped policy.
-func ReadHost(authority string) (string, error) {
-	if !httpguts.ValidHostHeader(authority) {
-		return "", fmt.Errorf("malformed host %q", Excerpt(authority))
-	}
-	h := NormalizeHost(authority)
-	if h == "" {
-		return "", fmt.Errorf("no host in %q", Excerpt(authority))
-	}
-	return h, nil
-}
-
-// NormalizeHost reads the host of an authority (a Host header, the host of
-// X-Original-URL) the way nginx selects a server by it: a bracketed IPv6
-// literal up to its ']', otherwise the text before the first ':', so that
-// "api.example.com:1:2" is api.example.com, as nginx routes it. One trailing
-// dot is dropped and the result is lower case. An authority nothing can be
-// read from (empty, an unclosed '[') gives "", which callers refuse: an
-// unreadable host must never skip a host-scoped policy.
-//
-// It allocates only when it must lower-case.
-func NormalizeHost(h string) string {
-	if strings.HasPrefix(h, "[") {
-		end := strings.IndexByte(h, ']')
-		if end < 0 {
-			return ""
-		}
-		h = h[1:end]
-	} else if i := strings.IndexByte(h, ':'); i >= 0 {
-		h = h[:i]
-	}
-	h = strings.TrimSuffix(h, ".")
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c >= 'A' && c <= 'Z' {
-			return strings.ToLower(h)
-		}
-	}
-	return h
-}
-
-// ReadTarget reads a request target as sent (path, query, and a fragment,
+// readTarget reads a request target as sent (path, query, and a fragment,
 // which no router reads and is dropped) into out's path readings
-// (ReadPath) and query, as every intake reads one.
-func ReadTarget(out *policy.Request, target string) error {
+// (readPath) and query, as Read reads one.
+func readTarget(out *policy.Request, target string) error {
 	if !strings.HasPrefix(target, "/") {
 		return fmt.Errorf("must start with '/': %q", Excerpt(target))
 	}
-	if !ValidURLText(target) {
+	if !validURLText(target) {
 		return fmt.Errorf("control bytes or spaces in %q", Excerpt(target))
 	}
 	if i := strings.IndexByte(target, '#'); i >= 0 {
 		target = target[:i]
 	}
 	escapedPath, rawQuery, _ := strings.Cut(target, "?")
-	if err := ReadPath(out, escapedPath); err != nil {
+	if err := readPath(out, escapedPath); err != nil {
 		return err
 	}
 	out.RawQuery = rawQuery
@@ -79,7 +32,7 @@ func ReadTarget(out *policy.Request, target string) error {
 
 var errBadEscape = errors.New("malformed percent-encoding in the path")
 
-// ReadPath sets r.Path and r.AltPaths from the path as sent (escaped, no
+// readPath sets r.Path and r.AltPaths from the path as sent (escaped, no
 // query). Routers read one target in different ways, and a policy applies
 // when any of them matches it, so that no spelling skips a policy:
 //
@@ -98,8 +51,8 @@ var errBadEscape = errors.New("malformed percent-encoding in the path")
 //     Spring 5 and Rails route "/login/" to the handler of /login).
 //
 // It allocates nothing for a path that is already clean and unescaped.
-func ReadPath(r *policy.Request, escaped string) error {
-	decoded, err := NormalizePath(escaped)
+func readPath(r *policy.Request, escaped string) error {
+	decoded, err := normalizePath(escaped)
 	if err != nil {
 		return err
 	}
@@ -124,9 +77,9 @@ func ReadPath(r *policy.Request, escaped string) error {
 	}
 	add(trimTrailingSlash(decoded))
 	if strings.IndexByte(escaped, ';') >= 0 {
-		// The escapes were checked by NormalizePath above, and removing
+		// The escapes were checked by normalizePath above, and removing
 		// whole parameters leaves only whole escapes.
-		if withoutParams, err := NormalizePath(stripPathParams(escaped)); err == nil {
+		if withoutParams, err := normalizePath(stripPathParams(escaped)); err == nil {
 			add(withoutParams)
 			add(trimTrailingSlash(withoutParams))
 		}
@@ -165,11 +118,11 @@ func stripPathParams(escaped string) string {
 	return b.String()
 }
 
-// NormalizePath decodes percent-escapes and resolves "." and ".." segments
+// normalizePath decodes percent-escapes and resolves "." and ".." segments
 // and repeated slashes, so "/a/../login", "//login" and "/%6Cogin" match a
 // policy for "/login" the way the upstream application will route them.
 // A trailing slash is kept. A path that is already clean is returned as is.
-func NormalizePath(escaped string) (string, error) {
+func normalizePath(escaped string) (string, error) {
 	if escaped == "" {
 		return "/", nil
 	}
@@ -231,7 +184,7 @@ func hasEncodedSlash(s string) bool {
 
 // decodeKeepingSlashes decodes every escape but %2F, which stays (as
 // "%2F") a character of its segment. The escapes were checked by
-// NormalizePath.
+// normalizePath.
 func decodeKeepingSlashes(s string) string {
 	out, _ := unescape(s, true)
 	return out
