@@ -70,7 +70,8 @@ type Config struct {
 }
 
 // BindFlags binds the flags of the processes that serve HTTP:
-// --max-connections, --max-connections-per-peer and --idle-timeout.
+// --max-connections, --max-connections-per-peer, --idle-timeout and
+// --drain-timeout.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.Func("max-connections", fmt.Sprintf("most client connections open at once; one more is closed at once (default %d, lowered to fit 3/4 of the open-file limit, shared with --grpc-max-connections; 0: no cap)", DefaultMaxConns),
 		connlimit.CapFlag(&c.MaxConns))
@@ -78,33 +79,37 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		connlimit.CapFlag(&c.MaxConnsPerPeer))
 	c.IdleTimeout = DefaultIdleTimeout
 	fs.Func("idle-timeout", fmt.Sprintf("close a keep-alive connection idle this long (default %s; above the proxies' pool timeouts: nginx 60s, Traefik 90s)", DefaultIdleTimeout),
-		func(s string) error {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return err
-			}
+		durationFlag(func(d time.Duration) error {
 			if d <= 0 {
-				return fmt.Errorf("must be positive, got %s", s)
+				return fmt.Errorf("must be positive, got %s", d)
 			}
 			c.IdleTimeout = d
 			return nil
-		})
+		}))
 	c.DrainTimeout = DefaultDrainTimeout
 	fs.Func("drain-timeout", fmt.Sprintf("on SIGTERM, answer with Connection: close for up to this long (less once the clients have moved on) before closing idle connections, so keep-alive clients move to another replica between requests (default %s; 0: close at once)", DefaultDrainTimeout),
-		func(s string) error {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				return err
-			}
-			if d < 0 {
-				return fmt.Errorf("must not be negative, got %s", s)
-			}
-			c.DrainTimeout = d
-			if d == 0 {
+		durationFlag(func(d time.Duration) error {
+			switch {
+			case d < 0:
+				return fmt.Errorf("must not be negative, got %s", d)
+			case d == 0:
 				c.DrainTimeout = -1 // Config's "no drain"
+			default:
+				c.DrainTimeout = d
 			}
 			return nil
-		})
+		}))
+}
+
+// durationFlag parses a flag's duration and hands it to set.
+func durationFlag(set func(time.Duration) error) func(string) error {
+	return func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		return set(d)
+	}
 }
 
 // limits are a Config's bounds in force.

@@ -3,10 +3,12 @@ package httpserve
 import (
 	"bufio"
 	"context"
+	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,5 +104,40 @@ func TestIdleTimeout(t *testing.T) {
 	// well before this read's own deadline.
 	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
+	}
+}
+
+// TestBindFlags: the defaults, --drain-timeout=0 turning the drain off,
+// and refused durations naming what is wrong.
+func TestBindFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args        []string
+		idle, drain time.Duration
+		err         string
+	}{
+		{nil, DefaultIdleTimeout, DefaultDrainTimeout, ""},
+		{[]string{"--idle-timeout=3m", "--drain-timeout=4s"}, 3 * time.Minute, 4 * time.Second, ""},
+		{[]string{"--drain-timeout=0"}, DefaultIdleTimeout, -1, ""},
+		{[]string{"--drain-timeout=-1s"}, 0, 0, "must not be negative"},
+		{[]string{"--idle-timeout=0s"}, 0, 0, "must be positive"},
+		{[]string{"--drain-timeout=soon"}, 0, 0, "invalid duration"},
+	} {
+		var c Config
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.BindFlags(fs)
+		err := fs.Parse(tc.args)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: error %v, want %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.IdleTimeout != tc.idle || c.DrainTimeout != tc.drain {
+			t.Errorf("%v: idle %s, drain %s, %v; want %s, %s", tc.args, c.IdleTimeout, c.DrainTimeout, err, tc.idle, tc.drain)
+		}
+		if got := c.resolve(0).drain; tc.drain < 0 && got != 0 {
+			t.Errorf("%v: drain in force %s, want none", tc.args, got)
+		}
 	}
 }

@@ -175,19 +175,7 @@ spec:
 // ask sends one auth-url check and returns its status.
 func ask(t testing.TB, check, url, client string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, check, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-Original-URL", url)
-	req.Header.Set("X-Original-Method", http.MethodGet)
-	req.Header.Set("X-Real-IP", client)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return askCheck(t, check, url, client).StatusCode
 }
 
 // restartCounts are the restart counts of every Sluice container.

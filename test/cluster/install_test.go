@@ -124,19 +124,7 @@ func expectDecisions(t *testing.T, check, url, client string, limit int) {
 	var codes []int
 	var denial http.Header
 	for range limit + 2 {
-		req, err := http.NewRequest(http.MethodGet, check, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("X-Original-URL", url)
-		req.Header.Set("X-Original-Method", http.MethodGet)
-		req.Header.Set("X-Real-IP", client)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp := askCheck(t, check, url, client)
 		codes = append(codes, resp.StatusCode)
 		if resp.StatusCode != http.StatusOK && denial == nil {
 			denial = resp.Header
@@ -152,6 +140,26 @@ func expectDecisions(t *testing.T, check, url, client string, limit int) {
 			t.Errorf("%s for %s: the denial lacks %s (%v)", check, url, h, denial)
 		}
 	}
+}
+
+// askCheck sends one auth-url check (the original request url, as from
+// client) and returns the answer, its body read.
+func askCheck(t testing.TB, check, url, client string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, check, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Original-URL", url)
+	req.Header.Set("X-Original-Method", http.MethodGet)
+	req.Header.Set("X-Real-IP", client)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
 
 func grepLines(text, word string) string {
