@@ -1,0 +1,43 @@
+// Package checktest builds the checker that tests of the endpoints, the
+// middleware and the stores start from: the policies a test gives, in
+// force over a store, with the check options it varies (timeout, breaker
+// cooldown, metrics, clock). Package check's own tests cannot import it
+// and have the same in check_test.go.
+package checktest
+
+import (
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
+)
+
+// Checker is a checker and the policies it decides by.
+type Checker struct {
+	*check.Checker
+	// Policies are the policies given to New; Set replaces them. Nil when
+	// the test gave its own Source.
+	Policies *check.StaticSource
+}
+
+// New returns a checker made with o, whose unset parts New fills in:
+// Store, when nil, is an in-memory store on o.Now, closed when the test
+// ends (storetest.Redis gives the Redis store); Source, when nil, holds
+// policies. A test gives either a Source or policies, not both.
+func New(t testing.TB, o check.Options, policies ...*policy.Policy) *Checker {
+	t.Helper()
+	if o.Store == nil {
+		o.Store = storetest.Memory(t, o.Now)
+	}
+	c := &Checker{}
+	switch {
+	case o.Source == nil:
+		c.Policies = check.NewStaticSource(policies...)
+		o.Source = c.Policies
+	case len(policies) > 0:
+		t.Fatal("checktest.New: both a Source and policies given")
+	}
+	c.Checker = check.New(o)
+	return c
+}
