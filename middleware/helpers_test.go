@@ -79,7 +79,7 @@ func newEndpoint(t testing.TB, namespace string, policies []named) *endpoint {
 	for _, p := range policies {
 		compiled = append(compiled, policytest.Compile(t, namespace, p.name, p.spec))
 	}
-	s, err := webhook.New(webhook.Options{Checker: checktest.New(t, check.Options{}, compiled...).Checker})
+	s, err := webhook.New(webhook.Options{Checker: checktest.New(t, check.Options{}, compiled...)})
 	if err != nil {
 		t.Fatal(err)
 	}

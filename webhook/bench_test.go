@@ -21,7 +21,7 @@ import (
 func benchServer(b *testing.B, specYAML string) *CheckEndpoint {
 	b.Helper()
 	c := checktest.New(b, check.Options{Timeout: time.Second}, compile(b, "bench", "p", specYAML))
-	s, err := New(Options{Checker: c.Checker})
+	s, err := New(Options{Checker: c})
 	if err != nil {
 		b.Fatal(err)
 	}

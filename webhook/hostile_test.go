@@ -86,7 +86,7 @@ func FuzzNoRequestSkipsAPolicy(f *testing.F) {
 	}
 	c := checktest.New(f, check.Options{Timeout: time.Second},
 		compile(f, "ns", "admin", "match: {paths: ['/admin/*']}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]"))
-	s, err := New(Options{Checker: c.Checker})
+	s, err := New(Options{Checker: c})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestMetrics(t *testing.T) {
 	c := checktest.New(t, check.Options{Timeout: time.Second, Metrics: check.NewMetrics(reg)},
 		compile(t, "shop", "api", "key: global\nlimits: [{name: burst, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "shop", "trial", "mode: Shadow\nkey: global\nlimits: [{name: probe, fixedWindow: {limit: 1, window: 1h}}]"))
-	s, err := New(Options{Checker: c.Checker, Gatherer: reg})
+	s, err := New(Options{Checker: c, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

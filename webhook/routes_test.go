@@ -43,7 +43,7 @@ func routeEndpoints(t *testing.T) (netHTTP, native string) {
 	now := func() time.Time { return time.Unix(1_800_000_000, 250_000_000) }
 	serve := func(serve func(testing.TB, http.Handler) string) string {
 		c := checktest.New(t, check.Options{Timeout: time.Second, Now: now}, routePolicies(t)...)
-		s, err := New(Options{Checker: c.Checker, Now: now})
+		s, err := New(Options{Checker: c, Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}

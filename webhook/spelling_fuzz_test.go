@@ -42,7 +42,7 @@ match: {hosts: [api.example.com], paths: ["/api/*", "/login"], methods: [GET, PO
 key: global
 limits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]
 `))
-	s, err := New(Options{Checker: c.Checker})
+	s, err := New(Options{Checker: c})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
-	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
@@ -40,13 +39,14 @@ type endpoint struct {
 
 func newEndpoint(t testing.TB, store ratelimit.Store, opts Options, policies ...*policy.Policy) *endpoint {
 	t.Helper()
-	c := checktest.New(t, check.Options{Store: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond}, policies...)
-	opts.Checker = c.Checker
+	src := check.NewStaticSource(policies...)
+	c := check.New(check.Options{Store: store, Source: src, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond})
+	opts.Checker = c
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &endpoint{URL: serveFast(t, s), server: s, checker: c.Checker, source: c.Policies}
+	return &endpoint{URL: serveFast(t, s), server: s, checker: c, source: src}
 }
 
 // serveFast serves h with httpserve, as the check process does, until the

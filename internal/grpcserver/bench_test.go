@@ -31,7 +31,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: "+c.limit+", window: 1h}}]"),
 				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
-			).Checker})
+			)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -56,7 +56,7 @@ type endpoint struct {
 func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	opts.Checker = checktest.New(t, check.Options{Store: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}, policies...).Checker
+	opts.Checker = checktest.New(t, check.Options{Store: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}, policies...)
 	opts.Registerer = reg
 	s, err := New(opts)
 	if err != nil {
@@ -327,7 +327,7 @@ func TestNamespace(t *testing.T) {
 			t.Errorf("%s: %v %d %s, want a 400 denial naming the extension", name, a.code, a.httpStatus, a.body)
 		}
 	}
-	if _, err := New(Options{Checker: checktest.New(t, check.Options{}).Checker, DefaultNamespace: "Not_A_Namespace"}); err == nil {
+	if _, err := New(Options{Checker: checktest.New(t, check.Options{}), DefaultNamespace: "Not_A_Namespace"}); err == nil {
 		t.Error("New accepted an invalid default namespace")
 	}
 }
@@ -523,7 +523,7 @@ func containsAll(have []string, want ...string) bool {
 
 // Shutdown turns health NOT_SERVING and stops the server.
 func TestServeStops(t *testing.T) {
-	s, err := New(Options{Checker: checktest.New(t, check.Options{}).Checker})
+	s, err := New(Options{Checker: checktest.New(t, check.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,31 +13,21 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
-// Checker is a checker and the policies it decides by.
-type Checker struct {
-	*check.Checker
-	// Policies are the policies given to New; Set replaces them. Nil when
-	// the test gave its own Source.
-	Policies *check.StaticSource
-}
-
 // New returns a checker made with o, whose unset parts New fills in:
 // Store, when nil, is an in-memory store on o.Now, closed when the test
 // ends (storetest.Redis gives the Redis store); Source, when nil, holds
-// policies. A test gives either a Source or policies, not both.
-func New(t testing.TB, o check.Options, policies ...*policy.Policy) *Checker {
+// policies (check.NewStaticSource, when the test replaces them). A test
+// gives either a Source or policies, not both.
+func New(t testing.TB, o check.Options, policies ...*policy.Policy) *check.Checker {
 	t.Helper()
 	if o.Store == nil {
 		o.Store = storetest.Memory(t, o.Now)
 	}
-	c := &Checker{}
 	switch {
 	case o.Source == nil:
-		c.Policies = check.NewStaticSource(policies...)
-		o.Source = c.Policies
+		o.Source = check.NewStaticSource(policies...)
 	case len(policies) > 0:
 		t.Fatal("checktest.New: both a Source and policies given")
 	}
-	c.Checker = check.New(o)
-	return c
+	return check.New(o)
 }
