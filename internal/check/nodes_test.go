@@ -223,8 +223,8 @@ func TestBreakerPerNode(t *testing.T) {
 	wantMetrics("b dropped", metricsText(map[string]BreakerState{"a": BreakerClosed, "c": BreakerClosed}, BreakerClosed))
 }
 
-// TestOneNodeStore: a store that names no node has the one breaker of
-// before, and no per-node series.
+// TestOneNodeStore: a store that names no node has one breaker for all its
+// calls, and no per-node series.
 func TestOneNodeStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	reg := prometheus.NewRegistry()
