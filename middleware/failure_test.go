@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/middleware"
 )
@@ -113,7 +114,7 @@ func TestRedisFailureModes(t *testing.T) {
 // rate-limit call or ignore context deadlines, and takes one built by
 // NewRedisClient or configured by hand.
 func TestRedisClientOptions(t *testing.T) {
-	spec := middleware.WithPolicy("p", parseSpec(t, "limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))
+	spec := middleware.WithPolicy("p", policytest.Spec(t, "limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))
 	const addr = "127.0.0.1:1" // never dialed: New does not contact Redis
 	for _, c := range []struct {
 		name    string

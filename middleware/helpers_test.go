@@ -11,12 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/middleware"
 	"github.com/sluice-dev/sluice/webhook"
@@ -24,15 +22,6 @@ import (
 
 // named is a policy for a test: its name and spec YAML.
 type named struct{ name, spec string }
-
-func parseSpec(t testing.TB, specYAML string) ratelimitv1alpha1.RateLimitPolicySpec {
-	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
-		t.Fatalf("spec: %v", err)
-	}
-	return spec
-}
 
 // A mode builds a limiter whose decisions are made one way.
 type mode struct {
@@ -55,7 +44,7 @@ func newLimiter(t testing.TB, opts ...middleware.Option) *middleware.Limiter {
 func policyOptions(t testing.TB, policies []named) []middleware.Option {
 	var opts []middleware.Option
 	for _, p := range policies {
-		opts = append(opts, middleware.WithPolicy(p.name, parseSpec(t, p.spec)))
+		opts = append(opts, middleware.WithPolicy(p.name, policytest.Spec(t, p.spec)))
 	}
 	return opts
 }
@@ -88,17 +77,9 @@ func newEndpoint(t testing.TB, namespace string, policies []named) *endpoint {
 	t.Helper()
 	var compiled []*policy.Policy
 	for _, p := range policies {
-		spec := parseSpec(t, p.spec)
-		c, err := policy.Compile(namespace, p.name, &spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		compiled = append(compiled, c)
+		compiled = append(compiled, policytest.Compile(t, namespace, p.name, p.spec))
 	}
-	store := memstore.New()
-	t.Cleanup(func() { store.Close() })
-	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled...)})
-	s, err := webhook.New(webhook.Options{Checker: checker})
+	s, err := webhook.New(webhook.Options{Checker: checktest.New(t, check.Options{}, compiled...)})
 	if err != nil {
 		t.Fatal(err)
 	}

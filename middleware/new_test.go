@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/middleware"
 )
 
@@ -55,7 +56,7 @@ spec:
 // TestConfigurationErrors: New refuses what cannot work, naming the
 // option, policy and field.
 func TestConfigurationErrors(t *testing.T) {
-	spec := func(s string) middleware.Option { return middleware.WithPolicy("p", parseSpec(t, s)) }
+	spec := func(s string) middleware.Option { return middleware.WithPolicy("p", policytest.Spec(t, s)) }
 	ok := spec("limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]")
 	remote := middleware.WithRemote(middleware.RemoteOptions{URL: "http://sluice-check:8080"})
 	for _, c := range []struct {
@@ -82,7 +83,7 @@ func TestConfigurationErrors(t *testing.T) {
 			[]string{`metadata.namespace "shop"`, "WithNamespace"}},
 		{"defined twice", []middleware.Option{middleware.WithPolicyYAML(goodManifest + "---\n" + goodManifest)},
 			[]string{`policy "per-client": defined twice`}},
-		{"bad policy name", []middleware.Option{middleware.WithPolicy("Per Client", parseSpec(t, "limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))},
+		{"bad policy name", []middleware.Option{middleware.WithPolicy("Per Client", policytest.Spec(t, "limits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))},
 			[]string{`policy "Per Client": name`}},
 		{"bad namespace", []middleware.Option{ok, middleware.WithNamespace("Shop_1")}, []string{`namespace "Shop_1"`}},
 		{"two stores", []middleware.Option{ok, middleware.WithMemoryStore(), middleware.WithRedisURL("redis://localhost:6379")},

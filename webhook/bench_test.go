@@ -13,16 +13,14 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sluice-dev/sluice/internal/check"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // benchServer is the check endpoint over the memory store, so the
 // benchmark measures the HTTP-to-decision path alone.
 func benchServer(b *testing.B, specYAML string) *CheckEndpoint {
 	b.Helper()
-	store := memstore.New()
-	b.Cleanup(func() { store.Close() })
-	c := check.New(check.Options{Store: store, Source: check.NewStaticSource(compile(b, "bench", "p", specYAML)), Timeout: time.Second})
+	c := checktest.New(b, check.Options{Timeout: time.Second}, compile(b, "bench", "p", specYAML))
 	s, err := New(Options{Checker: c})
 	if err != nil {
 		b.Fatal(err)

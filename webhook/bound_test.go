@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // noMatchPolicies are n policies of ns without a match, of limits limits.
@@ -38,7 +39,7 @@ func TestCheckOfManyLimits(t *testing.T) {
 	nginx := proxies[0]
 	policies := append(noMatchPolicies(t, "sixty", 60, 5), noMatchPolicies(t, "huge", ratelimit.MaxEntries/8+1, 8)...)
 	// A deadline for a loaded machine: Redis decides, never the failure mode.
-	s, err := New(Options{Checker: check.New(check.Options{Store: store, Source: check.NewStaticSource(policies...), Timeout: 5 * time.Second})})
+	s, err := New(Options{Checker: checktest.New(t, check.Options{Store: store, Timeout: 5 * time.Second}, policies...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // TestHostileKeyValues sends key values no client should send: huge,
@@ -83,10 +84,8 @@ func FuzzNoRequestSkipsAPolicy(f *testing.F) {
 	for _, s := range []string{"/admin/x", "//admin/x", "/x/../admin/", "/%61dmin/x", "/admin%2Fx", "/ADMIN/x", "/admin", "/./admin/./x?y#z", "/admin/\x00", "/%zz"} {
 		f.Add(s, "GET")
 	}
-	store := memstore.New()
-	defer store.Close()
-	src := check.NewStaticSource(compile(f, "ns", "admin", "match: {paths: ['/admin/*']}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]"))
-	c := check.New(check.Options{Store: store, Source: src, Timeout: time.Second})
+	c := checktest.New(f, check.Options{Timeout: time.Second},
+		compile(f, "ns", "admin", "match: {paths: ['/admin/*']}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]"))
 	s, err := New(Options{Checker: c})
 	if err != nil {
 		f.Fatal(err)

@@ -10,17 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/check"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	store := memstore.New()
-	defer store.Close()
-	c := check.New(check.Options{Store: store, Timeout: time.Second, Metrics: check.NewMetrics(reg), Source: check.NewStaticSource(
+	c := checktest.New(t, check.Options{Timeout: time.Second, Metrics: check.NewMetrics(reg)},
 		compile(t, "shop", "api", "key: global\nlimits: [{name: burst, fixedWindow: {limit: 2, window: 1h}}]"),
-		compile(t, "shop", "trial", "mode: Shadow\nkey: global\nlimits: [{name: probe, fixedWindow: {limit: 1, window: 1h}}]"),
-	)})
+		compile(t, "shop", "trial", "mode: Shadow\nkey: global\nlimits: [{name: probe, fixedWindow: {limit: 1, window: 1h}}]"))
 	s, err := New(Options{Checker: c, Gatherer: reg})
 	if err != nil {
 		t.Fatal(err)

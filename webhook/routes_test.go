@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // routePolicies are the policies of TestRoutesAnswerAlike: shopPolicy in
@@ -41,9 +42,7 @@ func routePolicies(t testing.TB) []*policy.Policy {
 func routeEndpoints(t *testing.T) (netHTTP, native string) {
 	now := func() time.Time { return time.Unix(1_800_000_000, 250_000_000) }
 	serve := func(serve func(testing.TB, http.Handler) string) string {
-		store := memstore.New(memstore.WithClock(now))
-		t.Cleanup(func() { store.Close() })
-		c := check.New(check.Options{Store: store, Source: check.NewStaticSource(routePolicies(t)...), Timeout: time.Second, Now: now})
+		c := checktest.New(t, check.Options{Timeout: time.Second, Now: now}, routePolicies(t)...)
 		s, err := New(Options{Checker: c, Now: now})
 		if err != nil {
 			t.Fatal(err)

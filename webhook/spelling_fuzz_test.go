@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/check"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // FuzzNoSpellingSkipsAPolicy generates spellings of a request (host, path,
@@ -37,14 +37,11 @@ func FuzzNoSpellingSkipsAPolicy(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
-	store := memstore.New()
-	defer store.Close()
-	src := check.NewStaticSource(compile(f, "ns", "api", `
+	c := checktest.New(f, check.Options{Timeout: time.Second}, compile(f, "ns", "api", `
 match: {hosts: [api.example.com], paths: ["/api/*", "/login"], methods: [GET, POST]}
 key: global
 limits: [{name: l, fixedWindow: {limit: 1, window: 24h}}]
 `))
-	c := check.New(check.Options{Store: store, Source: src, Timeout: time.Second})
 	s, err := New(Options{Checker: c})
 	if err != nil {
 		f.Fatal(err)

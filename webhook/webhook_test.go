@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
@@ -24,22 +20,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
-// compile builds a policy from YAML spec text.
-func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
-	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
-		t.Fatalf("spec: %v", err)
-	}
-	p, err := policy.Compile(namespace, name, &spec)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	return p
-}
+// compile is policytest.Compile, short for this package's many specs.
+var compile = policytest.Compile
 
 // endpoint is a check endpoint served as the check process serves it
 // (internal/httpserve: fasthttp, with the check routes native).
@@ -91,17 +78,12 @@ func serveNetHTTP(t testing.TB, h http.Handler) string {
 	return ts.URL
 }
 
+// redisStore starts a redis-server for the test and returns it and a
+// store over it.
 func redisStore(t testing.TB) (*redistest.Server, *redisstore.Store) {
 	t.Helper()
 	srv := redistest.Start(t)
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
-	t.Cleanup(func() { client.Close() })
-	st, err := redisstore.New(client, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return srv, st
+	return srv, storetest.Redis(t, srv.Addr())
 }
 
 func do(t testing.TB, method, url string, headers map[string]string) (*http.Response, string) {

@@ -12,13 +12,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	"sigs.k8s.io/yaml"
 
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -29,10 +28,7 @@ import (
 func TestRefundReachesTheOtherCheckProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	redisCfg := &redisconn.Config{URL: "redis://" + srv.Addr() + "/0"}
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte("match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"), &spec); err != nil {
-		t.Fatal(err)
-	}
+	spec := policytest.Spec(t, "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	table := policytable.New(srv.Client())

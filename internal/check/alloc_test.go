@@ -5,13 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // TestCheckIntoAllocs holds the hot path to its allocation budget over the
@@ -29,9 +26,7 @@ func TestCheckIntoAllocs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-			store := memstore.New(memstore.WithClock(clock.Now))
-			defer store.Close()
-			c, _ := newChecker(t, clock, store, compile(t, "ns", "p", tc.spec))
+			c := newChecker(t, Options{Now: clock.Now}, policytest.Compile(t, "ns", "p", tc.spec))
 			ctx, in, out := context.Background(), Input{Namespace: "ns", Request: request()}, &Outcome{}
 			check := func() {
 				if err := c.CheckInto(ctx, in, out); err != nil || out.Allowed == tc.denied {
@@ -55,19 +50,13 @@ func TestCheckIntoAllocs(t *testing.T) {
 // store call's deadline costs no context and no timer.
 func TestCheckOverRedisAllocs(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
-	defer client.Close()
-	store, err := redisstore.New(client, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Redis(t, srv.Addr())
 	ctx := context.Background()
 	if err := store.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := compile(t, "ns", "p", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]")
-	c := New(Options{Store: store, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{p})}, Timeout: time.Second})
+	p := policytest.Compile(t, "ns", "p", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]")
+	c := newChecker(t, Options{Store: store, Timeout: time.Second}, p)
 
 	req := ratelimit.Request{Entries: p.AppendEntries(nil, "direct", 1)}
 	var dec ratelimit.Decision

@@ -8,15 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // namespacePolicies are n policies of ns without a match (every request
@@ -35,14 +31,7 @@ func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int, l
 			}
 			fmt.Fprintf(&spec, "- {name: l%d, fixedWindow: {limit: %d, window: 1h}}\n", l, limit)
 		}
-		var rs ratelimitv1alpha1.RateLimitPolicySpec
-		if err := yaml.UnmarshalStrict([]byte(spec.String()), &rs); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if ps[i], err = policy.Compile(ns, fmt.Sprintf("p%04d", i), &rs); err != nil {
-			t.Fatal(err)
-		}
+		ps[i] = policytest.Compile(t, ns, fmt.Sprintf("p%04d", i), spec.String())
 	}
 	return ps
 }
@@ -52,22 +41,12 @@ func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int, l
 func boundStores(t testing.TB) map[string]func(t testing.TB) ratelimit.Store {
 	srv := redistest.Start(t)
 	return map[string]func(t testing.TB) ratelimit.Store{
-		"memory": func(t testing.TB) ratelimit.Store {
-			s := memstore.New()
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
+		"memory": func(t testing.TB) ratelimit.Store { return storetest.Memory(t, nil) },
 		"redis": func(t testing.TB) ratelimit.Store {
 			if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
-			s, err := redisstore.New(client, redisstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close(); _ = client.Close() })
-			return s
+			return storetest.Redis(t, srv.Addr())
 		},
 	}
 }
@@ -92,7 +71,7 @@ func TestManyMatchingLimits(t *testing.T) {
 					want += c.limits(i)
 				}
 				clock := &fakeClock{now: time.Now()}
-				checker, _ := newChecker(t, clock, newStore(t), ps...)
+				checker := newChecker(t, Options{Store: newStore(t), Now: clock.Now}, ps...)
 				check := func() *Outcome {
 					t.Helper()
 					// A deadline for a loaded machine: the store's decision
@@ -130,10 +109,8 @@ func TestManyMatchingLimits(t *testing.T) {
 // the namespace's other requests are decided.
 func TestTooManyLimits(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
-	store := memstore.New()
-	defer store.Close()
 	ps := namespacePolicies(t, "ns", ratelimit.MaxEntries/8+1, func(int) int { return 8 }, 3, 3)
-	checker, _ := newChecker(t, clock, store, ps...)
+	checker := newChecker(t, Options{Store: storetest.Memory(t, nil), Now: clock.Now}, ps...)
 	for range 10 {
 		_, err := checker.Check(context.Background(), Input{Namespace: "ns", Request: request()})
 		if !errors.Is(err, ErrTooManyLimits) || !strings.Contains(err.Error(), fmt.Sprint(ratelimit.MaxEntries)) {
@@ -160,7 +137,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 		for _, n := range []int{1, 1000} {
 			b.Run(fmt.Sprintf("%s/policies=%d", name, n), func(b *testing.B) {
 				ps := namespacePolicies(b, "ns", n, func(int) int { return 3 }, 1_000_000_000, 1_000_000_000)
-				checker := New(Options{Store: stores[name](b), Source: &staticSource{set: policy.NewSet(1, ps)}, Timeout: 10 * time.Second})
+				checker := newChecker(b, Options{Store: stores[name](b), Timeout: 10 * time.Second}, ps...)
 				in, out := Input{Namespace: "ns", Request: request()}, &Outcome{}
 				b.ResetTimer()
 				for b.Loop() {

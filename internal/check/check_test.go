@@ -9,12 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 type fakeClock struct {
@@ -34,39 +32,30 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-type staticSource struct{ set *policy.Set }
-
-func (s *staticSource) Policies() *policy.Set { return s.set }
-
-func compile(t *testing.T, ns, name, specYAML string) *policy.Policy {
-	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile(ns, name, &spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func request() *policy.Request {
 	return &policy.Request{Method: "GET", Host: "h", Path: "/", Header: http.Header{}, ClientIP: netip.MustParseAddr("192.0.2.1")}
 }
 
-func newChecker(_ *testing.T, clock *fakeClock, store ratelimit.Store, policies ...*policy.Policy) (*Checker, *staticSource) {
-	src := &staticSource{set: policy.NewSet(1, policies)}
-	return New(Options{Store: store, Source: src, Now: clock.Now}), src
+// newChecker is this package's checktest.New (which imports check, so
+// these tests cannot): a checker made with o, over an in-memory store on
+// o.Now when o.Store is nil, closed when the test ends, deciding by
+// policies when o.Source is nil.
+func newChecker(t testing.TB, o Options, policies ...*policy.Policy) *Checker {
+	t.Helper()
+	if o.Store == nil {
+		o.Store = storetest.Memory(t, o.Now)
+	}
+	if o.Source == nil {
+		o.Source = NewStaticSource(policies...)
+	}
+	return New(o)
 }
 
 func TestAllOrNothingAcrossPolicies(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "a-wide", "key: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
-		compile(t, "ns", "b-narrow", "key: global\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "a-wide", "key: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
+		policytest.Compile(t, "ns", "b-narrow", "key: global\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 	)
 	for i := 0; i < 5; i++ {
 		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
@@ -86,9 +75,7 @@ func TestAllOrNothingAcrossPolicies(t *testing.T) {
 
 func TestTightestLimitAndRetryAfter(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store, compile(t, "ns", "p", `
+	c := newChecker(t, Options{Now: clock.Now}, policytest.Compile(t, "ns", "p", `
 key: global
 limits:
 - {name: burst, tokenBucket: {capacity: 3, refillRate: 1, refillInterval: 10s}}
@@ -125,10 +112,9 @@ limits:
 
 func TestDenyCacheIsExact(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	counting := &countingStore{Store: store}
-	c, src := newChecker(t, clock, counting, compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]"))
+	counting := &countingStore{Store: storetest.Memory(t, clock.Now)}
+	src := NewStaticSource(policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]"))
+	c := newChecker(t, Options{Store: counting, Source: src, Now: clock.Now})
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
@@ -163,7 +149,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
 		t.Fatal(err)
 	}
-	src.set = policy.NewSet(2, []*policy.Policy{compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]")})
+	src.Set(policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]"))
 	calls = counting.calls
 	if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
 		t.Fatal(err)
@@ -193,12 +179,10 @@ func (s *countingStore) Check(ctx context.Context, timeout time.Duration, req *r
 
 func TestFailureModesAndBreaker(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	failing := &countingStore{Store: store, err: errors.New("redis: connection refused")}
-	c, _ := newChecker(t, clock, failing,
-		compile(t, "open", "p", "failureMode: Open\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+	failing := &countingStore{Store: storetest.Memory(t, clock.Now), err: errors.New("redis: connection refused")}
+	c := newChecker(t, Options{Store: failing, Now: clock.Now},
+		policytest.Compile(t, "open", "p", "failureMode: Open\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
@@ -259,11 +243,9 @@ func TestBreakerProbesOncePerCooldown(t *testing.T) {
 
 func TestShadowAndCounts(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "enforced", "key: global\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]"),
-		compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "enforced", "key: global\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]"),
+		policytest.Compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
 	for i := 0; i < 5; i++ {
 		if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); err != nil {
@@ -287,9 +269,7 @@ func TestShadowAndCounts(t *testing.T) {
 // store, with every limit and its remaining units, and consumes nothing.
 func TestDryRunReportsEveryLimitOfACachedDenial(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store, compile(t, "ns", "p", `
+	c := newChecker(t, Options{Now: clock.Now}, policytest.Compile(t, "ns", "p", `
 key: global
 limits:
 - {name: burst, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 1m}}

@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // nodeStore puts a key value on node "a" or "b" by its first letter (the
@@ -114,15 +114,13 @@ func (s *nodeStore) callsTo(n string) int {
 // metrics show each node, and a node the store no longer has is dropped.
 func TestBreakerPerNode(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	mem := memstore.New(memstore.WithClock(clock.Now))
-	defer mem.Close()
-	store := &nodeStore{Store: mem, down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
+	store := &nodeStore{Store: storetest.Memory(t, clock.Now), down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
 	reg := prometheus.NewRegistry()
-	p := compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
+	p := policytest.Compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
 	// Namespace two: every request has a key on a and one on b.
-	onA := compile(t, "two", "p", "failureMode: Closed\nkey: 'a{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
-	onB := compile(t, "two", "q", "failureMode: Closed\nkey: 'b{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
-	c := New(Options{Store: store, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{p, onA, onB})}, Now: clock.Now, Metrics: NewMetrics(reg)})
+	onA := policytest.Compile(t, "two", "p", "failureMode: Closed\nkey: 'a{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
+	onB := policytest.Compile(t, "two", "q", "failureMode: Closed\nkey: 'b{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
+	c := newChecker(t, Options{Store: store, Now: clock.Now, Metrics: NewMetrics(reg)}, p, onA, onB)
 	ctx := context.Background()
 	run := func(ns, client string) *Outcome {
 		req := request()
@@ -225,16 +223,14 @@ func TestBreakerPerNode(t *testing.T) {
 	wantMetrics("b dropped", metricsText(map[string]BreakerState{"a": BreakerClosed, "c": BreakerClosed}, BreakerClosed))
 }
 
-// TestOneNodeStore: a store that names no node has the one breaker of
-// before, and no per-node series.
+// TestOneNodeStore: a store that names no node has one breaker for all its
+// calls, and no per-node series.
 func TestOneNodeStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	mem := memstore.New(memstore.WithClock(clock.Now))
-	defer mem.Close()
 	reg := prometheus.NewRegistry()
-	failing := &countingStore{Store: mem, err: errors.New("redis: connection refused")}
-	c := New(Options{Store: failing, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{
-		compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]")})}, Now: clock.Now, Metrics: NewMetrics(reg)})
+	failing := &countingStore{Store: storetest.Memory(t, clock.Now), err: errors.New("redis: connection refused")}
+	c := newChecker(t, Options{Store: failing, Now: clock.Now, Metrics: NewMetrics(reg)},
+		policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	for range 10 {
 		clock.Advance(6 * time.Millisecond)
 		if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request()}); err != nil {
@@ -270,11 +266,9 @@ func metricsText(nodes map[string]BreakerState, whole BreakerState) string {
 // a cooldown later.
 func TestBreakerLearnsFailover(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	mem := memstore.New(memstore.WithClock(clock.Now))
-	defer mem.Close()
-	store := &nodeStore{Store: mem, down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
-	p := compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
-	c := New(Options{Store: store, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{p})}, Now: clock.Now})
+	store := &nodeStore{Store: storetest.Memory(t, clock.Now), down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
+	p := policytest.Compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
+	c := newChecker(t, Options{Store: store, Now: clock.Now}, p)
 	run := func(client string) *Outcome {
 		req := request()
 		req.Header = http.Header{"X-Client": {client}}

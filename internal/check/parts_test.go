@@ -7,7 +7,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 )
 
 // descriptor is one part of a rate limit service request.
@@ -39,11 +39,9 @@ func withCost(p Part, cost int64) Part {
 
 func TestPartsAreDecidedAllOrNothing(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "per-client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
-		compile(t, "ns", "route", "match: {descriptor: [{key: route, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "per-client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
+		policytest.Compile(t, "ns", "route", "match: {descriptor: [{key: route, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 	)
 	check := partsChecker(t, c)
 	for i := 0; i < 4; i++ {
@@ -70,10 +68,8 @@ func TestPartsAreDecidedAllOrNothing(t *testing.T) {
 
 func TestPartsSharingABucketAreChargedTogether(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "any", "match: {domain: edge}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "any", "match: {domain: edge}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 	)
 	// Two descriptors of one request name the same bucket (user u): one
 	// entry is charged 2 + 1, and both parts read its figures.
@@ -99,11 +95,9 @@ func TestPartsSharingABucketAreChargedTogether(t *testing.T) {
 
 func TestHTTPAndDescriptorPoliciesKeepApart(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "http", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "ns", "rls", "match: {domain: edge}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "http", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "ns", "rls", "match: {domain: edge}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
 	for i := 0; i < 2; i++ {
 		httpOut, _ := c.Check(context.Background(), Input{Namespace: "ns", Request: request()})
@@ -122,10 +116,8 @@ func TestHTTPAndDescriptorPoliciesKeepApart(t *testing.T) {
 // store: each one reaches the bucket. Token bucket 1000, 100 back a second.
 func TestReportsChargedAlwaysReachTheStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "tokens", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\ncharge: Always\nlimits: [{name: t, tokenBucket: {capacity: 1000, refillRate: 100, refillInterval: 1s}}]"))
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "tokens", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\ncharge: Always\nlimits: [{name: t, tokenBucket: {capacity: 1000, refillRate: 100, refillInterval: 1s}}]"))
 	report := func(hits int64) *Outcome {
 		t.Helper()
 		out, err := c.Check(context.Background(), Input{Namespace: "ns", Parts: []Part{withCost(descriptor("user", "alice"), hits)}})
@@ -162,11 +154,9 @@ func TestReportsChargedAlwaysReachTheStore(t *testing.T) {
 // it, in the same all-or-nothing call as the other parts.
 func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
 	own := func(n int64) Part {
 		p := descriptor("route", "login")
 		limit, err := policy.DescriptorLimit("ns", "hour", time.Hour, n)
@@ -207,11 +197,9 @@ func TestPartPoliciesReplaceTheMatchingOnes(t *testing.T) {
 // Both report 0 remaining and the end of the window on the clock.
 func TestPartLimitOfZero(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000+600, 0)} // 10 minutes into an hour
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
 	zero, err := policy.DescriptorLimit("ns", "hour", time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // everyAlgorithm is a limit of 2 per hour (or as near as the algorithm
@@ -30,10 +30,8 @@ func TestRefundDropsRememberedDenials(t *testing.T) {
 	for _, alg := range everyAlgorithm {
 		t.Run(alg.name, func(t *testing.T) {
 			clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-			store := memstore.New(memstore.WithClock(clock.Now))
-			defer store.Close()
-			counting := &countingStore{Store: store}
-			c, _ := newChecker(t, clock, counting, compile(t, "ns", "p", "key: global\nlimits: [{name: l, "+alg.limit+"}]"))
+			counting := &countingStore{Store: storetest.Memory(t, clock.Now)}
+			c := newChecker(t, Options{Store: counting, Now: clock.Now}, policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, "+alg.limit+"}]"))
 			ctx := context.Background()
 			charge := func() *Outcome {
 				t.Helper()
@@ -109,14 +107,11 @@ func TestDenyCacheKeepsNoDenialSentBeforeARefund(t *testing.T) {
 // processes.
 func TestRefundsThroughALeaseStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	mem := memstore.New(memstore.WithClock(clock.Now))
-	defer mem.Close()
-	leases := lease.New(mem, lease.Options{Now: clock.Now})
+	leases := lease.New(storetest.Memory(t, clock.Now), lease.Options{Now: clock.Now})
 	defer leases.Close()
 	announced := make(chan []string, 16)
-	c := New(Options{Store: leases, Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{
-		compile(t, "ns", "p", "key: global\nlease: {units: 2, ttl: 1s}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
-	})}, Now: clock.Now, AnnounceRefunds: func(keys []string) { announced <- append([]string(nil), keys...) }})
+	c := newChecker(t, Options{Store: leases, Now: clock.Now, AnnounceRefunds: func(keys []string) { announced <- append([]string(nil), keys...) }},
+		policytest.Compile(t, "ns", "p", "key: global\nlease: {units: 2, ttl: 1s}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	ctx := context.Background()
 	charge := func(action ratelimit.Action) *Outcome {
 		t.Helper()

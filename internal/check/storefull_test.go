@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
@@ -46,13 +45,11 @@ func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 func TestFullMemoryStoreKeepsLimiting(t *testing.T) {
 	const maxKeys, ids = 10, 50
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0), memstore.WithMaxKeys(maxKeys))
-	defer store.Close()
+	store := storetest.Memory(t, clock.Now, memstore.WithSweepInterval(0), memstore.WithMaxKeys(maxKeys))
 	reg := prometheus.NewRegistry()
-	c := New(Options{Store: store, Now: clock.Now, Metrics: NewMetrics(reg), Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{
-		compile(t, "ns", "by-id", "match: {paths: [/api]}\nkey: '{header:X-Id}'\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"),
-		compile(t, "ns", "per-ip", "match: {paths: [/login]}\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
-	})}})
+	c := newChecker(t, Options{Store: store, Now: clock.Now, Metrics: NewMetrics(reg)},
+		policytest.Compile(t, "ns", "by-id", "match: {paths: [/api]}\nkey: '{header:X-Id}'\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"),
+		policytest.Compile(t, "ns", "per-ip", "match: {paths: [/login]}\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	check := func(path, ip, id string) *Outcome {
 		t.Helper()
 		r := request()
@@ -88,24 +85,16 @@ func TestFullMemoryStoreKeepsLimiting(t *testing.T) {
 // says so once when it begins and once when the server has room again.
 func TestRedisOutOfMemoryIsStoreFull(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "2mb", "--maxmemory-policy", "noeviction"))
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
-	defer client.Close()
-	store, err := redisstore.New(client, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := storetest.Redis(t, srv.Addr())
 	ctx := context.Background()
 	if err := store.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var logs syncbuf.Buffer
 	reg := prometheus.NewRegistry()
-	c := New(Options{Store: store, Timeout: time.Second, Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Source: &staticSource{set: policy.NewSet(1, []*policy.Policy{
-			compile(t, "open", "p", "failureMode: Open\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
-			compile(t, "closed", "p", "failureMode: Closed\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
-		})}})
+	c := newChecker(t, Options{Store: store, Timeout: time.Second, Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		policytest.Compile(t, "open", "p", "failureMode: Open\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
+		policytest.Compile(t, "closed", "p", "failureMode: Closed\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	check := func(ns string, ip netip.Addr) *Outcome {
 		t.Helper()
 		r := request()

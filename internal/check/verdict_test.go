@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // An outcome carries each part's verdict: a part is denied only by an
@@ -16,13 +17,11 @@ import (
 // from the cache of denials reports the cached limit alone.
 func TestPartsCarryTheirVerdicts(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	c, _ := newChecker(t, clock, store,
-		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nkey: '{descriptor:route}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: wide, fixedWindow: {limit: 100, window: 1h}}, {name: narrow, fixedWindow: {limit: 5, window: 1h}}]"),
-		compile(t, "ns", "client-trial", "mode: Shadow\nmatch: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
-		compile(t, "ns", "watch", "mode: Shadow\nmatch: {descriptor: [{key: watch}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+	c := newChecker(t, Options{Now: clock.Now},
+		policytest.Compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nkey: '{descriptor:route}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "ns", "client", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: wide, fixedWindow: {limit: 100, window: 1h}}, {name: narrow, fixedWindow: {limit: 5, window: 1h}}]"),
+		policytest.Compile(t, "ns", "client-trial", "mode: Shadow\nmatch: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
+		policytest.Compile(t, "ns", "watch", "mode: Shadow\nmatch: {descriptor: [{key: watch}]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
 	check := func() *Outcome {
 		t.Helper()
@@ -102,13 +101,11 @@ func TestPartsCarryTheirVerdicts(t *testing.T) {
 // and an enforced limit of 0; the other parts are not.
 func TestPartsDeniedByTheirPolicies(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	defer store.Close()
-	failing := &countingStore{Store: store}
-	c, _ := newChecker(t, clock, failing,
-		compile(t, "ns", "keyed", "match: {descriptor: [{key: keyed}]}\nkey: '{descriptor:user}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
-		compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
-		compile(t, "ns", "open", "match: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+	failing := &countingStore{Store: storetest.Memory(t, clock.Now)}
+	c := newChecker(t, Options{Store: failing, Now: clock.Now},
+		policytest.Compile(t, "ns", "keyed", "match: {descriptor: [{key: keyed}]}\nkey: '{descriptor:user}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+		policytest.Compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
+		policytest.Compile(t, "ns", "open", "match: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 	)
 	zero, err := policy.DescriptorLimit("ns", "hour", time.Hour, 0)
 	if err != nil {

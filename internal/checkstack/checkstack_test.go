@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkstack"
@@ -16,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -24,15 +22,7 @@ const leasedSpec = "key: global\nlease: {units: 10, ttl: 1m}\nlimits: [{name: ho
 
 func leasedPolicy(t *testing.T) *check.StaticSource {
 	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(leasedSpec), &spec); err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile("ns", "leased", &spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return check.NewStaticSource(p)
+	return check.NewStaticSource(policytest.Compile(t, "ns", "leased", leasedSpec))
 }
 
 func remaining(t *testing.T, c *check.Checker, dryRun bool) int64 {

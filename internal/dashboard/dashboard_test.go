@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -80,9 +80,7 @@ func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *polic
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memstore.New()
-	t.Cleanup(func() { _ = store.Close() })
-	checker := check.New(check.Options{Store: store, Source: f})
+	checker := checktest.New(t, check.Options{Source: f})
 	srv, err := webhook.New(webhook.Options{Checker: checker, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -369,9 +367,7 @@ func TestClusterDashboardIsReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := memstore.New()
-	defer store.Close()
-	checker := check.New(check.Options{Store: store, Source: f})
+	checker := checktest.New(t, check.Options{Source: f})
 	// A reader that has not read the table yet (no Redis is contacted).
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer client.Close()
@@ -400,10 +396,8 @@ func TestClusterDashboardIsReadOnly(t *testing.T) {
 }
 
 func TestNewRejectsBothSources(t *testing.T) {
-	store := memstore.New()
-	defer store.Close()
 	f, _ := policyfiles.NewFolder(t.TempDir(), 0, quiet)
-	checker := check.New(check.Options{Store: store, Source: f})
+	checker := checktest.New(t, check.Options{Source: f})
 	if _, err := New(Options{Checker: checker, Files: f, Table: &policytable.Reader{}}); err == nil {
 		t.Fatal("Files and Table together must be refused")
 	}

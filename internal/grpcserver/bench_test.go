@@ -8,7 +8,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluice-dev/sluice/internal/check"
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 )
 
 // BenchmarkShouldRateLimit measures the service's own work per call (read,
@@ -27,13 +27,11 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"denied", 1, "1", rlsOver},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			store := memstore.New()
-			defer store.Close()
-			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: check.New(check.Options{Store: store, Source: check.NewStaticSource(
+			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: checktest.New(b, check.Options{},
 				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: "+c.limit+", window: 1h}}]"),
 				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
-			)})})
+			)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,7 +9,6 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -17,8 +16,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // fiveLimits is a descriptor policy of five limits, a bucket per address.
@@ -46,18 +45,11 @@ func descriptors(n int) []*ratelimitcommonv3.RateLimitDescriptor {
 // decided: OK twice, then OVER_LIMIT for each, on the memory store and on
 // a real redis-server.
 func TestRLSManyDescriptors(t *testing.T) {
-	srv := redistest.Start(t)
-	rc := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
-	t.Cleanup(func() { _ = rc.Close() })
-	rs, err := redisstore.New(rc, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rs.Close() })
+	rs := storetest.Redis(t, redistest.Start(t).Addr())
 	if err := rs.EnsureLoaded(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for name, store := range map[string]ratelimit.Store{"memory": memstore.New(), "redis": rs} {
+	for name, store := range map[string]ratelimit.Store{"memory": storetest.Memory(t, nil), "redis": rs} {
 		t.Run(name, func(t *testing.T) {
 			e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "five", fiveLimits))
 			req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors(MaxDescriptors)}

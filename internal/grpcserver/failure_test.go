@@ -7,11 +7,10 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // With redis-server killed, each policy's failureMode answers, as on the
@@ -22,13 +21,7 @@ func TestRedisDownFailureMode(t *testing.T) {
 		t.Skip("kills redis-server")
 	}
 	srv := redistest.Start(t)
-	rc := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
-	t.Cleanup(func() { _ = rc.Close() })
-	store, err := redisstore.New(rc, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := storetest.Redis(t, srv.Addr())
 	e := start(t, store, Options{}, nil,
 		compile(t, "open", "p", "failureMode: Open\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"))
@@ -73,13 +66,7 @@ func TestRLSRedisDownFailureMode(t *testing.T) {
 		t.Skip("kills redis-server")
 	}
 	srv := redistest.Start(t)
-	rc := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}})
-	t.Cleanup(func() { _ = rc.Close() })
-	store, err := redisstore.New(rc, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := storetest.Redis(t, srv.Addr())
 	e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "open", "failureMode: Open\nmatch: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
 		compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))

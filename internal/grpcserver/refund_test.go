@@ -7,7 +7,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // Envoy's negative hits give units back to a descriptor's limits; the
@@ -23,9 +23,7 @@ func TestRLSRefundAdmitsTheNextCharge(t *testing.T) {
 		{"gcra", "gcra: {rate: 1, period: 1h, burst: 2}"},
 	} {
 		t.Run(alg.name, func(t *testing.T) {
-			store := memstore.New()
-			defer store.Close()
-			e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+			e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 				compile(t, "ns", "api", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, "+alg.limit+"}]"))
 			send := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
 				return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})

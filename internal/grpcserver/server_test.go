@@ -29,29 +29,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
-	"sigs.k8s.io/yaml"
 
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 )
 
-// compile builds a policy from YAML spec text.
-func compile(t testing.TB, namespace, name, specYAML string) *policy.Policy {
-	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
-		t.Fatalf("spec: %v", err)
-	}
-	p, err := policy.Compile(namespace, name, &spec)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	return p
-}
+// compile is policytest.Compile, short for this package's many specs.
+var compile = policytest.Compile
 
 // endpoint is a Server on a loopback port and a client connected to it.
 type endpoint struct {
@@ -67,7 +56,7 @@ type endpoint struct {
 func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	opts.Checker = check.New(check.Options{Store: store, Source: check.NewStaticSource(policies...), Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)})
+	opts.Checker = checktest.New(t, check.Options{Store: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}, policies...)
 	opts.Registerer = reg
 	s, err := New(opts)
 	if err != nil {
@@ -338,7 +327,7 @@ func TestNamespace(t *testing.T) {
 			t.Errorf("%s: %v %d %s, want a 400 denial naming the extension", name, a.code, a.httpStatus, a.body)
 		}
 	}
-	if _, err := New(Options{Checker: check.New(check.Options{Store: memstore.New()}), DefaultNamespace: "Not_A_Namespace"}); err == nil {
+	if _, err := New(Options{Checker: checktest.New(t, check.Options{}), DefaultNamespace: "Not_A_Namespace"}); err == nil {
 		t.Error("New accepted an invalid default namespace")
 	}
 }
@@ -534,7 +523,7 @@ func containsAll(have []string, want ...string) bool {
 
 // Shutdown turns health NOT_SERVING and stops the server.
 func TestServeStops(t *testing.T) {
-	s, err := New(Options{Checker: check.New(check.Options{Store: memstore.New()})})
+	s, err := New(Options{Checker: checktest.New(t, check.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/clientip"
@@ -35,8 +34,10 @@ import (
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policy"
-	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 	"github.com/sluice-dev/sluice/middleware"
 	"github.com/sluice-dev/sluice/webhook"
 )
@@ -261,15 +262,7 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 		}
 	}) {
 		specText := intakePolicies[name] + intakeLimit
-		var spec ratelimitv1alpha1.RateLimitPolicySpec
-		if err := yaml.UnmarshalStrict([]byte(specText), &spec); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		p, err := policy.Compile("shop", name, &spec)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		compiled = append(compiled, p)
+		compiled = append(compiled, policytest.Compile(t, "shop", name, specText))
 		doc := "apiVersion: ratelimit.sluice.dev/v1alpha1\nkind: RateLimitPolicy\nmetadata: {name: " + name + "}\nspec:\n  " +
 			strings.ReplaceAll(strings.TrimSpace(specText), "\n", "\n  ") + "\n"
 		yamlDocs = append(yamlDocs, doc)
@@ -277,12 +270,7 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 	// Generous store deadlines: a loaded machine must not turn a decision
 	// into a failure mode's.
 	const storeTimeout = 5 * time.Second
-	client := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{rs.Addr()}})
-	store, err := redisstore.New(client, redisstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled...), Timeout: storeTimeout, DenyCacheSize: -1})
+	checker := checktest.New(t, check.Options{Store: storetest.Redis(t, rs.Addr()), Timeout: storeTimeout, DenyCacheSize: -1}, compiled...)
 	trusted := intakeTrusted(t)
 
 	// The HTTP check endpoint, on the check process's own server.
@@ -343,8 +331,6 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 		}
 		_ = local.Close()
 		_ = remote.Close()
-		_ = store.Close()
-		_ = client.Close()
 	})
 
 	return &intakes{intakes: []intake{

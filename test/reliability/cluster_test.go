@@ -34,17 +34,15 @@ var clusterPolicies = append([]testPolicy{
 // must be decided by Redis again within 5s of the cluster serving every
 // slot, and no call is ever refused with CROSSSLOT.
 //
-// It failed before the breaker per node: the store's pipelines kept
-// going to the dead master after the promotion (go-redis's Cluster client
-// reloads its slot map on MOVED or ASK, which a dead node never sends, or
-// every ClusterStateReloadInterval, 60s by default), and the checker's
-// one circuit breaker, which all slots share, answered every check by the
-// failure mode meanwhile, the healthy masters' too. And it failed in CI
-// (checks resumed 5.4s after the cluster healed) while the dead master's
-// own breaker was open: no call went there to fail and have the slot map
-// read again, so the map kept the dead master until a probe failed; the
-// checker now has the store re-read it whenever that breaker refuses a
-// call (ratelimit.Nodes.RefreshNodes).
+// It pins two things the check path does for a Cluster. Each master has
+// its own circuit breaker, so while the dead master's opens, the healthy
+// masters' checks are still Redis's. And a dead master's breaker that
+// refuses a call has the store read the slot map again
+// (ratelimit.Nodes.RefreshNodes): no call goes to a dead node to fail and
+// say its slots moved, and go-redis's Cluster client otherwise reloads
+// its map only on MOVED or ASK, which a dead node never sends, or every
+// ClusterStateReloadInterval (60s by default), so checks would wait for
+// the breaker's next failed probe.
 func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a Redis Cluster failover under load")
@@ -205,11 +203,11 @@ func slotsOf(ctx context.Context, m *redistest.Server) (map[uint16]bool, error) 
 // master has its own breaker), and those on the dead master's slots get
 // the failure mode. The cluster runs with cluster-require-full-coverage
 // no: with Redis's default (yes) every master answers CLUSTERDOWN once the
-// dead one is marked failed, and no breaker can help. With one breaker
-// for all masters, 2% of the healthy checks were Redis's; with a breaker
-// per master, 75% until a request spanning the dead master and a healthy
-// one timed out naming the dead one alone; now all of them. A busy machine
-// may push a few past the deadline: the bound is 95%.
+// dead one is marked failed, and no breaker can help. A request spanning
+// the dead master and a healthy one that times out names the dead one
+// alone, so no healthy master's breaker opens: all the healthy checks are
+// Redis's. A busy machine may push a few past the deadline: the bound is
+// 95%.
 func checkHealthyMastersDecide(t *testing.T, ld *load, rec *record, onVictim map[uint16]bool, from, to time.Duration) {
 	t.Helper()
 	healthy, healthyDecided, dead, deadDecided := 0, 0, 0, 0

@@ -523,9 +523,11 @@ func toAny(ss []string) []any {
 // reconcile racing the restore) must be refused, as it is when FLUSHALL
 // took the revision too (TestPartlyRestoredTableKeepsEveryPolicy).
 //
-// Before the table's marker field, the revision alone made the table
-// present: the write succeeded and the reader loaded a table of one policy,
-// lifting the others until the next sync (up to --sync-interval, 3s).
+// The table is present only when its hash holds the marker field
+// (policytable.MarkerField), whatever the revision says: with the revision
+// alone, the write would succeed and the reader load a table of one
+// policy, lifting the others until the next sync (up to --sync-interval,
+// 3s).
 func TestEvictedTableHashIsAMissingTable(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())

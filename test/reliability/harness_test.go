@@ -22,7 +22,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
@@ -31,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -54,22 +54,13 @@ type testPolicy struct {
 
 func (p testPolicy) parse(t testing.TB) ratelimitv1alpha1.RateLimitPolicySpec {
 	t.Helper()
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(p.spec), &spec); err != nil {
-		t.Fatalf("policy %s/%s: %v", p.namespace, p.name, err)
-	}
-	return spec
+	return policytest.Spec(t, p.spec)
 }
 
 // compile builds the runnable policy, as the check process does from the table.
 func (p testPolicy) compile(t testing.TB) *policy.Policy {
 	t.Helper()
-	spec := p.parse(t)
-	compiled, err := policy.Compile(p.namespace, p.name, &spec)
-	if err != nil {
-		t.Fatalf("compile %s/%s: %v", p.namespace, p.name, err)
-	}
-	return compiled
+	return policytest.Compile(t, p.namespace, p.name, p.spec)
 }
 
 // limitPolicy is the policy most fault tests load: a per-client fixed

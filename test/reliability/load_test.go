@@ -43,10 +43,10 @@ func (s *sample) serverTime() time.Duration { return time.Duration(s.server.Load
 // starts: more than the checks in flight while a fault holds every answer
 // until the deadline (2,000 a second for 50ms), so the load does not dial
 // during the fault. A dial runs socket(2) as a raw system call, which
-// keeps its Go P for the whole call; on these 2-CPU VMs a burst of dials
-// right after a Redis kill held one P for 11-48ms (runtime/trace), and
-// the endpoint's timers on that P, the store's deadlines, fired that late:
-// the load, in the endpoint's process, made checks miss the deadline.
+// keeps its Go P for the whole call; on a 2-CPU machine a burst of dials
+// right after a Redis kill can hold one P for tens of milliseconds, and
+// the endpoint's timers on that P, the store's deadlines, fire that late:
+// the load, in the endpoint's process, would make checks miss the deadline.
 const preDialed = 256
 
 // preDialer gives the load client connections dialed beforehand, and

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -61,7 +62,7 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled)})
+			checker := checktest.New(t, check.Options{Store: store}, compiled)
 			request := func(key string) *policy.Request {
 				return &policy.Request{Method: http.MethodGet, Host: "app.example", Path: "/", Header: http.Header{"X-Client": {key}}}
 			}
@@ -154,7 +155,7 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 			t.Logf("breaker after the lost reply: %s", checker.Breaker().State())
 			// The next check on the same key works, from one more unit
 			// (a fresh checker: this one's breaker may be open).
-			checker = check.New(check.Options{Store: store, Source: check.NewStaticSource(compiled)})
+			checker = checktest.New(t, check.Options{Store: store}, compiled)
 			out, err := checker.Check(ctx, check.Input{Namespace: "ns", Request: request("k0")})
 			if err != nil || out.Degraded || !out.Allowed || out.Limits[0].Remaining != limit-2 {
 				t.Fatalf("next check on k0: %+v %v; want allowed with %d remaining", out, err, limit-2)

@@ -17,7 +17,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // distinctKeys is how many distinct key values go through the check path.
@@ -105,7 +107,7 @@ func TestMillionKeyValuesRedis(t *testing.T) {
 	t.Cleanup(func() { _ = store.Close() })
 	// A deadline far above the load's queueing: this test is about what
 	// the keys leave behind, not about answer times.
-	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(millionPolicies(t)...), Timeout: 2 * time.Second})
+	checker := checktest.New(t, check.Options{Store: store, Timeout: 2 * time.Second}, millionPolicies(t)...)
 	admin := srv.Client()
 
 	// Warm up (library, connections, Lua's first allocations), then
@@ -239,9 +241,8 @@ func TestMillionKeyValuesMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000,000 checks through the memory store")
 	}
-	store := memstore.New(memstore.WithSweepInterval(0)) // sweep by hand
-	t.Cleanup(func() { _ = store.Close() })
-	checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(millionPolicies(t)...)})
+	store := storetest.Memory(t, nil, memstore.WithSweepInterval(0)) // sweep by hand
+	checker := checktest.New(t, check.Options{Store: store}, millionPolicies(t)...)
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats

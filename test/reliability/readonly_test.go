@@ -49,10 +49,10 @@ func TestDemotedPrimaryBehindOneAddress(t *testing.T) {
 	// listens: read-only, its data kept), the replica catches up with it
 	// and is promoted, the old primary follows it, and the address is
 	// repointed: no write lands on the old primary after the replica took
-	// over, so none is lost. (REPLICAOF NO ONE first loses what the old
-	// primary accepts until its own REPLICAOF, which its resync drops: a
-	// key value was then admitted 21 times for a limit of 20. FAILOVER
-	// pauses writes instead, so calls time out and none reads READONLY.)
+	// over, so none is lost. (Promoting the replica first would lose what
+	// the old primary accepts until its own REPLICAOF, which its resync
+	// drops, and admit a key value beyond its limit. FAILOVER pauses writes
+	// instead, so calls time out and none reads READONLY.)
 	if err := primary.Client().ReplicaOf(ctx, "127.0.0.1", "1").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -74,7 +75,7 @@ func TestSentinelWithAuth(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			checker := check.New(check.Options{Store: store, Source: check.NewStaticSource(limitPolicy("closed", "Closed", faultLimit).compile(t)), Timeout: 2 * time.Second})
+			checker := checktest.New(t, check.Options{Store: store, Timeout: 2 * time.Second}, limitPolicy("closed", "Closed", faultLimit).compile(t))
 			out, err := checker.Check(ctx, check.Input{Namespace: "closed", Request: &policy.Request{
 				Method: http.MethodGet, Host: "app.example", Path: "/", Header: http.Header{"X-Client": {"a"}}}})
 			if err != nil {

@@ -9,19 +9,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"sigs.k8s.io/yaml"
 
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/testutil/checktest"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
-
-type staticSource struct{ set *policy.Set }
-
-func (s staticSource) Policies() *policy.Set { return s.set }
 
 // The hot key of the bound test: one global fixed window of limit per
 // second, on the clock's seconds, leased units at a time.
@@ -65,15 +61,7 @@ func TestLeasedBound(t *testing.T) {
 }
 
 func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Duration, ttl string) {
-	var spec ratelimitv1alpha1.RateLimitPolicySpec
-	if err := yaml.UnmarshalStrict([]byte(strings.Replace(boundSpec, "ttl: 1s", "ttl: "+ttl, 1)), &spec); err != nil {
-		t.Fatal(err)
-	}
-	p, err := policy.Compile("ns", "hot", &spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := staticSource{set: policy.NewSet(1, []*policy.Policy{p})}
+	p := policytest.Compile(t, "ns", "hot", strings.Replace(boundSpec, "ttl: 1s", "ttl: "+ttl, 1))
 
 	// Start on a second's boundary so that the windows counted are whole.
 	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
@@ -92,7 +80,7 @@ func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Du
 			t.Fatal(err)
 		}
 		ls := lease.New(rs, lease.Options{})
-		checker := check.New(check.Options{Store: ls, Source: src, Timeout: time.Second})
+		checker := checktest.New(t, check.Options{Store: ls, Timeout: time.Second}, p)
 		var procWG sync.WaitGroup
 		for range 16 {
 			procWG.Go(func() {
