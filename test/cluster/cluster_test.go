@@ -172,19 +172,6 @@ func (c *cluster) redisPassword(t testing.TB, user string) string {
 	return ""
 }
 
-// createRedisSecrets creates the two Secrets the manifests read, for the
-// node's Redis and the users of config/redis/users.acl.
-func (c *cluster) createRedisSecrets(t testing.TB) {
-	t.Helper()
-	for _, component := range []string{"check", "controller"} {
-		user := "sluice-" + component
-		yaml := c.kubectl(t, "-n", "sluice-system", "create", "secret", "generic", "sluice-redis-"+component,
-			"--from-literal=url=redis://"+nodeIP+":"+strconv.Itoa(redisPort)+"/0", "--from-literal=username="+user,
-			"--from-literal=password="+c.redisPassword(t, user), "--dry-run=client", "-o", "yaml")
-		c.applyYAML(t, yaml)
-	}
-}
-
 // The node's fixed addresses (hack/cluster/lib.sh).
 const (
 	nodeIP    = "10.88.0.1"

@@ -29,11 +29,11 @@ func installFromInstaller(t *testing.T, c *cluster) {
 	c.kubectl(t, "wait", "--for=condition=Established", "crd/httproutes.gateway.networking.k8s.io", "--timeout=60s")
 
 	start := time.Now()
-	c.importImage(t, version1)
-	c.kubectl(t, "apply", "--server-side", "-f", r.installer)
-	c.createRedisSecrets(t)
-	c.rollout(t, "sluice-system", "sluice-controller")
-	c.rollout(t, "sluice-system", "sluice-check")
+	// What `make cluster-deploy` runs: the image imported, the installer
+	// applied, the Redis Secrets created, both Deployments waited for.
+	if err := c.script(10*time.Minute, "deploy.sh", "LAYOUT="+r.layout, "INSTALLER="+r.installer); err != nil {
+		t.Fatal(err)
+	}
 	leaderTook := waitFor(t, "a controller holds the Lease", time.Minute, func() (bool, string) {
 		l := c.leader(t)
 		return l != "", "no holder"

@@ -42,13 +42,15 @@ func startLoad(clients int, client func(l *load)) *load {
 	return l
 }
 
-func (l *load) stopped() bool {
+// next pauses before a client's next request, and reports false once the
+// load is stopped.
+func (l *load) next() bool {
 	select {
 	case <-l.stop:
-		return true
+		return false
 	default:
 		time.Sleep(pause)
-		return false
+		return true
 	}
 }
 
@@ -99,7 +101,7 @@ func throughProxy(url string, header http.Header, deny int) func(l *load) {
 	return func(l *load) {
 		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 		defer c.CloseIdleConnections()
-		for !l.stopped() {
+		for l.next() {
 			req, err := http.NewRequest(http.MethodGet, url, nil)
 			if err != nil {
 				l.fail("%v", err)
@@ -143,7 +145,7 @@ func direct(addr, path string, header http.Header) func(l *load) {
 				conn.Close()
 			}
 		}()
-		for !l.stopped() {
+		for l.next() {
 			if conn == nil {
 				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 				if err != nil {

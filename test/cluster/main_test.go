@@ -7,18 +7,17 @@
 package cluster
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // The two versions the tests install: the first, then an upgrade to the
@@ -157,15 +156,9 @@ func lock(path string, wait time.Duration) (unlock func(), err error) {
 // run runs a command within timeout and returns its standard output, or
 // an error with both outputs.
 func run(dir string, env []string, timeout time.Duration, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String(), stdout.String())
+	stdout, stderr, err := systest.Run(dir, env, timeout, name, args...)
+	if err != nil {
+		return stdout, fmt.Errorf("%s %s: %v\n%s%s", filepath.Base(name), strings.Join(args, " "), err, stderr, stdout)
 	}
-	return stdout.String(), nil
+	return stdout, nil
 }

@@ -1,11 +1,8 @@
 package release
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // scratch is a folder for what several tests share (the release built
@@ -66,14 +64,4 @@ func run(t testing.TB, dir string, env []string, timeout time.Duration, name str
 }
 
 // runErr is run that returns the error with both outputs.
-func runErr(dir string, env []string, timeout time.Duration, name string, args ...string) (stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
-	return o.String(), e.String(), err
-}
+var runErr = systest.Run

@@ -1,11 +1,14 @@
 package systest
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RequireCommand returns the path of a program the suite runs, or fails
@@ -57,4 +60,18 @@ func ReplaceOnce(t testing.TB, file, text, old, replacement string) string {
 		t.Fatalf("%s: %q occurs %d times, want once: update the test with the example", file, old, n)
 	}
 	return strings.Replace(text, old, replacement, 1)
+}
+
+// Run runs a command in dir, env added to the test's environment, within
+// timeout, and returns both its outputs.
+func Run(dir string, env []string, timeout time.Duration, name string, args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
 }
