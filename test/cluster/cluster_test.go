@@ -209,10 +209,22 @@ func (c *cluster) leader(t testing.TB) string {
 	return pod
 }
 
-// waitReady waits for a RateLimitPolicy's Ready condition.
+// waitReady waits for a RateLimitPolicy's Ready condition, and then until
+// every check pod enforces it: each follows the policy table on its own,
+// a moment after the controller wrote it.
 func (c *cluster) waitReady(t testing.TB, namespace, name string) {
 	t.Helper()
 	c.kubectl(t, "-n", namespace, "wait", "--for=condition=Ready", "ratelimitpolicy/"+name, "--timeout=120s")
+	for _, pod := range c.pods(t, "check") {
+		ip := c.jsonpath(t, "{.status.podIP}", "-n", "sluice-system", "get", "pod", pod)
+		waitFor(t, fmt.Sprintf("%s/%s in force at %s", namespace, name, pod), time.Minute, func() (bool, string) {
+			inForce, err := policiesInForce("http://" + ip + ":8080")
+			if err != nil {
+				return false, err.Error()
+			}
+			return inForce[namespace+"/"+name], "not in force"
+		})
+	}
 }
 
 // pods lists the running pods of a component (check or controller), but

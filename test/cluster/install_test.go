@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,7 @@ import (
 // installFromInstaller installs the release as the README says: the
 // installer applied, the two Redis Secrets created; then every sample and
 // a Gateway API route with policies attached, each Ready and in force at
-// the check pods, and enforced through the check Service.
+// every check pod (waitReady), and enforced through the check Service.
 func installFromInstaller(t *testing.T, c *cluster) {
 	r := c.releases[version1]
 	// The Gateway API's CRDs first, from the module the project builds
@@ -62,23 +61,7 @@ func installFromInstaller(t *testing.T, c *cluster) {
 		t.Fatalf("%d policies Ready, want at least one per sample file (%d)", len(want), len(samples)-1)
 	}
 
-	// In force at every check pod: each reads the policy table from Redis.
 	service := c.checkService(t)
-	waitFor(t, "every policy in force at the check pods", time.Minute, func() (bool, string) {
-		inForce, err := policiesInForce("http://" + service + ":8080")
-		if err != nil {
-			return false, err.Error()
-		}
-		var missing []string
-		for p := range want {
-			if !inForce[p] {
-				missing = append(missing, p)
-			}
-		}
-		sort.Strings(missing)
-		return len(missing) == 0, fmt.Sprintf("not in force: %v", missing)
-	})
-
 	// Enforced through the Service: a sample (10 per client, then denied)
 	// and the policy attached to the route (20 a minute per client).
 	expectDecisions(t, "http://"+service+":8080/check/default", "http://localhost/api/items", "192.0.2.10", 10)
