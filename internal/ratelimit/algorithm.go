@@ -7,7 +7,7 @@ import "fmt"
 // meaning one of the algorithms.
 type Algorithm uint8
 
-// The seven algorithms. Their numeric values are part of the Redis library's
+// The eight algorithms. Their numeric values are part of the Redis library's
 // argument format and of stored state tags: never renumber them.
 const (
 	// TokenBucket (discrete refills): the bucket starts full with
@@ -40,10 +40,17 @@ const (
 	// as envoyproxy/ratelimit counts. The API spells it fixedWindow with
 	// alignment Clock.
 	FixedWindowClock Algorithm = 7
+	// Calendar: at most Capacity units per calendar Period (a day from
+	// local midnight, an ISO week from Monday, a month from the 1st, a
+	// year from 1 January) in the IANA Zone, as long as the calendar has
+	// it there (23 or 25 hours on a daylight saving time change, months
+	// of 28 to 31 days). The state is the count and the window's start;
+	// see CalendarWindows for where the zone's rules are applied.
+	Calendar Algorithm = 8
 )
 
 // Algorithms lists every valid algorithm, in numeric order.
-var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock}
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock, Calendar}
 
 var algorithmNames = [...]string{
 	TokenBucket:          "TokenBucket",
@@ -53,6 +60,7 @@ var algorithmNames = [...]string{
 	LeakyBucket:          "LeakyBucket",
 	GCRA:                 "GCRA",
 	FixedWindowClock:     "FixedWindowClock",
+	Calendar:             "Calendar",
 }
 
 // String returns the algorithm's name (e.g. "TokenBucket"): the name of its
@@ -65,8 +73,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a is one of the seven algorithms.
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= FixedWindowClock }
+// Valid reports whether a is one of the eight algorithms.
+func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= Calendar }
 
 // ParseAlgorithm is the inverse of String.
 func ParseAlgorithm(s string) (Algorithm, error) {

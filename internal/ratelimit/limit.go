@@ -28,8 +28,12 @@ const (
 //	SlidingWindowCounter Capacity = limit, Interval = window
 //	LeakyBucket          Capacity = capacity, Rate = leakRate, Interval = leakInterval
 //	GCRA                 Capacity = burst, Rate = rate, Interval = period
+//	Calendar             Capacity = limit, Period, Zone (CalendarLimit fills them)
 //
-// Rate is unused by the window algorithms and must be 0 there.
+// Rate is unused by the window algorithms and must be 0 there. A Calendar
+// limit's Interval is its Period's nominal length (Period.Nominal), which
+// names the quota's span in headers; its windows follow the calendar.
+// Period and Zone are a Calendar limit's only.
 type Limit struct {
 	Algorithm Algorithm
 	// Capacity is the most units the limit admits at once (bucket size,
@@ -40,6 +44,11 @@ type Limit struct {
 	// Interval is the refill interval, window or period: a whole number of
 	// microseconds in 1µs..MaxInterval.
 	Interval time.Duration
+	// Period is a Calendar limit's calendar unit.
+	Period Period
+	// Zone is the IANA time zone a Calendar limit's windows start in
+	// (LoadZone); nil for the other algorithms.
+	Zone *time.Location
 }
 
 // ErrInvalidLimit is wrapped by every validation error of a Limit or Entry.
@@ -60,6 +69,12 @@ func (l Limit) Validate() error {
 	}
 	if l.Capacity < 1 || l.Capacity > MaxCount {
 		return fmt.Errorf("%w: %s capacity %d outside 1..%d", ErrInvalidLimit, l.Algorithm, l.Capacity, MaxCount)
+	}
+	if l.Algorithm == Calendar {
+		return l.validateCalendar()
+	}
+	if l.Period != 0 || l.Zone != nil {
+		return fmt.Errorf("%w: %s takes no period or time zone", ErrInvalidLimit, l.Algorithm)
 	}
 	if l.Interval < time.Microsecond || l.Interval > MaxInterval {
 		return fmt.Errorf("%w: %s interval %s outside 1µs..%s", ErrInvalidLimit, l.Algorithm, l.Interval, MaxInterval)
@@ -87,6 +102,22 @@ func (l Limit) Validate() error {
 		if l.Capacity > MaxUnits/(iv/gcd(iv, l.Rate)) {
 			return fmt.Errorf("%w: %s capacity %d × interval %s / gcd(interval µs, rate %d) exceeds 2^52", ErrInvalidLimit, l.Algorithm, l.Capacity, l.Interval, l.Rate)
 		}
+	}
+	return nil
+}
+
+// validateCalendar checks a Calendar limit's own fields: a period, a zone,
+// the period's nominal length as the Interval, and no rate.
+func (l Limit) validateCalendar() error {
+	switch {
+	case !l.Period.Valid():
+		return fmt.Errorf("%w: Calendar period %s", ErrInvalidLimit, l.Period)
+	case l.Zone == nil:
+		return fmt.Errorf("%w: Calendar has no time zone", ErrInvalidLimit)
+	case l.Interval != l.Period.Nominal():
+		return fmt.Errorf("%w: Calendar interval %s is not its period's nominal %s", ErrInvalidLimit, l.Interval, l.Period.Nominal())
+	case l.Rate != 0:
+		return fmt.Errorf("%w: Calendar takes no rate (got %d)", ErrInvalidLimit, l.Rate)
 	}
 	return nil
 }
@@ -123,6 +154,9 @@ func (l Limit) IntervalMicros() int64 { return int64(l.Interval / time.Microseco
 func (l Limit) String() string {
 	if l.Algorithm.hasRate() {
 		return fmt.Sprintf("%s{capacity=%d rate=%d interval=%s}", l.Algorithm, l.Capacity, l.Rate, l.Interval)
+	}
+	if l.Algorithm == Calendar {
+		return fmt.Sprintf("%s{limit=%d period=%s zone=%s}", l.Algorithm, l.Capacity, l.Period, l.Zone)
 	}
 	return fmt.Sprintf("%s{limit=%d window=%s}", l.Algorithm, l.Capacity, l.Interval)
 }

@@ -22,7 +22,15 @@ func fixedWindowClock(p Params, s *State, now, cost int64, always bool) (v Verdi
 			k, count = sk, s.A
 		}
 	}
-	end := (k + 1) * window
+	return clockWindow(ratelimit.FixedWindowClock, limit, k*window, (k+1)*window, count, now, cost, always)
+}
+
+// clockWindow decides a window on the clock, the same for every key
+// (FixedWindowClock, Calendar), that ends at end and holds count units.
+// The state written is alg's (count, mark), mark being what alg keeps to
+// find the window again (FixedWindowClock its start, Calendar its end);
+// it is untouched again at end.
+func clockWindow(alg ratelimit.Algorithm, limit, mark, end, count, now, cost int64, always bool) (v Verdict, next State) {
 	v.Remaining = max(limit-count, 0)
 	if count > 0 {
 		v.Reset = end - now
@@ -36,14 +44,14 @@ func fixedWindowClock(p Params, s *State, now, cost int64, always bool) (v Verdi
 			resetAfter = end - now
 		}
 		allow(&v, limit-count-cost, resetAfter)
-		next = State{Alg: ratelimit.FixedWindowClock, A: count + cost, B: k * window}
+		next = State{Alg: alg, A: count + cost, B: mark}
 	default:
 		deny(&v, end-now)
 	}
 	if always && cost > 0 && !v.Allowed { // charged over the limit, up to twice it
 		count = max(count, min(count+cost, 2*limit))
 		charged(&v, end-now)
-		next = State{Alg: ratelimit.FixedWindowClock, A: count, B: k * window}
+		next = State{Alg: alg, A: count, B: mark}
 	}
 	return v, next
 }

@@ -12,6 +12,7 @@ const Never = -1
 //	TokenBucket          A = tokens (below 0 when charged always), B = time of the last refill step
 //	FixedWindow          A = count, B = window start
 //	FixedWindowClock     A = count, B = window start (a multiple of Interval)
+//	Calendar             A = count, B = window end (the next period's local midnight)
 //	SlidingWindowCounter A = window index (time/window), B = current count, C = previous count
 //	LeakyBucket, GCRA    A = level in scaled units (Interval per unit), B = time of the level
 //	SlidingWindowLog     Log
@@ -81,6 +82,8 @@ func check(p Params, s *State, now, cost int64, always bool) (v Verdict, next St
 		v, next = fixedWindow(p, &st, now, cost, always)
 	case ratelimit.FixedWindowClock:
 		v, next = fixedWindowClock(p, &st, now, cost, always)
+	case ratelimit.Calendar:
+		v, next = calendar(p, &st, now, cost, always)
 	case ratelimit.SlidingWindowLog:
 		v, next = slidingLog(p, &st, now, cost, always)
 	case ratelimit.SlidingWindowCounter:

@@ -2,12 +2,15 @@ package model
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // Params is a Limit compiled to the integer form the algorithms and the Lua
-// library take (the Lua argument list carries exactly these four values).
+// library take (the Lua argument list carries exactly these four values;
+// a Calendar limit's carries its window boundaries in place of the rate
+// and interval: see CalendarWindows).
 type Params struct {
 	Alg ratelimit.Algorithm
 	// Capacity is the bucket size, window limit or burst.
@@ -20,6 +23,9 @@ type Params struct {
 	// ratio matters there, and the smaller numbers keep the scaled level
 	// (Capacity*Interval at most) below 2^52.
 	Interval int64
+	// Period and Zone are a Calendar limit's.
+	Period ratelimit.Period
+	Zone   *time.Location
 }
 
 // Compile validates l and converts it to Params.
@@ -34,7 +40,7 @@ func Compile(l ratelimit.Limit) (Params, error) {
 // every entry of a Request that passed Request.Validate has); it skips the
 // second validation on the hot path.
 func CompileValid(l ratelimit.Limit) Params {
-	p := Params{Alg: l.Algorithm, Capacity: l.Capacity, Rate: l.Rate, Interval: l.IntervalMicros()}
+	p := Params{Alg: l.Algorithm, Capacity: l.Capacity, Rate: l.Rate, Interval: l.IntervalMicros(), Period: l.Period, Zone: l.Zone}
 	if p.Alg == ratelimit.LeakyBucket || p.Alg == ratelimit.GCRA {
 		g := gcd(p.Interval, p.Rate)
 		p.Interval /= g

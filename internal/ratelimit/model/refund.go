@@ -12,6 +12,7 @@ import (
 //
 //	TokenBucket          tokens + n, at most the capacity
 //	FixedWindow(Clock)   count - n, at least 0, while the window lasts
+//	Calendar             the same
 //	SlidingWindowCounter the current window's count first, then the previous one's
 //	LeakyBucket, GCRA    level - n units, at least 0
 //	SlidingWindowLog     the newest entries still in the window lose n units
@@ -38,6 +39,10 @@ func Refund(p Params, s *State, now, n int64) (v Verdict, next State) {
 		case ratelimit.FixedWindowClock:
 			if k := now / p.Interval; st.A > 0 && st.B/p.Interval >= k {
 				next = State{Alg: p.Alg, A: max(st.A-n, 0), B: st.B / p.Interval * p.Interval}
+			}
+		case ratelimit.Calendar:
+			if st.A > 0 && now < st.B {
+				next = State{Alg: p.Alg, A: max(st.A-n, 0), B: st.B}
 			}
 		case ratelimit.SlidingWindowCounter:
 			next = refundCounter(p, &st, now, n)

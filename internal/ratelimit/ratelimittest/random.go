@@ -24,6 +24,9 @@ func RandomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
 		return extremeLimit(rng, alg)
 	}
 	l := ratelimit.Limit{Algorithm: alg}
+	if alg == ratelimit.Calendar {
+		l = RandomCalendar(rng)
+	}
 	switch rng.IntN(10) {
 	case 0:
 		l.Capacity = 1
@@ -32,19 +35,40 @@ func RandomLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
 	default:
 		l.Capacity = 1 + rng.Int64N(20)
 	}
-	if rng.IntN(3) == 0 {
-		l.Interval = time.Duration(1+rng.Int64N(2_000_000)) * time.Microsecond
-	} else {
-		l.Interval = intervals[rng.IntN(len(intervals))]
-	}
 	switch alg {
+	case ratelimit.Calendar:
 	case ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.GCRA:
+		l.Interval = randomInterval(rng)
 		l.Rate = 1 + rng.Int64N(l.Capacity+3)
+	default:
+		l.Interval = randomInterval(rng)
 	}
 	if err := l.Validate(); err != nil {
 		panic(err) // the ranges above are always valid
 	}
 	return l
+}
+
+func randomInterval(rng *rand.Rand) time.Duration {
+	if rng.IntN(3) == 0 {
+		return time.Duration(1+rng.Int64N(2_000_000)) * time.Microsecond
+	}
+	return intervals[rng.IntN(len(intervals))]
+}
+
+// CalendarZones are zones whose calendars differ: daylight saving time
+// (Berlin, New York, Lord Howe's by 30 minutes), a 45-minute offset
+// (Kathmandu; Chatham has both) and none (UTC).
+var CalendarZones = []string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu", "Pacific/Chatham", "Australia/Lord_Howe"}
+
+// RandomCalendar is a Calendar limit of capacity 1 with a random period
+// and zone (CalendarZones).
+func RandomCalendar(rng *rand.Rand) ratelimit.Limit {
+	zone, err := ratelimit.LoadZone(CalendarZones[rng.IntN(len(CalendarZones))])
+	if err != nil {
+		panic(err) // the zone data is compiled in
+	}
+	return ratelimit.CalendarLimit(1, ratelimit.Periods[rng.IntN(len(ratelimit.Periods))], zone)
 }
 
 // RandomCost is mostly 1, sometimes 0, sometimes up to the capacity, rarely
@@ -90,8 +114,13 @@ func RandomAdvance(rng *rand.Rand, interval, hint time.Duration) time.Duration {
 // extremeLimit has parameters at or near the bounds of Limit.Validate, where
 // the Lua library's doubles would first lose exactness.
 func extremeLimit(rng *rand.Rand, alg ratelimit.Algorithm) ratelimit.Limit {
-	l := ratelimit.Limit{Algorithm: alg, Capacity: ratelimit.MaxCount - rng.Int64N(1000)}
+	l := ratelimit.Limit{Algorithm: alg}
+	if alg == ratelimit.Calendar {
+		l = RandomCalendar(rng)
+	}
+	l.Capacity = ratelimit.MaxCount - rng.Int64N(1000)
 	switch alg {
+	case ratelimit.Calendar:
 	case ratelimit.TokenBucket:
 		l.Rate = 1 + rng.Int64N(3)
 		refills := (l.Capacity + l.Rate - 1) / l.Rate

@@ -3,8 +3,10 @@ package redisstore
 import (
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/ratelimit/model"
 )
 
 // call is one request's share of a library call: the entries of one
@@ -43,7 +45,8 @@ const inlineEntries = 4
 
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:mode:time" and its entries
-// "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
+// "algorithm:capacity:rate:interval:cost:flags:field" (a calendar quota's
+// "8:capacity:w0:w1:w2:w3:cost:flags:field"), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
@@ -76,10 +79,14 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, p.Capacity, 10)
 		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, p.Rate, 10)
-		buf = append(buf, ':')
-		buf = strconv.AppendInt(buf, p.Interval, 10)
-		buf = append(buf, ':')
+		if p.Alg == ratelimit.Calendar {
+			buf = appendCalendarWindows(buf, p, now)
+		} else {
+			buf = strconv.AppendInt(buf, p.Rate, 10)
+			buf = append(buf, ':')
+			buf = strconv.AppendInt(buf, p.Interval, 10)
+			buf = append(buf, ':')
+		}
 		buf = strconv.AppendInt(buf, e.Cost, 10)
 		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
@@ -94,6 +101,22 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 	if cluster {
 		c.slot = int(ratelimit.HashSlot(c.keys[0]))
 	}
+}
+
+// appendCalendarWindows appends a calendar quota's window starts
+// "w0:w1:w2:w3:" (ratelimit.CalendarWindows) around now, the call's
+// explicit time, or when it has none (now < 0) around this process's
+// clock: the library picks among them the window that holds the time it
+// decides at, the server's.
+func appendCalendarWindows(buf []byte, p *model.Params, now int64) []byte {
+	if now < 0 {
+		now = time.Now().UnixMicro()
+	}
+	for _, w := range ratelimit.CalendarWindows(p.Period, p.Zone, now) {
+		buf = strconv.AppendInt(buf, w, 10)
+		buf = append(buf, ':')
+	}
+	return buf
 }
 
 // mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.

@@ -1,4 +1,4 @@
--- Sluice rate-limit library: seven algorithms and one entry point, check(),
+-- Sluice rate-limit library: eight algorithms and one entry point, check(),
 -- that evaluates one or more requests, each of them all of its limits
 -- atomically. It mirrors the Go reference in internal/ratelimit/model
 -- exactly; read that package's docs for the semantics and the arithmetic
@@ -17,6 +17,7 @@
 --   SlidingWindowCounter 4, window index, current count, previous ('<Bddd')
 --   LeakyBucket, GCRA    5 or 6, level, time
 --   FixedWindowClock     7, count, window start
+--   Calendar             8, count, window end
 -- (Binary, not decimal text: struct.unpack and struct.pack cost a fraction
 -- of string.match, tonumber and string.format, and this runs per limit on
 -- every request.) A field holding anything else (another algorithm's
@@ -48,7 +49,10 @@
 --         entries "algorithm:capacity:rate:interval:cost:flags:field"
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
 --         1 shadow, 2 charge always, 3 both; field: the limit's field in
---         its bucket, without ':').
+--         its bucket, without ':'); a calendar quota's entry is
+--         "8:capacity:w0:w1:w2:w3:cost:flags:field", w0 < w1 < w2 < w3
+--         the starts of four consecutive windows in µs (see Calendar below;
+--         a request's time outside [w0, w3) is an error reply).
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -290,6 +294,40 @@ local function fixed_window(v, limit, _, window, now, cost, o, always)
   return false
 end
 
+-- clock_window decides a window on the clock, the same for every key
+-- (FixedWindowClock 7, Calendar 8), that ends at finish and holds count
+-- units; the state written is alg's (count, mark), mark being what alg
+-- keeps to find the window again (7 its start, 8 its end).
+local function clock_window(alg, limit, mark, finish, count, now, cost, o, always)
+  local remaining, reset = limit - count, 0
+  if remaining < 0 then
+    remaining = 0
+  end
+  if count > 0 then
+    reset = finish - now
+  end
+  if cost > limit then
+    deny(o, remaining, reset, NEVER)
+  elseif count + cost <= limit then
+    local reset_after = reset
+    if count + cost > 0 then
+      reset_after = finish - now
+    end
+    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
+    if cost > 0 then
+      return true, spack('<Bdd', alg, count + cost, mark), finish
+    end
+    return true
+  else
+    deny(o, remaining, reset, finish - now)
+  end
+  if always and cost > 0 then -- charged all the same: up to twice the limit
+    OUT[o + 4] = finish - now
+    return false, spack('<Bdd', alg, over(count, cost, limit), mark), finish
+  end
+  return false
+end
+
 -- Clock-aligned fixed window: windows are the multiples of the window
 -- since the epoch, k = floor(now/window); state: the count and the start
 -- of the window counted. A stored window later than now's (the clock
@@ -309,34 +347,70 @@ local function fixed_window_clock(v, limit, _, window, now, cost, o, always)
     end
   end
   local start = k * window
-  local finish = start + window
-  local remaining, reset = limit - count, 0
-  if remaining < 0 then
-    remaining = 0
+  return clock_window(7, limit, start, start + window, count, now, cost, o, always)
+end
+
+-- Calendar ----------------------------------------------------------------
+-- A calendar quota (model/calendar.go): the windows are the periods of a
+-- calendar in an IANA zone. The zone's rules are applied by the caller
+-- (ratelimit.CalendarWindows, in Go), who passes the starts w0..w3 of four
+-- consecutive windows around its own clock (e[9]..e[12]); now's window is
+-- the one among them that holds this call's time (calendar_clock checks
+-- that one does before anything is evaluated). State: the count and the
+-- end of the window it counts, which counts until that end.
+
+-- calendar_end is the end of the window that holds now, for entry e.
+local function calendar_end(e, now)
+  if now < e[10] then
+    return e[10]
+  elseif now < e[11] then
+    return e[11]
   end
-  if count > 0 then
-    reset = finish - now
+  return e[12]
+end
+
+local function calendar(v, limit, e, now, cost, o, always)
+  local finish, count = calendar_end(e, now), 0
+  local a, n, s
+  if v and #v == 17 then
+    a, n, s = sunpack('<Bdd', v)
   end
-  if cost > limit then
-    deny(o, remaining, reset, NEVER)
-  elseif count + cost <= limit then
-    local reset_after = reset
-    if count + cost > 0 then
-      reset_after = finish - now
+  if a == 8 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s then
+    count, finish = n, s
+  end
+  return clock_window(8, limit, finish, finish, count, now, cost, o, always)
+end
+
+-- calendar_clock checks each request's time against the windows its
+-- calendar entries were given: a time outside them (a server clock more
+-- than a period away from the caller's) is an error, not a guessed window.
+-- It returns an error message, or nil.
+local function calendar_clock(nreq, server_now)
+  local j0 = 0
+  for r = 1, nreq do
+    local h = R_HDR[r]
+    local now = h[3] or server_now
+    for j = j0 + 1, j0 + h[1] do
+      local e = E_REC[j]
+      if e[1] == 8 and (now < e[9] or now >= e[12]) then
+        return 'request ' .. r .. ' entry ' .. (j - j0) .. ': time ' .. format('%d', now) ..
+          ' is outside the calendar windows given (' .. format('%d', e[9]) .. '..' .. format('%d', e[12]) .. ')'
+      end
     end
-    OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
-    if cost > 0 then
-      return true, spack('<Bdd', 7, count + cost, start), finish
-    end
-    return true
-  else
-    deny(o, remaining, reset, finish - now)
+    j0 = j0 + h[1]
   end
-  if always and cost > 0 then -- charged all the same: up to twice the limit
-    OUT[o + 4] = finish - now
-    return false, spack('<Bdd', 7, over(count, cost, limit), start), finish
+end
+
+-- calendar_entry parses "8:capacity:w0:w1:w2:w3:cost:flags:field" into
+-- entry()'s record, with w0..w3 at 9..12; nil if malformed.
+local function calendar_entry(s)
+  local cap, w0, w1, w2, w3, cost, flags, field = match(s, '^8:(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
+  cap, cost = toint(cap, 1, MAXCOUNT), toint(cost, 0, MAXCOUNT)
+  w0, w1, w2, w3 = toint(w0, 0, MAXU), toint(w1, 0, MAXU), toint(w2, 0, MAXU), toint(w3, 0, MAXU)
+  if cap == nil or cost == nil or w0 == nil or w1 == nil or w2 == nil or w3 == nil or not (w0 < w1 and w1 < w2 and w2 < w3) then
+    return nil
   end
-  return false
+  return {8, cap, 0, 0, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3', w0, w1, w2, w3}
 end
 
 -- Sliding window log: a sorted set scored by admission time; the member is
@@ -738,6 +812,8 @@ local function evaluate(g, now, base)
       ok, val, exp = sliding_counter(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 7 then
       ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
+    elseif alg == 8 then
+      ok, val, exp = calendar(v, e[2], e, now, e[5], base + 4 * j, e[8])
     elseif alg == 3 then
       E_V[j] = v
       local pending
@@ -825,8 +901,9 @@ local function refund_tokens(v, cap, rate, iv, now, n)
   return spack('<Bdd', 1, tokens, last)
 end
 
--- refund_window serves both fixed windows (alg 2, and 7 aligned to the
--- clock): the count goes down while its window lasts.
+-- refund_window serves the fixed windows (alg 2, 7 aligned to the clock)
+-- and calendar quotas (8, whose state holds its window's end): the count
+-- goes down while its window lasts.
 local function refund_window(alg, v, window, now, n)
   local a, c, s
   if v and #v == 17 then
@@ -837,6 +914,10 @@ local function refund_window(alg, v, window, now, n)
   end
   if alg == 2 then
     if now >= s + window then
+      return nil
+    end
+  elseif alg == 8 then
+    if now >= s then
       return nil
     end
   else
@@ -984,6 +1065,9 @@ local function refund_group(g, now, base)
     elseif alg == 7 then
       val = give and refund_window(7, v, e[4], now, e[5])
       fixed_window_clock(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 8 then
+      val = give and refund_window(8, v, 0, now, e[5])
+      calendar(val or v, e[2], e, now, 0, o, false)
     elseif alg == 4 then
       val = give and refund_counter(v, e[4], now, e[5])
       sliding_counter(val or v, e[2], e[3], e[4], now, 0, o, false)
@@ -1108,12 +1192,19 @@ local function entry(s)
     return nil
   end
   local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
-  alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
-  iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-  if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
-    return nil
+  if alg == nil then
+    rec = calendar_entry(s)
+    if rec == nil then
+      return nil
+    end
+  else
+    alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+    iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
+    if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
+      return nil
+    end
+    rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
   end
-  rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
   end
@@ -1123,14 +1214,14 @@ end
 
 -- parse checks every request's arguments and keys into the scratch arrays
 -- and groups each request's entries by bucket: the entries of one bucket
--- must be adjacent. It returns the number of requests, or nil and an error
--- message.
+-- must be adjacent. It returns the number of requests and whether an entry
+-- is a calendar quota's, or nil and an error message.
 local function parse(keys, args)
   local nk, na = #keys, #args
   if nk < 1 or nk > MAXKEYS then
     return nil, 'want 1..' .. MAXKEYS .. ' keys, got ' .. nk
   end
-  local p, j0, k, r, ng = 1, 0, 0, 0, 0
+  local p, j0, k, r, ng, cal = 1, 0, 0, 0, 0, false
   while p <= na do
     r = r + 1
     local h = hmemo[args[p]] or header(args[p])
@@ -1176,6 +1267,9 @@ local function parse(keys, args)
         end
       end
       G_LAST[ng], E_REC[j] = j, e
+      if e[1] == 8 then
+        cal = true
+      end
     end
     if logs then -- a log's key is no bucket of the same request
       for j = j0 + 1, j0 + n do
@@ -1194,26 +1288,38 @@ local function parse(keys, args)
   if r == 0 or k ~= nk then
     return nil, 'want arguments for ' .. nk .. ' keys'
   end
-  return r
+  return r, cal
+end
+
+-- server_time is the server's clock in µs.
+local function server_time()
+  local t = call('TIME')
+  return tonum(t[1]) * 1000000 + tonum(t[2])
 end
 
 local function sluice_check(keys, args)
   if not call then
     init()
   end
-  local nreq, err = parse(keys, args)
+  local nreq, cal = parse(keys, args)
   if not nreq then
-    return fail(err)
+    return fail(cal)
   end
   local server_now = nil
+  if cal then
+    server_now = server_time()
+    local err = calendar_clock(nreq, server_now)
+    if err then
+      return fail(err)
+    end
+  end
   local o, j0 = 0, 0
   for r = 1, nreq do
     local h = R_HDR[r]
     local n, now = h[1], h[3]
     if not now then
       if not server_now then
-        local t = call('TIME')
-        server_now = tonum(t[1]) * 1000000 + tonum(t[2])
+        server_now = server_time()
       end
       now = server_now
     end
