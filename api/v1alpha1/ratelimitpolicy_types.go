@@ -10,8 +10,8 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.match) || !(has(self.match.hosts) || has(self.match.paths) || has(self.match.methods) || has(self.match.domain) || has(self.match.descriptor))",message="a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only",fieldPath=".match"
 // +kubebuilder:validation:XValidation:rule="!has(self.key) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? !self.key.matches('[{](client_ip|method|host|path|header:|query:)') : !self.key.contains('{descriptor'))",message="a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only, and an HTTP policy never from them: the other kind of request has no such values",fieldPath=".key"
-// +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
-// +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : self.lease.units) >= self.lease.units)",message="lease.units must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a lease could never be taken",fieldPath=".lease.units"
+// +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : self.lease.units) >= self.lease.units)",message="lease.units must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a lease could never be taken",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.cost) || self.lease.units >= self.cost",message="lease.units must be at least cost: a lease serves whole requests",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge != 'Always'",message="a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.mode) || self.mode != 'Shadow'",message="a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy",fieldPath=".lease"
@@ -255,7 +255,7 @@ type HeaderMatch struct {
 
 // Limit is one named limit with exactly one algorithm.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"
+// +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra), has(self.calendar)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra or calendar"
 // +kubebuilder:validation:XValidation:rule="!(has(self.slidingWindowLog) && has(self.slidingWindowLog.alignment)) && !(has(self.slidingWindowCounter) && has(self.slidingWindowCounter.alignment))",message="alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
 type Limit struct {
 	// name identifies the limit within its policy: in Redis keys, metrics
@@ -296,6 +296,15 @@ type Limit struct {
 	// rate requests per period on average, and up to burst at once.
 	// +optional
 	GCRA *GCRA `json:"gcra,omitempty"`
+
+	// calendar allows limit requests per calendar period in a time zone: a
+	// day from local midnight, an ISO week from Monday 00:00, a month from
+	// the 1st, a year from 1 January, the same for every bucket. Days of 23
+	// or 25 hours (daylight saving time changes) and months of 28 to 31
+	// days count as the calendar has them; the reset is the time to the
+	// next local boundary.
+	// +optional
+	Calendar *CalendarLimit `json:"calendar,omitempty"`
 }
 
 // TokenBucket is the classic token bucket with discrete refills.
@@ -375,6 +384,42 @@ type GCRA struct {
 	// +required
 	Burst Count `json:"burst"`
 }
+
+// CalendarLimit allows limit requests per calendar period.
+type CalendarLimit struct {
+	// limit is how many requests a period allows.
+	// +required
+	Limit Count `json:"limit"`
+
+	// period is the calendar unit: Day, Week (ISO weeks, from Monday),
+	// Month or Year.
+	// +required
+	Period CalendarPeriod `json:"period"`
+
+	// timeZone is the IANA time zone whose calendar the periods follow,
+	// such as Europe/Berlin or America/New_York. A name the zone database
+	// compiled into Sluice does not know stalls the policy (Ready=False,
+	// the message naming this field) and its last good version keeps
+	// serving. Defaults to UTC.
+	// +optional
+	// +kubebuilder:default=UTC
+	TimeZone TimeZone `json:"timeZone,omitempty"`
+}
+
+// CalendarPeriod is a calendar quota's unit.
+// +kubebuilder:validation:Enum=Day;Week;Month;Year
+type CalendarPeriod string
+
+const (
+	// CalendarPeriodDay starts at local midnight.
+	CalendarPeriodDay CalendarPeriod = "Day"
+	// CalendarPeriodWeek starts on Monday at 00:00 (ISO weeks).
+	CalendarPeriodWeek CalendarPeriod = "Week"
+	// CalendarPeriodMonth starts on the 1st at 00:00.
+	CalendarPeriodMonth CalendarPeriod = "Month"
+	// CalendarPeriodYear starts on 1 January at 00:00.
+	CalendarPeriodYear CalendarPeriod = "Year"
+)
 
 // Response shapes the answer to a request.
 type Response struct {

@@ -56,3 +56,11 @@ type HTTPMethod string
 // +kubebuilder:validation:MaxLength=256
 // +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9!#$%&*+.^_|~-]+$')",message="must be an HTTP header name: letters, digits and !#$%&*+.^_|~-"
 type HeaderName string
+
+// TimeZone is an IANA time zone name such as Europe/Berlin, America/New_York
+// or UTC. The schema checks its shape; whether the zone exists is checked
+// when the policy compiles.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=64
+// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$')",message="must be an IANA time zone name such as Europe/Berlin, America/New_York or UTC"
+type TimeZone string

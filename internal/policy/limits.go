@@ -96,6 +96,7 @@ var algorithms = []algorithm{
 		func(l *ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit { return l.SlidingWindowCounter }),
 	{ratelimitv1alpha1.AlgorithmLeakyBucket, compileLeakyBucket},
 	{ratelimitv1alpha1.AlgorithmGCRA, compileGCRA},
+	{ratelimitv1alpha1.AlgorithmCalendar, compileCalendar},
 }
 
 // exactlyOneAlgorithm is the message for a limit with no algorithm or

@@ -190,3 +190,11 @@ func TestAtomicPairs(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	ratelimittest.CheckAtomicPairs(t, s, "mem")
 }
+
+// TestCalendarWindows: the calendar's windows of 2026 at a fixed clock
+// (see ratelimittest.CalendarCases).
+func TestCalendarWindows(t *testing.T) {
+	ratelimittest.RunCalendar(t, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+		return newSim(t, clock)
+	})
+}

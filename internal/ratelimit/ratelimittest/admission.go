@@ -24,6 +24,8 @@ func NoRefillLimits(capacity int64) []ratelimit.Limit {
 		{Algorithm: ratelimit.LeakyBucket, Capacity: capacity, Rate: 1, Interval: long},
 		{Algorithm: ratelimit.GCRA, Capacity: capacity, Rate: 1, Interval: long},
 		{Algorithm: ratelimit.FixedWindowClock, Capacity: capacity, Interval: ratelimit.MaxInterval},
+		// A year ends only on 1 January.
+		ratelimit.CalendarLimit(capacity, ratelimit.Year, time.UTC),
 	}
 }
 

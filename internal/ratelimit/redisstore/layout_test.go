@@ -126,6 +126,13 @@ func TestMalformedCalls(t *testing.T) {
 		"own log in a bucket":    {[]string{"b", "b", "b"}, []string{"2:0:-", tb + "a", "3:5:0:1000000:1:0:"}},
 		"log at a bucket":        {[]string{"b", "c", "c"}, []string{"2:0:-", "3:5:0:1000000:1:0:l", tb + "a"}},
 		"second request bad":     {[]string{"b", "c"}, []string{"1:0:-", tb + "a", "1:0:-", "9:1:1:1:1:0:a"}},
+		// A calendar quota's entry carries four window starts, in order,
+		// and the time decided at must lie within them.
+		"calendar as a common entry":       {[]string{"b"}, []string{"1:0:-", "8:5:0:86400000000:1:0:a"}},
+		"calendar windows out of order":    {[]string{"b"}, []string{"1:0:-", "8:5:1000:3000:2000:4000:1:0:a"}},
+		"calendar time before its windows": {[]string{"b"}, []string{"1:0:999", "8:5:1000:2000:3000:4000:1:0:a"}},
+		"calendar time after its windows":  {[]string{"b"}, []string{"1:0:4000", "8:5:1000:2000:3000:4000:1:0:a"}},
+		"calendar server clock skewed":     {[]string{"b", "c"}, []string{"1:0:-", tb + "a", "1:0:-", "8:5:1000:2000:3000:4000:1:0:a"}},
 	} {
 		args := []any{"FCALL", redisstore.FunctionName, len(c.keys)}
 		for _, k := range c.keys {

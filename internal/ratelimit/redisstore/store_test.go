@@ -141,7 +141,7 @@ func TestAlgorithmChange(t *testing.T) {
 	order := []ratelimit.Algorithm{
 		ratelimit.TokenBucket, ratelimit.SlidingWindowLog, ratelimit.FixedWindow, ratelimit.FixedWindowClock, ratelimit.FixedWindow,
 		ratelimit.LeakyBucket, ratelimit.GCRA, ratelimit.SlidingWindowCounter, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog,
-		ratelimit.TokenBucket,
+		ratelimit.Calendar, ratelimit.FixedWindowClock, ratelimit.Calendar, ratelimit.TokenBucket,
 	}
 	ctx := context.Background()
 	for n, key := range []string{ratelimit.Key("ns", "p", "v", "changing"), "changing"} {
