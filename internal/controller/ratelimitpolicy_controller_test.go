@@ -240,6 +240,44 @@ var _ = Describe("RateLimitPolicy controller", func() {
 		kstatusRulesHold(p)
 	})
 
+	It("refuses an unknown calendar time zone in the status, naming the field, and keeps the last good version", func() {
+		ns := newNamespace()
+		Expect(k8sClient.Create(ctx, globalPolicy(ns, "api", 3))).To(Succeed())
+		good := eventuallyReady(ns, "api")
+		eventuallyEnforced(ns, "api", good.Generation)
+
+		// The schema checks the name's shape only; the zone data says it does not exist.
+		calendar := func(zone ratelimitv1alpha1.TimeZone) error {
+			p := get(ns, "api")
+			p.Spec.Limits[0].FixedWindow = nil
+			p.Spec.Limits[0].Calendar = &ratelimitv1alpha1.CalendarLimit{Limit: 100, Period: ratelimitv1alpha1.CalendarPeriodMonth, TimeZone: zone}
+			return k8sClient.Update(ctx, p)
+		}
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { return calendar("Europe/Atlantis") })).To(Succeed())
+		var p *ratelimitv1alpha1.RateLimitPolicy
+		Eventually(func(g Gomega) {
+			p = get(ns, "api")
+			g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
+			g.Expect(condition(p, ratelimitv1alpha1.ConditionStalled)).NotTo(BeNil())
+		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+		kstatusRulesHold(p)
+		ready, stalled := condition(p, ratelimitv1alpha1.ConditionReady), condition(p, ratelimitv1alpha1.ConditionStalled)
+		Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+		Expect(stalled.Message).To(ContainSubstring("spec.limits[0].calendar.timeZone"))
+		Expect(stalled.Message).To(ContainSubstring("Europe/Atlantis"))
+		Expect(stalled.Message).To(ContainSubstring("last good version stays in force"))
+		entry, ok, err := table.Get(ctx, ns, "api")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ok).To(BeTrue())
+		Expect(entry.Generation).To(Equal(good.Generation))
+		Expect(allowedUntilDenied(ns)).To(Equal(3), "the last good version's limit of 3")
+
+		By("a zone that exists makes it Ready")
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { return calendar("Europe/Berlin") })).To(Succeed())
+		p = eventuallyReady(ns, "api")
+		Expect(p.Status.Limits).To(Equal("hourly=calendar(100/Month,Europe/Berlin)"))
+	})
+
 	It("converges after 50 concurrent spec edits", func() {
 		ns := newNamespace()
 		Expect(k8sClient.Create(ctx, globalPolicy(ns, "busy", 1))).To(Succeed())

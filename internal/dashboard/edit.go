@@ -84,6 +84,8 @@ func limitFields(l *ratelimitv1alpha1.Limit) (string, map[string]target) {
 	case l.GCRA != nil:
 		g := l.GCRA
 		return "gcra", map[string]target{"rate": {count: &g.Rate}, "period": {duration: &g.Period}, "burst": {count: &g.Burst}}
+	case l.Calendar != nil:
+		return ratelimitv1alpha1.AlgorithmCalendar, map[string]target{"limit": {count: &l.Calendar.Limit}}
 	}
 	return "", map[string]target{}
 }

@@ -202,6 +202,10 @@ func limitView(l policy.Limit) LimitView {
 	case ratelimit.GCRA:
 		v.Algorithm = "gcra"
 		v.Params = []ParamView{count("rate", lim.Rate), dur("period", lim.Interval), count("burst", lim.Capacity)}
+	case ratelimit.Calendar:
+		// The period and zone go with the name: only the limit is edited.
+		v.Algorithm = fmt.Sprintf("calendar (%s, %s)", lim.Period, lim.Zone)
+		v.Params = []ParamView{count("limit", lim.Capacity)}
 	default:
 		v.Algorithm = lim.Algorithm.String()
 		v.Params = []ParamView{}

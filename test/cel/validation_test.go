@@ -129,6 +129,20 @@ limits:
 - name: large
   slidingWindowCounter: {limit: 50, window: 1m}
 `),
+		Entry("calendar quotas in named zones and in UTC", `
+cost: 2
+limits:
+- name: day
+  calendar: {limit: 100, period: Day, timeZone: America/New_York}
+- name: week
+  calendar: {limit: 500, period: Week, timeZone: Asia/Kathmandu}
+- name: month
+  calendar: {limit: 10000, period: Month, timeZone: America/Argentina/Buenos_Aires}
+- name: year
+  calendar: {limit: 100000, period: Year, timeZone: Etc/GMT+5}
+- name: utc
+  calendar: {limit: 2, period: Month}
+`),
 		Entry("eight limits", "limits:\n"+fixedWindowLimits(8)),
 		Entry("a policy targeting a route, exempting networks", `
 targetRefs:
@@ -164,7 +178,7 @@ limits:
 			}
 		},
 		Entry("no algorithm", "limits:\n- name: l\n",
-			"spec.limits[0]", "exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket or gcra"),
+			"spec.limits[0]", "exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra or calendar"),
 		Entry("two algorithms", `
 limits:
 - name: l
@@ -194,6 +208,18 @@ limits:
 			"spec.limits[0].gcra.period", "must be between 1ms and 8784h"),
 		Entry("a missing required parameter", withLimit("gcra: {rate: 10, period: 1s}"),
 			"spec.limits[0].gcra.burst", "Required value"),
+		Entry("a calendar with an unknown period", withLimit("calendar: {limit: 10, period: Fortnight}"),
+			"spec.limits[0].calendar.period", `Unsupported value: "Fortnight"`, `"Day"`, `"Week"`, `"Month"`, `"Year"`),
+		Entry("a calendar without a period", withLimit("calendar: {limit: 10}"),
+			"spec.limits[0].calendar.period", "Required value"),
+		Entry("a calendar time zone that is no zone name", withLimit("calendar: {limit: 10, period: Day, timeZone: 'Berlin, Germany'}"),
+			"spec.limits[0].calendar.timeZone", "must be an IANA time zone name such as Europe/Berlin"),
+		Entry("a calendar time zone as an offset", withLimit("calendar: {limit: 10, period: Day, timeZone: '+02:00'}"),
+			"spec.limits[0].calendar.timeZone", "must be an IANA time zone name"),
+		Entry("a calendar time zone too long", withLimit("calendar: {limit: 10, period: Day, timeZone: Europe/"+strings.Repeat("x", 60)+"}"),
+			"spec.limits[0].calendar.timeZone", "Too long"),
+		Entry("a cost above a calendar's limit", "cost: 20\n"+withLimit("calendar: {limit: 10, period: Month}"),
+			"spec.cost", "cost must not exceed any limit's capacity"),
 		Entry("an unknown mode", "mode: Audit\n"+tokenBucket10,
 			"spec.mode", `Unsupported value: "Audit"`, `"Enforce"`, `"Shadow"`),
 		Entry("an unknown failure mode", "failureMode: Maybe\n"+tokenBucket10,
