@@ -23,13 +23,15 @@ type httpConfigs struct {
 	// Sluice: one limit allowing, denying every request, three limits
 	// allowing.
 	allow, deny, three *config
+	// Sluice: one calendar quota allowing (beside allow, its token bucket).
+	calendar *config
 	// Sluice on one hot global key: exact, and leased (spec.lease).
 	hotExact, hotLeased *config
 }
 
 // all is every configuration in the order of the rounds and the table.
 func (h httpConfigs) all() []*config {
-	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.deny, h.three, h.hotExact, h.hotLeased}
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased}
 }
 
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
@@ -40,6 +42,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 		bareFast:  &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
 		naive:     &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
 		allow:     &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
+		calendar:  &config{name: "Sluice, calendar month in Europe/Berlin, allowing", path: "/check/bench", policies: allowCalendar},
 		deny:      &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
 		three:     &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
 		hotExact:  &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
@@ -92,7 +95,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 // otherwise measures nothing.
 func warmUp(h httpConfigs) error {
 	fmt.Fprintf(os.Stderr, "bench: HTTP warm-up, %d requests to %q\n", 2*loadClients, h.deny.name)
-	for _, c := range []*config{h.allow, h.three, h.hotExact, h.hotLeased} {
+	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased} {
 		u, err := url.Parse(c.url)
 		if err != nil {
 			return err

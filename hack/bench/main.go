@@ -93,6 +93,15 @@ spec:
   - name: burst
     tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}
 `
+	allowCalendar = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: calendar, namespace: bench}
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: month
+    calendar: {limit: 1000000000, period: Month, timeZone: Europe/Berlin}
+`
 	denyAll = `apiVersion: ratelimit.sluice.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: deny, namespace: bench}

@@ -60,8 +60,11 @@ func measureMemory(redisAddr string) (memoryResult, error) {
 	const redisKeys = 100_000
 	for _, alg := range ratelimit.Algorithms {
 		l := ratelimit.Limit{Algorithm: alg, Capacity: 100, Interval: time.Hour}
-		if alg == ratelimit.TokenBucket || alg == ratelimit.LeakyBucket || alg == ratelimit.GCRA {
+		switch alg {
+		case ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.GCRA:
 			l.Rate = 1
+		case ratelimit.Calendar:
+			l = ratelimit.CalendarLimit(100, ratelimit.Day, time.UTC)
 		}
 		if err := client.FlushAll(context.Background()).Err(); err != nil {
 			return res, err
@@ -153,6 +156,8 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []str
 	allow, three, deny := medianRPS(h.allow), medianRPS(h.three), medianRPS(h.deny)
 	fmt.Fprintf(&b, "- Allowing, one limit ≥ 0.55 × the bare net/http ceiling: %.2f × — %s (× the fasthttp ceiling: %.2f)\n",
 		allow/ceiling, verdict(allow >= 0.55*ceiling), allow/fastCeiling)
+	calendar := medianRPS(h.calendar)
+	fmt.Fprintf(&b, "- A calendar quota allowing ≥ 0.9 × the token bucket: %.2f × — %s\n", calendar/allow, verdict(calendar >= 0.9*allow))
 	fmt.Fprintf(&b, "- Three limits ≥ 0.9 × one limit: %.2f × — %s\n", three/allow, verdict(three >= 0.9*allow))
 	// Both per decision, so the ratio is Redis's work for one decision
 	// with three limits against one with one, whatever the throughputs.
