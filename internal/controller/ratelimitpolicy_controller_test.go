@@ -94,6 +94,19 @@ func condition(p *ratelimitv1alpha1.RateLimitPolicy, typ string) *metav1.Conditi
 	return apimeta.FindStatusCondition(p.Status.Conditions, typ)
 }
 
+// eventuallyStalled waits for the policy's status to say its generation
+// stalls, and checks the kstatus rules on it.
+func eventuallyStalled(ns, name string) *ratelimitv1alpha1.RateLimitPolicy {
+	var p *ratelimitv1alpha1.RateLimitPolicy
+	EventuallyWithOffset(1, func(g Gomega) {
+		p = get(ns, name)
+		g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
+		g.Expect(condition(p, ratelimitv1alpha1.ConditionStalled)).NotTo(BeNil())
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	kstatusRulesHold(p)
+	return p
+}
+
 func eventuallyReady(ns, name string) *ratelimitv1alpha1.RateLimitPolicy {
 	var p *ratelimitv1alpha1.RateLimitPolicy
 	EventuallyWithOffset(1, func(g Gomega) {
@@ -189,13 +202,7 @@ var _ = Describe("RateLimitPolicy controller", func() {
 			p.Spec.Limits[0].FixedWindow.Limit = 100
 			return k8sClient.Update(ctx, p)
 		})).To(Succeed())
-		var p *ratelimitv1alpha1.RateLimitPolicy
-		Eventually(func(g Gomega) {
-			p = get(ns, "api")
-			g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
-			g.Expect(condition(p, ratelimitv1alpha1.ConditionStalled)).NotTo(BeNil())
-		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
-		kstatusRulesHold(p)
+		p := eventuallyStalled(ns, "api")
 		ready, stalled := condition(p, ratelimitv1alpha1.ConditionReady), condition(p, ratelimitv1alpha1.ConditionStalled)
 		Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 		Expect(ready.Reason).To(Equal(ratelimitv1alpha1.ReasonInvalidSpec))
@@ -254,13 +261,7 @@ var _ = Describe("RateLimitPolicy controller", func() {
 			return k8sClient.Update(ctx, p)
 		}
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { return calendar("Europe/Atlantis") })).To(Succeed())
-		var p *ratelimitv1alpha1.RateLimitPolicy
-		Eventually(func(g Gomega) {
-			p = get(ns, "api")
-			g.Expect(p.Status.ObservedGeneration).To(Equal(p.Generation))
-			g.Expect(condition(p, ratelimitv1alpha1.ConditionStalled)).NotTo(BeNil())
-		}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
-		kstatusRulesHold(p)
+		p := eventuallyStalled(ns, "api")
 		ready, stalled := condition(p, ratelimitv1alpha1.ConditionReady), condition(p, ratelimitv1alpha1.ConditionStalled)
 		Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 		Expect(stalled.Message).To(ContainSubstring("spec.limits[0].calendar.timeZone"))
