@@ -31,8 +31,8 @@ const (
 	syncInterval = 3 * time.Second
 )
 
-// testPolicies are one policy per algorithm, one with all six limits on
-// one key (one library call with six keys), all failing open, and one
+// testPolicies are one policy per algorithm, one with all their limits on
+// one key (one library call with a key each), all failing open, and one
 // failing closed.
 func testPolicies() []*ratelimitv1alpha1.RateLimitPolicy {
 	var out []*ratelimitv1alpha1.RateLimitPolicy

@@ -62,7 +62,8 @@ func FixedWindow(name string, n int64, window string) ratelimitv1alpha1.Limit {
 }
 
 // EveryAlgorithm is one limit per algorithm, each admitting a burst of n
-// and refilling slowly (over an hour), named after its algorithm.
+// and refilling slowly (over an hour; the calendar year in Berlin), named
+// after its algorithm.
 func EveryAlgorithm(n int64) []ratelimitv1alpha1.Limit {
 	c := ratelimitv1alpha1.Count(n)
 	return []ratelimitv1alpha1.Limit{
@@ -72,6 +73,7 @@ func EveryAlgorithm(n int64) []ratelimitv1alpha1.Limit {
 		{Name: "sliding-window-counter", SlidingWindowCounter: &ratelimitv1alpha1.WindowLimit{Limit: c, Window: "1h"}},
 		{Name: "leaky-bucket", LeakyBucket: &ratelimitv1alpha1.LeakyBucket{Capacity: c, LeakRate: 1, LeakInterval: "1h"}},
 		{Name: "gcra", GCRA: &ratelimitv1alpha1.GCRA{Rate: 1, Period: "1h", Burst: c}},
+		{Name: "calendar", Calendar: &ratelimitv1alpha1.CalendarLimit{Limit: c, Period: ratelimitv1alpha1.CalendarPeriodYear, TimeZone: "Europe/Berlin"}},
 	}
 }
 
