@@ -42,6 +42,7 @@ const (
 // files allowed to hold them. config/default holds none of them.
 var absentCRDs = map[string]string{
 	"monitoring.coreos.com/ServiceMonitor":      "the Prometheus Operator's (config/prometheus, an optional component)",
+	"monitoring.coreos.com/PrometheusRule":      "the Prometheus Operator's (config/prometheus, an optional component)",
 	"traefik.io/Middleware":                     "Traefik's (config/examples/traefik)",
 	"kustomize.toolkit.fluxcd.io/Kustomization": "Flux's (config/gitops/flux)",
 }
