@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // upstream is the application behind a proxy: it counts the requests that
@@ -165,4 +167,19 @@ func quota(h http.Header) (int, error) {
 		}
 	}
 	return 0, errors.New("no q= in RateLimit-Policy: " + v)
+}
+
+// waitAccessLog waits until a line of the proxy's log (its access log
+// written to standard output) contains want; access logs are flushed
+// within a second or so.
+func waitAccessLog(t *testing.T, proxy *systest.Proc, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !proxy.LogContains(want) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s's access log has no line with %s; its last lines:\n%s", proxy.Name, want, proxy.Tail(10))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
