@@ -668,7 +668,7 @@ func TestAppliesToAPIServer(t *testing.T) {
 	}
 	t.Logf("kubectl apply --dry-run=server -k config/default:\n%s", out)
 
-	for _, ns := range []string{"shop", "argocd", "flux-system"} {
+	for _, ns := range []string{"shop", "argocd", "flux-system", "ingress-nginx"} {
 		c.MustKubectl("create", "namespace", ns)
 	}
 	out, err = c.Kubectl("apply", "--dry-run=server", "-n", "default", "-k", "samples")
@@ -684,6 +684,7 @@ func TestAppliesToAPIServer(t *testing.T) {
 	for _, file := range []string{
 		"examples/ingress-nginx/ingress.yaml",
 		"examples/ingress-nginx/ingress-429.yaml",
+		"examples/ingress-nginx/controller-configmap.yaml",
 		"examples/traefik/middleware.yaml",
 		"gitops/argocd/argocd-cm.yaml",
 	} {

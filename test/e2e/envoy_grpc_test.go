@@ -80,8 +80,8 @@ func TestEnvoyExtAuthzGRPC(t *testing.T) {
 		}
 		// ext_authz keeps the answer's dynamic metadata, allowed or
 		// denied, which the example's access log prints.
-		waitAccessLog(t, envoy, `"GET /api/items" 429 policy=shop/api limit=minute decision=denied reason=RateLimited remaining=0 key=`)
-		waitAccessLog(t, envoy, `"GET /admin/items" 200 policy=shop/admin limit=minute decision=allowed reason=Allowed remaining=1 key=`)
+		waitAccessLog(t, envoy, `"GET /api/items" 429 policy=shop/api limit=minute decision=denied reason=RateLimited remaining=0 key=[0-9a-f]{16}$`)
+		waitAccessLog(t, envoy, `"GET /admin/items" 200 policy=shop/admin limit=minute decision=allowed reason=Allowed remaining=1 key=[0-9a-f]{16}$`)
 	})
 
 	// A client's own rate-limit headers never reach the application beside

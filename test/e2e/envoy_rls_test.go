@@ -64,8 +64,8 @@ func TestEnvoyRLS(t *testing.T) {
 		expectRuns(t, app, from("127.0.0.12"), base+"/home", nil, 1, "[200 x1]")
 		// The rate limit filter keeps the answer's dynamic metadata, which
 		// the example's access log prints.
-		waitAccessLog(t, envoy, `"GET /home" 429 policy=shop/per-client limit=minute decision=denied reason=RateLimited remaining=0 key=`)
-		waitAccessLog(t, envoy, `"GET /home" 200 policy=shop/per-client limit=minute decision=allowed reason=Allowed remaining=4 key=`)
+		waitAccessLog(t, envoy, `"GET /home" 429 policy=shop/per-client limit=minute decision=denied reason=RateLimited remaining=0 key=[0-9a-f]{16}$`)
+		waitAccessLog(t, envoy, `"GET /home" 200 policy=shop/per-client limit=minute decision=allowed reason=Allowed remaining=4 key=[0-9a-f]{16}$`)
 	})
 
 	// Two descriptors per request on /api/: both must allow it, and a
