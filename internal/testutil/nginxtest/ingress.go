@@ -28,18 +28,12 @@ type Ingress struct {
 // shape what ingress-nginx renders for it.
 func ReadIngress(t testing.TB, file string) Ingress {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ing struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if err := yaml.Unmarshal(b, &ing); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, file, &ing)
 	a := ing.Metadata.Annotations
 	ex := Ingress{
 		AuthURL:       a["nginx.ingress.kubernetes.io/auth-url"],
@@ -82,21 +76,27 @@ type Server struct {
 // ConfigMap example.
 func ReadLogFormat(t testing.TB, file string) string {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := yaml.Unmarshal(b, &cm); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, file, &cm)
 	f := cm.Data["log-format-upstream"]
 	if f == "" {
 		t.Fatalf("%s: no log-format-upstream", file)
 	}
 	return f
+}
+
+// readYAML decodes the YAML file into v, or fails t.
+func readYAML(t testing.TB, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
 }
 
 // logFormatName names the log_format of the server on port.
