@@ -36,6 +36,9 @@ type Options struct {
 	// TrustedProxies are the peers whose forwarded headers are believed
 	// (default clientip.DefaultTrustedProxies).
 	TrustedProxies *clientip.TrustedProxies
+	// ReportPolicy adds checkhttp.PolicyHeader to every answer a policy
+	// decided, naming the rule for the proxy's access log.
+	ReportPolicy bool
 	// Gatherer serves /metrics (nil: no metrics endpoint).
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -228,11 +231,27 @@ func (s *CheckEndpoint) serveCheck(w http.ResponseWriter, r *http.Request, rt ro
 	}
 	out := &st.out
 	checkhttp.AppendHeaders(w.Header(), out, s.opts.Now(), &st.headers)
+	if rule, ok := s.reportedRule(out); ok {
+		w.Header().Set(checkhttp.PolicyHeader, rule)
+	}
 	if out.Allowed {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
+}
+
+// reportedRule is PolicyHeader's value for out, when ReportPolicy is set
+// and a policy decided.
+func (s *CheckEndpoint) reportedRule(out *check.Outcome) (string, bool) {
+	if !s.opts.ReportPolicy {
+		return "", false
+	}
+	r, ok := checkhttp.RuleOf(out)
+	if !ok {
+		return "", false
+	}
+	return r.String(), true
 }
 
 // read rebuilds the original request a check request describes into

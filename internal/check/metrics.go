@@ -73,6 +73,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "sluice_store_evictions_total",
 		Help: "Buckets with live state the in-memory store evicted, least recently used first, to make room for new ones while it holds its maximum (--memory-max-keys); an evicted bucket starts afresh. Redis counts its own evictions (INFO stats evicted_keys).",
 	}, m.evicted)
+	// Both modes are exported from the start, at 0, so that rate() in an
+	// alert sees the first answer by a failure mode.
+	for _, mode := range []string{"open", "closed"} {
+		m.failureMode.WithLabelValues(mode)
+	}
 	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
 	return m
 }

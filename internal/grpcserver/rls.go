@@ -110,7 +110,9 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 	if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out); err != nil {
 		return nil, r.checkFailed(req, err)
 	}
-	return st.response(r.s.opts.Now()), nil
+	resp := st.response(r.s.opts.Now())
+	resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
+	return resp, nil
 }
 
 // checkFailed is the status of a request the checker returned err for:
