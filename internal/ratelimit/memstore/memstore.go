@@ -100,6 +100,7 @@ type item struct {
 	exp        int64
 	first      limit   // most buckets hold one to three limits
 	more       []limit // the others
+	penalty    model.PenaltyState
 }
 
 // limit is one limit's state in its bucket.
@@ -191,6 +192,7 @@ type scratch struct {
 	bucketOf []int    // entry i's bucket
 	verdicts []model.Verdict
 	nexts    []model.State
+	boxes    []model.Box // bucket g's penalty box
 
 	bucket  []string // bucket g's key
 	shardOf []uint8
@@ -276,6 +278,8 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 		sc.bucketOf[i] = g
 	}
 	sc.items = grow(sc.items, len(sc.bucket))
+	sc.boxes = grow(sc.boxes, len(sc.bucket))
+	clear(sc.boxes)
 	err := s.check(req, dec, sc)
 	clear(sc.items) // drop references held by the pool
 	clear(sc.bucket)
@@ -318,8 +322,19 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		default:
 			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
 		}
+		if req.Action != ratelimit.Refund {
+			if g := sc.bucketOf[i]; sc.boxes[g].Open(&req.Entries[i]) {
+				sc.boxes[g].State = sc.penaltyState(g, now)
+			}
+		}
+	}
+	if req.Action != ratelimit.Refund {
+		model.ApplyBans(sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, sc.nexts, now)
 	}
 	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
+	if req.Action != ratelimit.Refund {
+		model.CountDenials(sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, now)
+	}
 	if req.Action != ratelimit.DryRun && s.maxKeys > 0 {
 		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {
 			clear(sc.nexts)
@@ -335,11 +350,29 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
 	}
+	if req.Action == ratelimit.Consume {
+		for g := range sc.boxes {
+			if b := &sc.boxes[g]; b.Write {
+				s.commitPenalty(sc, g, b.Next, b.Next.Expiry(b.Params))
+			}
+		}
+	}
 	return nil
+}
+
+// penaltyState returns bucket g's stored penalty state at now.
+func (sc *scratch) penaltyState(g int, now int64) model.PenaltyState {
+	if it := sc.items[g]; it != nil && now < it.exp {
+		return it.penalty
+	}
+	return model.PenaltyState{}
 }
 
 // writes reports whether req, decided allowed or not, writes to bucket g.
 func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int) bool {
+	if req.Action == ratelimit.Consume && sc.boxes[g].Write {
+		return true
+	}
 	for i := range req.Entries {
 		if sc.bucketOf[i] == g && s.written(req, allowed, sc, i) {
 			return true
@@ -460,6 +493,25 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
 	}
+}
+
+// commitPenalty stores bucket g's penalty state, whose expiry moves to
+// exp if that is later; room for a new bucket was made already.
+func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int64) {
+	shard := &s.shards[sc.shardOf[g]]
+	it := sc.items[g]
+	if it == nil {
+		it = &item{key: sc.bucket[g], exp: exp}
+		sc.items[g] = it
+		shard.m[it.key] = it
+		shard.pushFront(it)
+		if len(shard.m) > shard.peak {
+			shard.peak = len(shard.m)
+		}
+	} else {
+		it.exp = max(it.exp, exp)
+	}
+	it.penalty = st
 }
 
 // insertSorted adds v to the ascending set s.
