@@ -37,7 +37,7 @@ type DiffConfig struct {
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
 	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Shadows, ChargedAlways, Switches, Bans, Banned int
-	PerAlgorithm                                                                                                                     map[ratelimit.Algorithm]int
+	PerAlgorithm                                                                                                                      map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -52,8 +52,8 @@ func (s DiffStats) String() string {
 }
 
 type diffKey struct {
-	key    string
-	alg    ratelimit.Algorithm
+	key     string
+	alg     ratelimit.Algorithm
 	limits  map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
 	always  bool                                    // its entries mostly charge always
 	penalty ratelimit.Penalty                       // its bucket's
