@@ -115,6 +115,18 @@ spec:
 `
 	hotLeased = hotExact + `  lease: {units: 1000, ttl: 1s}
 `
+	// allowPenalty is allowOne with a penalty box: what a ban costs an
+	// allowing check (the ':ban' field read with the limit's).
+	allowPenalty = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: penalty, namespace: bench}
+spec:
+  key: "{client_ip}"
+  limits:
+  - name: burst
+    tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}
+  penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}
+`
 	allowThree = `apiVersion: ratelimit.sluice.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: three, namespace: bench}
