@@ -75,7 +75,11 @@ type shard struct {
 	max int
 	// head and tail end the list of m's items through their prev and
 	// next, most recently used first: a full shard evicts its tail.
+	// A banned bucket leaves the list until its ban ends (see
+	// item.banned), so that the tail is always evictable; banned counts
+	// those buckets.
 	head, tail *item
+	banned     int
 	// peak is the most keys m has held since it was last rebuilt. A Go map
 	// never shrinks, so after a spike of distinct keys has expired, Sweep
 	// moves the survivors into a new map and the memory goes back.
@@ -101,6 +105,10 @@ type item struct {
 	first      limit   // most buckets hold one to three limits
 	more       []limit // the others
 	penalty    model.PenaltyState
+	// banned, when not 0, is the end (µs) of the ban the bucket holds:
+	// until then it is out of its shard's list, never evicted (an
+	// evicted ban would be lifted).
+	banned int64
 }
 
 // limit is one limit's state in its bucket.
@@ -305,7 +313,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		sh := &s.shards[sc.shardOf[g]]
 		it := sh.m[b]
 		if it != nil {
-			sh.touch(it) // used, whether the call allows, denies or only reads
+			sh.touch(it, now) // used, whether the call allows, denies or only reads
 		}
 		sc.items[g] = it
 	}
@@ -353,7 +361,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	if req.Action == ratelimit.Consume {
 		for g := range sc.boxes {
 			if b := &sc.boxes[g]; b.Write {
-				s.commitPenalty(sc, g, b.Next, b.Next.Expiry(b.Params))
+				s.commitPenalty(sc, g, b.Next, b.Next.Expiry(b.Params), b.Ban > 0 && !b.Shadow)
 			}
 		}
 	}
@@ -397,9 +405,9 @@ func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int
 // wrapping ratelimit.ErrCapacity having evicted nothing.
 //
 // State that must outlive idleness (units held in flight, bans) must
-// never be evicted: a bucket holding such state is to leave its shard's
-// list while it holds it, so that the tail is always evictable and
-// eviction stays O(1) per bucket.
+// never be evicted: a bucket holding such state leaves its shard's list
+// while it holds it (a banned bucket: see item.banned), so that the tail
+// is always evictable and eviction stays O(1) per bucket.
 func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now int64) error {
 	news := false
 	for g := range sc.bucket {
@@ -411,19 +419,28 @@ func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now 
 	if !news {
 		return nil // the common case: every bucket written is held
 	}
-	var need, held [maxShards]int
+	// A shard's buckets that are neither the call's nor banned are
+	// evictable: they must make room for what the call needs.
+	var need, kept [maxShards]int
 	for g := range sc.bucket {
-		switch {
-		case sc.items[g] != nil:
-			held[sc.shardOf[g]]++
+		switch it := sc.items[g]; {
+		case it != nil:
+			kept[sc.shardOf[g]]++
+			if it.banned != 0 {
+				kept[sc.shardOf[g]]-- // counted among the shard's banned
+			}
 		case s.writes(req, allowed, sc, g):
 			need[sc.shardOf[g]]++
 		}
 	}
 	for _, i := range sc.locked {
-		if sh := &s.shards[i]; need[i] > 0 && need[i]+held[i] > sh.max {
-			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d)",
-				ratelimit.ErrCapacity, need[i]+held[i], sh.max, s.maxKeys)
+		sh := &s.shards[i]
+		if need[i] > 0 && need[i]+kept[i]+sh.banned > sh.max {
+			sh.relinkEndedBans(now) // rare: a shard full of bans
+		}
+		if need[i] > 0 && need[i]+kept[i]+sh.banned > sh.max {
+			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d), %d of them banned",
+				ratelimit.ErrCapacity, need[i]+kept[i]+sh.banned, sh.max, s.maxKeys, sh.banned)
 		}
 	}
 	for _, i := range sc.locked {
@@ -444,11 +461,43 @@ func (s *Store) evict(sh *shard, it *item, now int64) {
 	}
 }
 
-// touch moves it to the front of sh's list: the most recently used.
-func (sh *shard) touch(it *item) {
+// touch moves it to the front of sh's list, the most recently used,
+// unless it is banned at now; a bucket whose ban is over rejoins the list.
+func (sh *shard) touch(it *item, now int64) {
+	if it.banned != 0 {
+		if now < it.banned {
+			return
+		}
+		it.banned = 0
+		sh.banned--
+		sh.pushFront(it)
+		return
+	}
 	if sh.head != it {
 		sh.unlink(it)
 		sh.pushFront(it)
+	}
+}
+
+// relinkEndedBans puts the buckets whose ban ended by now, untouched
+// since, back at the tail of sh's list: evictable, the least recently
+// used.
+func (sh *shard) relinkEndedBans(now int64) {
+	if sh.banned == 0 {
+		return
+	}
+	for _, it := range sh.m {
+		if it.banned != 0 && now >= it.banned {
+			it.banned = 0
+			sh.banned--
+			it.prev, it.next = sh.tail, nil
+			if sh.tail != nil {
+				sh.tail.next = it
+			} else {
+				sh.head = it
+			}
+			sh.tail = it
+		}
 	}
 }
 
@@ -496,8 +545,9 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 }
 
 // commitPenalty stores bucket g's penalty state, whose expiry moves to
-// exp if that is later; room for a new bucket was made already.
-func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int64) {
+// exp if that is later, and takes a bucket it bans out of its shard's
+// list until the ban's end; room for a new bucket was made already.
+func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int64, ban bool) {
 	shard := &s.shards[sc.shardOf[g]]
 	it := sc.items[g]
 	if it == nil {
@@ -512,6 +562,13 @@ func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int
 		it.exp = max(it.exp, exp)
 	}
 	it.penalty = st
+	if ban && it.banned == 0 {
+		shard.unlink(it)
+		shard.banned++
+	}
+	if ban {
+		it.banned = st.Until
+	}
 }
 
 // insertSorted adds v to the ascending set s.
@@ -565,6 +622,7 @@ func (s *Store) Sweep() int {
 // sweepLocked removes sh's expired state; sh is locked.
 func (s *Store) sweepLocked(sh *shard, now int64) int {
 	removed := 0
+	sh.relinkEndedBans(now) // a bucket expires after its ban's end
 	for k, it := range sh.m {
 		if now >= it.exp {
 			sh.unlink(it)
