@@ -826,6 +826,8 @@ local function read_bucket(g)
     local n = last - first + 1
     if n == 1 then
       r = pcall_('HMGET', G_KEY[g], E_REC[first][7], EXPIRY)
+    elseif n == 2 then -- a limit and its penalty box, or two limits
+      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], E_REC[first + 1][7], EXPIRY)
     else
       for x = 1, n do
         ARGS[x] = E_REC[first + x - 1][7]
@@ -917,7 +919,13 @@ local function evaluate(g, now, base)
     end
   end
   if E_REC[first][1] == PENALTY then
-    allowed, m, wexp, log, ma, wexpa = penalty_box(g, r and r[1], allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+    local v = r and r[1]
+    if v or denied then
+      allowed, m, wexp, log, ma, wexpa = penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+    else -- never banned nor counting, and nothing to count: the common case
+      local o = base + 4 * first
+      OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
+    end
   end
   G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
   G_MA[g], G_WEXPA[g] = ma, wexpa
