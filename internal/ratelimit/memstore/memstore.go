@@ -528,19 +528,22 @@ func (sh *shard) unlink(it *item) {
 // commit stores a limit's state in bucket g, whose expiry moves to exp
 // if that is later; room for a new bucket was made already.
 func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int64) {
-	shard := &s.shards[sc.shardOf[g]]
-	it := sc.items[g]
-	if it == nil {
-		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, st: st}}
-		sc.items[g] = it
-		shard.m[it.key] = it
-		shard.pushFront(it)
-		if len(shard.m) > shard.peak {
-			shard.peak = len(shard.m)
-		}
-	} else {
+	if it := sc.items[g]; it != nil {
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
+		return
+	}
+	s.add(sc, g, &item{key: sc.bucket[g], exp: exp, first: limit{field: field, st: st}})
+}
+
+// add makes it bucket g's item, new in its shard, the most recently used.
+func (s *Store) add(sc *scratch, g int, it *item) {
+	shard := &s.shards[sc.shardOf[g]]
+	sc.items[g] = it
+	shard.m[it.key] = it
+	shard.pushFront(it)
+	if len(shard.m) > shard.peak {
+		shard.peak = len(shard.m)
 	}
 }
 
@@ -548,25 +551,20 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 // exp if that is later, and takes a bucket it bans out of its shard's
 // list until the ban's end; room for a new bucket was made already.
 func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int64, ban bool) {
-	shard := &s.shards[sc.shardOf[g]]
 	it := sc.items[g]
 	if it == nil {
 		it = &item{key: sc.bucket[g], exp: exp}
-		sc.items[g] = it
-		shard.m[it.key] = it
-		shard.pushFront(it)
-		if len(shard.m) > shard.peak {
-			shard.peak = len(shard.m)
-		}
+		s.add(sc, g, it)
 	} else {
 		it.exp = max(it.exp, exp)
 	}
 	it.penalty = st
-	if ban && it.banned == 0 {
-		shard.unlink(it)
-		shard.banned++
-	}
 	if ban {
+		if it.banned == 0 {
+			shard := &s.shards[sc.shardOf[g]]
+			shard.unlink(it)
+			shard.banned++
+		}
 		it.banned = st.Until
 	}
 }
