@@ -30,7 +30,7 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 	want := true
 	var banned bool
 	var issued int64
-	k := 0
+	k, bucket := 0, ""
 	for q, i := range idx {
 		e := &req.Entries[i]
 		if box := boxOf(req, buckets, idx, q); box != nil {
@@ -39,9 +39,10 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 				return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
 			}
 			banned, issued, k = left > 0 && !box.Shadow, ban, k+1
-		} else if q == 0 || buckets[idx[q-1]] != buckets[i] {
+		} else if q == 0 || buckets[i] != bucket {
 			banned, issued = false, 0
 		}
+		bucket = buckets[i]
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
 		k++
 		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3], Banned: banned, Ban: issued}
