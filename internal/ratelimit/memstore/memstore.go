@@ -468,15 +468,27 @@ func (sh *shard) touch(it *item, now int64) {
 		if now < it.banned {
 			return
 		}
-		it.banned = 0
-		sh.banned--
-		sh.pushFront(it)
+		sh.unban(it, true)
 		return
 	}
 	if sh.head != it {
 		sh.unlink(it)
 		sh.pushFront(it)
 	}
+}
+
+// unban puts it, whose ban ended, back in sh's list: at its front (the
+// most recently used) or at its back.
+func (sh *shard) unban(it *item, front bool) {
+	it.banned = 0
+	sh.banned--
+	if front || sh.tail == nil {
+		sh.pushFront(it)
+		return
+	}
+	it.prev, it.next = sh.tail, nil
+	sh.tail.next = it
+	sh.tail = it
 }
 
 // relinkEndedBans puts the buckets whose ban ended by now, untouched
@@ -488,15 +500,7 @@ func (sh *shard) relinkEndedBans(now int64) {
 	}
 	for _, it := range sh.m {
 		if it.banned != 0 && now >= it.banned {
-			it.banned = 0
-			sh.banned--
-			it.prev, it.next = sh.tail, nil
-			if sh.tail != nil {
-				sh.tail.next = it
-			} else {
-				sh.head = it
-			}
-			sh.tail = it
+			sh.unban(it, false)
 		}
 	}
 }
