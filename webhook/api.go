@@ -53,12 +53,16 @@ type CheckResponse struct {
 
 // PolicyReport is one matching policy's part in the decision.
 type PolicyReport struct {
-	Namespace  string        `json:"namespace"`
-	Name       string        `json:"name"`
-	Mode       string        `json:"mode"`
-	Key        string        `json:"key,omitempty"`
-	MissingKey bool          `json:"missingKey,omitempty"`
-	WhenError  string        `json:"whenError,omitempty"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Mode       string `json:"mode"`
+	Key        string `json:"key,omitempty"`
+	MissingKey bool   `json:"missingKey,omitempty"`
+	WhenError  string `json:"whenError,omitempty"`
+	// BanSeconds is the ban this check issued the policy's bucket (its
+	// penalty box), in seconds rounded up; in mode Shadow, the ban it
+	// would have issued.
+	BanSeconds int64         `json:"banSeconds,omitempty"`
 	Limits     []LimitReport `json:"limits,omitempty"`
 }
 
@@ -77,6 +81,9 @@ type LimitReport struct {
 	ResetSeconds      int64  `json:"resetSeconds"`
 	RetryAfterSeconds *int64 `json:"retryAfterSeconds,omitempty"`
 	Cached            bool   `json:"cached,omitempty"`
+	// Banned: denied because the bucket is banned (its policy's penalty
+	// box), until retryAfterSeconds.
+	Banned bool `json:"banned,omitempty"`
 }
 
 func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
@@ -193,7 +200,8 @@ func report(out *check.Outcome) CheckResponse {
 		if pr.Policy.Shadow {
 			mode = "Shadow"
 		}
-		rep := PolicyReport{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name, Mode: mode, Key: printableKey(pr.KeyValue), MissingKey: pr.MissingKey}
+		rep := PolicyReport{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name, Mode: mode, Key: printableKey(pr.KeyValue), MissingKey: pr.MissingKey,
+			BanSeconds: checkhttp.CeilSeconds(pr.Ban)}
 		if pr.WhenError != nil {
 			rep.WhenError = pr.WhenError.Error()
 		}
@@ -205,7 +213,7 @@ func report(out *check.Outcome) CheckResponse {
 		l := LimitReport{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
-			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached,
+			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached, Banned: lr.Banned,
 		}
 		if !lr.Allowed && lr.RetryAfter > 0 && lr.RetryAfter != ratelimit.Never {
 			secs := checkhttp.CeilSeconds(lr.RetryAfter)

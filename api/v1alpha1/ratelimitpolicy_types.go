@@ -15,6 +15,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.cost) || self.lease.units >= self.cost",message="lease.units must be at least cost: a lease serves whole requests",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge != 'Always'",message="a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.mode) || self.mode != 'Shadow'",message="a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.penalty)",message="a lease cannot serve a penalty box: bans are decided by Redis with every request; remove the lease or the penalty",fieldPath=".penalty"
 type RateLimitPolicySpec struct {
 	// targetRefs attach the policy to Gateway API resources (direct policy
 	// attachment, GEP-713): an HTTPRoute, or one of its rules by
@@ -122,6 +123,45 @@ type RateLimitPolicySpec struct {
 	// Redis) are exact whatever this says.
 	// +optional
 	Lease *Lease `json:"lease,omitempty"`
+
+	// penalty shuts out, for a while, a bucket that keeps hitting its
+	// limits: a bucket denied by this policy's limits `denials` times
+	// within `within` is banned for `ban`, and a bucket banned again
+	// before `maxBan` has passed since its last ban ended is banned for
+	// twice its last ban, at most `maxBan`. While banned, every request
+	// of the bucket is denied, with Retry-After at the ban's end, and
+	// counted nowhere (the denials of a ban count towards no new ban).
+	// Bans are kept in Redis, shared by every check process. In mode
+	// Shadow, bans are reported (metrics, decision details), never
+	// enforced. Unset: no penalty box.
+	// +optional
+	Penalty *Penalty `json:"penalty,omitempty"`
+}
+
+// Penalty is an escalating penalty box: how many denials ban a bucket,
+// and for how long.
+//
+// +kubebuilder:validation:XValidation:rule="!self.ban.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || !self.maxBan.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || duration(self.ban) <= duration(self.maxBan)",message="ban must not exceed maxBan: maxBan caps every ban, the first included",fieldPath=".ban"
+type Penalty struct {
+	// denials is how many requests denied by the policy's limits, within
+	// `within`, ban a bucket. 1 bans at the first denial.
+	// +required
+	Denials Count `json:"denials"`
+
+	// within is the span the denials are counted in, from the first of
+	// them; a denial after it starts a new count.
+	// +required
+	Within Duration `json:"within"`
+
+	// ban is the length of a bucket's first ban.
+	// +required
+	Ban Duration `json:"ban"`
+
+	// maxBan caps the doubled bans, and is how long after a ban's end a
+	// new ban still doubles it: a bucket quiet for maxBan after a ban
+	// starts again from ban.
+	// +required
+	MaxBan Duration `json:"maxBan"`
 }
 
 // Lease is how much of a bucket a check process takes at once, and for

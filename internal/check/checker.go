@@ -198,6 +198,10 @@ type PolicyResult struct {
 	// WhenError is the `when` expression's evaluation error; the policy
 	// was applied anyway, so an expression error never bypasses a limit.
 	WhenError error
+	// Ban is the length of the ban this check issued the policy's bucket
+	// (its penalty box); for a shadow policy, of the ban it would have
+	// issued. 0 when none.
+	Ban time.Duration
 }
 
 // LimitResult is one limit's figures.
@@ -573,7 +577,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		l := &p.Limits[u.limit]
 		reset := max(d.reset.Sub(now), 0)
 		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Cached: true,
-			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now)}})
+			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now), Banned: d.banned}})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
@@ -624,10 +628,17 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
 		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.Action == ratelimit.DryRun)
-		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
+		if pr := &out.Policies[u.owner]; r.Ban > 0 && pr.Ban == 0 {
+			pr.Ban = r.Ban
+			c.metrics.banIssued(pr.Policy, r.Ban, sc.req.Action == ratelimit.DryRun)
+		}
+		banned := r.Banned || r.Ban > 0
+		// A penalty box counts every denial, so only its bans are cached:
+		// a limit's denials go to the store until the bucket is banned.
+		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never && (banned || !e.Penalty.Enabled()) {
 			// The store decided at an instant after sent: counting the
 			// retry time from sent can only end the cached denial early.
-			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset)}, sent)
+			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset), banned: banned}, sent)
 		}
 	}
 	if out.Allowed {

@@ -33,6 +33,8 @@ type Policy struct {
 	ChargeAlways bool
 	// Lease is spec.lease: zero when the policy is decided exactly.
 	Lease ratelimit.Lease
+	// Penalty is spec.penalty: zero when the policy has no penalty box.
+	Penalty ratelimit.Penalty
 	// DenyStatus is the policy's spec.response.denyStatus, 0 when unset
 	// (the check endpoint's profile then decides).
 	DenyStatus  int
@@ -105,6 +107,9 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease
+	penalty, perrs := compilePenalty(spec, specPath.Child("penalty"))
+	errs = append(errs, perrs...)
+	p.Penalty = penalty
 
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()

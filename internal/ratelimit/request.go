@@ -58,6 +58,9 @@ type Entry struct {
 	// Lease, when enabled, lets a lease store (package lease) answer the
 	// entry from units it took from the bucket earlier; stores ignore it.
 	Lease Lease
+	// Penalty, when enabled, is the penalty box of the entry's bucket
+	// (see Penalty). Not for a refund, which ignores it.
+	Penalty Penalty
 }
 
 // Request is the set of limits one incoming request is checked against.
@@ -122,6 +125,13 @@ type Result struct {
 	// same entry would be admitted if nothing else arrived. Never early;
 	// Never when the cost exceeds the capacity. 0 when Allowed.
 	RetryAfter time.Duration
+	// Banned is set when the entry was denied because its bucket is
+	// banned (Entry.Penalty): RetryAfter is the ban's end, Remaining 0.
+	Banned bool
+	// Ban is the length of the ban this call issued to the entry's bucket
+	// (on every entry of the bucket); for a shadow entry, of the ban it
+	// would have issued. 0 when none.
+	Ban time.Duration
 }
 
 // Decision is the outcome of a Request.
@@ -174,6 +184,9 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("%w: entry %d (%s) cost %d outside 0..%d", ErrInvalidRequest, i, e.Key, e.Cost, MaxCount)
 		}
 		if err := e.Limit.Validate(); err != nil {
+			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+		}
+		if err := e.Penalty.Validate(); err != nil {
 			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
 		}
 		if e.ChargeAlways {

@@ -59,6 +59,8 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			Expect(k8sClient.Create(ctx, policyFromSpec(namespace, spec))).To(Succeed())
 		},
 		Entry("a token bucket with defaults", tokenBucket10),
+		Entry("a penalty box whose ban doubles up to maxBan", "penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10),
+		Entry("a penalty box of fixed bans (ban equal to maxBan), in shadow mode", "mode: Shadow\npenalty: {denials: 1, within: 500ms, ban: 10m, maxBan: 10m}\n"+tokenBucket10),
 		Entry("a lease on every algorithm, as large as the smallest capacity", `
 cost: 2
 lease: {units: 5, ttl: 1m}
@@ -336,6 +338,18 @@ limits:
 			"spec.lease", "a lease cannot serve charge Always"),
 		Entry("a lease in shadow mode", "mode: Shadow\nlease: {units: 2}\n"+tokenBucket10,
 			"spec.lease", "a lease cannot serve mode Shadow"),
+		Entry("a penalty ban longer than maxBan", "penalty: {denials: 5, within: 1m, ban: 2h, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.ban", "ban must not exceed maxBan"),
+		Entry("a penalty of no denials", "penalty: {denials: 0, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.denials", "should be greater than or equal to 1"),
+		Entry("a penalty without maxBan", "penalty: {denials: 5, within: 1m, ban: 1m}\n"+tokenBucket10,
+			"spec.penalty.maxBan", "Required value"),
+		Entry("a penalty within a span without a unit", "penalty: {denials: 5, within: '60', ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.within", "must be a duration such as"),
+		Entry("a penalty maxBan over 366 days", "penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 9000h}\n"+tokenBucket10,
+			"spec.penalty.maxBan", "must be between 1ms and 8784h"),
+		Entry("a penalty with a lease", "lease: {units: 2}\npenalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty", "a lease cannot serve a penalty box"),
 	)
 
 	It("fills in the documented defaults", func() {

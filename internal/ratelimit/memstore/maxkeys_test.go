@@ -211,3 +211,37 @@ func TestMaxKeysConcurrent(t *testing.T) {
 		t.Fatalf("held %d, evicted %d; want %d, %d", s.Len(), s.Evictions(), maxKeys, workers*each-maxKeys)
 	}
 }
+
+// TestMaxKeysKeepsBans: a full store never evicts a banned bucket (that
+// would lift its ban): new keys evict the others, and once every bucket
+// is banned a new key gets ErrCapacity; a ban's end makes its bucket
+// evictable again.
+func TestMaxKeysKeepsBans(t *testing.T) {
+	const maxKeys = 3
+	s, clock := capped(t, maxKeys)
+	penalty := ratelimit.Penalty{Denials: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Hour}
+	banned := func(key string) *ratelimit.Request {
+		return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: window, Cost: 3, Penalty: penalty}}}
+	}
+	var dec ratelimit.Decision
+	check := func(req *ratelimit.Request) error { return s.Check(context.Background(), 0, req, &dec) }
+	if err := check(banned("{b0}:l")); err != nil || dec.Results[0].Ban != time.Minute {
+		t.Fatalf("a cost above the limit, denials 1: %v, %+v; want a 1m ban", err, dec.Results)
+	}
+	for i := range 2 * maxKeys {
+		expect(t, s, fmt.Sprint("k", i), one(fmt.Sprint("k", i), 1), true, 1)
+	}
+	if err := check(banned("{b0}:l")); err != nil || !dec.Results[0].Banned {
+		t.Fatalf("after new keys filled the store: %v, %+v; want b0 still banned", err, dec.Results)
+	}
+	for _, k := range []string{"{b1}:l", "{b2}:l"} {
+		if err := check(banned(k)); err != nil || dec.Results[0].Ban == 0 {
+			t.Fatalf("%s: %v, %+v; want banned", k, err, dec.Results)
+		}
+	}
+	if err := check(one("new", 1)); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a new key in a store of bans only: %v, want ErrCapacity", err)
+	}
+	clock.Advance(time.Minute)
+	expect(t, s, "a new key once the bans ended", one("new", 1), true, 1)
+}

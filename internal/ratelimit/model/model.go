@@ -47,6 +47,11 @@ type Verdict struct {
 	// for a cost charged all the same: see CheckAlways). ResetAfter is also
 	// the TTL of the consumed state.
 	RemainingAfter, ResetAfter int64
+	// Banned: denied because the entry's bucket is banned (see Banned).
+	Banned bool
+	// Ban is the length of the ban the call issued to the entry's bucket
+	// (µs; 0: none); stores set it after the decision.
+	Ban int64
 }
 
 // Check evaluates cost units against state s at time now (µs, >= 0);

@@ -22,7 +22,8 @@
 -- of string.match, tonumber and string.format, and this runs per limit on
 -- every request.) A field holding anything else (another algorithm's
 -- state: the limit was edited) is untouched, and replaced on write. The
--- field ':exp' holds the bucket's expiry in ms ('<d'): the latest moment
+-- field ':ban' holds the bucket's penalty box state (see its section).
+-- The field ':exp' holds the bucket's expiry in ms ('<d'): the latest moment
 -- at which a state written to the bucket is untouched again. The key
 -- expires exactly then (PEXPIREAT), so a state never expires before its
 -- time whichever limits a request names, and a bucket's expiry never moves
@@ -52,7 +53,9 @@
 --         its bucket, without ':'); a calendar quota's entry is
 --         "8:capacity:w0:w1:w2:w3:cost:flags:field", w0 < w1 < w2 < w3
 --         the starts of four consecutive windows in µs (see Calendar below;
---         a request's time outside [w0, w3) is an error reply).
+--         a request's time outside [w0, w3) is an error reply). A bucket's
+--         penalty box is one more entry, "10:denials:within:ban:maxban:flags"
+--         (µs; flags 1 shadow), first of the bucket's entries; not in a refund.
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -65,6 +68,9 @@
 --           entry denies, unless it charges always). Remaining after
 --           consuming is remaining minus the cost for an entry that
 --           allows, for every algorithm (0 for one charged all the same).
+--           A penalty box's four: the ban left at the call's start, the
+--           ban the call issued (µs, 0: none), the denials counted, the
+--           time until its state is untouched (µs).
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
 -- A refund gives each entry's cost back to its limit (see refund_group):
@@ -98,6 +104,9 @@ local MAXENTRIES = 256             -- per request
 local MAXKEYS = 8192               -- per call
 local EXPIRY = ':exp'              -- a bucket's field holding its expiry (ms)
 local LOGMARK = '\3'               -- a log's field in its bucket
+local BAN = ':ban'                 -- a bucket's field holding its penalty box
+local PENALTY = 10                 -- the penalty box's id in the arguments
+local MAXPENALTY = 31622400000000  -- µs: bound of a penalty's durations (366 days)
 
 -- Functions see the standard library and the redis API only when called,
 -- not while the library loads: init() binds them on the first call.
@@ -753,6 +762,131 @@ local function meter(alg, v, cap, rate, iv, now, cost, o, always)
   return false
 end
 
+-- Penalty box (the argument of algorithm id 10, leading its bucket's
+-- entries): a bucket whose own limits deny `denials` requests within
+-- `within` is banned for `ban`; banned again less than `maxban` after its
+-- last ban ended, for twice the last ban, at most `maxban`. While banned
+-- (and not shadow) its entries are denied without being evaluated, and
+-- nothing of the bucket is written. The model's penalty.go is the
+-- reference. State, the field ':ban' ('<Bdddd'): 10, the denials counted,
+-- the start of their count, the last ban's end and its length.
+
+local function penalty_read(v)
+  local a, c, s, u, l
+  if v and #v == 33 then
+    a, c, s, u, l = sunpack('<Bdddd', v)
+  end
+  if a == 10 and c >= 0 and c <= MAXCOUNT and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and
+    u >= 0 and u <= MAXU and u % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+    return c, s, u, l
+  end
+  return 0, 0, 0, 0
+end
+
+-- penalty_slot fills the penalty's reply values at o: the ban left at the
+-- call's start, the ban the call issued, the denials counted and the time
+-- until the state is untouched (all µs but the count).
+local function penalty_slot(o, e, c, s, u, l, left, issued, now)
+  local exp = 0
+  if c > 0 then
+    exp = s + e[3]
+  end
+  if l > 0 and u + e[5] > exp then
+    exp = u + e[5]
+  end
+  if exp > now then
+    exp = exp - now
+  else
+    exp = 0
+  end
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = left, issued, c, exp
+  return exp
+end
+
+-- penalty_box applies group g's penalty box (v: the stored ':ban') once
+-- its limits are evaluated, as the model's ApplyBans and CountDenials do,
+-- and fills its reply values. A ban in force (not shadow) denies every
+-- entry, retry at the ban's end at the earliest, nothing remaining, and
+-- leaves the group nothing to write. Otherwise a denial of the group's own
+-- limits (denied) is counted, and a ban it issues (not shadow) puts the
+-- denied entries' retries at its end at the earliest; the new state is
+-- written whatever the request's decision: it goes to both pending
+-- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
+-- and pending writes.
+local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+  local first, last = G_FIRST[g], G_LAST[g]
+  local e = E_REC[first]
+  local c, s, u, l = penalty_read(v)
+  local left, issued, hold = 0, 0, 0
+  if now < u then
+    left, hold = u - now, u - now
+  elseif denied then
+    if c > 0 and now < s + e[3] then
+      c = c + 1
+    else
+      c, s = 1, now
+    end
+    if c >= e[2] then
+      issued = e[4]
+      if l > 0 and now < u + e[5] then
+        issued = 2 * l
+        if issued > e[5] then
+          issued = e[5]
+        end
+      end
+      c, s, u, l, hold = 0, 0, now + issued, issued, issued
+    end
+  end
+  local exp = penalty_slot(base + 4 * first, e, c, s, u, l, left, issued, now)
+  if e[6] then
+    hold = 0 -- a shadow box denies nothing
+  end
+  if hold > 0 then
+    for j = first + 1, last do
+      local o = base + 4 * j
+      local retry = OUT[o + 1]
+      if (left > 0 or retry ~= 0) and retry ~= NEVER and retry < hold then
+        OUT[o + 1] = hold
+      end
+      if left > 0 then
+        if OUT[o + 3] < left then
+          OUT[o + 3] = left
+        end
+        OUT[o + 2], OUT[o + 4] = 0, OUT[o + 3]
+      end
+    end
+  end
+  if left > 0 then
+    if hold > 0 then
+      return false, 0, 0, false, 0, 0
+    end
+  elseif denied then
+    local val = spack('<Bdddd', 10, c, s, u, l)
+    exp = now + exp
+    w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = BAN, val, BAN, val
+    m, ma = m + 2, ma + 2
+    if exp > wexp then
+      wexp = exp
+    end
+    if exp > wexpa then
+      wexpa = exp
+    end
+  end
+  return allowed, m, wexp, log, ma, wexpa
+end
+
+-- penalty_entry parses "10:denials:within:ban:maxban:flags" (flags 0..1:
+-- 1 shadow) into an entry record {10, denials, within, ban, maxban,
+-- shadow, ':ban', false}; nil if malformed.
+local function penalty_entry(s)
+  local d, wi, b, mb, flags = match(s, '^10:(%d+):(%d+):(%d+):(%d+):([01])$')
+  d, wi, b, mb = toint(d, 1, MAXCOUNT), toint(wi, 1, MAXPENALTY), toint(b, 1, MAXPENALTY), toint(mb, 1, MAXPENALTY)
+  if d == nil or wi == nil or b == nil or mb == nil or b > mb then
+    return nil
+  end
+  return {10, d, wi, b, mb, flags == '1', BAN, false}
+end
+
 -- read_bucket reads group g's bucket once (HMGET of its entries' fields
 -- and ':exp'; a key that is not a hash counts as empty: foreign). It
 -- returns the fields (false when none were read), whether the key is
@@ -766,6 +900,8 @@ local function read_bucket(g)
     local n = last - first + 1
     if n == 1 then
       r = pcall_('HMGET', G_KEY[g], E_REC[first][7], EXPIRY)
+    elseif n == 2 then -- a limit and its penalty box, or two limits
+      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], E_REC[first + 1][7], EXPIRY)
     else
       for x = 1, n do
         ARGS[x] = E_REC[first + x - 1][7]
@@ -800,11 +936,13 @@ local function evaluate(g, now, base)
     w, wa = {}, {}
     G_W[g], G_WA[g] = w, wa
   end
-  local allowed, m, wexp, log, ma, wexpa = true, 0, 0, false, 0, 0
+  local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
   for j = first, last do
     local e = E_REC[j]
     local alg, v, ok, val, exp = e[1], r and r[j - first + 1]
-    if alg == 1 then
+    if alg == PENALTY then
+      ok = true -- its reply values come after the limits' (penalty_box)
+    elseif alg == 1 then
       ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 2 then
       ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
@@ -828,8 +966,11 @@ local function evaluate(g, now, base)
     else
       ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     end
-    if not ok and not e[6] then
-      allowed = false
+    if not ok then
+      denied = true
+      if not e[6] then
+        allowed = false
+      end
     end
     -- A pending write (exp) comes from an entry that allows, or from one
     -- that charges always; the latter is also written when the request
@@ -851,6 +992,15 @@ local function evaluate(g, now, base)
           wexpa = exp
         end
       end
+    end
+  end
+  if E_REC[first][1] == PENALTY then
+    local v = r and r[1]
+    if v or denied then
+      allowed, m, wexp, log, ma, wexpa = penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+    else -- never banned nor counting, and nothing to count: the common case
+      local o = base + 4 * first
+      OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
     end
   end
   G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
@@ -1193,7 +1343,7 @@ local function entry(s)
   end
   local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
   if alg == nil then
-    rec = calendar_entry(s)
+    rec = calendar_entry(s) or penalty_entry(s)
     if rec == nil then
       return nil
     end
@@ -1265,6 +1415,9 @@ local function parse(keys, args)
             return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
           end
         end
+      end
+      if e[1] == PENALTY and (G_FIRST[ng] ~= j or h[4]) then
+        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
       end
       G_LAST[ng], E_REC[j] = j, e
       if e[1] == 8 then
