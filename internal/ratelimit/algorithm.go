@@ -7,7 +7,7 @@ import "fmt"
 // meaning one of the algorithms.
 type Algorithm uint8
 
-// The seven algorithms. Their numeric values are part of the Redis library's
+// The algorithms. Their numeric values are part of the Redis library's
 // argument format and of stored state tags: never renumber them.
 const (
 	// TokenBucket (discrete refills): the bucket starts full with
@@ -40,10 +40,18 @@ const (
 	// as envoyproxy/ratelimit counts. The API spells it fixedWindow with
 	// alignment Clock.
 	FixedWindowClock Algorithm = 7
+	// Concurrency counts what is in flight rather than what arrived: a
+	// request holds its cost from admission until its holder
+	// (Entry.Holder) releases it (Release), or until Interval (the lease
+	// timeout) has passed since its admission, whichever comes first. A
+	// cost fits when what is held plus it is at most Capacity, and when
+	// its holder holds nothing in the limit yet: a holder takes units
+	// once. The API spells it concurrency {limit, leaseTimeout, holder}.
+	Concurrency Algorithm = 9
 )
 
 // Algorithms lists every valid algorithm, in numeric order.
-var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock}
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock, Concurrency}
 
 var algorithmNames = [...]string{
 	TokenBucket:          "TokenBucket",
@@ -53,6 +61,7 @@ var algorithmNames = [...]string{
 	LeakyBucket:          "LeakyBucket",
 	GCRA:                 "GCRA",
 	FixedWindowClock:     "FixedWindowClock",
+	Concurrency:          "Concurrency",
 }
 
 // String returns the algorithm's name (e.g. "TokenBucket"): the name of its
@@ -65,8 +74,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a is one of the seven algorithms.
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= FixedWindowClock }
+// Valid reports whether a is one of the algorithms.
+func (a Algorithm) Valid() bool { return int(a) < len(algorithmNames) && algorithmNames[a] != "" }
 
 // ParseAlgorithm is the inverse of String.
 func ParseAlgorithm(s string) (Algorithm, error) {

@@ -18,6 +18,8 @@ func TestLimitValidate(t *testing.T) {
 		{"rate on a clock-aligned window", Limit{FixedWindowClock, 10, 1, time.Hour}, false},
 		{"longest clock-aligned window", Limit{FixedWindowClock, MaxCount, 0, MaxInterval}, true},
 		{"gcra", Limit{GCRA, 5, 10, time.Second}, true},
+		{"concurrency", Limit{Concurrency, 2, 0, 30 * time.Second}, true},
+		{"rate on concurrency", Limit{Concurrency, 2, 1, 30 * time.Second}, false},
 		{"zero", Limit{}, false},
 		{"unknown algorithm", Limit{8, 10, 1, time.Second}, false},
 		{"capacity 0", Limit{TokenBucket, 0, 1, time.Second}, false},
@@ -56,7 +58,7 @@ func TestAlgorithmNames(t *testing.T) {
 	if _, err := ParseAlgorithm("Leaky"); err == nil {
 		t.Error("unknown name parsed")
 	}
-	if Algorithm(0).Valid() || Algorithm(9).String() != "Algorithm(9)" {
+	if Algorithm(0).Valid() || Algorithm(200).String() != "Algorithm(200)" {
 		t.Error("invalid algorithms")
 	}
 }

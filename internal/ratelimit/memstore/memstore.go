@@ -76,6 +76,9 @@ type shard struct {
 	// head and tail end the list of m's items through their prev and
 	// next, most recently used first: a full shard evicts its tail.
 	head, tail *item
+	// pinned counts m's items off the list: buckets holding units in
+	// flight (see item.pinned).
+	pinned int
 	// peak is the most keys m has held since it was last rebuilt. A Go map
 	// never shrinks, so after a spike of distinct keys has expired, Sweep
 	// moves the survivors into a new map and the memory goes back.
@@ -97,6 +100,10 @@ const (
 type item struct {
 	key        string // its key in the shard's map
 	prev, next *item  // its neighbors in the shard's list
+	// pinned: the bucket holds units in flight (a Concurrency limit's
+	// holds), which eviction would free before their release or lease
+	// timeout; it is off the list until it holds none, or expires.
+	pinned     bool
 	exp        int64
 	first      limit   // most buckets hold one to three limits
 	more       []limit // the others
@@ -119,6 +126,19 @@ func (it *item) state(field string) *model.State {
 		}
 	}
 	return nil
+}
+
+// holding reports whether a limit of it holds units in flight.
+func (it *item) holding() bool {
+	if len(it.first.st.Holds) > 0 {
+		return true
+	}
+	for i := range it.more {
+		if len(it.more[i].st.Holds) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // set stores field's state. A new field is copied: it is a substring of
@@ -310,16 +330,9 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		switch {
-		case req.Action == ratelimit.Refund:
-			sc.verdicts[i], sc.nexts[i] = model.Refund(sc.params[i], st, now, req.Entries[i].Cost)
-		case req.Entries[i].ChargeAlways:
-			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
-		default:
-			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
-		}
+		sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, &req.Entries[i], req.Action)
 	}
-	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
+	dec.Allowed = model.Decide(req, sc.verdicts)
 	if req.Action != ratelimit.DryRun && s.maxKeys > 0 {
 		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {
 			clear(sc.nexts)
@@ -351,8 +364,8 @@ func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int)
 // written reports whether entry i of req, decided allowed or not, writes
 // its state (model.Writes).
 func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
-	if req.Action == ratelimit.Refund {
-		return sc.nexts[i].Alg != 0 // never a new bucket: a refund changes only held units
+	if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
+		return sc.nexts[i].Alg != 0 // never a new bucket: a refund or release changes only held units
 	}
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
@@ -381,16 +394,17 @@ func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now 
 	var need, held [maxShards]int
 	for g := range sc.bucket {
 		switch {
-		case sc.items[g] != nil:
+		case sc.items[g] != nil && !sc.items[g].pinned: // pinned ones count in shard.pinned
 			held[sc.shardOf[g]]++
+		case sc.items[g] != nil:
 		case s.writes(req, allowed, sc, g):
 			need[sc.shardOf[g]]++
 		}
 	}
 	for _, i := range sc.locked {
-		if sh := &s.shards[i]; need[i] > 0 && need[i]+held[i] > sh.max {
-			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d)",
-				ratelimit.ErrCapacity, need[i]+held[i], sh.max, s.maxKeys)
+		if sh := &s.shards[i]; need[i] > 0 && need[i]+held[i]+sh.pinned > sh.max {
+			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d), %d of them holding units in flight",
+				ratelimit.ErrCapacity, need[i]+held[i]+sh.pinned, sh.max, s.maxKeys, sh.pinned)
 		}
 	}
 	for _, i := range sc.locked {
@@ -413,7 +427,7 @@ func (s *Store) evict(sh *shard, it *item, now int64) {
 
 // touch moves it to the front of sh's list: the most recently used.
 func (sh *shard) touch(it *item) {
-	if sh.head != it {
+	if sh.head != it && !it.pinned {
 		sh.unlink(it)
 		sh.pushFront(it)
 	}
@@ -459,6 +473,22 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 	} else {
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
+	}
+	shard.pin(it)
+}
+
+// pin takes it off sh's list while it holds units in flight, and puts it
+// back at the front when it holds none.
+func (sh *shard) pin(it *item) {
+	switch holding := it.holding(); {
+	case holding && !it.pinned:
+		sh.unlink(it)
+		it.pinned = true
+		sh.pinned++
+	case !holding && it.pinned:
+		it.pinned = false
+		sh.pinned--
+		sh.pushFront(it)
 	}
 }
 
@@ -515,7 +545,11 @@ func (s *Store) sweepLocked(sh *shard, now int64) int {
 	removed := 0
 	for k, it := range sh.m {
 		if now >= it.exp {
-			sh.unlink(it)
+			if it.pinned {
+				sh.pinned--
+			} else {
+				sh.unlink(it)
+			}
 			delete(sh.m, k)
 			removed++
 		}

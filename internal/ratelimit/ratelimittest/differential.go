@@ -33,8 +33,8 @@ type DiffConfig struct {
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
-	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Shadows, ChargedAlways, Switches int
-	PerAlgorithm                                                                                                        map[ratelimit.Algorithm]int
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Releases, Shadows, ChargedAlways, Switches int
+	PerAlgorithm                                                                                                                  map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -44,8 +44,8 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds, %d releases) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Releases, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
 }
 
 type diffKey struct {
@@ -59,7 +59,10 @@ type diffKey struct {
 // request to ref and to each target, and fails on the first Decision that
 // differs in any field. After a denial it sometimes probes the exact retry
 // moment (1µs before: denied; at it: allowed) with dry runs. A tenth of
-// the requests are refunds of random costs.
+// the requests are refunds of random costs, a tenth releases of what a
+// request's holder holds in its concurrency limits. A request's holder is
+// one of a few, so that holders collide (a holder takes units once) and
+// releases free nothing as often as something.
 func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Reference, targets ...Target) DiffStats {
 	t.Helper()
 	if cfg.MaxEntries == 0 {
@@ -109,6 +112,10 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		}
 		if req.Action == ratelimit.Refund {
 			st.Refunds++
+		}
+		if req.Action == ratelimit.Release {
+			st.Releases++
+			continue // a release that freed nothing reports Never: nothing to probe
 		}
 		if refDec.Allowed {
 			st.Allowed++
@@ -199,15 +206,24 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 		req.Action = ratelimit.DryRun
 	case 1:
 		req.Action = ratelimit.Refund // units given back, as a lease's leftovers are
+	case 2:
+		req.Action = ratelimit.Release
 	}
+	holder := fmt.Sprintf("h%d", rng.IntN(6))
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
-		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0}
+		if req.Action == ratelimit.Release && l.Algorithm != ratelimit.Concurrency {
+			continue // a release names concurrency limits only
+		}
+		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Holder: holder}
 		// Some keys' entries charge always (a policy's choice); others
 		// then read the debts those leave.
 		e.ChargeAlways = k.always && rng.IntN(4) != 0 && l.ValidateDebt() == nil
 		req.Entries = append(req.Entries, e)
+	}
+	if len(req.Entries) == 0 { // a release that drew no concurrency limit
+		return randomRequest(rng, keys, maxEntries)
 	}
 	return req
 }

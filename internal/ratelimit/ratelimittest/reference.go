@@ -45,22 +45,14 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
-		if req.Action == ratelimit.Refund {
-			verdicts[i], nexts[i] = model.Refund(p, &st, now, e.Cost)
-			continue
-		}
-		if e.ChargeAlways {
-			verdicts[i], nexts[i] = model.CheckAlways(p, &st, now, e.Cost)
-		} else {
-			verdicts[i], nexts[i] = model.Check(p, &st, now, e.Cost)
-		}
+		verdicts[i], nexts[i] = model.Apply(p, &st, now, &e, req.Action)
 	}
-	dec.Allowed = model.Decide(req.Entries, verdicts)
+	dec.Allowed = model.Decide(req, verdicts)
 	dec.Results = dec.Results[:0]
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
-		if req.Action == ratelimit.Refund {
+		if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
 			if nexts[i].Alg != 0 {
 				r.states[e.Key] = nexts[i]
 				r.refunded(e, &nexts[i])

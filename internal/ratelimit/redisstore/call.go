@@ -43,7 +43,8 @@ const inlineEntries = 4
 
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:mode:time" and its entries
-// "algorithm:capacity:rate:interval:cost:flags:field", formatted into one
+// "algorithm:capacity:rate:interval:cost:flags:field" (and ":holder" for
+// Concurrency), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
@@ -83,6 +84,10 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = strconv.AppendInt(buf, e.Cost, 10)
 		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
+		if p.Alg == ratelimit.Concurrency {
+			buf = append(buf, ':')
+			buf = append(buf, e.Holder...)
+		}
 		end = append(end, len(buf))
 	}
 	all, from := string(buf), 0
@@ -96,11 +101,14 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 	}
 }
 
-// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
+// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund, 3 a
+// release.
 func mode(req *ratelimit.Request, dry bool) byte {
 	switch {
 	case req.Action == ratelimit.Refund:
 		return '2'
+	case req.Action == ratelimit.Release:
+		return '3'
 	case dry:
 		return '1'
 	}

@@ -24,7 +24,8 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 	if err != nil {
 		return false, fmt.Errorf("unexpected decision: %w", err)
 	}
-	want := true
+	want, release := true, req.Action == ratelimit.Release
+	freed := false
 	for k, i := range idx {
 		e := &req.Entries[i]
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
@@ -33,6 +34,10 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		case req.Action == ratelimit.Refund:
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
+		case release:
+			if !v.Allowed && v.RetryAfter != model.Never {
+				return false, fmt.Errorf("unexpected reply for %s: a release that freed nothing with retry-after %d", e.Key, v.RetryAfter)
 			}
 		case v.Allowed:
 			v.RemainingAfter -= e.Cost
@@ -46,6 +51,10 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		if !v.Allowed && !e.Shadow {
 			want = false
 		}
+		freed = freed || v.Allowed
+	}
+	if release {
+		want = freed
 	}
 	if decision != want {
 		return false, fmt.Errorf("unexpected reply: decision %v disagrees with its entries", decision)
