@@ -9,4 +9,5 @@ const (
 	AlgorithmSlidingWindowCounter = "slidingWindowCounter"
 	AlgorithmLeakyBucket          = "leakyBucket"
 	AlgorithmGCRA                 = "gcra"
+	AlgorithmConcurrency          = "concurrency"
 )

@@ -100,15 +100,15 @@ const (
 	// A Concurrency entry is released (as by Release) instead: the
 	// units its holder holds, whatever its Cost.
 	Refund
-	// Release frees the units each Concurrency entry's Holder holds in
-	// that limit (a request in flight has ended), and changes nothing
-	// else: the entries of other algorithms keep what the request was
-	// charged, and a holder that holds nothing (it was denied, released
-	// already, or its lease timed out) frees nothing. A Result's Allowed
-	// reports whether its entry freed units (RetryAfter is then 0, else
-	// Never: there is nothing to wait for), the Decision's whether any
-	// did; Remaining and Reset are the figures after the release. Cost,
-	// Shadow and ChargeAlways do not apply.
+	// Release ends a request: each Concurrency entry frees the units its
+	// Holder holds in that limit, and a holder that holds nothing (it was
+	// denied, released already, or its lease timed out) frees nothing;
+	// the entries of other algorithms are refunded, as by Refund (a
+	// caller that wants a limit to keep what the request was charged
+	// leaves its entry out). A Concurrency entry's Result.Allowed reports
+	// whether it freed units (RetryAfter is then 0, else Never: there is
+	// nothing to wait for), the Decision's whether any did; the others'
+	// are a refund's. Remaining and Reset are the figures after.
 	Release
 )
 
@@ -206,13 +206,6 @@ func (r *Request) Validate() error {
 		if e.ChargeAlways {
 			if err := e.Limit.ValidateDebt(); err != nil {
 				return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
-			}
-		}
-	}
-	if r.Action == Release {
-		for i := range r.Entries {
-			if r.Entries[i].Limit.Algorithm != Concurrency {
-				return fmt.Errorf("%w: entry %d (%s) of a release is a %s limit: a release names Concurrency limits only", ErrInvalidRequest, i, r.Entries[i].Key, r.Entries[i].Limit.Algorithm)
 			}
 		}
 	}

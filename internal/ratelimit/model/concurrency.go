@@ -120,8 +120,8 @@ func Release(p Params, s *State, now int64, holder string) (v Verdict, next Stat
 // Apply is what a request doing action does to entry e's state s at time
 // now, p being e's compiled limit: the one dispatch every store shares.
 // A Refund releases a Concurrency entry's holder (and reports allowed, as
-// a refund always does); a Release names Concurrency entries only
-// (Request.Validate).
+// a refund always does); a Release refunds the entries of other
+// algorithms.
 func Apply(p Params, s *State, now int64, e *ratelimit.Entry, action ratelimit.Action) (Verdict, State) {
 	conc := p.Alg == ratelimit.Concurrency
 	switch {
@@ -129,10 +129,10 @@ func Apply(p Params, s *State, now int64, e *ratelimit.Entry, action ratelimit.A
 		v, next := Release(p, s, now, e.Holder)
 		v.Allowed, v.RetryAfter = true, 0
 		return v, next
-	case action == ratelimit.Refund:
-		return Refund(p, s, now, e.Cost)
-	case action == ratelimit.Release:
+	case action == ratelimit.Release && conc:
 		return Release(p, s, now, e.Holder)
+	case action == ratelimit.Refund || action == ratelimit.Release:
+		return Refund(p, s, now, e.Cost)
 	case conc:
 		var st State
 		if s != nil && s.Alg == p.Alg {

@@ -3,13 +3,13 @@ package model
 import "github.com/sluice-dev/sluice/internal/ratelimit"
 
 // Decide is the decision rule of one atomic call: the request is allowed
-// when every non-shadow entry allows it; a Release, when any entry freed
-// something. verdicts is parallel to req.Entries.
+// when every non-shadow entry allows it; a Release, when any Concurrency
+// entry freed something. verdicts is parallel to req.Entries.
 func Decide(req *ratelimit.Request, verdicts []Verdict) bool {
 	entries := req.Entries
 	if req.Action == ratelimit.Release {
 		for i := range entries {
-			if verdicts[i].Allowed {
+			if entries[i].Limit.Algorithm == ratelimit.Concurrency && verdicts[i].Allowed {
 				return true
 			}
 		}

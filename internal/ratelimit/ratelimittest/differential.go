@@ -213,17 +213,11 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
-		if req.Action == ratelimit.Release && l.Algorithm != ratelimit.Concurrency {
-			continue // a release names concurrency limits only
-		}
 		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Holder: holder}
 		// Some keys' entries charge always (a policy's choice); others
 		// then read the debts those leave.
 		e.ChargeAlways = k.always && rng.IntN(4) != 0 && l.ValidateDebt() == nil
 		req.Entries = append(req.Entries, e)
-	}
-	if len(req.Entries) == 0 { // a release that drew no concurrency limit
-		return randomRequest(rng, keys, maxEntries)
 	}
 	return req
 }

@@ -35,6 +35,10 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
 			}
+		case release && e.Limit.Algorithm != ratelimit.Concurrency:
+			if !v.Allowed {
+				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
 		case release:
 			if !v.Allowed && v.RetryAfter != model.Never {
 				return false, fmt.Errorf("unexpected reply for %s: a release that freed nothing with retry-after %d", e.Key, v.RetryAfter)
@@ -51,7 +55,7 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		if !v.Allowed && !e.Shadow {
 			want = false
 		}
-		freed = freed || v.Allowed
+		freed = freed || v.Allowed && e.Limit.Algorithm == ratelimit.Concurrency
 	}
 	if release {
 		want = freed

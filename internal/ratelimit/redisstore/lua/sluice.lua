@@ -69,10 +69,10 @@
 -- A refund gives each entry's cost back to its limit (see refund_group):
 -- it is allowed, and its figures are those after the refund, in all four
 -- values (remaining is not reduced by the cost); a concurrency entry's
--- refund releases its holder. A release names concurrency entries only
--- and frees what each one's holder holds: an entry that freed something
--- has retry-after 0, one that freed nothing -1, and the request is
--- allowed when any entry freed something; the figures are those after.
+-- refund releases its holder. A release frees what each concurrency
+-- entry's holder holds (an entry that freed something has retry-after 0,
+-- one that freed nothing -1) and refunds the other entries; it is allowed
+-- when a concurrency entry freed something; the figures are those after.
 -- A denied or dry-run request writes nothing, except that a denied one
 -- writes its entries that charge always: those are charged whatever the
 -- decision, and when the cost does not fit the limit goes over (into debt,
@@ -1222,7 +1222,7 @@ local function refund_group(g, now, base, release)
       val = give and refund_meter(alg, v, e[3], e[4], now, e[5])
       meter(alg, val or v, e[2], e[3], e[4], now, 0, o, false)
     end
-    if not release then
+    if not release or alg ~= 9 then -- a release refunds the other algorithms
       OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
     end
     if val then
@@ -1392,15 +1392,11 @@ local function parse(keys, args)
     end
     R_HDR[r], R_G[r] = h, ng
     local g0, bucket, logs = ng + 1, nil, false
-    local release = h[5]
     for j = j0 + 1, j0 + n do
       local s = args[p + j - j0]
       local e = ememo[s] or entry(s)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
-      end
-      if release and e[1] ~= 9 then
-        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a release names concurrency limits only'
       end
       k = k + 1
       local b, own = keys[k], false
@@ -1484,10 +1480,10 @@ local function sluice_check(keys, args)
         refund_group(g, now, base, h[5])
         commit(g, false)
       end
-      if h[5] then
+      if h[5] then -- a release: allowed when a concurrency entry freed something
         OUT[d] = 0
-        for x = d + 1, d + 4 * n, 4 do
-          if OUT[x] == 0 then
+        for j = j0 + 1, j0 + n do
+          if E_REC[j][1] == 9 and OUT[base + 4 * j + 1] == 0 then
             OUT[d] = 1
           end
         end
