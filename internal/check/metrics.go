@@ -21,6 +21,7 @@ type Metrics struct {
 	nodeBreakers *prometheus.GaugeVec // per store node (Redis Cluster master)
 	cacheHits    prometheus.Counter
 	revision     prometheus.Gauge
+	releases     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -68,12 +69,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_policy_revision",
 			Help: "Revision of the policy set in force.",
 		}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_releases_total",
+			Help: "Releases of a policy's concurrency limits by outcome: freed (the holder held units), nothing_held (denied, released already, timed out, or unknown: nothing freed), refused_no_release (a check met the limit through a transport that cannot release it: the HTTP auth hooks, ext_authz).",
+		}, []string{"namespace", "policy", "outcome"}),
 	}
 	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_store_evictions_total",
 		Help: "Buckets with live state the in-memory store evicted, least recently used first, to make room for new ones while it holds its maximum (--memory-max-keys); an evicted bucket starts afresh. Redis counts its own evictions (INFO stats evicted_keys).",
 	}, m.evicted)
-	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision, m.releases)
 	return m
 }
 

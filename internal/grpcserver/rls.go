@@ -119,8 +119,8 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 // cannot have decided), else INTERNAL (a bug: Redis being away is answered
 // by the failure modes).
 func (r *rls) checkFailed(req *ratelimitv3.RateLimitRequest, err error) error {
-	if errors.Is(err, check.ErrTooManyLimits) {
-		return grpcstatus.Error(codes.InvalidArgument, err.Error())
+	if errors.Is(err, check.ErrTooManyLimits) || errors.Is(err, check.ErrNoRelease) {
+		return grpcstatus.Error(codes.InvalidArgument, err.Error()) // ErrNoRelease: a holder entry with an empty value
 	}
 	r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
 	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
