@@ -402,7 +402,7 @@ func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResu
 		perUnit = l.Rate
 	}
 	unit, ok := units[l.Interval]
-	if !ok || perUnit > 1<<32-1 {
+	if !ok || perUnit > 1<<32-1 || l.Algorithm == ratelimit.Concurrency { // in flight is no rate per unit
 		return false
 	}
 	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name

@@ -103,10 +103,10 @@ type item struct {
 	// pinned: the bucket holds units in flight (a Concurrency limit's
 	// holds), which eviction would free before their release or lease
 	// timeout; it is off the list until it holds none, or expires.
-	pinned     bool
-	exp        int64
-	first      limit   // most buckets hold one to three limits
-	more       []limit // the others
+	pinned bool
+	exp    int64
+	first  limit   // most buckets hold one to three limits
+	more   []limit // the others
 }
 
 // limit is one limit's state in its bucket.

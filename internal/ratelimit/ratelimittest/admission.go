@@ -1,8 +1,8 @@
 package ratelimittest
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
