@@ -109,3 +109,18 @@ func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 		counted = u.owner
 	}
 }
+
+// Holds reports whether the request o allowed now holds units in flight:
+// a policy it matched (with a key) has a concurrency limit, so a release
+// must follow when the request ends.
+func (o *Outcome) Holds() bool {
+	if !o.Allowed || o.dryRun {
+		return false
+	}
+	for i := range o.Policies {
+		if pr := &o.Policies[i]; !pr.MissingKey && pr.Policy.HoldsInFlight() {
+			return true
+		}
+	}
+	return false
+}
