@@ -353,6 +353,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 		}
 	}
 	if len(sc.req.Entries) == 0 {
+		out.Allowed = in.Action != ratelimit.Release // nothing held: nothing freed
 		return nil
 	}
 	if n := len(sc.req.Entries); n > ratelimit.MaxEntries {
