@@ -117,4 +117,3 @@ func TestMiddlewareReleasesInFlight(t *testing.T) {
 		})
 	}
 }
-
