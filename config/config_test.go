@@ -705,7 +705,7 @@ func TestSamplesCoverEveryAlgorithm(t *testing.T) {
 			}
 		}
 	}
-	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra"} {
+	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra", "concurrency"} {
 		if !seen[alg] {
 			t.Errorf("no sample uses %s", alg)
 		}
