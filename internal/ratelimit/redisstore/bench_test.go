@@ -206,3 +206,52 @@ func BenchmarkCheckCluster(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInFlight: a request's life in a concurrency limit against a
+// local redis-server, sequentially: its admission (the allowing check,
+// comparable to BenchmarkCheck's policy=one), and its admission and
+// release (what each request costs in all). Each request has a holder of
+// its own; the limit never denies.
+func BenchmarkInFlight(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
+	b.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureLoaded(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	l := ratelimit.Limit{Algorithm: ratelimit.Concurrency, Capacity: 1_000_000_000, Interval: time.Minute}
+	for _, release := range []bool{false, true} {
+		name := "admission"
+		if release {
+			name = "admission+release"
+		}
+		b.Run(name, func(b *testing.B) {
+			// A bucket of its own per run: a holder takes units once.
+			value := name + strconv.FormatInt(time.Now().UnixNano(), 36)
+			req := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: ratelimit.Key("bench", "in-flight", value, "l"), Limit: l, Cost: 1}}}
+			back := &ratelimit.Request{Entries: req.Entries, Action: ratelimit.Release}
+			var dec ratelimit.Decision
+			var n int
+			cpu := resetStats(b, srv)
+			for b.Loop() {
+				n++
+				req.Entries[0].Holder = strconv.Itoa(n)
+				if err := s.Check(context.Background(), 0, req, &dec); err != nil || !dec.Allowed {
+					b.Fatal(err, dec.Allowed)
+				}
+				if !release {
+					continue
+				}
+				if err := s.Check(context.Background(), 0, back, &dec); err != nil || !dec.Allowed {
+					b.Fatal(err, dec.Allowed)
+				}
+			}
+			reportRedisTime(b, srv, cpu)
+		})
+	}
+}

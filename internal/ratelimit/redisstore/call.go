@@ -43,8 +43,8 @@ const inlineEntries = 4
 
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:mode:time" and its entries
-// "algorithm:capacity:rate:interval:cost:flags:field" (and ":holder" for
-// Concurrency), formatted into one
+// "algorithm:capacity:rate:interval:cost:flags:field" (a Concurrency entry
+// followed by its holder), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
@@ -84,11 +84,11 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = strconv.AppendInt(buf, e.Cost, 10)
 		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
-		if p.Alg == ratelimit.Concurrency {
-			buf = append(buf, ':')
-			buf = append(buf, e.Holder...)
-		}
 		end = append(end, len(buf))
+		if p.Alg == ratelimit.Concurrency { // its holder: an argument of its own
+			buf = append(buf, e.Holder...)
+			end = append(end, len(buf))
+		}
 	}
 	all, from := string(buf), 0
 	for _, to := range end {

@@ -51,7 +51,9 @@
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
 --         1 shadow, 2 charge always, 3 both; field: the limit's field in
 --         its bucket, without ':'); a concurrency entry (algorithm 9,
---         flags 0..1) adds ":holder", 1..256 bytes of any kind.
+--         rate 0, flags 0..1) is followed by one more argument, its
+--         holder (1..256 bytes of any kind), so that the entry itself is
+--         the same string for every request (memoized).
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -122,7 +124,8 @@ end
 --   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
 --   value (a string, or false), and E_LW[j], whether a write to it is
 --   pending.
---   E_HI[j]: a concurrency entry's index of its hold in its bucket's read.
+--   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
+--   index in its bucket's read.
 --   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_HOLDS[g]:
 --   it has a concurrency entry; G_OWN[g]:
 --   the group is one log whose key is its own bucket (no hash);
@@ -134,7 +137,7 @@ end
 --   charge always, written whatever the decision: G_WA[g][1..G_MA[g]] and
 --   G_WEXPA[g].
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_LW, E_LK, E_V, E_HI = {}, {}, {}, {}, {}
+local E_REC, E_LW, E_LK, E_V, E_HI, E_HF = {}, {}, {}, {}, {}, {}
 local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG, G_HOLDS = {}, {}, {}, {}, {}, {}, {}, {}
 local G_W, G_M, G_WEXP = {}, {}, {}
 local G_WA, G_MA, G_WEXPA = {}, {}, {}
@@ -802,17 +805,17 @@ local function conc_retry_at(held, cost, cap, iv, dup, last)
   return last + iv
 end
 
--- concurrency evaluates entry j (record e) of group g: v is its field,
--- hv its holder's hold. Like the other algorithms it fills the verdict at
+-- concurrency evaluates an entry (record e, hold field hf) of group g: v
+-- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
 -- o and returns whether it allows; when it holds a cost, also the field's
 -- new value, the state's end (µs) and the hold's value.
-local function concurrency(g, e, v, hv, now, o)
+local function concurrency(g, e, hf, v, hv, now, o)
   local cap, iv, cost = e[2], e[4], e[5]
   local held, since, first, last, current = conc_state(v, now)
   local scanned = false
   if current and held > 0 and first + iv <= now then -- a hold may have ended: sweep
     local f
-    held, f = conc_scan(g, e[7], e[10], since, iv, now)
+    held, f = conc_scan(g, e[7], hf, since, iv, now)
     first, scanned = f or 0, true
   end
   local remaining, reset = cap - held, 0
@@ -840,16 +843,16 @@ local function concurrency(g, e, v, hv, now, o)
     return true, spack('<Bdddd', 9, held + cost, since, first, at), at + iv, spack('<dd', cost, at)
   end
   if not scanned then
-    held = conc_scan(g, e[7], e[10], since, iv, now)
+    held = conc_scan(g, e[7], hf, since, iv, now)
   end
   return deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
 end
 
--- conc_release frees entry e's holder's hold in group g (v its field, hv
+-- conc_release frees the hold hf of entry e in group g (v its field, hv
 -- the hold): it fills the figures after at o, retry 0 when it freed
 -- something, else never, and returns the field's new value (nil when
 -- nothing was freed); the hold's field goes to the group's deletions.
-local function conc_release(g, e, v, hv, now, o)
+local function conc_release(g, e, hf, v, hv, now, o)
   local iv = e[4]
   local held, since, first, last, current = conc_state(v, now)
   local c = current and conc_hold(hv, since, iv, now)
@@ -857,7 +860,7 @@ local function conc_release(g, e, v, hv, now, o)
   if c then
     if first + iv <= now then -- a hold may have ended: sweep (this one is live)
       local f
-      held, f = conc_scan(g, e[7], e[10], since, iv, now)
+      held, f = conc_scan(g, e[7], hf, since, iv, now)
       first = f
     end
     held = held - c
@@ -867,10 +870,10 @@ local function conc_release(g, e, v, hv, now, o)
       d = {}
       G_DEL[g] = d
     end
-    d[G_ND[g]] = e[10]
+    d[G_ND[g]] = hf
     val = spack('<Bdddd', 9, held, since, first, last)
   elseif current and held > 0 and first + iv <= now then
-    held = conc_scan(g, e[7], e[10], since, iv, now) -- exact figures (its deletions go with the group's write, if any)
+    held = conc_scan(g, e[7], hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
   end
   local remaining, reset = e[2] - held, 0
   if remaining < 0 then
@@ -909,7 +912,7 @@ local function read_bucket(g)
         for j = first, last do
           if E_REC[j][1] == 9 then
             m = m + 1
-            ARGS[m], E_HI[j] = E_REC[j][10], m
+            ARGS[m], E_HI[j] = E_HF[j], m
           end
         end
       end
@@ -956,7 +959,7 @@ local function evaluate(g, now, base)
     elseif alg == 7 then
       ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 9 then
-      ok, val, exp, hold = concurrency(g, e, v, r and r[E_HI[j]], now, base + 4 * j)
+      ok, val, exp, hold = concurrency(g, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
     elseif alg == 3 then
       E_V[j] = v
       local pending
@@ -983,7 +986,7 @@ local function evaluate(g, now, base)
         m = m + 2
       end
       if hold then
-        w[m + 1], w[m + 2] = e[10], hold
+        w[m + 1], w[m + 2] = E_HF[j], hold
         m = m + 2
       end
       if exp > wexp then
@@ -1213,7 +1216,7 @@ local function refund_group(g, now, base, release)
       val = give and refund_counter(v, e[4], now, e[5])
       sliding_counter(val or v, e[2], e[3], e[4], now, 0, o, false)
     elseif alg == 9 then
-      val = conc_release(g, e, v, r and r[E_HI[j]], now, o)
+      val = conc_release(g, e, E_HF[j], v, r and r[E_HI[j]], now, o)
     elseif alg == 3 then
       local current = G_OWN[g] or v == LOGMARK
       refund_log(E_LK[j], current, e[4], now, e[5])
@@ -1329,22 +1332,9 @@ local function header(s)
   return {n, mode == '1', t, mode == '2' or mode == '3', mode == '3'} -- an explicit time: not worth remembering
 end
 
--- conc_entry parses a concurrency entry, "9:...:field:holder" (a
--- holder of 1..256 bytes, any), into entry's record plus the holder's
--- hold field (10th). Not memoized: the holder is one request's.
-local function conc_entry(s)
-  local cap, rate, iv, cost, flags, field, holder = match(s, '^9:(%d+):(%d+):(%d+):(%d+):([01]):([^:]*):(.+)$')
-  cap, rate = toint(cap, 1, MAXCOUNT), toint(rate, 0, 0)
-  iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-  if cap == nil or rate == nil or iv == nil or cost == nil or #holder > 256 then
-    return nil
-  end
-  return {9, cap, rate, iv, cost, flags == '1', field, false, nil, ':h' .. field .. ':' .. holder}
-end
-
 -- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
 -- {alg, cap, rate, iv, cost, shadow, field, always}; nil if malformed.
--- Concurrency (9) adds ":holder" (conc_entry).
+-- (A concurrency entry's holder is an argument of its own: see parse.)
 local function entry(s)
   local rec = ememo[s]
   if rec then
@@ -1353,13 +1343,11 @@ local function entry(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  if match(s, '^9:') then
-    return conc_entry(s)
-  end
   local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
-  alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+  alg, cap, rate = toint(alg, 1, 9), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
   iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-  if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
+  if alg == nil or alg == 8 or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) or
+    (alg == 9 and (rate ~= 0 or flags == '2' or flags == '3')) then
     return nil
   end
   rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
@@ -1392,11 +1380,20 @@ local function parse(keys, args)
     end
     R_HDR[r], R_G[r] = h, ng
     local g0, bucket, logs = ng + 1, nil, false
+    local a = p + 1 -- the next argument
     for j = j0 + 1, j0 + n do
-      local s = args[p + j - j0]
+      local s = args[a]
       local e = ememo[s] or entry(s)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
+      end
+      a = a + 1
+      if e[1] == 9 then -- its holder, as its hold's field
+        local holder = args[a]
+        if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
+        end
+        E_HF[j], a = ':h' .. e[7] .. ':' .. holder, a + 1
       end
       k = k + 1
       local b, own = keys[k], false
@@ -1441,7 +1438,7 @@ local function parse(keys, args)
       end
     end
     R_NG[r] = ng - R_G[r]
-    j0, p = j0 + n, p + 1 + n
+    j0, p = j0 + n, a
   end
   if r == 0 or k ~= nk then
     return nil, 'want arguments for ' .. nk .. ' keys'
