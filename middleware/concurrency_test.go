@@ -41,7 +41,7 @@ func TestMiddlewareReleasesInFlight(t *testing.T) {
 				}
 			}
 
-			t.Run("returns", func(t *testing.T) {
+			t.Run("returns", func(*testing.T) {
 				expect("one at a time", 200)
 				expect("after it returned", 200)
 			})

@@ -805,6 +805,20 @@ local function conc_retry_at(held, cost, cap, iv, dup, last)
   return last + iv
 end
 
+-- conc_figures: what a concurrency limit holding held may still admit,
+-- and how long until it is untouched (the latest admission's lease end
+-- while anything is held).
+local function conc_figures(cap, held, last, iv, now)
+  local remaining, reset = cap - held, 0
+  if remaining < 0 then
+    remaining = 0
+  end
+  if held > 0 then
+    reset = last + iv - now
+  end
+  return remaining, reset
+end
+
 -- concurrency evaluates an entry (record e, hold field hf) of group g: v
 -- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
 -- o and returns whether it allows; when it holds a cost, also the field's
@@ -818,13 +832,7 @@ local function concurrency(g, e, hf, v, hv, now, o)
     held, f = conc_scan(g, e[7], hf, since, iv, now)
     first, scanned = f or 0, true
   end
-  local remaining, reset = cap - held, 0
-  if remaining < 0 then
-    remaining = 0
-  end
-  if held > 0 then
-    reset = last + iv - now
-  end
+  local remaining, reset = conc_figures(cap, held, last, iv, now)
   local dup = cost > 0 and current and conc_hold(hv, since, iv, now) ~= nil
   if cost > cap then
     return deny(o, remaining, reset, NEVER)
@@ -875,13 +883,7 @@ local function conc_release(g, e, hf, v, hv, now, o)
   elseif current and held > 0 and first + iv <= now then
     held = conc_scan(g, e[7], hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
   end
-  local remaining, reset = e[2] - held, 0
-  if remaining < 0 then
-    remaining = 0
-  end
-  if held > 0 then
-    reset = last + iv - now
-  end
+  local remaining, reset = conc_figures(e[2], held, last, iv, now)
   OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = NEVER, remaining, reset, reset
   if c then
     OUT[o + 1] = 0
