@@ -34,8 +34,11 @@ func nextHolder() string { return holderPrefix + strconv.FormatUint(holderCount.
 // request's context; the checker's store timeout bounds it. A release that
 // fails leaves the units to their lease timeout.
 func (l *Limiter) release(ctx context.Context, req *policy.Request, holder string) {
-	_, err := l.stack.Checker.Check(context.WithoutCancel(ctx), check.Input{Namespace: l.namespace, Request: req, Holder: holder, Action: ratelimit.Release})
+	out, err := l.stack.Checker.Check(context.WithoutCancel(ctx), check.Input{Namespace: l.namespace, Request: req, Holder: holder, Action: ratelimit.Release})
+	if err == nil && out.Degraded {
+		err = out.StoreErr
+	}
 	if err != nil {
-		l.log.Error("release of a request's units in flight failed; they come back at their lease timeout", "err", err)
+		l.logFailure("release of a request's units in flight failed; they come back at their lease timeout", false, err)
 	}
 }

@@ -528,7 +528,11 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 		clear(sc.keys)
 	}
 	if err != nil {
-		return c.storeFailed(out, &sc.route, err)
+		ferr := c.storeFailed(out, &sc.route, err)
+		if sc.req.Action == ratelimit.Release && !sc.refund {
+			out.Allowed = false // a release the store did not make freed nothing known
+		}
+		return ferr
 	}
 	sc.route.success()
 	c.full.decided(&sc.route)
