@@ -72,7 +72,9 @@ func liveHolds(p Params, s *State, now int64) (live []Hold, held, last int64) {
 		return nil, 0, 0
 	}
 	i := sort.Search(len(s.Holds), func(i int) bool { return s.Holds[i].At+p.Interval > now })
-	live = s.Holds[i:len(s.Holds):len(s.Holds)] // an append copies: s stays as it was
+	// An admission appends in s.Holds' spare capacity, as a log's does
+	// (see Check): amortized O(1), and s's own holds stay as they were.
+	live = s.Holds[i:]
 	for _, h := range live {
 		held += h.Cost
 	}
