@@ -707,7 +707,7 @@ func TestSamplesCoverEveryAlgorithm(t *testing.T) {
 			}
 		}
 	}
-	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra", "calendar"} {
+	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra", "calendar", "concurrency"} {
 		if !seen[alg] {
 			t.Errorf("no sample uses %s", alg)
 		}

@@ -276,7 +276,8 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 		badRequest(w, err)
 		return
 	}
-	out, err := l.stack.Checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req})
+	holder := nextHolder()
+	out, err := l.stack.Checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req, Holder: holder})
 	if err != nil {
 		// Not Redis being away (the failure mode covers that): more
 		// limits than one check evaluates (400), or a bug.
@@ -294,6 +295,9 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	checkhttp.SetHeaders(w.Header(), out, time.Now())
 	if out.Allowed {
+		if out.Holds() {
+			defer l.release(r.Context(), req, holder) // also when next panics, which then goes on
+		}
 		next.ServeHTTP(w, r)
 		return
 	}

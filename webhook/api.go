@@ -49,6 +49,10 @@ type CheckResponse struct {
 	Degraded          bool           `json:"degraded,omitempty"`
 	Error             string         `json:"error,omitempty"`
 	Policies          []PolicyReport `json:"policies"`
+	// Release is set when the request holds units of a concurrency limit:
+	// an opaque handle to POST to /v1/release when the request ends.
+	// Until then (or until the limits' lease timeout) its units stay held.
+	Release string `json:"release,omitempty"`
 }
 
 // PolicyReport is one matching policy's part in the decision.
@@ -86,24 +90,33 @@ type LimitReport struct {
 	Banned bool `json:"banned,omitempty"`
 }
 
-func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
+// readJSON decodes r's body, declared JSON and at most maxJSONBody bytes,
+// into v; otherwise it answers the problem and returns false.
+func (s *CheckEndpoint) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if !checkhttp.RequireJSON(w, r) {
-		return
+		return false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 	if err != nil {
 		s.badRequest(w, fmt.Errorf("body: %w", err))
-		return
+		return false
 	}
 	if len(body) > maxJSONBody {
 		s.badRequest(w, fmt.Errorf("body: larger than %d bytes", maxJSONBody))
-		return
+		return false
 	}
-	var in CheckRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := dec.Decode(v); err != nil {
 		s.badRequest(w, fmt.Errorf("body: %w", err))
+		return false
+	}
+	return true
+}
+
+func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
+	var in CheckRequest
+	if !s.readJSON(w, r, &in) {
 		return
 	}
 	req, err := in.toPolicyRequest()
@@ -119,15 +132,20 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, fmt.Errorf("cost: must be from 0 to %d", ratelimit.MaxCount))
 		return
 	}
+	holder := newHolder()
 	out, err := s.opts.Checker.Check(r.Context(), check.Input{
-		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(),
+		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(), Holder: holder,
 	})
 	if err != nil {
 		s.checkError(w, err)
 		return
 	}
+	resp := report(out)
+	if out.Holds() {
+		resp.Release = releaseHandle{Namespace: in.Namespace, Policy: in.Policy, Request: in.Request, Holder: holder}.encode()
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(report(out))
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // action is the check's action: a dry run or a real one.

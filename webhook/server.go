@@ -68,6 +68,7 @@ type requestState struct {
 //	/check/{namespace}/{policy}   one policy
 //	/envoy/{namespace}/{path...}  Envoy ext_authz HTTP with path_prefix /envoy/{namespace}
 //	POST /v1/check                JSON for programmatic callers (dryRun supported)
+//	POST /v1/release              the release handle a /v1/check answer carried
 //	/healthz, /readyz             probes; never tied to Redis
 //	/metrics                      Prometheus
 func New(o Options) (*CheckEndpoint, error) {
@@ -95,6 +96,7 @@ func New(o Options) (*CheckEndpoint, error) {
 	// exactly once.
 	s.mux.HandleFunc("/check/", s.handleCheck)
 	s.mux.HandleFunc("POST /v1/check", s.handleJSON)
+	s.mux.HandleFunc("POST /v1/release", s.handleRelease)
 	s.mux.HandleFunc("GET /healthz", ok)
 	s.mux.HandleFunc("GET /readyz", ok)
 	if o.Gatherer != nil {

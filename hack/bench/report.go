@@ -82,7 +82,8 @@ func measureMemory(redisAddr string) (memoryResult, error) {
 				req := ratelimit.Request{Entries: make([]ratelimit.Entry, 1)}
 				var dec ratelimit.Decision
 				for i := w; i < redisKeys; i += 16 {
-					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1}
+					// A holder for Concurrency (one request in flight per key); the others ignore it.
+					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1, Holder: "h"}
 					if err := rs.Check(context.Background(), 0, &req, &dec); err != nil {
 						errc <- err
 						return

@@ -121,8 +121,8 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 // cannot have decided), else INTERNAL (a bug: Redis being away is answered
 // by the failure modes).
 func (r *rls) checkFailed(req *ratelimitv3.RateLimitRequest, err error) error {
-	if errors.Is(err, check.ErrTooManyLimits) {
-		return grpcstatus.Error(codes.InvalidArgument, err.Error())
+	if errors.Is(err, check.ErrTooManyLimits) || errors.Is(err, check.ErrNoRelease) {
+		return grpcstatus.Error(codes.InvalidArgument, err.Error()) // ErrNoRelease: a holder entry with an empty value
 	}
 	r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
 	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
@@ -404,7 +404,7 @@ func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResu
 		perUnit = l.Rate
 	}
 	unit, ok := units[l.Interval]
-	if !ok || perUnit > 1<<32-1 {
+	if !ok || perUnit > 1<<32-1 || l.Algorithm == ratelimit.Concurrency { // in flight is no rate per unit
 		return false
 	}
 	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name

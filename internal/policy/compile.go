@@ -52,6 +52,9 @@ type Limit struct {
 	// RateLimit-Policy header's "w" parameter: the window, or the time a
 	// bucket takes to refill from empty.
 	Window time.Duration
+	// Holder is a concurrency limit's descriptor entry whose value names
+	// the request that holds its units (descriptor policies only).
+	Holder string
 }
 
 // AdmitsNothing reports a limit of 0, which only an Envoy descriptor's
@@ -110,6 +113,7 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	penalty, perrs := compilePenalty(spec, specPath.Child("penalty"))
 	errs = append(errs, perrs...)
 	p.Penalty = penalty
+	errs = append(errs, checkConcurrency(spec, limits, key, match.forDescriptors, specPath)...)
 
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()

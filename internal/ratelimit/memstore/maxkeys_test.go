@@ -245,3 +245,29 @@ func TestMaxKeysKeepsBans(t *testing.T) {
 	clock.Advance(time.Minute)
 	expect(t, s, "a new key once the bans ended", one("new", 1), true, 1)
 }
+
+// TestMaxKeysNeverEvictsHolds: a bucket holding units in flight (a
+// concurrency limit's) is never evicted, which would free them before
+// their release or lease timeout: a full store of such buckets refuses a
+// new one (ErrCapacity); once their units are released, the buckets are
+// evictable again.
+func TestMaxKeysNeverEvictsHolds(t *testing.T) {
+	inFlight := ratelimit.Limit{Algorithm: ratelimit.Concurrency, Capacity: 1, Interval: time.Hour}
+	hold := func(key string, action ratelimit.Action) *ratelimit.Request {
+		return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: inFlight, Cost: 1, Holder: "r1"}}, Action: action}
+	}
+	s, _ := capped(t, 2)
+	expect(t, s, "a holds", hold("a", ratelimit.Consume), true, 0)
+	expect(t, s, "b holds", hold("b", ratelimit.Consume), true, 0)
+	var dec ratelimit.Decision
+	if err := s.Check(context.Background(), 0, one("c", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a new bucket in a store full of holds: %v, want ErrCapacity", err)
+	}
+	expect(t, s, "a still holds", hold("a", ratelimit.DryRun), false, 0)
+	expect(t, s, "a released", hold("a", ratelimit.Release), true, 1)
+	expect(t, s, "c takes a's room", one("c", 1), true, 1)
+	expect(t, s, "b still holds", hold("b", ratelimit.DryRun), false, 0)
+	if s.Evictions() != 1 || s.Len() != 2 {
+		t.Fatalf("%d evictions, %d keys held; want 1, 2", s.Evictions(), s.Len())
+	}
+}

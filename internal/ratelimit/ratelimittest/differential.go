@@ -36,8 +36,8 @@ type DiffConfig struct {
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
-	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Shadows, ChargedAlways, Switches, Bans, Banned int
-	PerAlgorithm                                                                                                                      map[ratelimit.Algorithm]int
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Releases, Shadows, ChargedAlways, Switches, Bans, Banned int
+	PerAlgorithm                                                                                                                                map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -47,8 +47,8 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches; %d bans issued, %d entries banned",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches, s.Bans, s.Banned)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds, %d releases) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches; %d bans issued, %d entries banned",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Releases, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches, s.Bans, s.Banned)
 }
 
 type diffKey struct {
@@ -64,7 +64,10 @@ type diffKey struct {
 // request to ref and to each target, and fails on the first Decision that
 // differs in any field. After a denial it sometimes probes the exact retry
 // moment (1µs before: denied; at it: allowed) with dry runs. A tenth of
-// the requests are refunds of random costs.
+// the requests are refunds of random costs, a tenth releases of what a
+// request's holder holds in its concurrency limits. A request's holder is
+// one of a few, so that holders collide (a holder takes units once) and
+// releases free nothing as often as something.
 func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Reference, targets ...Target) DiffStats {
 	t.Helper()
 	if cfg.MaxEntries == 0 {
@@ -120,6 +123,10 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		}
 		if req.Action == ratelimit.Refund {
 			st.Refunds++
+		}
+		if req.Action == ratelimit.Release {
+			st.Releases++
+			continue // a release that freed nothing reports Never: nothing to probe
 		}
 		if refDec.Allowed {
 			st.Allowed++
@@ -219,11 +226,14 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 		req.Action = ratelimit.DryRun
 	case 1:
 		req.Action = ratelimit.Refund // units given back, as a lease's leftovers are
+	case 2:
+		req.Action = ratelimit.Release
 	}
+	holder := fmt.Sprintf("h%d", rng.IntN(6))
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
-		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Penalty: k.penalty}
+		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Penalty: k.penalty, Holder: holder}
 		if k.penalty.Enabled() { // shadow is a policy's, as its penalty box
 			e.Shadow = k.shadow
 		}

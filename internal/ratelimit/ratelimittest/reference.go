@@ -48,20 +48,12 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
-		if req.Action == ratelimit.Refund {
-			verdicts[i], nexts[i] = model.Refund(p, &st, now, e.Cost)
-			continue
-		}
-		if e.ChargeAlways {
-			verdicts[i], nexts[i] = model.CheckAlways(p, &st, now, e.Cost)
-		} else {
-			verdicts[i], nexts[i] = model.Check(p, &st, now, e.Cost)
-		}
+		verdicts[i], nexts[i] = model.Apply(p, &st, now, &e, req.Action)
 	}
 	var buckets []string
 	var boxes []model.Box
 	bucketOf := make([]int, len(req.Entries))
-	if req.Action != ratelimit.Refund {
+	if req.Action.Decides() {
 		for i := range req.Entries {
 			bucket, _ := ratelimit.SplitKey(req.Entries[i].Key)
 			g := slices.Index(buckets, bucket)
@@ -76,15 +68,15 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 		}
 		model.ApplyBans(bucketOf, boxes, verdicts, nexts, now)
 	}
-	dec.Allowed = model.Decide(req.Entries, verdicts)
-	if req.Action != ratelimit.Refund {
+	dec.Allowed = model.Decide(req, verdicts)
+	if req.Action.Decides() {
 		model.CountDenials(bucketOf, boxes, verdicts, now)
 	}
 	dec.Results = dec.Results[:0]
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
-		if req.Action == ratelimit.Refund {
+		if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
 			if nexts[i].Alg != 0 {
 				r.states[e.Key] = nexts[i]
 				r.refunded(e, &nexts[i])

@@ -18,7 +18,7 @@ const penaltyID = 10
 // entry with one; nil when the bucket has none, or p starts no bucket,
 // or the request is a refund (which leaves penalties alone).
 func boxOf(req *ratelimit.Request, buckets []string, idx []int, p int) *ratelimit.Entry {
-	if req.Action == ratelimit.Refund || p > 0 && buckets[idx[p-1]] == buckets[idx[p]] {
+	if req.Action == ratelimit.Refund || req.Action == ratelimit.Release || p > 0 && buckets[idx[p-1]] == buckets[idx[p]] {
 		return nil
 	}
 	for q := p; q < len(idx) && buckets[idx[q]] == buckets[idx[p]]; q++ {

@@ -27,7 +27,8 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 	if err != nil {
 		return false, fmt.Errorf("unexpected decision: %w", err)
 	}
-	want := true
+	want, release := true, req.Action == ratelimit.Release
+	freed := false
 	var banned bool
 	var issued int64
 	k, bucket := 0, ""
@@ -51,6 +52,14 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
 			}
+		case release && e.Limit.Algorithm != ratelimit.Concurrency:
+			if !v.Allowed {
+				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
+		case release:
+			if !v.Allowed && v.RetryAfter != model.Never {
+				return false, fmt.Errorf("unexpected reply for %s: a release that freed nothing with retry-after %d", e.Key, v.RetryAfter)
+			}
 		case v.Allowed:
 			v.RemainingAfter -= e.Cost
 		case e.ChargeAlways && e.Cost > 0:
@@ -63,6 +72,10 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 		if !v.Allowed && !e.Shadow {
 			want = false
 		}
+		freed = freed || v.Allowed && e.Limit.Algorithm == ratelimit.Concurrency
+	}
+	if release {
+		want = freed
 	}
 	if decision != want {
 		return false, fmt.Errorf("unexpected reply: decision %v disagrees with its entries", decision)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,13 +235,17 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 
 	// One call (one slot, or not a Cluster, and at most MaxCallEntries
 	// entries) decides and consumes. Several calls: a dry run in each
-	// first. A refund has nothing to decide: one round gives back
-	// everywhere.
-	dryFirst := len(cs.groups) > 1 && req.Action != ratelimit.Refund
+	// first. A refund or a release has nothing to decide: one round gives
+	// back everywhere; a release is allowed when any call freed something.
+	givesBack := req.Action == ratelimit.Refund || req.Action == ratelimit.Release
+	dryFirst := len(cs.groups) > 1 && !givesBack
 	if err := s.round(ctx, req, cs, req.Action == ratelimit.DryRun || dryFirst); err != nil {
 		return err
 	}
 	allowed := all(cs.consumed)
+	if req.Action == ratelimit.Release {
+		allowed = slices.Contains(cs.consumed, true)
+	}
 	if dryFirst && allowed && req.Action != ratelimit.DryRun {
 		if s.betweenRounds != nil {
 			s.betweenRounds()
