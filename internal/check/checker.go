@@ -663,7 +663,7 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
-		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.Action == ratelimit.DryRun)
+		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.Action)
 		if pr := &out.Policies[u.owner]; r.Ban > 0 && pr.Ban == 0 {
 			pr.Ban = r.Ban
 			c.metrics.banIssued(pr.Policy, r.Ban, sc.req.Action == ratelimit.DryRun)
@@ -685,11 +685,13 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 	}
 }
 
-// addLimit records limit of the matching policy owner, decided r, in out
-// and in the counts (unless a dry run), and makes it the limit the answer
+// addLimit records limit of the matching policy owner, decided r by a
+// call doing action, in out and in what counts it (a decision when it
+// consumes, a refund when it gives units back; a dry run counts nothing,
+// a release is counted by its outcome), and makes it the limit the answer
 // reports when it is the tightest so far: on a denial the enforced limit
 // that waits longest, otherwise the one with the fewest remaining.
-func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelimit.Result, dryRun bool) {
+func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelimit.Result, action ratelimit.Action) {
 	pr := &out.Policies[owner]
 	p := pr.Policy
 	l := &p.Limits[limit]
@@ -701,10 +703,15 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	case !r.Allowed:
 		result = ResultDenied
 	}
-	if !dryRun {
+	switch action {
+	case ratelimit.Consume:
 		c.counts.add(p, l, result)
 		if c.metrics != nil {
 			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
+		}
+	case ratelimit.Refund:
+		if c.metrics != nil {
+			c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
 		}
 	}
 	switch {

@@ -28,6 +28,7 @@ type Metrics struct {
 	bans         *prometheus.CounterVec
 	activeBans   *prometheus.GaugeVec
 	releases     *prometheus.CounterVec
+	refunds      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -83,6 +84,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_bans_active",
 			Help: "Bans in force that this check process issued, by namespace and policy, each counted until its end. Each ban is issued by exactly one process's call: the sum over every check process is the fleet's figure.",
 		}, []string{"namespace", "policy"}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_refunds_total",
+			Help: "Limits given units back by a refund (Envoy's negative hits, on a policy without a concurrency limit), by namespace, policy and limit: not decisions, so not in sluice_decisions_total.",
+		}, []string{"namespace", "policy", "limit"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_releases_total",
 			Help: "Releases of a policy's concurrency limits by outcome: freed (the holder held units), nothing_held (denied, released already, timed out, or unknown: nothing freed), refused_no_release (a check met the limit through a transport that cannot release it: the HTTP auth hooks, ext_authz).",
@@ -98,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.failureMode.WithLabelValues(mode)
 	}
 	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision,
-		m.bans, m.activeBans, m.releases)
+		m.bans, m.activeBans, m.releases, m.refunds)
 	return m
 }
 

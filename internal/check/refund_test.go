@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
@@ -149,5 +151,28 @@ func TestRefundsThroughALeaseStore(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the lease's refund was not announced (stats %+v)", leases.Stats())
+	}
+}
+
+// A refund is no decision: it is counted in sluice_refunds_total, and
+// neither in sluice_decisions_total nor in the dashboard's counts.
+func TestRefundsCountedApart(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	m := NewMetrics(prometheus.NewRegistry())
+	c := newChecker(t, Options{Store: storetest.Memory(t, clock.Now), Now: clock.Now, Metrics: m},
+		policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"))
+	ctx := context.Background()
+	for _, action := range []ratelimit.Action{ratelimit.Consume, ratelimit.Consume, ratelimit.Refund, ratelimit.DryRun} {
+		if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request(), Action: action}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allowed := testutil.ToFloat64(m.decisions.WithLabelValues("ns", "p", "l", string(ResultAllowed)))
+	refunds := testutil.ToFloat64(m.refunds.WithLabelValues("ns", "p", "l"))
+	if allowed != 2 || refunds != 1 {
+		t.Fatalf("decisions allowed %v, refunds %v; want 2 and 1", allowed, refunds)
+	}
+	if counts := c.Counts(); len(counts) != 1 || counts[0].Allowed != 2 {
+		t.Fatalf("dashboard counts %+v, want 2 allowed", counts)
 	}
 }

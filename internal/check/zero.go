@@ -32,7 +32,7 @@ func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 				out.Allowed, out.Reason = false, ReasonLimited
 			}
 		}
-		c.addLimit(out, z.owner, z.limit, z.key, r, sc.req.Action == ratelimit.DryRun)
+		c.addLimit(out, z.owner, z.limit, z.key, r, sc.req.Action)
 	}
 	return !out.Allowed
 }
