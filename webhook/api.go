@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // maxJSONBody bounds a POST /v1/check body.
@@ -112,9 +113,11 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, fmt.Errorf("cost: must be from 0 to %d", ratelimit.MaxCount))
 		return
 	}
-	out, err := s.opts.Checker.Check(r.Context(), check.Input{
+	ctx, span := s.opts.Tracer.StartHTTP(r.Context(), tracing.IntakeAPI, in.Namespace, r.Header)
+	out, err := s.opts.Checker.Check(ctx, check.Input{
 		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(),
 	})
+	span.End(out, err)
 	if err != nil {
 		s.checkError(w, err)
 		return
