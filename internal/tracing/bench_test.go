@@ -12,7 +12,8 @@ import (
 // BenchmarkCheck is a check as the intakes make it, over the memory store:
 // untraced (the checker alone), with tracing off (a nil Tracer) and on
 // (every span sampled, batched to an exporter that drops them: the SDK's
-// cost without the network's).
+// cost without the network's), and on with the sampler dropping every
+// check.
 //
 //	go test ./internal/tracing/ -run '^$' -bench Check -benchmem -count 5
 func BenchmarkCheck(b *testing.B) {
@@ -29,6 +30,11 @@ func BenchmarkCheck(b *testing.B) {
 	b.Run("off", func(b *testing.B) { benchmarkCheck(b, nil) })
 	b.Run("on", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		benchmarkCheck(b, New(tp, SystemMemory))
+	})
+	b.Run("on-unsampled", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithBatcher(discard{}))
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		benchmarkCheck(b, New(tp, SystemMemory))
 	})

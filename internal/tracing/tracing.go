@@ -118,6 +118,9 @@ func (s Span) End(out *check.Outcome, err error) {
 		return
 	}
 	defer s.span.End()
+	if !s.span.IsRecording() { // not sampled: nothing of this is kept
+		return
+	}
 	if err != nil {
 		s.span.RecordError(err)
 		s.span.SetStatus(codes.Error, err.Error())

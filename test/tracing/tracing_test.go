@@ -14,8 +14,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -120,25 +118,11 @@ func TestChecksAreTracedOverOTLP(t *testing.T) {
 // startManager runs local mode with its traces sent to endpoint over
 // protocol, and returns its HTTP and gRPC addresses.
 func startManager(t *testing.T, endpoint, protocol string) (httpAddr, grpcAddr string) {
-	dir := t.TempDir()
-	policies := filepath.Join(dir, "policies")
-	if err := os.Mkdir(policies, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policies, "api.yaml"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr = fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
-	grpcAddr = fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
 	env := []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 		"OTEL_SERVICE_NAME=sluice-test", "OTEL_BSP_SCHEDULE_DELAY=100",
 	}
-	p := systest.Start(t, dir, "manager", env, manager.Path(t), "local", "--policies", policies,
-		"--listen", httpAddr, "--grpc-listen", grpcAddr, "--grpc-default-namespace", "shop")
-	p.WaitHTTP(t, "http://"+httpAddr+"/healthz", 60*time.Second)
-	p.WaitTCP(t, grpcAddr, 10*time.Second)
-	return httpAddr, grpcAddr
+	return manager.StartLocal(t, env, policy, "--grpc-default-namespace", "shop")
 }
 
 // receiver is an OTLP trace receiver: it keeps every span exported to it.
