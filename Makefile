@@ -10,6 +10,10 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# promtool checks and unit-tests the alert rules (test/observability):
+# the Prometheus module's version v0.316.0 is Prometheus 3.16.
+PROMTOOL_VERSION ?= v0.316.0
+PROMTOOL := $(BIN)/promtool-$(PROMTOOL_VERSION)
 # Go test flags; override for a narrower run: make test TEST_FLAGS='-run Foo'.
 # Packages run one at a time: several start real servers and bound answer
 # times under faults, which a second package's load on 2 cores would blur.
@@ -109,7 +113,7 @@ envtest: ## Build the envtest binaries (kube-apiserver, etcd, kubectl) into bin/
 	K8S_VERSION=$(K8S_VERSION) hack/setup-envtest.sh >/dev/null
 
 .PHONY: test
-test: deps envtest lint ## Install what the tests need, lint, then run every test.
+test: deps envtest lint $(PROMTOOL) ## Install what the tests need, lint, then run every test.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-fast
@@ -136,6 +140,10 @@ include cluster.mk
 $(GOLANGCI_LINT):
 	GOBIN=$(BIN)/.tmp-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(BIN)/.tmp-golangci-lint/golangci-lint $@ && rm -rf $(BIN)/.tmp-golangci-lint
+
+$(PROMTOOL):
+	GOBIN=$(BIN)/.tmp-promtool $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	mv $(BIN)/.tmp-promtool/promtool $@ && rm -rf $(BIN)/.tmp-promtool
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN)/.tmp-controller-gen $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -42,6 +42,7 @@ const (
 // files allowed to hold them. config/default holds none of them.
 var absentCRDs = map[string]string{
 	"monitoring.coreos.com/ServiceMonitor":      "the Prometheus Operator's (config/prometheus, an optional component)",
+	"monitoring.coreos.com/PrometheusRule":      "the Prometheus Operator's (config/prometheus, an optional component)",
 	"traefik.io/Middleware":                     "Traefik's (config/examples/traefik)",
 	"kustomize.toolkit.fluxcd.io/Kustomization": "Flux's (config/gitops/flux)",
 }
@@ -667,7 +668,7 @@ func TestAppliesToAPIServer(t *testing.T) {
 	}
 	t.Logf("kubectl apply --dry-run=server -k config/default:\n%s", out)
 
-	for _, ns := range []string{"shop", "argocd", "flux-system"} {
+	for _, ns := range []string{"shop", "argocd", "flux-system", "ingress-nginx"} {
 		c.MustKubectl("create", "namespace", ns)
 	}
 	out, err = c.Kubectl("apply", "--dry-run=server", "-n", "default", "-k", "samples")
@@ -683,6 +684,7 @@ func TestAppliesToAPIServer(t *testing.T) {
 	for _, file := range []string{
 		"examples/ingress-nginx/ingress.yaml",
 		"examples/ingress-nginx/ingress-429.yaml",
+		"examples/ingress-nginx/controller-configmap.yaml",
 		"examples/traefik/middleware.yaml",
 		"gitops/argocd/argocd-cm.yaml",
 	} {
@@ -705,7 +707,7 @@ func TestSamplesCoverEveryAlgorithm(t *testing.T) {
 			}
 		}
 	}
-	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra", "calendar"} {
+	for _, alg := range []string{"tokenBucket", "fixedWindow", "slidingWindowLog", "slidingWindowCounter", "leakyBucket", "gcra", "calendar", "concurrency"} {
 		if !seen[alg] {
 			t.Errorf("no sample uses %s", alg)
 		}

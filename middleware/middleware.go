@@ -278,8 +278,9 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 		badRequest(w, err)
 		return
 	}
+	holder := nextHolder()
 	ctx, span := l.stack.Tracer.StartHTTP(r.Context(), tracing.IntakeMiddleware, l.namespace, r.Header)
-	out, err := l.stack.Checker.Check(ctx, check.Input{Namespace: l.namespace, Request: req})
+	out, err := l.stack.Checker.Check(ctx, check.Input{Namespace: l.namespace, Request: req, Holder: holder})
 	span.End(out, err)
 	if err != nil {
 		// Not Redis being away (the failure mode covers that): more
@@ -298,6 +299,9 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	checkhttp.SetHeaders(w.Header(), out, time.Now())
 	if out.Allowed {
+		if out.Holds() {
+			defer l.release(r.Context(), req, holder) // also when next panics, which then goes on
+		}
 		next.ServeHTTP(w, r)
 		return
 	}

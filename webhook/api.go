@@ -50,16 +50,24 @@ type CheckResponse struct {
 	Degraded          bool           `json:"degraded,omitempty"`
 	Error             string         `json:"error,omitempty"`
 	Policies          []PolicyReport `json:"policies"`
+	// Release is set when the request holds units of a concurrency limit:
+	// an opaque handle to POST to /v1/release when the request ends.
+	// Until then (or until the limits' lease timeout) its units stay held.
+	Release string `json:"release,omitempty"`
 }
 
 // PolicyReport is one matching policy's part in the decision.
 type PolicyReport struct {
-	Namespace  string        `json:"namespace"`
-	Name       string        `json:"name"`
-	Mode       string        `json:"mode"`
-	Key        string        `json:"key,omitempty"`
-	MissingKey bool          `json:"missingKey,omitempty"`
-	WhenError  string        `json:"whenError,omitempty"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Mode       string `json:"mode"`
+	Key        string `json:"key,omitempty"`
+	MissingKey bool   `json:"missingKey,omitempty"`
+	WhenError  string `json:"whenError,omitempty"`
+	// BanSeconds is the ban this check issued the policy's bucket (its
+	// penalty box), in seconds rounded up; in mode Shadow, the ban it
+	// would have issued.
+	BanSeconds int64         `json:"banSeconds,omitempty"`
 	Limits     []LimitReport `json:"limits,omitempty"`
 }
 
@@ -78,26 +86,38 @@ type LimitReport struct {
 	ResetSeconds      int64  `json:"resetSeconds"`
 	RetryAfterSeconds *int64 `json:"retryAfterSeconds,omitempty"`
 	Cached            bool   `json:"cached,omitempty"`
+	// Banned: denied because the bucket is banned (its policy's penalty
+	// box), until retryAfterSeconds.
+	Banned bool `json:"banned,omitempty"`
 }
 
-func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
+// readJSON decodes r's body, declared JSON and at most maxJSONBody bytes,
+// into v; otherwise it answers the problem and returns false.
+func (s *CheckEndpoint) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if !checkhttp.RequireJSON(w, r) {
-		return
+		return false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
 	if err != nil {
 		s.badRequest(w, fmt.Errorf("body: %w", err))
-		return
+		return false
 	}
 	if len(body) > maxJSONBody {
 		s.badRequest(w, fmt.Errorf("body: larger than %d bytes", maxJSONBody))
-		return
+		return false
 	}
-	var in CheckRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := dec.Decode(v); err != nil {
 		s.badRequest(w, fmt.Errorf("body: %w", err))
+		return false
+	}
+	return true
+}
+
+func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
+	var in CheckRequest
+	if !s.readJSON(w, r, &in) {
 		return
 	}
 	req, err := in.toPolicyRequest()
@@ -113,17 +133,22 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, fmt.Errorf("cost: must be from 0 to %d", ratelimit.MaxCount))
 		return
 	}
+	holder := newHolder()
 	ctx, span := s.opts.Tracer.StartHTTP(r.Context(), tracing.IntakeAPI, in.Namespace, r.Header)
 	out, err := s.opts.Checker.Check(ctx, check.Input{
-		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(),
+		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(), Holder: holder,
 	})
 	span.End(out, err)
 	if err != nil {
 		s.checkError(w, err)
 		return
 	}
+	resp := report(out)
+	if out.Holds() {
+		resp.Release = releaseHandle{Namespace: in.Namespace, Policy: in.Policy, Request: in.Request, Holder: holder}.encode()
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(report(out))
+	_ = json.NewEncoder(w).Encode(resp)
 }
 
 // action is the check's action: a dry run or a real one.
@@ -196,7 +221,8 @@ func report(out *check.Outcome) CheckResponse {
 		if pr.Policy.Shadow {
 			mode = "Shadow"
 		}
-		rep := PolicyReport{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name, Mode: mode, Key: printableKey(pr.KeyValue), MissingKey: pr.MissingKey}
+		rep := PolicyReport{Namespace: pr.Policy.Namespace, Name: pr.Policy.Name, Mode: mode, Key: printableKey(pr.KeyValue), MissingKey: pr.MissingKey,
+			BanSeconds: checkhttp.CeilSeconds(pr.Ban)}
 		if pr.WhenError != nil {
 			rep.WhenError = pr.WhenError.Error()
 		}
@@ -208,7 +234,7 @@ func report(out *check.Outcome) CheckResponse {
 		l := LimitReport{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
-			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached,
+			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached, Banned: lr.Banned,
 		}
 		if !lr.Allowed && lr.RetryAfter > 0 && lr.RetryAfter != ratelimit.Never {
 			secs := checkhttp.CeilSeconds(lr.RetryAfter)

@@ -238,6 +238,9 @@ func (s *CheckEndpoint) writeDecision(ctx *fasthttp.RequestCtx, st *requestState
 			h.AddBytesV(name, v)
 		}
 	}
+	if rule, ok := s.reportedRule(out); ok {
+		h.Set(checkhttp.PolicyHeader, rule)
+	}
 	if out.Allowed {
 		return // 200, no body
 	}

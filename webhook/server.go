@@ -39,6 +39,9 @@ type Options struct {
 	// TrustedProxies are the peers whose forwarded headers are believed
 	// (default clientip.DefaultTrustedProxies).
 	TrustedProxies *clientip.TrustedProxies
+	// ReportPolicy adds checkhttp.PolicyHeader to every answer a policy
+	// decided, naming the rule for the proxy's access log.
+	ReportPolicy bool
 	// Gatherer serves /metrics (nil: no metrics endpoint).
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -68,6 +71,7 @@ type requestState struct {
 //	/check/{namespace}/{policy}   one policy
 //	/envoy/{namespace}/{path...}  Envoy ext_authz HTTP with path_prefix /envoy/{namespace}
 //	POST /v1/check                JSON for programmatic callers (dryRun supported)
+//	POST /v1/release              the release handle a /v1/check answer carried
 //	/healthz, /readyz             probes; never tied to Redis
 //	/metrics                      Prometheus
 func New(o Options) (*CheckEndpoint, error) {
@@ -95,6 +99,7 @@ func New(o Options) (*CheckEndpoint, error) {
 	// exactly once.
 	s.mux.HandleFunc("/check/", s.handleCheck)
 	s.mux.HandleFunc("POST /v1/check", s.handleJSON)
+	s.mux.HandleFunc("POST /v1/release", s.handleRelease)
 	s.mux.HandleFunc("GET /healthz", ok)
 	s.mux.HandleFunc("GET /readyz", ok)
 	if o.Gatherer != nil {
@@ -231,11 +236,27 @@ func (s *CheckEndpoint) serveCheck(w http.ResponseWriter, r *http.Request, rt ro
 	}
 	out := &st.out
 	checkhttp.AppendHeaders(w.Header(), out, s.opts.Now(), &st.headers)
+	if rule, ok := s.reportedRule(out); ok {
+		w.Header().Set(checkhttp.PolicyHeader, rule)
+	}
 	if out.Allowed {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
+}
+
+// reportedRule is PolicyHeader's value for out, when ReportPolicy is set
+// and a policy decided.
+func (s *CheckEndpoint) reportedRule(out *check.Outcome) (string, bool) {
+	if !s.opts.ReportPolicy {
+		return "", false
+	}
+	r, ok := checkhttp.RuleOf(out)
+	if !ok {
+		return "", false
+	}
+	return r.String(), true
 }
 
 // read rebuilds the original request a check request describes into

@@ -501,3 +501,27 @@ func commandsProcessed(t testing.TB, srv *redistest.Server) int64 {
 	t.Fatal("no total_commands_processed in INFO")
 	return 0
 }
+
+// With ReportPolicy, every answer a policy decided names it in
+// X-Sluice-Policy, on the native routes and through net/http alike;
+// without it, no answer does.
+func TestReportPolicyHeader(t *testing.T) {
+	p := compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]")
+	h := map[string]string{"X-Original-URL": "http://h/", "X-Original-Method": "GET"}
+	for _, report := range []bool{true, false} {
+		for _, server := range []string{"native", "net/http"} {
+			ep := newEndpoint(t, memstore.New(), Options{ReportPolicy: report}, p)
+			url := ep.URL
+			if server == "net/http" {
+				url = serveNetHTTP(t, ep.server)
+			}
+			for _, want := range []string{"ns/p;decision=allowed;reason=Allowed;limit=l;remaining=0;key=", "ns/p;decision=denied;reason=RateLimited;limit=l;remaining=0;key="} {
+				resp, _ := do(t, "GET", url+"/check/ns", h)
+				got := resp.Header.Get("X-Sluice-Policy")
+				if report && !strings.HasPrefix(got, want) || !report && got != "" {
+					t.Errorf("%s, report %t: X-Sluice-Policy %q, want %q…", server, report, got, want)
+				}
+			}
+		}
+	}
+}

@@ -10,4 +10,5 @@ const (
 	AlgorithmLeakyBucket          = "leakyBucket"
 	AlgorithmGCRA                 = "gcra"
 	AlgorithmCalendar             = "calendar"
+	AlgorithmConcurrency          = "concurrency"
 )

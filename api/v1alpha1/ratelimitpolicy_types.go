@@ -10,11 +10,14 @@ import (
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.targetRefs) || !has(self.match) || !(has(self.match.hosts) || has(self.match.paths) || has(self.match.methods) || has(self.match.domain) || has(self.match.descriptor))",message="a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only",fieldPath=".match"
 // +kubebuilder:validation:XValidation:rule="!has(self.key) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? !self.key.matches('[{](client_ip|method|host|path|header:|query:)') : !self.key.contains('{descriptor'))",message="a descriptor policy (match.domain or match.descriptor set) builds its key from {descriptor} and {descriptor:name} only, and an HTTP policy never from them: the other kind of request has no such values",fieldPath=".key"
-// +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a request could never be allowed",fieldPath=".cost"
+// +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : has(l.concurrency) ? l.concurrency.limit : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst, concurrency.limit or a window's limit): such a request could never be allowed",fieldPath=".cost"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : self.lease.units) >= self.lease.units)",message="lease.units must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a lease could never be taken",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.cost) || self.lease.units >= self.cost",message="lease.units must be at least cost: a lease serves whole requests",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge != 'Always'",message="a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.mode) || self.mode != 'Shadow'",message="a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.penalty)",message="a lease cannot serve a penalty box: bans are decided by Redis with every request; remove the lease or the penalty",fieldPath=".penalty"
+// +kubebuilder:validation:XValidation:rule="!self.limits.exists(l, has(l.concurrency)) || (!has(self.lease) && (!has(self.charge) || self.charge != 'Always'))",message="a concurrency limit takes neither a lease nor charge Always: units in flight are held by the request that was admitted, until it releases them",fieldPath=".limits"
+// +kubebuilder:validation:XValidation:rule="(has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? self.limits.all(l, !has(l.concurrency) || (has(l.concurrency.holder) && has(self.match.descriptor) && self.match.descriptor.exists(d, d.key == l.concurrency.holder) && has(self.key) && !self.key.contains('{descriptor}') && !self.key.contains('{descriptor:' + l.concurrency.holder + '}'))) : self.limits.all(l, !has(l.concurrency) || !has(l.concurrency.holder))",message="a concurrency limit of a descriptor policy names its holder, an entry of match.descriptor (such as Envoy's x-request-id) that the key leaves out (set a key without {descriptor} or {descriptor:<holder>}, so the bucket is shared by the requests it counts); an HTTP policy sets no holder: the middleware and POST /v1/check hold per request",fieldPath=".limits"
 type RateLimitPolicySpec struct {
 	// targetRefs attach the policy to Gateway API resources (direct policy
 	// attachment, GEP-713): an HTTPRoute, or one of its rules by
@@ -122,6 +125,45 @@ type RateLimitPolicySpec struct {
 	// Redis) are exact whatever this says.
 	// +optional
 	Lease *Lease `json:"lease,omitempty"`
+
+	// penalty shuts out, for a while, a bucket that keeps hitting its
+	// limits: a bucket denied by this policy's limits `denials` times
+	// within `within` is banned for `ban`, and a bucket banned again
+	// before `maxBan` has passed since its last ban ended is banned for
+	// twice its last ban, at most `maxBan`. While banned, every request
+	// of the bucket is denied, with Retry-After at the ban's end, and
+	// counted nowhere (the denials of a ban count towards no new ban).
+	// Bans are kept in Redis, shared by every check process. In mode
+	// Shadow, bans are reported (metrics, decision details), never
+	// enforced. Unset: no penalty box.
+	// +optional
+	Penalty *Penalty `json:"penalty,omitempty"`
+}
+
+// Penalty is an escalating penalty box: how many denials ban a bucket,
+// and for how long.
+//
+// +kubebuilder:validation:XValidation:rule="!self.ban.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || !self.maxBan.matches('^([0-9]{1,5}(h|m|s|ms)){1,4}$') || duration(self.ban) <= duration(self.maxBan)",message="ban must not exceed maxBan: maxBan caps every ban, the first included",fieldPath=".ban"
+type Penalty struct {
+	// denials is how many requests denied by the policy's limits, within
+	// `within`, ban a bucket. 1 bans at the first denial.
+	// +required
+	Denials Count `json:"denials"`
+
+	// within is the span the denials are counted in, from the first of
+	// them; a denial after it starts a new count.
+	// +required
+	Within Duration `json:"within"`
+
+	// ban is the length of a bucket's first ban.
+	// +required
+	Ban Duration `json:"ban"`
+
+	// maxBan caps the doubled bans, and is how long after a ban's end a
+	// new ban still doubles it: a bucket quiet for maxBan after a ban
+	// starts again from ban.
+	// +required
+	MaxBan Duration `json:"maxBan"`
 }
 
 // Lease is how much of a bucket a check process takes at once, and for
@@ -255,7 +297,7 @@ type HeaderMatch struct {
 
 // Limit is one named limit with exactly one algorithm.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra), has(self.calendar)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra or calendar"
+// +kubebuilder:validation:XValidation:rule="[has(self.tokenBucket), has(self.fixedWindow), has(self.slidingWindowLog), has(self.slidingWindowCounter), has(self.leakyBucket), has(self.gcra), has(self.calendar), has(self.concurrency)].filter(x, x).size() == 1",message="exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra, calendar or concurrency"
 // +kubebuilder:validation:XValidation:rule="!(has(self.slidingWindowLog) && has(self.slidingWindowLog.alignment)) && !(has(self.slidingWindowCounter) && has(self.slidingWindowCounter.alignment))",message="alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
 type Limit struct {
 	// name identifies the limit within its policy: in Redis keys, metrics
@@ -305,6 +347,44 @@ type Limit struct {
 	// next local boundary.
 	// +optional
 	Calendar *CalendarLimit `json:"calendar,omitempty"`
+
+	// concurrency limits what is in flight rather than what arrived: a
+	// request holds its cost from admission until it ends (it is
+	// released), and is admitted while what is held plus its cost is at
+	// most limit. At most limit units are held at once, except by
+	// requests that outlive leaseTimeout.
+	// +optional
+	Concurrency *Concurrency `json:"concurrency,omitempty"`
+}
+
+// Concurrency is a limit on units in flight (requests being served).
+type Concurrency struct {
+	// limit is how many units may be held at once: with cost 1, how many
+	// requests may be in flight per bucket.
+	// +required
+	Limit Count `json:"limit"`
+
+	// leaseTimeout is how long an admitted request holds its units at
+	// most: units whose release never comes (a proxy killed, a release
+	// lost, a process crash) come back this long after their admission.
+	// Longer than the slowest request the limit counts; a request that
+	// outlives it no longer counts. Defaults to "1m".
+	// +optional
+	// +kubebuilder:default="1m"
+	LeaseTimeout Duration `json:"leaseTimeout,omitempty"`
+
+	// holder names, for a descriptor policy (Envoy's rate limit service),
+	// the descriptor entry that tells requests apart: its value is the
+	// holder a release names (Envoy's x-request-id, sent by a
+	// request_headers action both on the request and on stream done). It
+	// must be one of match.descriptor's keys and left out of the key, so
+	// the bucket is shared by the requests it counts. HTTP policies leave
+	// it unset: the middleware holds per request by itself, and POST
+	// /v1/check answers a release handle.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Holder string `json:"holder,omitempty"`
 }
 
 // TokenBucket is the classic token bucket with discrete refills.

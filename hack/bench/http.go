@@ -27,11 +27,13 @@ type httpConfigs struct {
 	calendar *config
 	// Sluice on one hot global key: exact, and leased (spec.lease).
 	hotExact, hotLeased *config
+	// Sluice allowing with the one limit of allow and a penalty box.
+	penalty *config
 }
 
 // all is every configuration in the order of the rounds and the table.
 func (h httpConfigs) all() []*config {
-	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased}
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased, h.penalty}
 }
 
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
@@ -47,6 +49,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 		three:     &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
 		hotExact:  &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
 		hotLeased: &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
+		penalty:   &config{name: "Sluice, token bucket with a penalty box, allowing", path: "/check/bench", policies: allowPenalty},
 	}
 	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
@@ -95,7 +98,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 // otherwise measures nothing.
 func warmUp(h httpConfigs) error {
 	fmt.Fprintf(os.Stderr, "bench: HTTP warm-up, %d requests to %q\n", 2*loadClients, h.deny.name)
-	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased} {
+	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased, h.penalty} {
 		u, err := url.Parse(c.url)
 		if err != nil {
 			return err

@@ -139,6 +139,12 @@ spec:
 `
 )
 
+// allowPenalty is allowOne with a penalty box, under a name of its own
+// (its buckets apart from allowOne's): what a penalty box costs an
+// allowing check (the ':ban' field read with the limit's).
+var allowPenalty = strings.Replace(allowOne, "{name: allow,", "{name: penalty,", 1) + `  penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}
+`
+
 // options are the flags of a whole run.
 type options struct {
 	manager  string

@@ -82,7 +82,8 @@ func measureMemory(redisAddr string) (memoryResult, error) {
 				req := ratelimit.Request{Entries: make([]ratelimit.Entry, 1)}
 				var dec ratelimit.Decision
 				for i := w; i < redisKeys; i += 16 {
-					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1}
+					// A holder for Concurrency (one request in flight per key); the others ignore it.
+					req.Entries[0] = ratelimit.Entry{Key: ratelimit.Key("bench", "mem", "10.0."+strconv.Itoa(i), "l"), Limit: l, Cost: 1, Holder: "h"}
 					if err := rs.Check(context.Background(), 0, &req, &dec); err != nil {
 						errc <- err
 						return
@@ -177,6 +178,9 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []str
 	leased, hot := medianRPS(h.hotLeased), medianRPS(h.hotExact)
 	fmt.Fprintf(&b, "- Leased, one hot global key ≥ 0.8 × the bare net/http ceiling: %.2f × — %s (× the same key exact: %.2f; Redis calls per decision %.4f)\n",
 		leased/ceiling, verdict(leased >= 0.8*ceiling), leased/hot, redisCallsPerRequest(h.hotLeased))
+	penalty := medianRPS(h.penalty)
+	fmt.Fprintf(&b, "- Penalty box, allowing ≥ 0.9 × the token bucket alone: %.2f × — %s (Redis CPU per decision %.1f µs vs %.1f µs)\n",
+		penalty/allow, verdict(penalty >= 0.9*allow), redisCPUPerRequest(h.penalty), cpuOne)
 	denyCalls := redisCallsPerRequest(h.deny)
 	fmt.Fprintf(&b, "- Denial flood ≥ 0.85 × the bare net/http ceiling: %.2f × — %s (× the fasthttp ceiling: %.2f); Redis calls per denied request %.4f (< 0.05) — %s\n",
 		deny/ceiling, verdict(deny >= 0.85*ceiling), deny/fastCeiling, denyCalls, verdict(denyCalls < 0.05))

@@ -29,6 +29,8 @@ type CheckConfig struct {
 	DashboardHosts dashboard.Hosts
 	Profile        webhook.Profile
 	TrustedProxies []string
+	// ReportPolicy: see checkserver.Options.
+	ReportPolicy bool
 	// Timeout bounds each Redis call.
 	Timeout time.Duration
 	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
@@ -86,7 +88,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, Logger: log})
 	server, err := checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
-		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
+		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
 	})
 	if err != nil {
 		_ = stack.Close()

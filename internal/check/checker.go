@@ -151,8 +151,20 @@ type Input struct {
 	// refund that gives the costs back to the matching policies' limits
 	// instead of taking them (units taken earlier and not used, Envoy's
 	// negative hits). A refund is answered allowed, with the limits'
-	// figures after it, and never from the denial cache.
+	// figures after it, and never from the denial cache. A policy with a
+	// concurrency limit releases instead: its concurrency limits free what
+	// the holder holds, and its other limits keep what the request was
+	// charged. A release (ratelimit.Release) ends a request: the matching
+	// policies' concurrency limits free what the holder holds, and nothing
+	// else changes; it is answered allowed when something was freed.
 	Action ratelimit.Action
+	// Holder names the request whose units the concurrency limits of
+	// HTTP policies hold (the middleware's request, a /v1/check handle),
+	// and which a release names again. Transports that cannot release
+	// leave it empty: a concurrency limit met then is refused
+	// (ErrNoRelease). A descriptor policy's limit reads its holder from
+	// the descriptor (policy.Limit.Holder).
+	Holder string
 }
 
 // MaxParts bounds the Parts of one Input: the descriptors of one Envoy
@@ -205,6 +217,10 @@ type PolicyResult struct {
 	// WhenError is the `when` expression's evaluation error; the policy
 	// was applied anyway, so an expression error never bypasses a limit.
 	WhenError error
+	// Ban is the length of the ban this check issued the policy's bucket
+	// (its penalty box); for a shadow policy, of the ban it would have
+	// issued. 0 when none.
+	Ban time.Duration
 }
 
 // LimitResult is one limit's figures.
@@ -264,6 +280,13 @@ type scratch struct {
 	parts [1]Part
 	route route    // the breakers the store call passes
 	keys  []string // the keys of a refund
+	// action and holder are the Input's; noHolder a concurrency limit met without
+	// one (ErrNoRelease); refund says that the Input's refund became a
+	// release (see holds).
+	action   ratelimit.Action
+	holder   string
+	noHolder *LimitResult
+	refund   bool
 }
 
 // use is one limit of one matching policy, checked through one entry.
@@ -327,17 +350,21 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	sc.reset(in)
 	out.reset()
 	sc.gather(out, candidates, in)
+	if sc.noHolder != nil {
+		return c.refuseNoRelease(sc.noHolder)
+	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
 	}
-	if len(sc.zeros) > 0 && in.Action != ratelimit.Refund { // a limit of 0 has nothing to give back
+	if len(sc.zeros) > 0 && !givesBack(in.Action) { // a limit of 0 has nothing to give back
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
 			return nil
 		}
 	}
 	if len(sc.req.Entries) == 0 {
+		out.Allowed = in.Action != ratelimit.Release // nothing held: nothing freed
 		return nil
 	}
 	if n := len(sc.req.Entries); n > ratelimit.MaxEntries {
@@ -349,7 +376,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	out.Reason = ReasonAllowed
 
 	out.dryRun = in.Action == ratelimit.DryRun
-	if in.Action != ratelimit.Refund && c.answerFromCache(sc, out, start) {
+	if !givesBack(in.Action) && c.answerFromCache(sc, out, start) {
 		return nil
 	}
 	return c.decide(ctx, sc, out)
@@ -376,6 +403,7 @@ func (sc *scratch) reset(in Input) {
 	sc.uses = sc.uses[:0]
 	clear(sc.zeros)
 	sc.zeros = sc.zeros[:0]
+	sc.action, sc.holder, sc.noHolder, sc.refund = in.Action, in.Holder, nil, false
 }
 
 // gather records the candidates that match each part of in, and their
@@ -432,7 +460,11 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 	before := len(sc.req.Entries)
 	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
 	kept := before
+	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {
+		if !sc.holds(p, l, &e, part, inFlight) {
+			continue
+		}
 		if p.Limits[l].AdmitsNothing() { // no bucket: not for the store
 			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost})
 			continue
@@ -497,7 +529,7 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 	if c.metrics != nil {
 		c.metrics.storeLatency.Observe(c.now().Sub(sent).Seconds())
 	}
-	if sc.req.Action == ratelimit.Refund && !errors.Is(err, ratelimit.ErrInvalidRequest) {
+	if givesBack(sc.req.Action) && !errors.Is(err, ratelimit.ErrInvalidRequest) {
 		// Sent: applied, or (after an error) perhaps applied.
 		sc.keys = sc.keys[:0]
 		for i := range sc.req.Entries {
@@ -507,10 +539,18 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 		clear(sc.keys)
 	}
 	if err != nil {
-		return c.storeFailed(out, &sc.route, err)
+		ferr := c.storeFailed(out, &sc.route, err)
+		if sc.req.Action == ratelimit.Release && !sc.refund {
+			out.Allowed = false // a release the store did not make freed nothing known
+		}
+		return ferr
 	}
 	sc.route.success()
 	c.full.decided(&sc.route)
+	if sc.req.Action == ratelimit.Release {
+		c.applyRelease(sc, out)
+		return nil
+	}
 	c.applyDecision(sc, out, sent)
 	return nil
 }
@@ -580,7 +620,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		l := &p.Limits[u.limit]
 		reset := max(d.reset.Sub(now), 0)
 		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Cached: true,
-			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now)}})
+			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now), Banned: d.banned}})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
@@ -631,10 +671,20 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
 		c.addLimit(out, u.owner, u.limit, e.Key, r, sc.req.Action == ratelimit.DryRun)
-		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never {
+		if pr := &out.Policies[u.owner]; r.Ban > 0 && pr.Ban == 0 {
+			pr.Ban = r.Ban
+			c.metrics.banIssued(pr.Policy, r.Ban, sc.req.Action == ratelimit.DryRun)
+		}
+		banned := r.Banned || r.Ban > 0
+		// A penalty box counts every denial, so only its bans are cached:
+		// a limit's denials go to the store until the bucket is banned. A
+		// concurrency limit's are not cached either: a release frees its
+		// units before their retry time.
+		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never &&
+			(banned || !e.Penalty.Enabled() && e.Limit.Algorithm != ratelimit.Concurrency) {
 			// The store decided at an instant after sent: counting the
 			// retry time from sent can only end the cached denial early.
-			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset)}, sent)
+			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset), banned: banned}, sent)
 		}
 	}
 	if out.Allowed {

@@ -23,7 +23,9 @@ import (
 //
 // A refund makes room in a bucket: forget drops its keys' denials, and a
 // denial whose call was sent before the refund (still in flight when it
-// came) is not remembered afterwards.
+// came) is not remembered afterwards. A ban (the bucket's penalty box)
+// is no room a refund can give: it denies every cost until its end, and
+// refunds neither drop it nor keep it from being remembered.
 //
 // A FLUSHALL or a lost Redis master resets state in Redis that the cache
 // still remembers: such keys stay denied until their cached retry time.
@@ -54,6 +56,8 @@ type deniedEntry struct {
 	cost  int64
 	limit ratelimit.Limit
 	reset time.Time
+	// banned: the bucket is banned until until, whatever the cost.
+	banned bool
 }
 
 func newDenyCache(maxEntries int) *denyCache {
@@ -85,7 +89,7 @@ func (c *denyCache) lookup(key string, cost int64, limit ratelimit.Limit, now ti
 		ok = false
 	}
 	s.mu.Unlock()
-	if !ok || cost < e.cost || limit != e.limit {
+	if !ok || cost < e.cost && !e.banned || limit != e.limit {
 		return deniedEntry{}, false
 	}
 	return e, true
@@ -96,13 +100,13 @@ func (c *denyCache) lookup(key string, cost int64, limit ratelimit.Limit, now ti
 // least recently used denial: the cache only ever answers less, never
 // wrongly.
 func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
-	if sent := now.UnixNano(); sent <= c.slot(key).Load() || sent <= c.forgottenAll.Load() {
+	if sent := now.UnixNano(); !e.banned && (sent <= c.slot(key).Load() || sent <= c.forgottenAll.Load()) {
 		return // the call may have been decided before a refund
 	}
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.entries.Peek(key); ok && old.limit == e.limit && old.cost < e.cost && now.Before(old.until) {
+	if old, ok := s.entries.Peek(key); ok && !e.banned && (old.banned || old.limit == e.limit && old.cost < e.cost) && now.Before(old.until) {
 		// The live denial of a smaller cost covers more requests, with
 		// its own retry time; keep it.
 		return
@@ -110,18 +114,17 @@ func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
 	s.entries.Add(key, e)
 }
 
-// forget drops the denials of keys at now: a refund gave their buckets
-// room. Every entry is a limit's denial, which a refund's units can lift.
-// A ban (the penalty box, once there is one) is not a limit's room, and a
-// refund must never lift it: its entry will carry its kind, and forget and
-// forgetAll will keep it.
+// forget drops the denials of keys at now, bans excepted: a refund gave
+// their buckets room, which lifts a limit's denial and never a ban.
 func (c *denyCache) forget(keys []string, now time.Time) {
 	at := now.UnixNano()
 	for _, key := range keys {
 		raise(c.slot(key), at)
 		s := c.shard(key)
 		s.mu.Lock()
-		s.entries.Remove(key)
+		if e, ok := s.entries.Peek(key); !ok || !e.banned {
+			s.entries.Remove(key)
+		}
 		s.mu.Unlock()
 	}
 }
@@ -130,7 +133,16 @@ func (c *denyCache) forget(keys []string, now time.Time) {
 // message names.
 func (c *denyCache) forgetAll(now time.Time) {
 	raise(&c.forgottenAll, now.UnixNano())
-	c.clear()
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		for _, key := range s.entries.Keys() {
+			if e, ok := s.entries.Peek(key); ok && !e.banned {
+				s.entries.Remove(key)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // raise sets v to at unless it holds a later moment.

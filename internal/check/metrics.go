@@ -2,8 +2,12 @@ package check
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/policy"
 )
 
 // Metrics are the check path's Prometheus metrics.
@@ -21,6 +25,9 @@ type Metrics struct {
 	nodeBreakers *prometheus.GaugeVec // per store node (Redis Cluster master)
 	cacheHits    prometheus.Counter
 	revision     prometheus.Gauge
+	bans         *prometheus.CounterVec
+	activeBans   *prometheus.GaugeVec
+	releases     *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -68,13 +75,49 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_policy_revision",
 			Help: "Revision of the policy set in force.",
 		}),
+		bans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_bans_total",
+			Help: "Bans issued by policies' penalty boxes, by namespace, policy and mode (Enforce; Shadow: the bans a shadow policy would have issued, and did not). Each ban is issued by one check process: sum over processes.",
+		}, []string{"namespace", "policy", "mode"}),
+		activeBans: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_bans_active",
+			Help: "Bans in force that this check process issued, by namespace and policy, each counted until its end. Each ban is issued by exactly one process's call: the sum over every check process is the fleet's figure.",
+		}, []string{"namespace", "policy"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_releases_total",
+			Help: "Releases of a policy's concurrency limits by outcome: freed (the holder held units), nothing_held (denied, released already, timed out, or unknown: nothing freed), refused_no_release (a check met the limit through a transport that cannot release it: the HTTP auth hooks, ext_authz).",
+		}, []string{"namespace", "policy", "outcome"}),
 	}
 	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_store_evictions_total",
 		Help: "Buckets with live state the in-memory store evicted, least recently used first, to make room for new ones while it holds its maximum (--memory-max-keys); an evicted bucket starts afresh. Redis counts its own evictions (INFO stats evicted_keys).",
 	}, m.evicted)
-	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision)
+	// Both modes are exported from the start, at 0, so that rate() in an
+	// alert sees the first answer by a failure mode.
+	for _, mode := range []string{"open", "closed"} {
+		m.failureMode.WithLabelValues(mode)
+	}
+	reg.MustRegister(m.decisions, m.checkLatency, m.storeLatency, m.storeErrors, m.failureMode, m.storeFull, evictions, m.breakerState, m.nodeBreakers, m.cacheHits, m.revision,
+		m.bans, m.activeBans, m.releases)
 	return m
+}
+
+// banIssued counts a ban of length d that a check of policy p issued (a
+// shadow policy's: would have), and an enforced one as active until its
+// end (timed from now: the store decided a little later, so the gauge
+// may drop a ban a call's latency early). A dry run issues nothing.
+func (m *Metrics) banIssued(p *policy.Policy, d time.Duration, dryRun bool) {
+	if m == nil || dryRun {
+		return
+	}
+	if p.Shadow {
+		m.bans.WithLabelValues(p.Namespace, p.Name, string(ratelimitv1alpha1.ModeShadow)).Inc()
+		return
+	}
+	m.bans.WithLabelValues(p.Namespace, p.Name, string(ratelimitv1alpha1.ModeEnforce)).Inc()
+	active := m.activeBans.WithLabelValues(p.Namespace, p.Name)
+	active.Inc()
+	time.AfterFunc(d, active.Dec)
 }
 
 // evictingStore is a store that evicts state to make room (memstore).

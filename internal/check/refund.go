@@ -30,7 +30,7 @@ func (c *Checker) refunded(keys []string) {
 
 // ForgetDenials drops the remembered denials of keys (their buckets were
 // refunded, here or by another process): the next check of them goes to
-// the store. Bans, once there are any, are kept (see denyCache.forget).
+// the store. Bans are kept: no refund lifts one (see denyCache.forget).
 func (c *Checker) ForgetDenials(keys []string) {
 	if c.denials != nil {
 		c.denials.forget(keys, c.now())

@@ -22,6 +22,10 @@ const (
 	// ProblemTooManyLimits: the request meets more limits than one check
 	// evaluates (ratelimit.MaxEntries); the detail names the bound.
 	ProblemTooManyLimits = "https://sluice.dev/problems/too-many-limits"
+	// ProblemNoRelease: the request met a concurrency limit through a
+	// transport that cannot release it (check.ErrNoRelease); the detail
+	// names the policy and the limit.
+	ProblemNoRelease = "https://sluice.dev/problems/no-release"
 	// ProblemAboutBlank says no more than the status and title (RFC 9457
 	// section 4.2.1): the dashboard's answers, and a body that is not JSON.
 	ProblemAboutBlank = "about:blank"
@@ -55,8 +59,10 @@ func AppendProblem(buf []byte, p *Problem) []byte {
 
 // CheckFailedProblem is the answer to a check the checker returned err
 // for: 404 for a policy that does not exist, 400 for a request that meets
-// more limits than one check evaluates, else 500 (a bug: Redis being away
-// is answered by the failure mode, never an error).
+// more limits than one check evaluates, else 500: a concurrency limit
+// met where no release can follow (a policy that this transport must not
+// check), or a bug (Redis being away is answered by the failure mode,
+// never an error).
 func CheckFailedProblem(err error) Problem {
 	p := Problem{Type: ProblemCheckFailed, Title: "Check failed", Status: http.StatusInternalServerError, Detail: err.Error()}
 	switch {
@@ -64,6 +70,8 @@ func CheckFailedProblem(err error) Problem {
 		p.Status, p.Title = http.StatusNotFound, "No such policy"
 	case errors.Is(err, check.ErrTooManyLimits):
 		p.Type, p.Status, p.Title = ProblemTooManyLimits, http.StatusBadRequest, "Too many limits for one check"
+	case errors.Is(err, check.ErrNoRelease):
+		p.Type, p.Title = ProblemNoRelease, "Concurrency limit without a release"
 	}
 	return p
 }

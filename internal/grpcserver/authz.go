@@ -99,6 +99,15 @@ func (a *authz) check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 	}
 	out := &st.out
 	checkhttp.AppendHeaders(st.w.header, out, a.s.opts.Now(), &st.headers)
+	resp, code := a.answer(st)
+	resp.DynamicMetadata = a.s.ruleMetadata(out)
+	return resp, code
+}
+
+// answer renders the decision in st.out: allowed with the rate-limit
+// headers, or denied with its status, headers and body.
+func (a *authz) answer(st *authzState) (*authv3.CheckResponse, codes.Code) {
+	out := &st.out
 	if out.Allowed {
 		headers := headerOptions(st.w.header)
 		return &authv3.CheckResponse{

@@ -107,7 +107,9 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 	if err != nil {
 		return nil, r.checkFailed(req, err)
 	}
-	return st.response(r.s.opts.Now()), nil
+	resp := st.response(r.s.opts.Now())
+	resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
+	return resp, nil
 }
 
 // check decides st's descriptors into st.out, after giving back its
@@ -129,8 +131,8 @@ func (r *rls) check(ctx context.Context, namespace string, st *rlsState) error {
 // cannot have decided), else INTERNAL (a bug: Redis being away is answered
 // by the failure modes).
 func (r *rls) checkFailed(req *ratelimitv3.RateLimitRequest, err error) error {
-	if errors.Is(err, check.ErrTooManyLimits) {
-		return grpcstatus.Error(codes.InvalidArgument, err.Error())
+	if errors.Is(err, check.ErrTooManyLimits) || errors.Is(err, check.ErrNoRelease) {
+		return grpcstatus.Error(codes.InvalidArgument, err.Error()) // ErrNoRelease: a holder entry with an empty value
 	}
 	r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
 	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
@@ -412,7 +414,7 @@ func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResu
 		perUnit = l.Rate
 	}
 	unit, ok := units[l.Interval]
-	if !ok || perUnit > 1<<32-1 {
+	if !ok || perUnit > 1<<32-1 || l.Algorithm == ratelimit.Concurrency { // in flight is no rate per unit
 		return false
 	}
 	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name

@@ -182,6 +182,10 @@ type Options struct {
 	// DefaultNamespace and Domains: see Config.
 	DefaultNamespace string
 	Domains          DomainBindings
+	// ReportPolicy adds dynamic metadata naming the rule that decided to
+	// every ext_authz and rate limit service answer a policy decided
+	// (RuleMetadata), for Envoy's access log.
+	ReportPolicy bool
 	// IgnoreDescriptorLimits answers descriptors as if they carried no
 	// limit of their own (Config.DescriptorLimits off).
 	IgnoreDescriptorLimits bool

@@ -35,6 +35,8 @@ type Config struct {
 	Redis          redisconn.Config
 	Profile        webhook.Profile
 	TrustedProxies []string
+	// ReportPolicy: see checkserver.Options.
+	ReportPolicy bool
 	// Timeout bounds each Redis call (the failure mode answers after it).
 	Timeout time.Duration
 	// PollInterval is how often the folder is checked for edits.
@@ -97,7 +99,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	a.server, err = checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Files: files,
-		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
+		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
 	})
 	if err != nil {
 		a.Close()

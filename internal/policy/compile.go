@@ -33,6 +33,8 @@ type Policy struct {
 	ChargeAlways bool
 	// Lease is spec.lease: zero when the policy is decided exactly.
 	Lease ratelimit.Lease
+	// Penalty is spec.penalty: zero when the policy has no penalty box.
+	Penalty ratelimit.Penalty
 	// DenyStatus is the policy's spec.response.denyStatus, 0 when unset
 	// (the check endpoint's profile then decides).
 	DenyStatus  int
@@ -50,6 +52,9 @@ type Limit struct {
 	// RateLimit-Policy header's "w" parameter: the window, or the time a
 	// bucket takes to refill from empty.
 	Window time.Duration
+	// Holder is a concurrency limit's descriptor entry whose value names
+	// the request that holds its units (descriptor policies only).
+	Holder string
 }
 
 // AdmitsNothing reports a limit of 0, which only an Envoy descriptor's
@@ -105,6 +110,10 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease
+	penalty, perrs := compilePenalty(spec, specPath.Child("penalty"))
+	errs = append(errs, perrs...)
+	p.Penalty = penalty
+	errs = append(errs, checkConcurrency(spec, limits, key, match.forDescriptors, specPath)...)
 
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()

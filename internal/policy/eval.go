@@ -57,6 +57,7 @@ func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost 
 
 			ChargeAlways: p.ChargeAlways,
 			Lease:        p.Lease,
+			Penalty:      p.Penalty,
 		})
 	}
 	return entries

@@ -27,7 +27,7 @@ func TestLeaseCompiles(t *testing.T) {
 // TestLeaseErrors: what the schema's rules refuse, Compile refuses too, for
 // local mode's files that no API server saw.
 func TestLeaseErrors(t *testing.T) {
-	for _, tc := range []struct{ name, spec, field, msg string }{
+	expectCompileErrors(t, []compileErrorCase{
 		{"units above a capacity", "lease: {units: 11}\n" + oneLimit, "spec.lease.units", "must not exceed any limit's capacity: limit l holds 10"},
 		{"units below the cost", "cost: 3\nlease: {units: 2}\n" + oneLimit, "spec.lease.units", "must be at least cost"},
 		{"zero units", "lease: {units: 0}\n" + oneLimit, "spec.lease.units", "must be from 1"},
@@ -35,7 +35,16 @@ func TestLeaseErrors(t *testing.T) {
 		{"a ttl in words", "lease: {units: 2, ttl: soon}\n" + oneLimit, "spec.lease.ttl", "must be a duration"},
 		{"charge Always", "charge: Always\nlease: {units: 2}\n" + oneLimit, "spec.lease", "cannot serve charge Always"},
 		{"mode Shadow", "mode: Shadow\nlease: {units: 2}\n" + oneLimit, "spec.lease", "cannot serve mode Shadow"},
-	} {
+	})
+}
+
+// compileErrorCase is a spec that does not compile, and the field and
+// message its error names.
+type compileErrorCase struct{ name, spec, field, msg string }
+
+func expectCompileErrors(t *testing.T, cases []compileErrorCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compileYAML(tc.spec)
 			if err == nil || !strings.Contains(err.Error(), tc.field+":") || !strings.Contains(err.Error(), tc.msg) {

@@ -97,6 +97,7 @@ var algorithms = []algorithm{
 	{ratelimitv1alpha1.AlgorithmLeakyBucket, compileLeakyBucket},
 	{ratelimitv1alpha1.AlgorithmGCRA, compileGCRA},
 	{ratelimitv1alpha1.AlgorithmCalendar, compileCalendar},
+	{ratelimitv1alpha1.AlgorithmConcurrency, compileConcurrency},
 }
 
 // exactlyOneAlgorithm is the message for a limit with no algorithm or
@@ -131,6 +132,9 @@ func compileLimit(l *ratelimitv1alpha1.Limit, path *field.Path) (Limit, string, 
 	}
 	if len(errs) > 0 {
 		return out, "", errs
+	}
+	if l.Concurrency != nil {
+		out.Holder = l.Concurrency.Holder
 	}
 	if err := out.Limit.Validate(); err != nil {
 		return out, "", field.ErrorList{field.Invalid(path, string(l.Name), "the numbers are beyond what the engine counts exactly: "+err.Error())}

@@ -7,7 +7,7 @@ import "fmt"
 // meaning one of the algorithms.
 type Algorithm uint8
 
-// The eight algorithms. Their numeric values are part of the Redis library's
+// The algorithms. Their numeric values are part of the Redis library's
 // argument format and of stored state tags: never renumber them.
 const (
 	// TokenBucket (discrete refills): the bucket starts full with
@@ -44,13 +44,21 @@ const (
 	// local midnight, an ISO week from Monday, a month from the 1st, a
 	// year from 1 January) in the IANA Zone, as long as the calendar has
 	// it there (23 or 25 hours on a daylight saving time change, months
-	// of 28 to 31 days). The state is the count and the window's start;
+	// of 28 to 31 days). The state is the count and the window's end;
 	// see CalendarWindows for where the zone's rules are applied.
 	Calendar Algorithm = 8
+	// Concurrency counts what is in flight rather than what arrived: a
+	// request holds its cost from admission until its holder
+	// (Entry.Holder) releases it (Release), or until Interval (the lease
+	// timeout) has passed since its admission, whichever comes first. A
+	// cost fits when what is held plus it is at most Capacity, and when
+	// its holder holds nothing in the limit yet: a holder takes units
+	// once. The API spells it concurrency {limit, leaseTimeout, holder}.
+	Concurrency Algorithm = 9
 )
 
 // Algorithms lists every valid algorithm, in numeric order.
-var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock, Calendar}
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter, LeakyBucket, GCRA, FixedWindowClock, Calendar, Concurrency}
 
 var algorithmNames = [...]string{
 	TokenBucket:          "TokenBucket",
@@ -61,6 +69,7 @@ var algorithmNames = [...]string{
 	GCRA:                 "GCRA",
 	FixedWindowClock:     "FixedWindowClock",
 	Calendar:             "Calendar",
+	Concurrency:          "Concurrency",
 }
 
 // String returns the algorithm's name (e.g. "TokenBucket"): the name of its
@@ -73,8 +82,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Valid reports whether a is one of the eight algorithms.
-func (a Algorithm) Valid() bool { return a >= TokenBucket && a <= Calendar }
+// Valid reports whether a is one of the algorithms.
+func (a Algorithm) Valid() bool { return int(a) < len(algorithmNames) && algorithmNames[a] != "" }
 
 // ParseAlgorithm is the inverse of String.
 func ParseAlgorithm(s string) (Algorithm, error) {

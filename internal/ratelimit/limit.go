@@ -29,11 +29,12 @@ const (
 //	LeakyBucket          Capacity = capacity, Rate = leakRate, Interval = leakInterval
 //	GCRA                 Capacity = burst, Rate = rate, Interval = period
 //	Calendar             Capacity = limit, Period, Zone (CalendarLimit fills them)
+//	Concurrency          Capacity = limit, Interval = leaseTimeout
 //
-// Rate is unused by the window algorithms and must be 0 there. A Calendar
-// limit's Interval is its Period's nominal length (Period.Nominal), which
-// names the quota's span in headers; its windows follow the calendar.
-// Period and Zone are a Calendar limit's only.
+// Rate is unused by the window algorithms and Concurrency, and must be 0
+// there. A Calendar limit's Interval is its Period's nominal length
+// (Period.Nominal), which names the quota's span in headers; its windows
+// follow the calendar. Period and Zone are a Calendar limit's only.
 type Limit struct {
 	Algorithm Algorithm
 	// Capacity is the most units the limit admits at once (bucket size,
@@ -129,6 +130,9 @@ func (l Limit) validateCalendar() error {
 // of twice the bucket). The window algorithms count up to 2*Capacity,
 // which always fits.
 func (l Limit) ValidateDebt() error {
+	if l.Algorithm == Concurrency {
+		return fmt.Errorf("%w: Concurrency cannot be charged always: it holds units in flight, which a request that was never admitted does not have", ErrInvalidLimit)
+	}
 	if !l.Algorithm.hasRate() {
 		return nil
 	}
@@ -152,6 +156,9 @@ func (l Limit) IntervalMicros() int64 { return int64(l.Interval / time.Microseco
 
 // String renders the limit for logs and errors, e.g. "TokenBucket{capacity=10 rate=1 interval=1s}".
 func (l Limit) String() string {
+	if l.Algorithm == Concurrency {
+		return fmt.Sprintf("%s{limit=%d leaseTimeout=%s}", l.Algorithm, l.Capacity, l.Interval)
+	}
 	if l.Algorithm.hasRate() {
 		return fmt.Sprintf("%s{capacity=%d rate=%d interval=%s}", l.Algorithm, l.Capacity, l.Rate, l.Interval)
 	}

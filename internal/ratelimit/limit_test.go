@@ -18,6 +18,8 @@ func TestLimitValidate(t *testing.T) {
 		{"rate on a clock-aligned window", lim(FixedWindowClock, 10, 1, time.Hour), false},
 		{"longest clock-aligned window", lim(FixedWindowClock, MaxCount, 0, MaxInterval), true},
 		{"gcra", lim(GCRA, 5, 10, time.Second), true},
+		{"concurrency", lim(Concurrency, 2, 0, 30*time.Second), true},
+		{"rate on concurrency", lim(Concurrency, 2, 1, 30*time.Second), false},
 		{"zero", Limit{}, false},
 		{"unknown algorithm", lim(Algorithm(11), 10, 1, time.Second), false},
 		{"capacity 0", lim(TokenBucket, 0, 1, time.Second), false},
@@ -68,7 +70,7 @@ func TestAlgorithmNames(t *testing.T) {
 	if _, err := ParseAlgorithm("Leaky"); err == nil {
 		t.Error("unknown name parsed")
 	}
-	if Algorithm(0).Valid() || Algorithm(11).String() != "Algorithm(11)" {
+	if Algorithm(0).Valid() || Algorithm(200).String() != "Algorithm(200)" {
 		t.Error("invalid algorithms")
 	}
 }

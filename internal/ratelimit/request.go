@@ -55,10 +55,23 @@ type Entry struct {
 	// is never more than twice full; Limit.ValidateDebt bounds what that
 	// takes), and on a dry run nothing is written, as always.
 	ChargeAlways bool
+	// Holder names who holds the units a Concurrency entry takes: one
+	// request in flight (Envoy's x-request-id, a handle the caller keeps).
+	// A Concurrency entry needs one (1..MaxHolderLen bytes); a Release,
+	// or a Refund, frees only what its holder holds. Other algorithms
+	// ignore it.
+	Holder string
 	// Lease, when enabled, lets a lease store (package lease) answer the
 	// entry from units it took from the bucket earlier; stores ignore it.
 	Lease Lease
+	// Penalty, when enabled, is the penalty box of the entry's bucket
+	// (see Penalty). Not for a refund, which ignores it.
+	Penalty Penalty
 }
+
+// MaxHolderLen bounds Entry.Holder: a request id or a handle, not a
+// payload (the holder is stored beside the units it holds).
+const MaxHolderLen = 256
 
 // Request is the set of limits one incoming request is checked against.
 // All entries are evaluated at one instant and the outcome is all or
@@ -67,7 +80,7 @@ type Entry struct {
 type Request struct {
 	Entries []Entry
 	// Action is what the call does to the limits' state: consume (the
-	// zero Action), a dry run, or a refund.
+	// zero Action), a dry run, a refund, or a release.
 	Action Action
 }
 
@@ -87,8 +100,25 @@ const (
 	// holds units now, so it gives back at most Cost of each limit's room
 	// and never more than taking Cost had cost. Results are the limits'
 	// figures after the refund. Shadow and ChargeAlways do not apply.
+	// A Concurrency entry is released (as by Release) instead: the
+	// units its holder holds, whatever its Cost.
 	Refund
+	// Release ends a request: each Concurrency entry frees the units its
+	// Holder holds in that limit, and a holder that holds nothing (it was
+	// denied, released already, or its lease timed out) frees nothing;
+	// the entries of other algorithms are refunded, as by Refund (a
+	// caller that wants a limit to keep what the request was charged
+	// leaves its entry out). A Concurrency entry's Result.Allowed reports
+	// whether it freed units (RetryAfter is then 0, else Never: there is
+	// nothing to wait for), the Decision's whether any did; the others'
+	// are a refund's. Remaining and Reset are the figures after.
+	Release
 )
+
+// Decides reports whether the action decides an admission (Consume,
+// DryRun) rather than giving units back (Refund, Release): only those meet
+// a penalty box's bans and count its denials.
+func (a Action) Decides() bool { return a == Consume || a == DryRun }
 
 func (a Action) String() string {
 	switch a {
@@ -98,6 +128,8 @@ func (a Action) String() string {
 		return "dry run"
 	case Refund:
 		return "refund"
+	case Release:
+		return "release"
 	}
 	return fmt.Sprintf("Action(%d)", a)
 }
@@ -122,6 +154,13 @@ type Result struct {
 	// same entry would be admitted if nothing else arrived. Never early;
 	// Never when the cost exceeds the capacity. 0 when Allowed.
 	RetryAfter time.Duration
+	// Banned is set when the entry was denied because its bucket is
+	// banned (Entry.Penalty): RetryAfter is the ban's end, Remaining 0.
+	Banned bool
+	// Ban is the length of the ban this call issued to the entry's bucket
+	// (on every entry of the bucket); for a shadow entry, of the ban it
+	// would have issued. 0 when none.
+	Ban time.Duration
 }
 
 // Decision is the outcome of a Request.
@@ -175,6 +214,12 @@ func (r *Request) Validate() error {
 		}
 		if err := e.Limit.Validate(); err != nil {
 			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+		}
+		if err := e.Penalty.Validate(); err != nil {
+			return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
+		}
+		if e.Limit.Algorithm == Concurrency && (e.Holder == "" || len(e.Holder) > MaxHolderLen) {
+			return fmt.Errorf("%w: entry %d (%s) of a Concurrency limit has a holder of %d bytes, want 1..%d", ErrInvalidRequest, i, e.Key, len(e.Holder), MaxHolderLen)
 		}
 		if e.ChargeAlways {
 			if err := e.Limit.ValidateDebt(); err != nil {

@@ -44,6 +44,18 @@ limits:
   tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}
 `
 
+// inFlightDescriptors is a descriptor policy of [tenant, request_id] with
+// the given key and a concurrency limit with the given holder field.
+func inFlightDescriptors(key, holder string) string {
+	return fmt.Sprintf(`
+match: {descriptor: [{key: tenant}, {key: request_id}]}
+key: %q
+limits:
+- {name: in-flight, concurrency: {limit: 2, leaseTimeout: 30s, %s}}
+- {name: minute, fixedWindow: {limit: 100, window: 1m}}
+`, key, holder)
+}
+
 // withLimit gives a spec with one limit of the given body, so each case
 // states only what it is about.
 func withLimit(limit string) string {
@@ -59,6 +71,10 @@ var _ = Describe("RateLimitPolicy validation", func() {
 			Expect(k8sClient.Create(ctx, policyFromSpec(namespace, spec))).To(Succeed())
 		},
 		Entry("a token bucket with defaults", tokenBucket10),
+		Entry("a penalty box whose ban doubles up to maxBan", "penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10),
+		Entry("a penalty box of fixed bans (ban equal to maxBan), in shadow mode", "mode: Shadow\npenalty: {denials: 1, within: 500ms, ban: 10m, maxBan: 10m}\n"+tokenBucket10),
+		Entry("a concurrency limit of an HTTP policy, with defaults", withLimit("concurrency: {limit: 10}")),
+		Entry("a concurrency limit of a descriptor policy, beside a rate limit", inFlightDescriptors("{descriptor:tenant}", "holder: request_id")),
 		Entry("a lease on every algorithm, as large as the smallest capacity", `
 cost: 2
 lease: {units: 5, ttl: 1m}
@@ -178,7 +194,7 @@ limits:
 			}
 		},
 		Entry("no algorithm", "limits:\n- name: l\n",
-			"spec.limits[0]", "exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra or calendar"),
+			"spec.limits[0]", "exactly one algorithm must be set: tokenBucket, fixedWindow, slidingWindowLog, slidingWindowCounter, leakyBucket, gcra, calendar or concurrency"),
 		Entry("two algorithms", `
 limits:
 - name: l
@@ -336,6 +352,40 @@ limits:
 			"spec.lease", "a lease cannot serve charge Always"),
 		Entry("a lease in shadow mode", "mode: Shadow\nlease: {units: 2}\n"+tokenBucket10,
 			"spec.lease", "a lease cannot serve mode Shadow"),
+		Entry("a penalty ban longer than maxBan", "penalty: {denials: 5, within: 1m, ban: 2h, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.ban", "ban must not exceed maxBan"),
+		Entry("a penalty of no denials", "penalty: {denials: 0, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.denials", "should be greater than or equal to 1"),
+		Entry("a penalty without maxBan", "penalty: {denials: 5, within: 1m, ban: 1m}\n"+tokenBucket10,
+			"spec.penalty.maxBan", "Required value"),
+		Entry("a penalty within a span without a unit", "penalty: {denials: 5, within: '60', ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty.within", "must be a duration such as"),
+		Entry("a penalty maxBan over 366 days", "penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 9000h}\n"+tokenBucket10,
+			"spec.penalty.maxBan", "must be between 1ms and 8784h"),
+		Entry("a penalty with a lease", "lease: {units: 2}\npenalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}\n"+tokenBucket10,
+			"spec.penalty", "a lease cannot serve a penalty box"),
+		Entry("a concurrency limit without a holder in a descriptor policy", inFlightDescriptors("{descriptor:tenant}", ""),
+			"spec.limits", "a concurrency limit of a descriptor policy names its holder"),
+		Entry("a concurrency holder that match.descriptor does not list", inFlightDescriptors("{descriptor:tenant}", "holder: trace_id"),
+			"spec.limits", "an entry of match.descriptor"),
+		Entry("a concurrency holder in the key", inFlightDescriptors("{descriptor:tenant}/{descriptor:request_id}", "holder: request_id"),
+			"spec.limits", "that the key leaves out"),
+		Entry("a concurrency limit keyed by the whole descriptor", inFlightDescriptors("{descriptor}", "holder: request_id"),
+			"spec.limits", "that the key leaves out"),
+		Entry("a concurrency limit of a descriptor policy without a key", `
+match: {descriptor: [{key: tenant}, {key: request_id}]}
+limits: [{name: l, concurrency: {limit: 2, holder: request_id}}]
+`, "spec.limits", "that the key leaves out"),
+		Entry("a concurrency holder in an HTTP policy", withLimit("concurrency: {limit: 2, holder: request_id}"),
+			"spec.limits", "an HTTP policy sets no holder"),
+		Entry("a concurrency limit with a lease", "lease: {units: 1}\n"+withLimit("concurrency: {limit: 2}"),
+			"spec.limits", "a concurrency limit takes neither a lease nor charge Always"),
+		Entry("a concurrency limit charged always", "charge: Always\n"+withLimit("concurrency: {limit: 2}"),
+			"spec.limits", "a concurrency limit takes neither a lease nor charge Always"),
+		Entry("a cost above a concurrency limit", "cost: 3\n"+withLimit("concurrency: {limit: 2}"),
+			"spec.cost", "cost must not exceed any limit's capacity"),
+		Entry("a concurrency leaseTimeout without a unit", withLimit("concurrency: {limit: 2, leaseTimeout: '30'}"),
+			"spec.limits[0].concurrency.leaseTimeout", "must be a duration such as"),
 	)
 
 	It("fills in the documented defaults", func() {

@@ -118,7 +118,7 @@ func TestEndToEnd(t *testing.T) {
 	)
 	checkPort := systest.FreePort(t)
 	e.checkAddr = "127.0.0.1:" + strconv.Itoa(checkPort)
-	checkProc := systest.Start(t, e.dir, "check", nil, manager, "check", "--listen", e.checkAddr, "--redis-url", redisURL)
+	checkProc := systest.Start(t, e.dir, "check", nil, manager, "check", "--listen", e.checkAddr, "--redis-url", redisURL, "--report-policy")
 	ctrlProc.WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort), 30*time.Second)
 	checkProc.WaitHTTP(t, "http://"+e.checkAddr+"/readyz", 30*time.Second)
 	t.Logf("set-up done in %s", time.Since(start).Round(time.Millisecond))
@@ -147,10 +147,11 @@ func TestEndToEnd(t *testing.T) {
 	with429 := nginxtest.ReadIngress(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "ingress-429.yaml"))
 	servers := []nginxtest.Server{
 		{Port: systest.FreePort(t), Namespace: "e2e-nginx", Upstream: addr["nginx"], Ingress: plain, ClientHeaders: true},
-		{Port: systest.FreePort(t), Namespace: "e2e-nginx-429", Upstream: addr["nginx-429"], Ingress: with429},
+		{Port: systest.FreePort(t), Namespace: "e2e-nginx-429", Upstream: addr["nginx-429"], Ingress: with429,
+			LogFormat: nginxtest.ReadLogFormat(t, filepath.Join(e.root, "config", "examples", "ingress-nginx", "controller-configmap.yaml"))},
 		{Port: systest.FreePort(t), Namespace: "e2e-edit", Upstream: addr["edit"], Ingress: plain, ClientHeaders: true},
 	}
-	nginxtest.StartServers(t, e.dir, e.checkAddr, servers...)
+	nginx := nginxtest.StartServers(t, e.dir, e.checkAddr, servers...)
 	caddyPort := systest.FreePort(t)
 	startCaddy(t, e.root, e.dir, caddyPort, e.checkAddr, "e2e-caddy", addr["caddy"])
 
@@ -159,6 +160,10 @@ func TestEndToEnd(t *testing.T) {
 	})
 	t.Run("nginx with the 429 snippets: 429 with Retry-After", func(t *testing.T) {
 		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", servers[1].Port), apps["nginx-429"], limit, http.StatusTooManyRequests, nil, true)
+		// The access log of controller-configmap.yaml names the rule,
+		// allowed and denied, from X-Sluice-Policy.
+		waitAccessLog(t, nginx, `"GET /api/items HTTP/1.1" 200 .* sluice_policy="e2e-nginx-429/api;decision=allowed;reason=Allowed;limit=minute;remaining=[0-9]+;key=[0-9a-f]{16}"$`)
+		waitAccessLog(t, nginx, `"GET /api/items HTTP/1.1" 429 .* sluice_policy="e2e-nginx-429/api;decision=denied;reason=RateLimited;limit=minute;remaining=0;key=[0-9a-f]{16}"$`)
 	})
 	t.Run("caddy forward_auth: 429 with Retry-After", func(t *testing.T) {
 		testProxy(t, fmt.Sprintf("http://127.0.0.1:%d/api/items", caddyPort), apps["caddy"], limit, http.StatusTooManyRequests, []string{"RateLimit", "RateLimit-Policy"}, false)

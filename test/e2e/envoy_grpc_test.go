@@ -48,11 +48,11 @@ func TestEnvoyExtAuthzGRPC(t *testing.T) {
 	dir := t.TempDir()
 	const limit = 5
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
-	local, _ := startLocal(t, dir, shopPolicies(limit), "--grpc-listen", grpcAddr)
+	local, _ := startLocal(t, dir, shopPolicies(limit), "--grpc-listen", grpcAddr, "--report-policy")
 	local.WaitTCP(t, grpcAddr, 30*time.Second)
 	app, appAddr := startShopApp(t)
 	port := systest.FreePort(t)
-	startEnvoyGRPC(t, root, dir, port, grpcAddr, appAddr)
+	envoy := startEnvoyGRPC(t, root, dir, port, grpcAddr, appAddr)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	allowedHeaders := []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 
@@ -78,6 +78,10 @@ func TestEnvoyExtAuthzGRPC(t *testing.T) {
 		if got := allowed.header.Get("RateLimit-Policy"); !strings.Contains(got, `"admin/minute";q=2;w=60`) {
 			t.Errorf("allowed response RateLimit-Policy = %q, want admin/minute q=2", got)
 		}
+		// ext_authz keeps the answer's dynamic metadata, allowed or
+		// denied, which the example's access log prints.
+		waitAccessLog(t, envoy, `"GET /api/items" 429 policy=shop/api limit=minute decision=denied reason=RateLimited remaining=0 key=[0-9a-f]{16}$`)
+		waitAccessLog(t, envoy, `"GET /admin/items" 200 policy=shop/admin limit=minute decision=allowed reason=Allowed remaining=1 key=[0-9a-f]{16}$`)
 	})
 
 	// A client's own rate-limit headers never reach the application beside

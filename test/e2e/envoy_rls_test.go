@@ -44,11 +44,11 @@ func TestEnvoyRLS(t *testing.T) {
 	redis := redistest.Start(t)
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
 	local, _ := startLocal(t, dir, map[string]string{"ratelimit-policies.yaml": policies},
-		"--grpc-listen", grpcAddr, "--rls-domain", "edge=shop", "--redis-url", "redis://"+redis.Addr()+"/0")
+		"--grpc-listen", grpcAddr, "--rls-domain", "edge=shop", "--redis-url", "redis://"+redis.Addr()+"/0", "--report-policy")
 	local.WaitTCP(t, grpcAddr, 30*time.Second)
 	app, appAddr := startUsageApp(t)
 	port := systest.FreePort(t)
-	envoytest.Run(t, dir, "envoy-ratelimit.yaml", envoytest.Example(t, root, "envoy-ratelimit.yaml", port, map[string]string{
+	envoy := envoytest.Run(t, dir, "envoy-ratelimit.yaml", envoytest.Example(t, root, "envoy-ratelimit.yaml", port, map[string]string{
 		envoytest.GRPCCheckSocket: grpcAddr,
 		envoytest.AppSocket:       appAddr,
 	}), port)
@@ -62,6 +62,10 @@ func TestEnvoyRLS(t *testing.T) {
 		}
 		checkDenial(t, resps[5], "per-client/minute", 5, 60)
 		expectRuns(t, app, from("127.0.0.12"), base+"/home", nil, 1, "[200 x1]")
+		// The rate limit filter keeps the answer's dynamic metadata, which
+		// the example's access log prints.
+		waitAccessLog(t, envoy, `"GET /home" 429 policy=shop/per-client limit=minute decision=denied reason=RateLimited remaining=0 key=[0-9a-f]{16}$`)
+		waitAccessLog(t, envoy, `"GET /home" 200 policy=shop/per-client limit=minute decision=allowed reason=Allowed remaining=4 key=[0-9a-f]{16}$`)
 	})
 
 	// Two descriptors per request on /api/: both must allow it, and a

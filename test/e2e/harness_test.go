@@ -7,11 +7,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // upstream is the application behind a proxy: it counts the requests that
@@ -165,4 +169,23 @@ func quota(h http.Header) (int, error) {
 		}
 	}
 	return 0, errors.New("no q= in RateLimit-Policy: " + v)
+}
+
+// waitAccessLog waits until a line of the proxy's log (its access log
+// written to standard output) matches the regular expression want; access
+// logs are flushed within a second or so.
+func waitAccessLog(t *testing.T, proxy *systest.Proc, want string) {
+	t.Helper()
+	re := regexp.MustCompile("(?m)" + want)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(proxy.Log); err == nil && re.Match(b) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s's access log has no line matching %s; its last lines:\n%s", proxy.Name, want, proxy.Tail(10))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -190,7 +190,8 @@ func TestChartMatchesKustomize(t *testing.T) {
 	keys := compare(t, kustomized, helmTemplate(t))
 	t.Logf("the same %d objects: %s", len(keys), strings.Join(keys, ", "))
 
-	// The optional parts: serviceMonitor.enabled is config/prometheus,
+	// The optional parts: serviceMonitor, prometheusRule and
+	// grafanaDashboard enabled are config/prometheus,
 	// redis.tls.caFromSecret is config/redis-tls, in an overlay that gives
 	// the components' objects config/default's namespace and label
 	// (config/default's own reach only its resources).
@@ -219,9 +220,13 @@ components:
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys = compare(t, kustomized, helmTemplate(t, "--set", "serviceMonitor.enabled=true", "--set", "redis.tls.caFromSecret=true"))
-	if !slices.Contains(keys, "monitoring.coreos.com/v1/ServiceMonitor sluice-system/sluice-check") {
-		t.Errorf("the ServiceMonitors were not compared: %v", keys)
+	keys = compare(t, kustomized, helmTemplate(t, "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+		"--set", "grafanaDashboard.enabled=true", "--set", "redis.tls.caFromSecret=true"))
+	for _, k := range []string{"monitoring.coreos.com/v1/ServiceMonitor sluice-system/sluice-check",
+		"monitoring.coreos.com/v1/PrometheusRule sluice-system/sluice", "v1/ConfigMap sluice-system/sluice-grafana-dashboard"} {
+		if !slices.Contains(keys, k) {
+			t.Errorf("%s was not compared: %v", k, keys)
+		}
 	}
 }
 
@@ -232,7 +237,7 @@ func applyServerSide(t *testing.T, c *kubetest.Cluster, objs []*unstructured.Uns
 	t.Helper()
 	var b strings.Builder
 	for _, o := range objs {
-		if o.GetKind() == "ServiceMonitor" {
+		if o.GroupVersionKind().Group == "monitoring.coreos.com" {
 			t.Logf("leaving out %s: the Prometheus Operator's CRD is not installed here", key(o))
 			continue
 		}
@@ -438,6 +443,17 @@ func verifyFull(t *testing.T, c *kubetest.Cluster) {
 	crd := c.MustKubectl("get", "crd", "ratelimitpolicies.ratelimit.sluice.dev", "-o", "jsonpath={.metadata.annotations}")
 	if strings.Contains(crd, "resource-policy") {
 		t.Errorf("crds.keep=false, but the CRD is annotated %s", crd)
+	}
+	dashboard, err := os.ReadFile(filepath.Join(kubetest.RepoRoot(t), "config", "prometheus", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := get[corev1.ConfigMap](t, c, "configmap", "sluice-grafana-dashboard")
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Labels["team"] != "platform" || cm.Annotations["grafana_folder"] != "Sluice" {
+		t.Errorf("ConfigMap sluice-grafana-dashboard: labels %v, annotations %v", cm.Labels, cm.Annotations)
+	}
+	if cm.Data["sluice.json"] != string(dashboard) {
+		t.Errorf("ConfigMap sluice-grafana-dashboard: sluice.json is not config/prometheus/dashboard.json")
 	}
 }
 

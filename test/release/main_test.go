@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
@@ -30,25 +28,10 @@ func TestMain(m *testing.M) {
 }
 
 // tool is the path of a release tool that `make release-tools` builds into
-// bin/ (`make test` builds them first): bin/<name>-<version>, the version
-// read from release.mk's <NAME>_VERSION, so the test runs what make runs.
+// bin/ (`make test` builds them first), at release.mk's version.
 func tool(t testing.TB, name string) string {
 	t.Helper()
-	root := kubetest.RepoRoot(t)
-	mk, err := os.ReadFile(filepath.Join(root, "release.mk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`(?m)^` + strings.ToUpper(name) + `_VERSION \?= (\S+)$`)
-	m := re.FindSubmatch(mk)
-	if m == nil {
-		t.Fatalf("release.mk sets no %s_VERSION", strings.ToUpper(name))
-	}
-	path := filepath.Join(root, "bin", name+"-"+string(m[1]))
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%s not found: run `make release-tools` (`make test` runs it), which builds crane and helm into bin/", path)
-	}
-	return path
+	return systest.PinnedTool(t, "release.mk", name, "release-tools")
 }
 
 // run runs a command in dir with env added to the test's environment,

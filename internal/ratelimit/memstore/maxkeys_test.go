@@ -211,3 +211,63 @@ func TestMaxKeysConcurrent(t *testing.T) {
 		t.Fatalf("held %d, evicted %d; want %d, %d", s.Len(), s.Evictions(), maxKeys, workers*each-maxKeys)
 	}
 }
+
+// TestMaxKeysKeepsBans: a full store never evicts a banned bucket (that
+// would lift its ban): new keys evict the others, and once every bucket
+// is banned a new key gets ErrCapacity; a ban's end makes its bucket
+// evictable again.
+func TestMaxKeysKeepsBans(t *testing.T) {
+	const maxKeys = 3
+	s, clock := capped(t, maxKeys)
+	penalty := ratelimit.Penalty{Denials: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Hour}
+	banned := func(key string) *ratelimit.Request {
+		return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: window, Cost: 3, Penalty: penalty}}}
+	}
+	var dec ratelimit.Decision
+	check := func(req *ratelimit.Request) error { return s.Check(context.Background(), 0, req, &dec) }
+	if err := check(banned("{b0}:l")); err != nil || dec.Results[0].Ban != time.Minute {
+		t.Fatalf("a cost above the limit, denials 1: %v, %+v; want a 1m ban", err, dec.Results)
+	}
+	for i := range 2 * maxKeys {
+		expect(t, s, fmt.Sprint("k", i), one(fmt.Sprint("k", i), 1), true, 1)
+	}
+	if err := check(banned("{b0}:l")); err != nil || !dec.Results[0].Banned {
+		t.Fatalf("after new keys filled the store: %v, %+v; want b0 still banned", err, dec.Results)
+	}
+	for _, k := range []string{"{b1}:l", "{b2}:l"} {
+		if err := check(banned(k)); err != nil || dec.Results[0].Ban == 0 {
+			t.Fatalf("%s: %v, %+v; want banned", k, err, dec.Results)
+		}
+	}
+	if err := check(one("new", 1)); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a new key in a store of bans only: %v, want ErrCapacity", err)
+	}
+	clock.Advance(time.Minute)
+	expect(t, s, "a new key once the bans ended", one("new", 1), true, 1)
+}
+
+// TestMaxKeysNeverEvictsHolds: a bucket holding units in flight (a
+// concurrency limit's) is never evicted, which would free them before
+// their release or lease timeout: a full store of such buckets refuses a
+// new one (ErrCapacity); once their units are released, the buckets are
+// evictable again.
+func TestMaxKeysNeverEvictsHolds(t *testing.T) {
+	inFlight := ratelimit.Limit{Algorithm: ratelimit.Concurrency, Capacity: 1, Interval: time.Hour}
+	hold := func(key string, action ratelimit.Action) *ratelimit.Request {
+		return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: inFlight, Cost: 1, Holder: "r1"}}, Action: action}
+	}
+	s, _ := capped(t, 2)
+	expect(t, s, "a holds", hold("a", ratelimit.Consume), true, 0)
+	expect(t, s, "b holds", hold("b", ratelimit.Consume), true, 0)
+	var dec ratelimit.Decision
+	if err := s.Check(context.Background(), 0, one("c", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a new bucket in a store full of holds: %v, want ErrCapacity", err)
+	}
+	expect(t, s, "a still holds", hold("a", ratelimit.DryRun), false, 0)
+	expect(t, s, "a released", hold("a", ratelimit.Release), true, 1)
+	expect(t, s, "c takes a's room", one("c", 1), true, 1)
+	expect(t, s, "b still holds", hold("b", ratelimit.DryRun), false, 0)
+	if s.Evictions() != 1 || s.Len() != 2 {
+		t.Fatalf("%d evictions, %d keys held; want 1, 2", s.Evictions(), s.Len())
+	}
+}

@@ -75,7 +75,11 @@ type shard struct {
 	max int
 	// head and tail end the list of m's items through their prev and
 	// next, most recently used first: a full shard evicts its tail.
+	// A banned bucket, or one holding units in flight, leaves the list
+	// (see item.offList), so that the tail is always evictable.
 	head, tail *item
+	// unlisted counts m's items off the list (see item.offList).
+	unlisted int
 	// peak is the most keys m has held since it was last rebuilt. A Go map
 	// never shrinks, so after a spike of distinct keys has expired, Sweep
 	// moves the survivors into a new map and the memory goes back.
@@ -100,6 +104,14 @@ type item struct {
 	exp        int64
 	first      limit   // most buckets hold one to three limits
 	more       []limit // the others
+	penalty    model.PenaltyState
+	// banned, when not 0, is the end (µs) of the ban the bucket holds,
+	// and pinned says that it holds units in flight (a Concurrency
+	// limit's holds). Either keeps it off its shard's list, never
+	// evicted: an evicted ban would be lifted, evicted holds freed before
+	// their release or lease timeout.
+	banned int64
+	pinned bool
 }
 
 // limit is one limit's state in its bucket.
@@ -119,6 +131,19 @@ func (it *item) state(field string) *model.State {
 		}
 	}
 	return nil
+}
+
+// holding reports whether a limit of it holds units in flight.
+func (it *item) holding() bool {
+	if len(it.first.st.Holds) > 0 {
+		return true
+	}
+	for i := range it.more {
+		if len(it.more[i].st.Holds) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // set stores field's state. A new field is copied: it is a substring of
@@ -191,6 +216,7 @@ type scratch struct {
 	bucketOf []int    // entry i's bucket
 	verdicts []model.Verdict
 	nexts    []model.State
+	boxes    []model.Box // bucket g's penalty box
 
 	bucket  []string // bucket g's key
 	shardOf []uint8
@@ -276,6 +302,8 @@ func (s *Store) Check(ctx context.Context, _ time.Duration, req *ratelimit.Reque
 		sc.bucketOf[i] = g
 	}
 	sc.items = grow(sc.items, len(sc.bucket))
+	sc.boxes = grow(sc.boxes, len(sc.bucket))
+	clear(sc.boxes)
 	err := s.check(req, dec, sc)
 	clear(sc.items) // drop references held by the pool
 	clear(sc.bucket)
@@ -301,7 +329,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		sh := &s.shards[sc.shardOf[g]]
 		it := sh.m[b]
 		if it != nil {
-			sh.touch(it) // used, whether the call allows, denies or only reads
+			sh.touch(it, now) // used, whether the call allows, denies or only reads
 		}
 		sc.items[g] = it
 	}
@@ -310,16 +338,20 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		switch {
-		case req.Action == ratelimit.Refund:
-			sc.verdicts[i], sc.nexts[i] = model.Refund(sc.params[i], st, now, req.Entries[i].Cost)
-		case req.Entries[i].ChargeAlways:
-			sc.verdicts[i], sc.nexts[i] = model.CheckAlways(sc.params[i], st, now, req.Entries[i].Cost)
-		default:
-			sc.verdicts[i], sc.nexts[i] = model.Check(sc.params[i], st, now, req.Entries[i].Cost)
+		sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, &req.Entries[i], req.Action)
+		if req.Action.Decides() {
+			if g := sc.bucketOf[i]; sc.boxes[g].Open(&req.Entries[i]) {
+				sc.boxes[g].State = sc.penaltyState(g, now)
+			}
 		}
 	}
-	dec.Allowed = model.Decide(req.Entries, sc.verdicts)
+	if req.Action.Decides() {
+		model.ApplyBans(sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, sc.nexts, now)
+	}
+	dec.Allowed = model.Decide(req, sc.verdicts)
+	if req.Action.Decides() {
+		model.CountDenials(sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, now)
+	}
 	if req.Action != ratelimit.DryRun && s.maxKeys > 0 {
 		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {
 			clear(sc.nexts)
@@ -335,11 +367,29 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		}
 		sc.nexts[i] = model.State{} // drop references held by the pool
 	}
+	if req.Action == ratelimit.Consume {
+		for g := range sc.boxes {
+			if b := &sc.boxes[g]; b.Write {
+				s.commitPenalty(sc, g, b.Next, b.Next.Expiry(b.Params), b.Ban > 0 && !b.Shadow)
+			}
+		}
+	}
 	return nil
+}
+
+// penaltyState returns bucket g's stored penalty state at now.
+func (sc *scratch) penaltyState(g int, now int64) model.PenaltyState {
+	if it := sc.items[g]; it != nil && now < it.exp {
+		return it.penalty
+	}
+	return model.PenaltyState{}
 }
 
 // writes reports whether req, decided allowed or not, writes to bucket g.
 func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int) bool {
+	if req.Action == ratelimit.Consume && sc.boxes[g].Write {
+		return true
+	}
 	for i := range req.Entries {
 		if sc.bucketOf[i] == g && s.written(req, allowed, sc, i) {
 			return true
@@ -351,8 +401,8 @@ func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int)
 // written reports whether entry i of req, decided allowed or not, writes
 // its state (model.Writes).
 func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
-	if req.Action == ratelimit.Refund {
-		return sc.nexts[i].Alg != 0 // never a new bucket: a refund changes only held units
+	if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
+		return sc.nexts[i].Alg != 0 // never a new bucket: a refund or release changes only held units
 	}
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
@@ -364,9 +414,9 @@ func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int
 // wrapping ratelimit.ErrCapacity having evicted nothing.
 //
 // State that must outlive idleness (units held in flight, bans) must
-// never be evicted: a bucket holding such state is to leave its shard's
-// list while it holds it, so that the tail is always evictable and
-// eviction stays O(1) per bucket.
+// never be evicted: a bucket holding such state leaves its shard's list
+// while it holds it (see item.offList), so that the tail
+// is always evictable and eviction stays O(1) per bucket.
 func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now int64) error {
 	news := false
 	for g := range sc.bucket {
@@ -378,19 +428,27 @@ func (s *Store) makeRoom(req *ratelimit.Request, allowed bool, sc *scratch, now 
 	if !news {
 		return nil // the common case: every bucket written is held
 	}
-	var need, held [maxShards]int
+	// A shard's buckets that are neither the call's nor off the list are
+	// evictable: they must make room for what the call needs.
+	var need, kept [maxShards]int
 	for g := range sc.bucket {
-		switch {
-		case sc.items[g] != nil:
-			held[sc.shardOf[g]]++
+		switch it := sc.items[g]; {
+		case it != nil:
+			if !it.offList() { // those off the list count in the shard's unlisted
+				kept[sc.shardOf[g]]++
+			}
 		case s.writes(req, allowed, sc, g):
 			need[sc.shardOf[g]]++
 		}
 	}
 	for _, i := range sc.locked {
-		if sh := &s.shards[i]; need[i] > 0 && need[i]+held[i] > sh.max {
-			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d)",
-				ratelimit.ErrCapacity, need[i]+held[i], sh.max, s.maxKeys)
+		sh := &s.shards[i]
+		if need[i] > 0 && need[i]+kept[i]+sh.unlisted > sh.max {
+			sh.relinkEndedBans(now) // rare: a shard full of bans
+		}
+		if need[i] > 0 && need[i]+kept[i]+sh.unlisted > sh.max {
+			return fmt.Errorf("memstore: %w: a request needs %d buckets of a shard that holds at most %d (the store at most %d), %d of them banned or holding units in flight",
+				ratelimit.ErrCapacity, need[i]+kept[i]+sh.unlisted, sh.max, s.maxKeys, sh.unlisted)
 		}
 	}
 	for _, i := range sc.locked {
@@ -411,11 +469,56 @@ func (s *Store) evict(sh *shard, it *item, now int64) {
 	}
 }
 
-// touch moves it to the front of sh's list: the most recently used.
-func (sh *shard) touch(it *item) {
-	if sh.head != it {
+// touch moves it to the front of sh's list, the most recently used,
+// unless it is off the list; a bucket whose ban is over rejoins the list
+// (unless it holds units in flight).
+func (sh *shard) touch(it *item, now int64) {
+	if it.banned != 0 && now >= it.banned {
+		sh.setOffList(it, 0, it.pinned, true)
+	}
+	if sh.head != it && !it.offList() {
 		sh.unlink(it)
 		sh.pushFront(it)
+	}
+}
+
+// offList reports whether it stays off its shard's list: banned, or
+// holding units in flight.
+func (it *item) offList() bool { return it.banned != 0 || it.pinned }
+
+// setOffList sets what keeps it off sh's list (its ban's end, 0 for none,
+// and whether it holds units in flight), and takes it off the list or
+// puts it back, at the front (the most recently used) or the back.
+func (sh *shard) setOffList(it *item, banned int64, pinned bool, front bool) {
+	was := it.offList()
+	it.banned, it.pinned = banned, pinned
+	switch is := it.offList(); {
+	case is && !was:
+		sh.unlink(it)
+		sh.unlisted++
+	case was && !is:
+		sh.unlisted--
+		if front || sh.tail == nil {
+			sh.pushFront(it)
+			return
+		}
+		it.prev, it.next = sh.tail, nil
+		sh.tail.next = it
+		sh.tail = it
+	}
+}
+
+// relinkEndedBans ends the bans over by now: their buckets, untouched
+// since, go back at the tail of sh's list (evictable, the least recently
+// used) unless they hold units in flight.
+func (sh *shard) relinkEndedBans(now int64) {
+	if sh.unlisted == 0 {
+		return
+	}
+	for _, it := range sh.m {
+		if it.banned != 0 && now >= it.banned {
+			sh.setOffList(it, 0, it.pinned, false)
+		}
 	}
 }
 
@@ -444,21 +547,47 @@ func (sh *shard) unlink(it *item) {
 }
 
 // commit stores a limit's state in bucket g, whose expiry moves to exp
-// if that is later; room for a new bucket was made already.
+// if that is later; room for a new bucket was made already. A bucket that
+// holds units in flight leaves its shard's list until it holds none.
 func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int64) {
-	shard := &s.shards[sc.shardOf[g]]
 	it := sc.items[g]
 	if it == nil {
 		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, st: st}}
-		sc.items[g] = it
-		shard.m[it.key] = it
-		shard.pushFront(it)
-		if len(shard.m) > shard.peak {
-			shard.peak = len(shard.m)
-		}
+		s.add(sc, g, it)
 	} else {
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
+	}
+	if holding := it.holding(); holding != it.pinned {
+		s.shards[sc.shardOf[g]].setOffList(it, it.banned, holding, true)
+	}
+}
+
+// add makes it bucket g's item, new in its shard, the most recently used.
+func (s *Store) add(sc *scratch, g int, it *item) {
+	shard := &s.shards[sc.shardOf[g]]
+	sc.items[g] = it
+	shard.m[it.key] = it
+	shard.pushFront(it)
+	if len(shard.m) > shard.peak {
+		shard.peak = len(shard.m)
+	}
+}
+
+// commitPenalty stores bucket g's penalty state, whose expiry moves to
+// exp if that is later, and takes a bucket it bans out of its shard's
+// list until the ban's end; room for a new bucket was made already.
+func (s *Store) commitPenalty(sc *scratch, g int, st model.PenaltyState, exp int64, ban bool) {
+	it := sc.items[g]
+	if it == nil {
+		it = &item{key: sc.bucket[g], exp: exp}
+		s.add(sc, g, it)
+	} else {
+		it.exp = max(it.exp, exp)
+	}
+	it.penalty = st
+	if ban {
+		s.shards[sc.shardOf[g]].setOffList(it, st.Until, it.pinned, true)
 	}
 }
 
@@ -513,9 +642,14 @@ func (s *Store) Sweep() int {
 // sweepLocked removes sh's expired state; sh is locked.
 func (s *Store) sweepLocked(sh *shard, now int64) int {
 	removed := 0
+	sh.relinkEndedBans(now) // a bucket expires after its ban's end
 	for k, it := range sh.m {
 		if now >= it.exp {
-			sh.unlink(it)
+			if it.offList() {
+				sh.unlisted--
+			} else {
+				sh.unlink(it)
+			}
 			delete(sh.m, k)
 			removed++
 		}

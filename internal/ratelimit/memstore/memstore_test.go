@@ -39,6 +39,16 @@ func TestDifferential(t *testing.T) {
 			ratelimittest.Target{Name: "memstore", Store: newSim(t, clock)})
 		t.Log(st)
 	})
+	t.Run("penalties", func(t *testing.T) {
+		clock := ratelimittest.FutureClock()
+		cfg := ratelimittest.DiffConfig{Requests: 5000, Algorithms: ratelimit.Algorithms, Keys: 12, MaxEntries: 6, Penalties: true}
+		st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(98, ratelimittest.Seed(t, 7))), cfg, ratelimittest.NewReference(clock),
+			ratelimittest.Target{Name: "memstore", Store: newSim(t, clock)})
+		t.Log(st)
+		if st.Bans == 0 || st.Banned == 0 {
+			t.Fatalf("the timeline issued %d bans and banned %d entries: want both", st.Bans, st.Banned)
+		}
+	})
 }
 
 // TestExactAdmission: 1,000 concurrent requests against capacity 100 with

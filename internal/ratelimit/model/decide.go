@@ -3,8 +3,18 @@ package model
 import "github.com/sluice-dev/sluice/internal/ratelimit"
 
 // Decide is the decision rule of one atomic call: the request is allowed
-// when every non-shadow entry allows it. verdicts is parallel to entries.
-func Decide(entries []ratelimit.Entry, verdicts []Verdict) bool {
+// when every non-shadow entry allows it; a Release, when any Concurrency
+// entry freed something. verdicts is parallel to req.Entries.
+func Decide(req *ratelimit.Request, verdicts []Verdict) bool {
+	entries := req.Entries
+	if req.Action == ratelimit.Release {
+		for i := range entries {
+			if entries[i].Limit.Algorithm == ratelimit.Concurrency && verdicts[i].Allowed {
+				return true
+			}
+		}
+		return false
+	}
 	for i := range entries {
 		if !entries[i].Shadow && !verdicts[i].Allowed {
 			return false
@@ -37,7 +47,7 @@ func Writes(allowed bool, e *ratelimit.Entry, v *Verdict, next *State) bool {
 // Result converts v to the caller's Result. consumed (see Consumed) selects
 // the numbers after consumption.
 func (v *Verdict) Result(consumed bool) ratelimit.Result {
-	r := ratelimit.Result{Allowed: v.Allowed}
+	r := ratelimit.Result{Allowed: v.Allowed, Banned: v.Banned, Ban: ratelimit.MicrosToDuration(v.Ban)}
 	if consumed {
 		r.Remaining, r.Reset = v.RemainingAfter, ratelimit.MicrosToDuration(v.ResetAfter)
 	} else {

@@ -16,12 +16,14 @@ const Never = -1
 //	SlidingWindowCounter A = window index (time/window), B = current count, C = previous count
 //	LeakyBucket, GCRA    A = level in scaled units (Interval per unit), B = time of the level
 //	SlidingWindowLog     Log
+//	Concurrency          B = time of the latest admission, Holds (in order of their ends)
 //
 // For GCRA the theoretical arrival time is B + A/Rate.
 type State struct {
 	Alg     ratelimit.Algorithm
 	A, B, C int64
 	Log     []LogEntry
+	Holds   []Hold
 }
 
 // LogEntry is one admitted request of a sliding window log.
@@ -47,6 +49,11 @@ type Verdict struct {
 	// for a cost charged all the same: see CheckAlways). ResetAfter is also
 	// the TTL of the consumed state.
 	RemainingAfter, ResetAfter int64
+	// Banned: denied because the entry's bucket is banned (see Banned).
+	Banned bool
+	// Ban is the length of the ban the call issued to the entry's bucket
+	// (µs; 0: none); stores set it after the decision.
+	Ban int64
 }
 
 // Check evaluates cost units against state s at time now (µs, >= 0);
@@ -90,6 +97,9 @@ func check(p Params, s *State, now, cost int64, always bool) (v Verdict, next St
 		v, next = slidingCounter(p, &st, now, cost, always)
 	case ratelimit.LeakyBucket, ratelimit.GCRA:
 		v, next = meter(p, &st, now, cost, always)
+	case ratelimit.Concurrency:
+		// Anonymous holds: Apply passes an entry's holder.
+		v, next = concurrency(p, &st, now, cost, "")
 	default:
 		// Params not made by Compile: a limit that cannot be evaluated admits nothing.
 		deny(&v, Never)

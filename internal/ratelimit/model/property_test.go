@@ -142,6 +142,9 @@ func checkUntouchedAt(t *testing.T, p model.Params, st *model.State, at int64, w
 //     as they were before the check.
 func TestRefundProperties(t *testing.T) {
 	for _, alg := range ratelimit.Algorithms {
+		if alg == ratelimit.Concurrency {
+			continue // what is held comes back by holder: TestReleaseProperties
+		}
 		t.Run(alg.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg), ratelimittest.Seed(t, 43)))
 			var refunds, changed, roundTrips int

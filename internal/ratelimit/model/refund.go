@@ -16,6 +16,7 @@ import (
 //	SlidingWindowCounter the current window's count first, then the previous one's
 //	LeakyBucket, GCRA    level - n units, at least 0
 //	SlidingWindowLog     the newest entries still in the window lose n units
+//	Concurrency          nothing: a refund of what is held names its holder (Apply)
 //
 // So a refund raises a limit's room by at most n, which is what keeps a
 // lease's bound (package lease) when its unused units come back. v holds

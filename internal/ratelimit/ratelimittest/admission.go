@@ -2,6 +2,7 @@ package ratelimittest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,21 +27,35 @@ func NoRefillLimits(capacity int64) []ratelimit.Limit {
 		{Algorithm: ratelimit.FixedWindowClock, Capacity: capacity, Interval: ratelimit.MaxInterval},
 		// A year ends only on 1 January.
 		ratelimit.CalendarLimit(capacity, ratelimit.Year, time.UTC),
+		{Algorithm: ratelimit.Concurrency, Capacity: capacity, Interval: long},
 	}
 }
 
+// NoRefillLimitOf is alg's limit of NoRefillLimits(capacity).
+func NoRefillLimitOf(capacity int64, alg ratelimit.Algorithm) ratelimit.Limit {
+	for _, l := range NoRefillLimits(capacity) {
+		if l.Algorithm == alg {
+			return l
+		}
+	}
+	panic(fmt.Sprintf("no limit of %s", alg))
+}
+
 // AdmitConcurrently sends workers×each single-entry requests of cost 1 for
-// key from workers goroutines and returns how many were admitted.
+// key from workers goroutines and returns how many were admitted. Each
+// request has a holder of its own (a concurrency limit's requests in
+// flight, none released).
 func AdmitConcurrently(t testing.TB, s ratelimit.Store, key string, l ratelimit.Limit, workers, each int) int64 {
 	t.Helper()
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
 			var dec ratelimit.Decision
 			req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}}
-			for range each {
+			for n := range each {
+				req.Entries[0].Holder = fmt.Sprintf("%d/%d", w, n)
 				if err := s.Check(context.Background(), 0, &req, &dec); err != nil {
 					errs <- err
 					return

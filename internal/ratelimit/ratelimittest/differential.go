@@ -29,12 +29,15 @@ type DiffConfig struct {
 	Keys int
 	// MaxEntries bounds the entries of one request (default 4).
 	MaxEntries int
+	// Penalties gives most buckets (three keys each) a random penalty
+	// box, carried by their entries.
+	Penalties bool
 }
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
-	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Shadows, ChargedAlways, Switches int
-	PerAlgorithm                                                                                                        map[ratelimit.Algorithm]int
+	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Releases, Shadows, ChargedAlways, Switches, Bans, Banned int
+	PerAlgorithm                                                                                                                                map[ratelimit.Algorithm]int
 }
 
 func (s DiffStats) String() string {
@@ -44,22 +47,27 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds, %d releases) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches; %d bans issued, %d entries banned",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Releases, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches, s.Bans, s.Banned)
 }
 
 type diffKey struct {
-	key    string
-	alg    ratelimit.Algorithm
-	limits map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
-	always bool                                    // its entries mostly charge always
+	key     string
+	alg     ratelimit.Algorithm
+	limits  map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
+	always  bool                                    // its entries mostly charge always
+	penalty ratelimit.Penalty                       // its bucket's
+	shadow  bool                                    // its bucket's policy is in shadow mode (with a penalty)
 }
 
 // RunDifferential drives one random timeline on ref's clock, sends every
 // request to ref and to each target, and fails on the first Decision that
 // differs in any field. After a denial it sometimes probes the exact retry
 // moment (1µs before: denied; at it: allowed) with dry runs. A tenth of
-// the requests are refunds of random costs.
+// the requests are refunds of random costs, a tenth releases of what a
+// request's holder holds in its concurrency limits. A request's holder is
+// one of a few, so that holders collide (a holder takes units once) and
+// releases free nothing as often as something.
 func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Reference, targets ...Target) DiffStats {
 	t.Helper()
 	if cfg.MaxEntries == 0 {
@@ -70,6 +78,12 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	for i := range keys {
 		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}, always: i%3 == 1}
 		keys[i].switchTo(rng, cfg.Algorithms[i%len(cfg.Algorithms)]) // every algorithm from the start
+		if cfg.Penalties && i%3 == 0 && rng.IntN(4) != 0 {
+			keys[i].penalty, keys[i].shadow = RandomPenalty(rng), rng.IntN(5) == 0
+		}
+		if i%3 != 0 {
+			keys[i].penalty, keys[i].shadow = keys[i-i%3].penalty, keys[i-i%3].shadow
+		}
 	}
 	st := DiffStats{PerAlgorithm: map[ratelimit.Algorithm]int{}}
 	ctx := context.Background()
@@ -110,6 +124,10 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		if req.Action == ratelimit.Refund {
 			st.Refunds++
 		}
+		if req.Action == ratelimit.Release {
+			st.Releases++
+			continue // a release that freed nothing reports Never: nothing to probe
+		}
 		if refDec.Allowed {
 			st.Allowed++
 		} else {
@@ -128,6 +146,12 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			if e.ChargeAlways {
 				st.ChargedAlways++
 			}
+			if r.Ban > 0 && (i == 0 || req.Entries[i-1].Penalty != e.Penalty) {
+				st.Bans++
+			}
+			if r.Banned {
+				st.Banned++
+			}
 			if r.Allowed {
 				if r.Reset <= maxJump {
 					hint = max(hint, r.Reset)
@@ -143,9 +167,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 				continue
 			}
 			hint = r.RetryAfter
-			// A dry run reports the retry after a charge it did not make:
-			// the state it leaves admits earlier.
-			if !probed && !(req.Action == ratelimit.DryRun && e.ChargeAlways) && rng.IntN(4) == 0 {
+			// A dry run reports the retry after a charge, or a ban, it did
+			// not make: the state it leaves admits earlier.
+			if !probed && !(req.Action == ratelimit.DryRun && (e.ChargeAlways || r.Ban > 0)) && rng.IntN(4) == 0 {
 				probed = true
 				probeRetry(t, ref, send, e, r.RetryAfter)
 				st.Probes += 2
@@ -162,6 +186,9 @@ const maxJump = time.Hour
 // allowed at it. This moves the clock forward by retry.
 func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, string), e ratelimit.Entry, retry time.Duration) {
 	t.Helper()
+	if e.Shadow { // a shadow penalty box's bans would deny the probe
+		e.Penalty = ratelimit.Penalty{}
+	}
 	e.Shadow = false
 	req := &ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}
 	var d ratelimit.Decision
@@ -199,11 +226,17 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 		req.Action = ratelimit.DryRun
 	case 1:
 		req.Action = ratelimit.Refund // units given back, as a lease's leftovers are
+	case 2:
+		req.Action = ratelimit.Release
 	}
+	holder := fmt.Sprintf("h%d", rng.IntN(6))
 	for _, i := range rng.Perm(len(keys))[:n] {
 		k := keys[i]
 		l := k.limits[k.alg]
-		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0}
+		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Penalty: k.penalty, Holder: holder}
+		if k.penalty.Enabled() { // shadow is a policy's, as its penalty box
+			e.Shadow = k.shadow
+		}
 		// Some keys' entries charge always (a policy's choice); others
 		// then read the debts those leave.
 		e.ChargeAlways = k.always && rng.IntN(4) != 0 && l.ValidateDebt() == nil
@@ -229,6 +262,9 @@ func fmtRequest(r *ratelimit.Request) string {
 	fmt.Fprintf(&b, "%v", r.Action)
 	for _, e := range r.Entries {
 		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways)
+		if e.Penalty.Enabled() {
+			fmt.Fprintf(&b, " %s", e.Penalty)
+		}
 	}
 	return b.String()
 }
@@ -237,7 +273,7 @@ func fmtDecision(d *ratelimit.Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "allowed=%v", d.Allowed)
 	for _, r := range d.Results {
-		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter)
+		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s banned=%v ban=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter, r.Banned, r.Ban)
 	}
 	return b.String()
 }

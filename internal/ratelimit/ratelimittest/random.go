@@ -71,6 +71,15 @@ func RandomCalendar(rng *rand.Rand) ratelimit.Limit {
 	return ratelimit.CalendarLimit(1, ratelimit.Periods[rng.IntN(len(ratelimit.Periods))], zone)
 }
 
+// RandomPenalty returns a penalty box of short spans, so that a timeline
+// sees bans issued, doubled, capped and over.
+func RandomPenalty(rng *rand.Rand) ratelimit.Penalty {
+	ms := func(n int) time.Duration { return time.Duration(1+rng.IntN(n)) * time.Millisecond }
+	p := ratelimit.Penalty{Denials: int64(1 + rng.IntN(4)), Within: ms(5000), Ban: ms(2000)}
+	p.MaxBan = p.Ban * time.Duration(1+rng.IntN(20))
+	return p
+}
+
 // RandomCost is mostly 1, sometimes 0, sometimes up to the capacity, rarely
 // above it (never above MaxCount, the most a valid Entry may cost).
 func RandomCost(rng *rand.Rand, l ratelimit.Limit) int64 {

@@ -2,6 +2,7 @@ package ratelimittest
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -16,6 +17,8 @@ import (
 type Reference struct {
 	Clock  *Clock
 	states map[string]model.State
+	// penalties is each bucket's penalty box state.
+	penalties map[string]model.PenaltyState
 	// redis is, per Redis key written, its kind and the µs at which its
 	// TTL ends.
 	redis map[string]redisKey
@@ -28,7 +31,7 @@ type redisKey struct {
 
 // NewReference returns an empty Reference reading clock.
 func NewReference(clock *Clock) *Reference {
-	return &Reference{Clock: clock, states: map[string]model.State{}, redis: map[string]redisKey{}}
+	return &Reference{Clock: clock, states: map[string]model.State{}, penalties: map[string]model.PenaltyState{}, redis: map[string]redisKey{}}
 }
 
 // Check implements ratelimit.Store.
@@ -45,22 +48,35 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 			return err
 		}
 		st := r.states[e.Key]
-		if req.Action == ratelimit.Refund {
-			verdicts[i], nexts[i] = model.Refund(p, &st, now, e.Cost)
-			continue
-		}
-		if e.ChargeAlways {
-			verdicts[i], nexts[i] = model.CheckAlways(p, &st, now, e.Cost)
-		} else {
-			verdicts[i], nexts[i] = model.Check(p, &st, now, e.Cost)
-		}
+		verdicts[i], nexts[i] = model.Apply(p, &st, now, &e, req.Action)
 	}
-	dec.Allowed = model.Decide(req.Entries, verdicts)
+	var buckets []string
+	var boxes []model.Box
+	bucketOf := make([]int, len(req.Entries))
+	if req.Action.Decides() {
+		for i := range req.Entries {
+			bucket, _ := ratelimit.SplitKey(req.Entries[i].Key)
+			g := slices.Index(buckets, bucket)
+			if g < 0 {
+				g = len(buckets)
+				buckets, boxes = append(buckets, bucket), append(boxes, model.Box{})
+			}
+			bucketOf[i] = g
+			if boxes[g].Open(&req.Entries[i]) {
+				boxes[g].State = r.penalties[bucket]
+			}
+		}
+		model.ApplyBans(bucketOf, boxes, verdicts, nexts, now)
+	}
+	dec.Allowed = model.Decide(req, verdicts)
+	if req.Action.Decides() {
+		model.CountDenials(bucketOf, boxes, verdicts, now)
+	}
 	dec.Results = dec.Results[:0]
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
-		if req.Action == ratelimit.Refund {
+		if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
 			if nexts[i].Alg != 0 {
 				r.states[e.Key] = nexts[i]
 				r.refunded(e, &nexts[i])
@@ -70,6 +86,14 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 		if req.Action != ratelimit.DryRun && model.Writes(dec.Allowed, &e, v, &nexts[i]) {
 			r.states[e.Key] = nexts[i]
 			r.written(e, now+v.ResetAfter)
+		}
+	}
+	if req.Action == ratelimit.Consume {
+		for g, b := range boxes {
+			if b.Write {
+				r.penalties[buckets[g]] = b.Next
+				r.writtenBucket(buckets[g], b.Next.Expiry(b.Params))
+			}
 		}
 	}
 	return nil
@@ -88,6 +112,12 @@ func (r *Reference) written(e ratelimit.Entry, exp int64) {
 			return // a log that is its own bucket: the sorted set alone
 		}
 	}
+	r.writtenBucket(bucket, exp)
+}
+
+// writtenBucket records a write to bucket whose state is untouched again
+// at exp: the bucket's expiry moves to exp if that is later.
+func (r *Reference) writtenBucket(bucket string, exp int64) {
 	if k, ok := r.redis[bucket]; ok && !k.log {
 		exp = max(exp, k.exp)
 	}

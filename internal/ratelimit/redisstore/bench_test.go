@@ -61,17 +61,7 @@ func policyRequest(value string, n int) *ratelimit.Request {
 // used_cpu_user+used_cpu_sys, everything Redis did, network included),
 // calls per pipeline and calls per command (merging).
 func BenchmarkCheck(b *testing.B) {
-	srv := redistest.Start(b)
-	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
-	b.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.EnsureLoaded(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	srv, s := benchStore(b)
 	for _, c := range []struct {
 		name string
 		n    int
@@ -108,6 +98,28 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchStore is a store over a redis-server of the benchmark's own, its
+// library loaded.
+func benchStore(b *testing.B) (*redistest.Server, *redisstore.Store) {
+	srv := redistest.Start(b)
+	return srv, loadedStore(b, &redis.UniversalOptions{Addrs: []string{srv.Addr()}, DisableIdentity: true})
+}
+
+// loadedStore is a store on a client of opts, its library loaded.
+func loadedStore(b *testing.B, opts *redis.UniversalOptions) *redisstore.Store {
+	c := redisstore.NewClient(opts)
+	b.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureLoaded(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 // checkInParallel runs b.N checks from 32 goroutines per CPU, each over
@@ -185,16 +197,7 @@ func reportRedisTime(b *testing.B, srv *redistest.Server, cpu float64) {
 // values spread over the slots: the store's per-master batching.
 func BenchmarkCheckCluster(b *testing.B) {
 	cl := redistest.StartCluster(b, 3)
-	c := redisstore.NewClient(&redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, DisableIdentity: true})
-	b.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c, redisstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
-	if err := s.EnsureLoaded(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	s := loadedStore(b, &redis.UniversalOptions{Addrs: cl.Addrs(), IsClusterMode: true, DisableIdentity: true})
 	for _, n := range []int{1, 3} {
 		b.Run(fmt.Sprintf("policy=%d/parallel", n), func(b *testing.B) {
 			before := s.Stats()
@@ -203,6 +206,45 @@ func BenchmarkCheckCluster(b *testing.B) {
 			if p := st.Pipelines - before.Pipelines; p > 0 {
 				b.ReportMetric(float64(st.Calls-before.Calls)/float64(p), "calls/pipeline")
 			}
+		})
+	}
+}
+
+// BenchmarkInFlight: a request's life in a concurrency limit against a
+// local redis-server, sequentially: its admission (the allowing check,
+// comparable to BenchmarkCheck's policy=one), and its admission and
+// release (what each request costs in all). Each request has a holder of
+// its own; the limit never denies.
+func BenchmarkInFlight(b *testing.B) {
+	srv, s := benchStore(b)
+	l := ratelimit.Limit{Algorithm: ratelimit.Concurrency, Capacity: 1_000_000_000, Interval: time.Minute}
+	for _, release := range []bool{false, true} {
+		name := "admission"
+		if release {
+			name = "admission+release"
+		}
+		b.Run(name, func(b *testing.B) {
+			// A bucket of its own per run: a holder takes units once.
+			value := name + strconv.FormatInt(time.Now().UnixNano(), 36)
+			req := &ratelimit.Request{Entries: []ratelimit.Entry{{Key: ratelimit.Key("bench", "in-flight", value, "l"), Limit: l, Cost: 1}}}
+			back := &ratelimit.Request{Entries: req.Entries, Action: ratelimit.Release}
+			var dec ratelimit.Decision
+			var n int
+			cpu := resetStats(b, srv)
+			for b.Loop() {
+				n++
+				req.Entries[0].Holder = strconv.Itoa(n)
+				if err := s.Check(context.Background(), 0, req, &dec); err != nil || !dec.Allowed {
+					b.Fatal(err, dec.Allowed)
+				}
+				if !release {
+					continue
+				}
+				if err := s.Check(context.Background(), 0, back, &dec); err != nil || !dec.Allowed {
+					b.Fatal(err, dec.Allowed)
+				}
+			}
+			reportRedisTime(b, srv, cpu)
 		})
 	}
 }

@@ -46,11 +46,13 @@ const inlineEntries = 4
 // build fills the call: its keys (per entry its bucket, then a log's own
 // key), its header "n:mode:time" and its entries
 // "algorithm:capacity:rate:interval:cost:flags:field" (a calendar quota's
-// "8:capacity:w0:w1:w2:w3:cost:flags:field"), formatted into one
+// "8:capacity:w0:w1:w2:w3:cost:flags:field"; a Concurrency entry followed
+// by its holder), each bucket's penalty box before its entries (see
+// boxOf), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
-	n := len(idx)
+	n := callEntries(req, cs.buckets, idx)
 	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
 	buf := c.textBuf[:0]
 	if n > inlineEntries {
@@ -69,8 +71,13 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = append(buf, '-')
 	}
 	end = append(end, len(buf))
-	for _, i := range idx {
+	for q, i := range idx {
 		p, e, field := &cs.params[i], &req.Entries[i], cs.fields[i]
+		if box := boxOf(req, cs.buckets, idx, q); box != nil {
+			c.keys = append(c.keys, cs.buckets[i])
+			buf = appendPenalty(buf, box)
+			end = append(end, len(buf))
+		}
 		c.keys = append(c.keys, cs.buckets[i])
 		if p.Alg == ratelimit.SlidingWindowLog {
 			c.keys = append(c.keys, e.Key)
@@ -91,6 +98,10 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
 		end = append(end, len(buf))
+		if p.Alg == ratelimit.Concurrency { // its holder: an argument of its own
+			buf = append(buf, e.Holder...)
+			end = append(end, len(buf))
+		}
 	}
 	all, from := string(buf), 0
 	for _, to := range end {
@@ -119,11 +130,14 @@ func appendCalendarWindows(buf []byte, p *model.Params, now int64) []byte {
 	return buf
 }
 
-// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund.
+// mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund, 3 a
+// release.
 func mode(req *ratelimit.Request, dry bool) byte {
 	switch {
 	case req.Action == ratelimit.Refund:
 		return '2'
+	case req.Action == ratelimit.Release:
+		return '3'
 	case dry:
 		return '1'
 	}

@@ -24,18 +24,20 @@ import (
 // is checked against writes of any of its limits.)
 func TestDifferential(t *testing.T) {
 	type run struct {
-		name     string
-		algs     []ratelimit.Algorithm
-		requests int
-		mode     redisstore.Mode
+		name      string
+		algs      []ratelimit.Algorithm
+		requests  int
+		mode      redisstore.Mode
+		penalties bool
 	}
 	var runs []run
 	for _, alg := range ratelimit.Algorithms {
-		runs = append(runs, run{alg.String(), []ratelimit.Algorithm{alg}, 5000, redisstore.ModeFunctions})
+		runs = append(runs, run{alg.String(), []ratelimit.Algorithm{alg}, 5000, redisstore.ModeFunctions, false})
 	}
 	runs = append(runs,
-		run{"mixed", ratelimit.Algorithms, 8000, redisstore.ModeFunctions},
-		run{"mixed-scripts", ratelimit.Algorithms, 2000, redisstore.ModeScripts},
+		run{"mixed", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, false},
+		run{"mixed-scripts", ratelimit.Algorithms, 2000, redisstore.ModeScripts, false},
+		run{"penalties", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, true},
 	)
 	for n, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -46,7 +48,7 @@ func TestDifferential(t *testing.T) {
 			mem := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0))
 			t.Cleanup(func() { _ = mem.Close() })
 			lua := newStore(t, srv, simOpts(clock, r.mode))
-			cfg := ratelimittest.DiffConfig{Requests: r.requests, Algorithms: r.algs, Keys: 12, MaxEntries: 5}
+			cfg := ratelimittest.DiffConfig{Requests: r.requests, Algorithms: r.algs, Keys: 12, MaxEntries: 5, Penalties: r.penalties}
 			st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(uint64(n), ratelimittest.Seed(t, 2026))), cfg, ref,
 				ratelimittest.Target{Name: "memstore", Store: mem}, ratelimittest.Target{Name: "lua", Store: lua})
 			t.Logf("%s: %s", r.name, st)

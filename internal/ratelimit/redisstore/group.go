@@ -28,26 +28,30 @@ func (s *Store) compile(req *ratelimit.Request, cs *checkState) {
 	for _, idx := range cs.groups {
 		adjacentBuckets(cs.buckets, idx)
 	}
-	splitCalls(cs)
+	splitCalls(req, cs)
 }
 
 // splitCalls splits the groups of more than ratelimit.MaxCallEntries
-// entries into calls of at most that many, between buckets where it can
-// (a bucket of more limits than a call takes is split too: each call
-// reads and writes its own fields). The request then takes several calls,
-// decided as a request over several Cluster slots is (see check).
-func splitCalls(cs *checkState) {
+// entries (penalty boxes counted: see callEntries) into calls of at most
+// that many, between buckets where it can (a bucket of more limits than a
+// call takes is split too: each call reads and writes its own fields).
+// The request then takes several calls, decided as a request over several
+// Cluster slots is (see check).
+func splitCalls(req *ratelimit.Request, cs *checkState) {
 	split := false
 	for _, idx := range cs.groups {
-		split = split || len(idx) > ratelimit.MaxCallEntries
+		split = split || callEntries(req, cs.buckets, idx) > ratelimit.MaxCallEntries
 	}
 	if !split {
 		return
 	}
 	var groups [][]int
 	for _, idx := range cs.groups {
-		for len(idx) > ratelimit.MaxCallEntries {
-			cut := ratelimit.MaxCallEntries
+		for callEntries(req, cs.buckets, idx) > ratelimit.MaxCallEntries {
+			cut := min(ratelimit.MaxCallEntries, len(idx)-1)
+			for callEntries(req, cs.buckets, idx[:cut]) > ratelimit.MaxCallEntries {
+				cut--
+			}
 			for c := cut; c > 0; c-- {
 				if cs.buckets[idx[c]] != cs.buckets[idx[c-1]] {
 					cut = c // idx[c] begins a bucket

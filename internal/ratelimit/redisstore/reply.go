@@ -14,25 +14,51 @@ import (
 // an entry that allows (every algorithm counts so), 0 for one charged all
 // the same (its cost did not fit), else remaining; a refund reports the
 // figures after it in all four.
+// A bucket's penalty box has four values of its own before its entries'
+// (see penaltyReply): its ban marks the entries it denied Banned, and the
+// ban the call issued goes to each entry's Ban.
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
-func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) (bool, error) {
-	if len(vals) != 1+replyValues*len(idx) {
-		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), len(idx))
+func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []int, verdicts []model.Verdict) (bool, error) {
+	if n := callEntries(req, buckets, idx); len(vals) != 1+replyValues*n {
+		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), n)
 	}
 	decision, err := boolOf(vals[0])
 	if err != nil {
 		return false, fmt.Errorf("unexpected decision: %w", err)
 	}
-	want := true
-	for k, i := range idx {
+	want, release := true, req.Action == ratelimit.Release
+	freed := false
+	var banned bool
+	var issued int64
+	k, bucket := 0, ""
+	for q, i := range idx {
 		e := &req.Entries[i]
+		if box := boxOf(req, buckets, idx, q); box != nil {
+			left, ban, err := penaltyReply(vals[1+replyValues*k:1+replyValues*(k+1)], box)
+			if err != nil {
+				return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
+			}
+			banned, issued, k = left > 0 && !box.Shadow, ban, k+1
+		} else if q == 0 || buckets[i] != bucket {
+			banned, issued = false, 0
+		}
+		bucket = buckets[i]
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
-		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3]}
+		k++
+		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3], Banned: banned, Ban: issued}
 		switch {
 		case req.Action == ratelimit.Refund:
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
+		case release && e.Limit.Algorithm != ratelimit.Concurrency:
+			if !v.Allowed {
+				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
+			}
+		case release:
+			if !v.Allowed && v.RetryAfter != model.Never {
+				return false, fmt.Errorf("unexpected reply for %s: a release that freed nothing with retry-after %d", e.Key, v.RetryAfter)
 			}
 		case v.Allowed:
 			v.RemainingAfter -= e.Cost
@@ -46,6 +72,10 @@ func parseReply(vals []int64, req *ratelimit.Request, idx []int, verdicts []mode
 		if !v.Allowed && !e.Shadow {
 			want = false
 		}
+		freed = freed || v.Allowed && e.Limit.Algorithm == ratelimit.Concurrency
+	}
+	if release {
+		want = freed
 	}
 	if decision != want {
 		return false, fmt.Errorf("unexpected reply: decision %v disagrees with its entries", decision)

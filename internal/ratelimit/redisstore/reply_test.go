@@ -21,7 +21,7 @@ func TestParseReply(t *testing.T) {
 	idx := []int{0, 1}
 	ok := []int64{1, 0, 4, 100, 200, -1, 0, 5, 5}
 	verdicts := make([]model.Verdict, 2)
-	allowed, err := parseReply(ok, req, idx, verdicts)
+	allowed, err := parseReply(ok, req, []string{"a", "b"}, idx, verdicts)
 	if err != nil || !allowed {
 		t.Fatalf("valid reply: %v %v", allowed, err)
 	}
@@ -54,10 +54,47 @@ func TestParseReply(t *testing.T) {
 		"denied, reset after":  {with(8, 6), "reset after consuming"},
 		"wrong decision":       {with(0, 0), "disagrees"},
 	} {
-		_, err := parseReply(c.val, req, idx, make([]model.Verdict, 2))
+		_, err := parseReply(c.val, req, []string{"a", "b"}, idx, make([]model.Verdict, 2))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one mentioning %q", name, err, c.want)
 		}
+	}
+}
+
+// TestParseReplyPenalty: a bucket's penalty box has four values of its
+// own before its entries'; its ban marks the entries Banned and the ban
+// issued reaches every entry of the bucket.
+func TestParseReplyPenalty(t *testing.T) {
+	l := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 5, Interval: time.Second}
+	pen := ratelimit.Penalty{Denials: 3, Within: time.Second, Ban: time.Second, MaxBan: time.Minute}
+	req := &ratelimit.Request{Entries: []ratelimit.Entry{
+		{Key: "{b}:x", Limit: l, Cost: 1, Penalty: pen}, {Key: "{b}:y", Limit: l, Cost: 1, Penalty: pen}, {Key: "{c}:x", Limit: l, Cost: 1},
+	}}
+	buckets, idx := []string{"{b}", "{b}", "{c}"}, []int{0, 1, 2}
+	banned := []int64{0, 700, 0, 0, 0, 700, 0, 700, 700, 700, 0, 700, 700, 0, 4, 100, 200}
+	verdicts := make([]model.Verdict, 3)
+	if allowed, err := parseReply(banned, req, buckets, idx, verdicts); err != nil || allowed {
+		t.Fatalf("banned reply: %v %v", allowed, err)
+	}
+	if !verdicts[0].Banned || !verdicts[1].Banned || verdicts[2].Banned || verdicts[0].RetryAfter != 700 {
+		t.Fatalf("verdicts %+v: want the bucket's two entries banned for 700µs", verdicts)
+	}
+	issued := []int64{0, 0, 2_000_000, 0, 60_000_000, 5, 0, 5, 5, 5, 0, 5, 5, 0, 4, 100, 200}
+	if _, err := parseReply(issued, req, buckets, idx, verdicts); err != nil {
+		t.Fatal(err)
+	}
+	if verdicts[0].Banned || verdicts[0].Ban != 2_000_000 || verdicts[1].Ban != 2_000_000 || verdicts[2].Ban != 0 {
+		t.Fatalf("verdicts %+v: want the ban issued on the bucket's entries", verdicts)
+	}
+	for name, f := range map[string][]int64{"count at the ban": {0, 0, 0, 3, 0}, "ban beyond maxBan": {0, 0, 60_000_001, 0, 0}, "left and issued": {0, 5, 5, 0, 0}} {
+		r := append([]int64(nil), issued...)
+		copy(r[1:5], f[1:])
+		if _, err := parseReply(r, req, buckets, idx, verdicts); err == nil || !strings.Contains(err.Error(), "penalty") {
+			t.Errorf("%s: error %v, want one about the penalty", name, err)
+		}
+	}
+	if _, err := parseReply(issued[:13], req, buckets, idx, verdicts); err == nil {
+		t.Error("a reply without the penalty's values was accepted")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,13 +235,17 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 
 	// One call (one slot, or not a Cluster, and at most MaxCallEntries
 	// entries) decides and consumes. Several calls: a dry run in each
-	// first. A refund has nothing to decide: one round gives back
-	// everywhere.
-	dryFirst := len(cs.groups) > 1 && req.Action != ratelimit.Refund
+	// first. A refund or a release has nothing to decide: one round gives
+	// back everywhere; a release is allowed when any call freed something.
+	givesBack := req.Action == ratelimit.Refund || req.Action == ratelimit.Release
+	dryFirst := len(cs.groups) > 1 && !givesBack
 	if err := s.round(ctx, req, cs, req.Action == ratelimit.DryRun || dryFirst); err != nil {
 		return err
 	}
 	allowed := all(cs.consumed)
+	if req.Action == ratelimit.Release {
+		allowed = slices.Contains(cs.consumed, true)
+	}
 	if dryFirst && allowed && req.Action != ratelimit.DryRun {
 		if s.betweenRounds != nil {
 			s.betweenRounds()
@@ -299,13 +304,23 @@ func (s *Store) giveBack(ctx context.Context, req *ratelimit.Request, cs *checkS
 
 // chargeAlways is the real round of a denied request that spans slots,
 // for its entries that charge always (and cost something): those are
-// charged whatever the decision. Their verdicts replace the dry run's.
+// charged whatever the decision; and for the buckets whose penalty box
+// counts a denial (their own limits denied, and no ban did), so that the
+// box counts it. Their verdicts replace the dry run's. A call of that
+// round that is allowed after all (a concurrent refund made room) is
+// given back, as the request is denied.
 func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *checkState) error {
 	var charged [][]int
 	for _, idx := range cs.groups {
 		var keep []int
-		for _, i := range idx {
-			if e := &req.Entries[i]; e.ChargeAlways && e.Cost > 0 {
+		counting := false
+		for q, i := range idx {
+			if boxOf(req, cs.buckets, idx, q) != nil {
+				counting = countsDenial(cs, idx[q:])
+			} else if q > 0 && cs.buckets[idx[q-1]] != cs.buckets[i] {
+				counting = false
+			}
+			if e := &req.Entries[i]; counting || e.ChargeAlways && e.Cost > 0 {
 				keep = append(keep, i) // in order: a bucket's entries stay adjacent
 			}
 		}
@@ -319,8 +334,25 @@ func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *ch
 	groups, consumed := cs.groups, cs.consumed
 	cs.groups, cs.consumed = charged, make([]bool, len(charged))
 	err := s.round(ctx, req, cs, false)
+	if err == nil {
+		s.giveBack(ctx, req, cs)
+	}
 	cs.groups, cs.consumed = groups, consumed
 	return err
+}
+
+// countsDenial reports whether the bucket whose entries start idx had an
+// entry denied by its own limits, not by a ban, in the verdicts so far.
+func countsDenial(cs *checkState, idx []int) bool {
+	for _, i := range idx {
+		if cs.buckets[i] != cs.buckets[idx[0]] {
+			break
+		}
+		if v := &cs.verdicts[i]; !v.Allowed && !v.Banned {
+			return true
+		}
+	}
+	return false
 }
 
 // round sends one call per group, waits, and parses the replies into
@@ -426,7 +458,7 @@ func finish(req *ratelimit.Request, cs *checkState) error {
 		if c.err != nil {
 			return fmt.Errorf("redisstore check: %w", c.err)
 		}
-		ok, err := parseReply(c.reply, req, cs.groups[g], cs.verdicts)
+		ok, err := parseReply(c.reply, req, cs.buckets, cs.groups[g], cs.verdicts)
 		if err != nil {
 			return fmt.Errorf("redisstore check: %w", err)
 		}

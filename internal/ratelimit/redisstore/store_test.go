@@ -140,15 +140,15 @@ func TestAlgorithmChange(t *testing.T) {
 	ref := ratelimittest.NewReference(clock)
 	order := []ratelimit.Algorithm{
 		ratelimit.TokenBucket, ratelimit.SlidingWindowLog, ratelimit.FixedWindow, ratelimit.FixedWindowClock, ratelimit.FixedWindow,
-		ratelimit.LeakyBucket, ratelimit.GCRA, ratelimit.SlidingWindowCounter, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog,
-		ratelimit.Calendar, ratelimit.FixedWindowClock, ratelimit.Calendar, ratelimit.TokenBucket,
+		ratelimit.LeakyBucket, ratelimit.GCRA, ratelimit.Concurrency, ratelimit.SlidingWindowCounter, ratelimit.FixedWindowClock, ratelimit.SlidingWindowLog,
+		ratelimit.Calendar, ratelimit.FixedWindowClock, ratelimit.Concurrency, ratelimit.Calendar, ratelimit.TokenBucket,
 	}
 	ctx := context.Background()
 	for n, key := range []string{ratelimit.Key("ns", "p", "v", "changing"), "changing"} {
 		for i, alg := range order {
-			l := ratelimittest.NoRefillLimits(7)[alg-1]
-			fresh := check(t, ref, ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint("fresh", n, "/", i), Limit: l, Cost: 2}}})
-			got := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 2}}})
+			l := ratelimittest.NoRefillLimitOf(7, alg)
+			fresh := check(t, ref, ratelimit.Request{Entries: []ratelimit.Entry{{Key: fmt.Sprint("fresh", n, "/", i), Limit: l, Cost: 2, Holder: "h"}}})
+			got := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 2, Holder: "h"}}})
 			if got.Results[0] != fresh.Results[0] {
 				t.Fatalf("%s: %s over the previous algorithm's state: %+v, want %+v", key, alg, got.Results[0], fresh.Results[0])
 			}
@@ -174,14 +174,14 @@ func TestAlgorithmChange(t *testing.T) {
 				}
 			}
 			for _, alg := range ratelimit.Algorithms {
-				l := ratelimittest.NoRefillLimits(7)[alg-1]
-				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1}}, Action: ratelimit.DryRun}
+				l := ratelimittest.NoRefillLimitOf(7, alg)
+				req := ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: l, Cost: 1, Holder: "h"}}, Action: ratelimit.DryRun}
 				if dec := check(t, s, req); !dec.Allowed || dec.Results[0].Remaining != 6 {
 					t.Fatalf("%s: %s over foreign data: %+v", key, alg, dec)
 				}
 			}
 			for _, alg := range []ratelimit.Algorithm{ratelimit.SlidingWindowLog, ratelimit.TokenBucket} {
-				check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ratelimittest.NoRefillLimits(7)[alg-1], Cost: 1}}})
+				check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: ratelimittest.NoRefillLimitOf(7, alg), Cost: 1, Holder: "h"}}})
 				if pttl := srv.Client().PTTL(ctx, bucket).Val(); pttl <= 0 {
 					t.Fatalf("%s: %s over foreign data: the bucket %s has no TTL: %s", key, alg, bucket, pttl)
 				}

@@ -28,18 +28,12 @@ type Ingress struct {
 // shape what ingress-nginx renders for it.
 func ReadIngress(t testing.TB, file string) Ingress {
 	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ing struct {
 		Metadata struct {
 			Annotations map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if err := yaml.Unmarshal(b, &ing); err != nil {
-		t.Fatal(err)
-	}
+	readYAML(t, file, &ing)
 	a := ing.Metadata.Annotations
 	ex := Ingress{
 		AuthURL:       a["nginx.ingress.kubernetes.io/auth-url"],
@@ -73,7 +67,40 @@ type Server struct {
 	// ClientHeaders copies the check's rate-limit headers to the client
 	// (add_header ... always), for examples without a snippet that does.
 	ClientHeaders bool
+	// LogFormat, when set, is the server's access log format
+	// (ReadLogFormat), the log written to nginx's standard output.
+	LogFormat string
 }
+
+// ReadLogFormat reads log-format-upstream from an ingress-nginx controller
+// ConfigMap example.
+func ReadLogFormat(t testing.TB, file string) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	readYAML(t, file, &cm)
+	f := cm.Data["log-format-upstream"]
+	if f == "" {
+		t.Fatalf("%s: no log-format-upstream", file)
+	}
+	return f
+}
+
+// readYAML decodes the YAML file into v, or fails t.
+func readYAML(t testing.TB, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+// logFormatName names the log_format of the server on port.
+func logFormatName(port int) string { return fmt.Sprintf("server_%d", port) }
 
 // RateLimitHeaders are the headers the check endpoint answers with.
 var RateLimitHeaders = []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
@@ -96,6 +123,9 @@ func (s Server) Render(checkAddr string) string {
 		serverName = "_"
 	}
 	fmt.Fprintf(&b, "\n\tserver {\n\t\tlisten 127.0.0.1:%d;\n\t\tserver_name %s;\n\n", s.Port, serverName)
+	if s.LogFormat != "" {
+		fmt.Fprintf(&b, "\t\taccess_log /dev/stdout %s;\n", logFormatName(s.Port))
+	}
 	b.WriteString(AuthLocation(checkAddr, authURL))
 	fmt.Fprintf(&b, "\n\t\tlocation / {\n\t\t\tset $namespace %q;\n\t\t\tauth_request %s;\n", s.Namespace, AuthPath)
 	for i, h := range s.Ingress.ResponseHeaders {
@@ -134,6 +164,9 @@ func StartServers(t testing.TB, dir, checkAddr string, servers ...Server) *syste
 	ports := map[int]bool{}
 	var listen []int
 	for _, s := range servers {
+		if s.LogFormat != "" {
+			fmt.Fprintf(&http, "\tlog_format %s '%s';\n", logFormatName(s.Port), strings.ReplaceAll(s.LogFormat, "'", `\'`))
+		}
 		http.WriteString(s.Render(checkAddr))
 		if !ports[s.Port] {
 			if s.Hostname != "" {

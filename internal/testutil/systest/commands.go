@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 )
 
 // RequireCommand returns the path of a program the suite runs, or fails
@@ -49,6 +52,29 @@ func RequirePyPICommand(t testing.TB, name, spec string) string {
 	}
 	t.Fatalf("%s is not installed (looked on PATH and in python3's pip scripts folder): run `make deps` (hack/install-proxies.sh) or `python3 -m pip install %s`", name, spec)
 	return ""
+}
+
+// PinnedTool is the path of a tool a make target builds into bin/ at a
+// pinned version: bin/<name>-<version>, the version read from mkfile's
+// <NAME>_VERSION (mkfile is relative to the repository root), so the test
+// runs what make runs. It fails t, naming target, when the tool is missing.
+func PinnedTool(t testing.TB, mkfile, name, target string) string {
+	t.Helper()
+	root := kubetest.RepoRoot(t)
+	mk, err := os.ReadFile(filepath.Join(root, mkfile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^` + strings.ToUpper(name) + `_VERSION \?= (\S+)$`)
+	m := re.FindSubmatch(mk)
+	if m == nil {
+		t.Fatalf("%s sets no %s_VERSION", mkfile, strings.ToUpper(name))
+	}
+	path := filepath.Join(root, "bin", name+"-"+string(m[1]))
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s not found: run `make %s` (`make test` runs it), which builds it into bin/", path, target)
+	}
+	return path
 }
 
 // ReplaceOnce replaces old by new in an example's text, failing the test

@@ -18,11 +18,14 @@
 --   LeakyBucket, GCRA    5 or 6, level, time
 --   FixedWindowClock     7, count, window start
 --   Calendar             8, count, window end
+--   Concurrency          9, held, since, first, last ('<Bdddd'); each hold
+--                        a field of its own (see the Concurrency section)
 -- (Binary, not decimal text: struct.unpack and struct.pack cost a fraction
 -- of string.match, tonumber and string.format, and this runs per limit on
 -- every request.) A field holding anything else (another algorithm's
 -- state: the limit was edited) is untouched, and replaced on write. The
--- field ':exp' holds the bucket's expiry in ms ('<d'): the latest moment
+-- field ':ban' holds the bucket's penalty box state (see its section).
+-- The field ':exp' holds the bucket's expiry in ms ('<d'): the latest moment
 -- at which a state written to the bucket is untouched again. The key
 -- expires exactly then (PEXPIREAT), so a state never expires before its
 -- time whichever limits a request names, and a bucket's expiry never moves
@@ -44,15 +47,20 @@
 --         request that name one bucket must be adjacent and have distinct
 --         fields.
 --   args: per request, a header "n:mode:time" (n in 1..256 entries,
---         mode 0 a check, 1 a dry run, 2 a refund; time in µs or '-' for
---         the server's TIME), then n
+--         mode 0 a check, 1 a dry run, 2 a refund, 3 a release; time in
+--         µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:flags:field"
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
 --         1 shadow, 2 charge always, 3 both; field: the limit's field in
 --         its bucket, without ':'); a calendar quota's entry is
 --         "8:capacity:w0:w1:w2:w3:cost:flags:field", w0 < w1 < w2 < w3
 --         the starts of four consecutive windows in µs (see Calendar below;
---         a request's time outside [w0, w3) is an error reply).
+--         a request's time outside [w0, w3) is an error reply). A bucket's
+--         penalty box is one more entry, "10:denials:within:ban:maxban:flags"
+--         (µs; flags 1 shadow), first of the bucket's entries; not in a refund. A concurrency
+--         entry (algorithm 9, rate 0, flags 0..1) is followed by one more
+--         argument, its holder (1..256 bytes of any kind), so that the entry
+--         itself is the same string for every request (memoized).
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -65,11 +73,18 @@
 --           entry denies, unless it charges always). Remaining after
 --           consuming is remaining minus the cost for an entry that
 --           allows, for every algorithm (0 for one charged all the same).
+--           A penalty box's four: the ban left at the call's start, the
+--           ban the call issued (µs, 0: none), the denials counted, the
+--           time until its state is untouched (µs).
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
 -- A refund gives each entry's cost back to its limit (see refund_group):
 -- it is allowed, and its figures are those after the refund, in all four
--- values (remaining is not reduced by the cost).
+-- values (remaining is not reduced by the cost); a concurrency entry's
+-- refund releases its holder. A release frees what each concurrency
+-- entry's holder holds (an entry that freed something has retry-after 0,
+-- one that freed nothing -1) and refunds the other entries; it is allowed
+-- when a concurrency entry freed something; the figures are those after.
 -- A denied or dry-run request writes nothing, except that a denied one
 -- writes its entries that charge always: those are charged whatever the
 -- decision, and when the cost does not fit the limit goes over (into debt,
@@ -98,6 +113,9 @@ local MAXENTRIES = 256             -- per request
 local MAXKEYS = 8192               -- per call
 local EXPIRY = ':exp'              -- a bucket's field holding its expiry (ms)
 local LOGMARK = '\3'               -- a log's field in its bucket
+local BAN = ':ban'                 -- a bucket's field holding its penalty box
+local PENALTY = 10                 -- the penalty box's id in the arguments
+local MAXPENALTY = 31622400000000  -- µs: bound of a penalty's durations (366 days)
 
 -- Functions see the standard library and the redis API only when called,
 -- not while the library loads: init() binds them on the first call.
@@ -119,7 +137,10 @@ end
 --   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
 --   value (a string, or false), and E_LW[j], whether a write to it is
 --   pending.
---   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_OWN[g]:
+--   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
+--   index in its bucket's read.
+--   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_HOLDS[g]:
+--   it has a concurrency entry; G_OWN[g]:
 --   the group is one log whose key is its own bucket (no hash);
 --   G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored expiry (ms,
 --   0 when none); G_LOG[g]: it holds a log to write.
@@ -129,8 +150,8 @@ end
 --   charge always, written whatever the decision: G_WA[g][1..G_MA[g]] and
 --   G_WEXPA[g].
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_LW, E_LK, E_V = {}, {}, {}, {}
-local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG = {}, {}, {}, {}, {}, {}, {}
+local E_REC, E_LW, E_LK, E_V, E_HI, E_HF = {}, {}, {}, {}, {}, {}
+local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG, G_HOLDS = {}, {}, {}, {}, {}, {}, {}, {}
 local G_W, G_M, G_WEXP = {}, {}, {}
 local G_WA, G_MA, G_WEXPA = {}, {}, {}
 -- A log's pending write: how (W_MODE: REPLACE deletes the key first), the
@@ -753,6 +774,331 @@ local function meter(alg, v, cap, rate, iv, now, cost, o, always)
   return false
 end
 
+-- Penalty box (the argument of algorithm id 10, leading its bucket's
+-- entries): a bucket whose own limits deny `denials` requests within
+-- `within` is banned for `ban`; banned again less than `maxban` after its
+-- last ban ended, for twice the last ban, at most `maxban`. While banned
+-- (and not shadow) its entries are denied without being evaluated, and
+-- nothing of the bucket is written. The model's penalty.go is the
+-- reference. State, the field ':ban' ('<Bdddd'): 10, the denials counted,
+-- the start of their count, the last ban's end and its length.
+
+local function penalty_read(v)
+  local a, c, s, u, l
+  if v and #v == 33 then
+    a, c, s, u, l = sunpack('<Bdddd', v)
+  end
+  if a == 10 and c >= 0 and c <= MAXCOUNT and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and
+    u >= 0 and u <= MAXU and u % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+    return c, s, u, l
+  end
+  return 0, 0, 0, 0
+end
+
+-- penalty_slot fills the penalty's reply values at o: the ban left at the
+-- call's start, the ban the call issued, the denials counted and the time
+-- until the state is untouched (all µs but the count).
+local function penalty_slot(o, e, c, s, u, l, left, issued, now)
+  local exp = 0
+  if c > 0 then
+    exp = s + e[3]
+  end
+  if l > 0 and u + e[5] > exp then
+    exp = u + e[5]
+  end
+  if exp > now then
+    exp = exp - now
+  else
+    exp = 0
+  end
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = left, issued, c, exp
+  return exp
+end
+
+-- penalty_box applies group g's penalty box (v: the stored ':ban') once
+-- its limits are evaluated, as the model's ApplyBans and CountDenials do,
+-- and fills its reply values. A ban in force (not shadow) denies every
+-- entry, retry at the ban's end at the earliest, nothing remaining, and
+-- leaves the group nothing to write. Otherwise a denial of the group's own
+-- limits (denied) is counted, and a ban it issues (not shadow) puts the
+-- denied entries' retries at its end at the earliest; the new state is
+-- written whatever the request's decision: it goes to both pending
+-- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
+-- and pending writes.
+local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+  local first, last = G_FIRST[g], G_LAST[g]
+  local e = E_REC[first]
+  local c, s, u, l = penalty_read(v)
+  local left, issued, hold = 0, 0, 0
+  if now < u then
+    left, hold = u - now, u - now
+  elseif denied then
+    if c > 0 and now < s + e[3] then
+      c = c + 1
+    else
+      c, s = 1, now
+    end
+    if c >= e[2] then
+      issued = e[4]
+      if l > 0 and now < u + e[5] then
+        issued = 2 * l
+        if issued > e[5] then
+          issued = e[5]
+        end
+      end
+      c, s, u, l, hold = 0, 0, now + issued, issued, issued
+    end
+  end
+  local exp = penalty_slot(base + 4 * first, e, c, s, u, l, left, issued, now)
+  if e[6] then
+    hold = 0 -- a shadow box denies nothing
+  end
+  if hold > 0 then
+    for j = first + 1, last do
+      local o = base + 4 * j
+      local retry = OUT[o + 1]
+      if (left > 0 or retry ~= 0) and retry ~= NEVER and retry < hold then
+        OUT[o + 1] = hold
+      end
+      if left > 0 then
+        if OUT[o + 3] < left then
+          OUT[o + 3] = left
+        end
+        OUT[o + 2], OUT[o + 4] = 0, OUT[o + 3]
+      end
+    end
+  end
+  if left > 0 then
+    if hold > 0 then
+      return false, 0, 0, false, 0, 0
+    end
+  elseif denied then
+    local val = spack('<Bdddd', 10, c, s, u, l)
+    exp = now + exp
+    w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = BAN, val, BAN, val
+    m, ma = m + 2, ma + 2
+    if exp > wexp then
+      wexp = exp
+    end
+    if exp > wexpa then
+      wexpa = exp
+    end
+  end
+  return allowed, m, wexp, log, ma, wexpa
+end
+
+-- penalty_entry parses "10:denials:within:ban:maxban:flags" (flags 0..1:
+-- 1 shadow) into an entry record {10, denials, within, ban, maxban,
+-- shadow, ':ban', false}; nil if malformed.
+local function penalty_entry(s)
+  local d, wi, b, mb, flags = match(s, '^10:(%d+):(%d+):(%d+):(%d+):([01])$')
+  d, wi, b, mb = toint(d, 1, MAXCOUNT), toint(wi, 1, MAXPENALTY), toint(b, 1, MAXPENALTY), toint(mb, 1, MAXPENALTY)
+  if d == nil or wi == nil or b == nil or mb == nil or b > mb then
+    return nil
+  end
+  return {10, d, wi, b, mb, flags == '1', BAN, false}
+end
+
+-- Concurrency (algorithm 9): units held in flight, each hold named by its
+-- holder. The limit's field holds '<Bdddd' 9, held, since, first, last:
+-- the units held, when the state began (its first admission), a time at
+-- or before the earliest admission still held, and the latest admission.
+-- Each hold is a field of the same bucket, ':h<field>:<holder>', holding
+-- '<dd' cost, admission time: no key of its own, so an admission reads
+-- and writes nothing a token bucket does not (its hold's field rides on
+-- the bucket's HMGET and HSET). A hold ends at its admission plus the
+-- interval (the lease timeout); ended holds are swept (HGETALL) only when
+-- first says one may have ended, and a denial reads them all to find its
+-- retry. A hold admitted before since belongs to an earlier state of the
+-- field (the limit was edited away and back) and counts for nothing.
+local C_LIVE = {} -- scratch of conc_scan: {at, cost, mine} per live hold
+local C_NLIVE = 0
+local G_DEL, G_ND = {}, {} -- per group: hold fields to delete on commit
+
+local function by_at(x, y)
+  return x[1] < y[1]
+end
+
+-- conc_state reads a concurrency field: held, since, first, last, and
+-- whether it is this algorithm's state (else untouched: a state that
+-- would begin now).
+local function conc_state(v, now)
+  local a, held, since, first, last
+  if v and #v == 33 then
+    a, held, since, first, last = sunpack('<Bdddd', v)
+  end
+  if a == 9 and held >= 0 and held <= MAXU and held % 1 == 0 and since >= 0 and since <= MAXU and since % 1 == 0 and
+    first >= 0 and first <= MAXU and first % 1 == 0 and last >= 0 and last <= MAXU and last % 1 == 0 then
+    return held, since, first, last, true
+  end
+  return 0, now, 0, 0, false
+end
+
+-- conc_hold reads a hold's field: its cost and admission time when it is
+-- live (of the state begun at since, not ended at now), else nil.
+local function conc_hold(hv, since, iv, now)
+  local c, at
+  if hv and #hv == 16 then
+    c, at = sunpack('<dd', hv)
+  end
+  if c and c >= 1 and c <= MAXCOUNT and c % 1 == 0 and at >= since and at <= MAXU and at % 1 == 0 and at + iv > now then
+    return c, at
+  end
+  return nil
+end
+
+-- conc_scan reads every hold of field in group g's bucket: the live ones
+-- go to C_LIVE (mine: the hold of holdfield), the others to the group's
+-- deletions. It returns what the live ones hold and the earliest of their
+-- admissions (nil when none).
+local function conc_scan(g, field, holdfield, since, iv, now)
+  local all = call('HGETALL', G_KEY[g])
+  local prefix = ':h' .. field .. ':'
+  local np = #prefix
+  local held, first = 0, nil
+  C_NLIVE = 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, np) == prefix then
+      local c, at = conc_hold(all[i + 1], since, iv, now)
+      if c then
+        C_NLIVE = C_NLIVE + 1
+        local rec = C_LIVE[C_NLIVE]
+        if not rec then
+          rec = {}
+          C_LIVE[C_NLIVE] = rec
+        end
+        rec[1], rec[2], rec[3] = at, c, f == holdfield
+        held = held + c
+        if first == nil or at < first then
+          first = at
+        end
+      else
+        local d = G_DEL[g]
+        if not d then
+          d = {}
+          G_DEL[g] = d
+        end
+        G_ND[g] = G_ND[g] + 1
+        d[G_ND[g]] = f
+      end
+    end
+  end
+  return held, first
+end
+
+-- conc_retry_at: the earliest time cost fits if nothing else arrives,
+-- from the live holds in C_LIVE: when enough of them have ended, the
+-- holder's own among them (dup: it holds); at the latest, when the last
+-- admission's hold ends.
+local function conc_retry_at(held, cost, cap, iv, dup, last)
+  for i = C_NLIVE + 1, #C_LIVE do
+    C_LIVE[i] = nil -- so the sort sees this scan's holds alone
+  end
+  table.sort(C_LIVE, by_at)
+  local i, n = 1, C_NLIVE
+  while i <= n do
+    local e = C_LIVE[i][1] + iv
+    while i <= n and C_LIVE[i][1] + iv <= e do
+      held = held - C_LIVE[i][2]
+      if C_LIVE[i][3] then
+        dup = false
+      end
+      i = i + 1
+    end
+    if not dup and held + cost <= cap then
+      return e
+    end
+  end
+  return last + iv
+end
+
+-- conc_figures: what a concurrency limit holding held may still admit,
+-- and how long until it is untouched (the latest admission's lease end
+-- while anything is held).
+local function conc_figures(cap, held, last, iv, now)
+  local remaining, reset = cap - held, 0
+  if remaining < 0 then
+    remaining = 0
+  end
+  if held > 0 then
+    reset = last + iv - now
+  end
+  return remaining, reset
+end
+
+-- concurrency evaluates an entry (record e, hold field hf) of group g: v
+-- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
+-- o and returns whether it allows; when it holds a cost, also the field's
+-- new value, the state's end (µs) and the hold's value.
+local function concurrency(g, e, hf, v, hv, now, o)
+  local cap, iv, cost = e[2], e[4], e[5]
+  local held, since, first, last, current = conc_state(v, now)
+  local scanned = false
+  if current and held > 0 and first + iv <= now then -- a hold may have ended: sweep
+    local f
+    held, f = conc_scan(g, e[7], hf, since, iv, now)
+    first, scanned = f or 0, true
+  end
+  local remaining, reset = conc_figures(cap, held, last, iv, now)
+  local dup = cost > 0 and current and conc_hold(hv, since, iv, now) ~= nil
+  if cost > cap then
+    return deny(o, remaining, reset, NEVER)
+  elseif not dup and held + cost <= cap then
+    if cost == 0 then
+      return allow(o, remaining, reset, reset)
+    end
+    local at = now
+    if last > at then
+      at = last
+    end
+    if held == 0 then
+      first = at
+    end
+    allow(o, remaining, reset, at + iv - now)
+    return true, spack('<Bdddd', 9, held + cost, since, first, at), at + iv, spack('<dd', cost, at)
+  end
+  if not scanned then
+    held = conc_scan(g, e[7], hf, since, iv, now)
+  end
+  return deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
+end
+
+-- conc_release frees the hold hf of entry e in group g (v its field, hv
+-- the hold): it fills the figures after at o, retry 0 when it freed
+-- something, else never, and returns the field's new value (nil when
+-- nothing was freed); the hold's field goes to the group's deletions.
+local function conc_release(g, e, hf, v, hv, now, o)
+  local iv = e[4]
+  local held, since, first, last, current = conc_state(v, now)
+  local c = current and conc_hold(hv, since, iv, now)
+  local val = nil
+  if c then
+    if first + iv <= now then -- a hold may have ended: sweep (this one is live)
+      local f
+      held, f = conc_scan(g, e[7], hf, since, iv, now)
+      first = f
+    end
+    held = held - c
+    G_ND[g] = G_ND[g] + 1
+    local d = G_DEL[g]
+    if not d then
+      d = {}
+      G_DEL[g] = d
+    end
+    d[G_ND[g]] = hf
+    val = spack('<Bdddd', 9, held, since, first, last)
+  elseif current and held > 0 and first + iv <= now then
+    held = conc_scan(g, e[7], hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
+  end
+  local remaining, reset = conc_figures(e[2], held, last, iv, now)
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = NEVER, remaining, reset, reset
+  if c then
+    OUT[o + 1] = 0
+  end
+  return val
+end
+
 -- read_bucket reads group g's bucket once (HMGET of its entries' fields
 -- and ':exp'; a key that is not a hash counts as empty: foreign). It
 -- returns the fields (false when none were read), whether the key is
@@ -764,14 +1110,25 @@ local function read_bucket(g)
     E_V[first] = false
   else
     local n = last - first + 1
-    if n == 1 then
+    if n == 1 and not G_HOLDS[g] then
       r = pcall_('HMGET', G_KEY[g], E_REC[first][7], EXPIRY)
+    elseif n == 2 and not G_HOLDS[g] then -- a limit and its penalty box, or two limits
+      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], E_REC[first + 1][7], EXPIRY)
     else
       for x = 1, n do
         ARGS[x] = E_REC[first + x - 1][7]
       end
       ARGS[n + 1] = EXPIRY
-      r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, n + 1))
+      local m = n + 1
+      if G_HOLDS[g] then -- each concurrency entry's hold, after the expiry
+        for j = first, last do
+          if E_REC[j][1] == 9 then
+            m = m + 1
+            ARGS[m], E_HI[j] = E_HF[j], m
+          end
+        end
+      end
+      r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, m))
     end
     if r.err then
       r, foreign = false, true
@@ -800,11 +1157,14 @@ local function evaluate(g, now, base)
     w, wa = {}, {}
     G_W[g], G_WA[g] = w, wa
   end
-  local allowed, m, wexp, log, ma, wexpa = true, 0, 0, false, 0, 0
+  local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
+  G_ND[g] = 0
   for j = first, last do
     local e = E_REC[j]
-    local alg, v, ok, val, exp = e[1], r and r[j - first + 1]
-    if alg == 1 then
+    local alg, v, ok, val, exp, hold = e[1], r and r[j - first + 1]
+    if alg == PENALTY then
+      ok = true -- its reply values come after the limits' (penalty_box)
+    elseif alg == 1 then
       ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 2 then
       ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
@@ -814,6 +1174,8 @@ local function evaluate(g, now, base)
       ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     elseif alg == 8 then
       ok, val, exp = calendar(v, e[2], e, now, e[5], base + 4 * j, e[8])
+    elseif alg == 9 then
+      ok, val, exp, hold = concurrency(g, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
     elseif alg == 3 then
       E_V[j] = v
       local pending
@@ -828,8 +1190,11 @@ local function evaluate(g, now, base)
     else
       ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
     end
-    if not ok and not e[6] then
-      allowed = false
+    if not ok then
+      denied = true
+      if not e[6] then
+        allowed = false
+      end
     end
     -- A pending write (exp) comes from an entry that allows, or from one
     -- that charges always; the latter is also written when the request
@@ -837,6 +1202,10 @@ local function evaluate(g, now, base)
     if exp then
       if val then
         w[m + 1], w[m + 2] = e[7], val
+        m = m + 2
+      end
+      if hold then
+        w[m + 1], w[m + 2] = E_HF[j], hold
         m = m + 2
       end
       if exp > wexp then
@@ -851,6 +1220,15 @@ local function evaluate(g, now, base)
           wexpa = exp
         end
       end
+    end
+  end
+  if E_REC[first][1] == PENALTY then
+    local v = r and r[1]
+    if v or denied then
+      allowed, m, wexp, log, ma, wexpa = penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+    else -- never banned nor counting, and nothing to count: the common case
+      local o = base + 4 * first
+      OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
     end
   end
   G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
@@ -1022,11 +1400,12 @@ local function refund_log(key, current, window, now, n)
     if c == nil or at == nil then
       return -- an unreadable member keeps the rest
     end
-    call('ZREM', key, last[1])
-    if m > n then
+    if m > n then -- the new member first: a log left empty for a moment would lose its TTL
       call('ZADD', key, format('%d', at), format('%d:%d', (c - n) % LOGMOD, m - n))
+      call('ZREM', key, last[1])
       return
     end
+    call('ZREM', key, last[1])
     n = n - m
     if n == 0 then
       return
@@ -1041,9 +1420,10 @@ end
 -- refund_group gives back the costs of group g's entries and gathers its
 -- pending writes (a log's are made at once). Each entry's figures are
 -- those of a check of cost 0 after the refund, allowed.
-local function refund_group(g, now, base)
+local function refund_group(g, now, base, release)
   local first, last = G_FIRST[g], G_LAST[g]
   local r, foreign, stored = read_bucket(g)
+  G_ND[g] = 0
   local w = G_W[g]
   if not w then
     w = {}
@@ -1071,6 +1451,8 @@ local function refund_group(g, now, base)
     elseif alg == 4 then
       val = give and refund_counter(v, e[4], now, e[5])
       sliding_counter(val or v, e[2], e[3], e[4], now, 0, o, false)
+    elseif alg == 9 then
+      val = conc_release(g, e, E_HF[j], v, r and r[E_HI[j]], now, o)
     elseif alg == 3 then
       local current = G_OWN[g] or v == LOGMARK
       refund_log(E_LK[j], current, e[4], now, e[5])
@@ -1079,7 +1461,9 @@ local function refund_group(g, now, base)
       val = give and refund_meter(alg, v, e[3], e[4], now, e[5])
       meter(alg, val or v, e[2], e[3], e[4], now, 0, o, false)
     end
-    OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
+    if not release or alg ~= 9 then -- a release refunds the other algorithms
+      OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
+    end
     if val then
       w[m + 1], w[m + 2] = e[7], val
       m = m + 2
@@ -1128,6 +1512,8 @@ local function commit(g, always)
   end
   if G_FOREIGN[g] then
     call('DEL', G_KEY[g])
+  elseif G_ND[g] > 0 and not always then -- ended and released holds
+    call('HDEL', G_KEY[g], unpack_(G_DEL[g], 1, G_ND[g]))
   end
   if m == 2 then
     call('HSET', G_KEY[g], w[1], w[2])
@@ -1151,8 +1537,9 @@ end
 local MEMOMAX = 4096
 local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
--- header parses "n:mode:time" into {n, dry, time or false, refund}; nil if
--- malformed. Mode: 0 a check, 1 a dry run, 2 a refund.
+-- header parses "n:mode:time" into {n, dry, time or false, refund,
+-- release}; nil if malformed. Mode: 0 a check, 1 a dry run, 2 a refund, 3
+-- a release (refund is set too: both give back, without deciding).
 local function header(s)
   local rec = hmemo[s]
   if rec then
@@ -1161,13 +1548,13 @@ local function header(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local n, mode, t = match(s, '^(%d+):([012]):([%d%-]+)$')
+  local n, mode, t = match(s, '^(%d+):([0123]):([%d%-]+)$')
   n = toint(n, 1, MAXENTRIES)
   if n == nil then
     return nil
   end
   if t == '-' then
-    rec = {n, mode == '1', false, mode == '2'}
+    rec = {n, mode == '1', false, mode == '2' or mode == '3', mode == '3'}
     if hmemo_n >= MEMOMAX then
       hmemo, hmemo_n = {}, 0
     end
@@ -1178,11 +1565,12 @@ local function header(s)
   if t == nil then
     return nil
   end
-  return {n, mode == '1', t, mode == '2'} -- an explicit time: not worth remembering
+  return {n, mode == '1', t, mode == '2' or mode == '3', mode == '3'} -- an explicit time: not worth remembering
 end
 
 -- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
 -- {alg, cap, rate, iv, cost, shadow, field, always}; nil if malformed.
+-- (A concurrency entry's holder is an argument of its own: see parse.)
 local function entry(s)
   local rec = ememo[s]
   if rec then
@@ -1193,14 +1581,15 @@ local function entry(s)
   end
   local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
   if alg == nil then
-    rec = calendar_entry(s)
+    rec = calendar_entry(s) or penalty_entry(s)
     if rec == nil then
       return nil
     end
   else
-    alg, cap, rate = toint(alg, 1, 7), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+    alg, cap, rate = toint(alg, 1, 9), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
     iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-    if alg == nil or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) then
+    if alg == nil or alg == 8 or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) or
+      (alg == 9 and (rate ~= 0 or flags == '2' or flags == '3')) then
       return nil
     end
     rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
@@ -1234,11 +1623,20 @@ local function parse(keys, args)
     end
     R_HDR[r], R_G[r] = h, ng
     local g0, bucket, logs = ng + 1, nil, false
+    local a = p + 1 -- the next argument
     for j = j0 + 1, j0 + n do
-      local s = args[p + j - j0]
+      local s = args[a]
       local e = ememo[s] or entry(s)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
+      end
+      a = a + 1
+      if e[1] == 9 then -- its holder, as its hold's field
+        local holder = args[a]
+        if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
+        end
+        E_HF[j], a = ':h' .. e[7] .. ':' .. holder, a + 1
       end
       k = k + 1
       local b, own = keys[k], false
@@ -1257,7 +1655,7 @@ local function parse(keys, args)
           end
         end
         ng, bucket = ng + 1, b
-        G_KEY[ng], G_FIRST[ng], G_OWN[ng] = b, j, own
+        G_KEY[ng], G_FIRST[ng], G_OWN[ng], G_HOLDS[ng] = b, j, own, false
       else
         local f = e[7]
         for x = G_FIRST[ng], j - 1 do
@@ -1266,9 +1664,14 @@ local function parse(keys, args)
           end
         end
       end
+      if e[1] == PENALTY and (G_FIRST[ng] ~= j or h[4]) then
+        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
+      end
       G_LAST[ng], E_REC[j] = j, e
       if e[1] == 8 then
         cal = true
+      elseif e[1] == 9 then
+        G_HOLDS[ng] = true
       end
     end
     if logs then -- a log's key is no bucket of the same request
@@ -1283,7 +1686,7 @@ local function parse(keys, args)
       end
     end
     R_NG[r] = ng - R_G[r]
-    j0, p = j0 + n, p + 1 + n
+    j0, p = j0 + n, a
   end
   if r == 0 or k ~= nk then
     return nil, 'want arguments for ' .. nk .. ' keys'
@@ -1328,11 +1731,19 @@ local function sluice_check(keys, args)
     -- entry j's verdict is at d + 4*(j-j0-1): base + 4*j
     local base = d - 4 * (j0 + 1)
     local g1, g2 = R_G[r] + 1, R_G[r] + R_NG[r]
-    if h[4] then -- a refund: always allowed, always written
+    if h[4] then -- a refund (always allowed) or a release (allowed when it freed something): always written
       OUT[d] = 1
       for g = g1, g2 do
-        refund_group(g, now, base)
+        refund_group(g, now, base, h[5])
         commit(g, false)
+      end
+      if h[5] then -- a release: allowed when a concurrency entry freed something
+        OUT[d] = 0
+        for j = j0 + 1, j0 + n do
+          if E_REC[j][1] == 9 and OUT[base + 4 * j + 1] == 0 then
+            OUT[d] = 1
+          end
+        end
       end
     else
       local allowed = true

@@ -1,0 +1,126 @@
+package check
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// Concurrency limits hold units from a request's admission until it is
+// released. A release names the request again (its holder), so it frees
+// only what that request holds: Envoy sends the stream-done descriptors of
+// denied requests too, and an anonymous give-back would free units their
+// senders never held.
+
+// ErrNoRelease is returned for a check that meets a concurrency limit
+// without a holder: the transport (the HTTP auth hooks, ext_authz) has no
+// completion callback to release it, so its units would be held until
+// the lease timeout, and the limit would count requests per lease timeout
+// rather than in flight. It is refused rather than silently meaning that.
+var ErrNoRelease = errors.New("a concurrency limit needs a release this transport cannot send")
+
+// ReleaseOutcome labels sluice_releases_total: what a release of one
+// policy's concurrency limits did.
+type ReleaseOutcome string
+
+const (
+	// ReleaseFreed: the holder held units, now freed.
+	ReleaseFreed ReleaseOutcome = "freed"
+	// ReleaseNothingHeld: the holder held nothing (its request was denied,
+	// released already, its lease timed out, or it never was admitted).
+	ReleaseNothingHeld ReleaseOutcome = "nothing_held"
+	// ReleaseRefused: a check met the policy's concurrency limit where no
+	// release can follow (ErrNoRelease).
+	ReleaseRefused ReleaseOutcome = "refused_no_release"
+)
+
+// givesBack reports whether action returns units instead of taking them.
+func givesBack(a ratelimit.Action) bool { return a == ratelimit.Refund || a == ratelimit.Release }
+
+// holds says whether entry e, of limit l of the matching policy p
+// (inFlight: p has a concurrency limit), goes to the store, and gives a
+// concurrency entry its holder. A release names only concurrency limits;
+// a refund (Envoy's negative hits) of a policy with one releases it, its
+// other limits keeping what the request was charged. A concurrency limit
+// without a holder is recorded in sc.noHolder.
+func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part, inFlight bool) bool {
+	lim := &p.Limits[l]
+	conc := lim.Limit.Algorithm == ratelimit.Concurrency
+	switch {
+	case sc.action == ratelimit.Release && !conc:
+		return false
+	case sc.action == ratelimit.Refund && inFlight && !conc:
+		return false
+	case !conc:
+		return true
+	}
+	e.Holder = sc.holder
+	if lim.Holder != "" {
+		e.Holder, _ = part.Request.Lookup(lim.Holder)
+	}
+	if e.Holder == "" || len(e.Holder) > ratelimit.MaxHolderLen {
+		if sc.noHolder == nil {
+			sc.noHolder = &LimitResult{Policy: p, Limit: lim}
+		}
+		return false
+	}
+	if sc.action == ratelimit.Refund {
+		sc.req.Action = ratelimit.Release // a refund that releases: see Input.Action
+		sc.refund = true
+	}
+	return true
+}
+
+// refuseNoRelease counts and returns the error for a concurrency limit
+// met without a holder.
+func (c *Checker) refuseNoRelease(r *LimitResult) error {
+	if c.metrics != nil {
+		c.metrics.releases.WithLabelValues(r.Policy.Namespace, r.Policy.Name, string(ReleaseRefused)).Inc()
+	}
+	return fmt.Errorf("%w: policy %s, limit %s: check it through Envoy's rate limit service (a descriptor holder), the middleware or POST /v1/check, which release when the request ends; or give it a rate limit instead",
+		ErrNoRelease, r.Policy, r.Limit.Name)
+}
+
+// applyRelease copies a release's figures into out and counts, per
+// policy, whether it freed something. A release is allowed when it freed
+// something; a refund that released is allowed, as every refund.
+func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
+	out.Allowed = sc.dec.Allowed || sc.refund
+	out.Reason = ReasonAllowed
+	counted := -1
+	for k, u := range sc.uses {
+		e := &sc.req.Entries[u.entry]
+		r := sc.dec.Results[u.entry]
+		pr := &out.Policies[u.owner]
+		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: &pr.Policy.Limits[u.limit], Part: pr.Part, Key: e.Key, Result: r})
+		if e.Limit.Algorithm != ratelimit.Concurrency || c.metrics == nil || u.owner == counted {
+			continue
+		}
+		// One outcome per policy: freed when any of its limits freed.
+		outcome := ReleaseNothingHeld
+		for _, v := range sc.uses[k:] {
+			if v.owner == u.owner && sc.dec.Results[v.entry].Allowed && sc.req.Entries[v.entry].Limit.Algorithm == ratelimit.Concurrency {
+				outcome = ReleaseFreed
+			}
+		}
+		c.metrics.releases.WithLabelValues(pr.Policy.Namespace, pr.Policy.Name, string(outcome)).Inc()
+		counted = u.owner
+	}
+}
+
+// Holds reports whether the request o allowed now holds units in flight:
+// a policy it matched (with a key) has a concurrency limit, so a release
+// must follow when the request ends.
+func (o *Outcome) Holds() bool {
+	if !o.Allowed || o.dryRun {
+		return false
+	}
+	for i := range o.Policies {
+		if pr := &o.Policies[i]; !pr.MissingKey && pr.Policy.HoldsInFlight() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,116 @@
+package grpcserver
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
+)
+
+// inFlightPolicy counts, per tenant, two requests in flight and five an
+// hour; the request id tells requests apart and stays out of the key.
+const inFlightPolicy = `match: {descriptor: [{key: tenant}, {key: x-request-id}]}
+key: '{descriptor:tenant}'
+limits:
+- {name: inflight, concurrency: {limit: 2, leaseTimeout: 1h, holder: x-request-id}}
+- {name: hour, fixedWindow: {limit: 5, window: 1h}}`
+
+// Over the rate limit service a release is Envoy's stream-done negative
+// hit, named by its request id: it frees what that request holds in the
+// concurrency limit, and nothing else. A denied request's release, a
+// duplicate release and a release of a holder that holds nothing free
+// nothing (and are counted so); the per-hour limit keeps what admitted
+// requests were charged.
+func TestRLSReleaseByHolder(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		new  func(t *testing.T) ratelimit.Store
+	}{
+		{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
+		{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", inFlightPolicy))
+			send := func(d *ratelimitcommonv3.RateLimitDescriptor) ratelimitv3.RateLimitResponse_Code {
+				return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}}).GetOverallCode()
+			}
+			admit := func(id string) ratelimitv3.RateLimitResponse_Code {
+				return send(rlsDescriptor("tenant", "t", "x-request-id", id))
+			}
+			release := func(id string) {
+				t.Helper()
+				d := rlsDescriptor("tenant", "t", "x-request-id", id)
+				d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+				if got := send(d); got != rlsOK {
+					t.Fatalf("release of %s: %v, want OK", id, got)
+				}
+			}
+			step := func(what, id string, want ratelimitv3.RateLimitResponse_Code) {
+				t.Helper()
+				if got := admit(id); got != want {
+					t.Fatalf("%s (%s): %v, want %v", what, id, got, want)
+				}
+			}
+			step("first in flight", "r1", rlsOK)
+			step("second in flight", "r2", rlsOK)
+			step("third while two are in flight", "r3", rlsOver)
+			release("r3") // denied: holds nothing
+			step("after a denied request's release", "r4", rlsOver)
+			release("unknown")
+			step("after an unknown holder's release", "r4", rlsOver)
+			release("r1")
+			release("r1") // a duplicate
+			step("after r1's release", "r4", rlsOK)
+			step("after the duplicate release freed nothing", "r5", rlsOver)
+			step("a holder in flight admitted again", "r2", rlsOver)
+			release("r2")
+			release("r4")
+			// Nothing in flight; three admitted of five an hour: the
+			// releases left the hour's count alone.
+			step("fourth this hour", "r6", rlsOK)
+			release("r6")
+			step("fifth this hour", "r7", rlsOK)
+			release("r7")
+			step("sixth this hour", "r8", rlsOver)
+
+			for outcome, want := range map[string]float64{"freed": 5, "nothing_held": 3} {
+				if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": outcome})); got != want {
+					t.Errorf("releases %s: %v, want %v", outcome, got, want)
+				}
+			}
+		})
+	}
+}
+
+// ext_authz has no completion callback: a concurrency limit checked
+// through it would hold its units until the lease timeout, counting
+// requests per lease timeout rather than in flight. It is refused, never
+// allowed or denied as if it meant that: an error answer naming the policy
+// and the limit, counted in sluice_releases_total.
+func TestExtAuthzRefusesConcurrency(t *testing.T) {
+	e := start(t, storetest.Memory(t, nil), Options{}, nil,
+		compile(t, "shop", "api", "match: {paths: [/api/*]}\nlimits: [{name: inflight, concurrency: {limit: 2}}]"))
+	for range 3 {
+		a := e.check(t, req{host: "shop.example.com", path: "/api/items", source: "203.0.113.5", extensions: shop})
+		if a.code != codes.Internal || a.httpStatus != 500 {
+			t.Fatalf("a concurrency limit through ext_authz: %v %d, want Internal 500", a.code, a.httpStatus)
+		}
+		p := problem(t, a.body)
+		if p["type"] != checkhttp.ProblemNoRelease || !strings.Contains(fmt.Sprint(p["detail"]), "policy shop/api, limit inflight") {
+			t.Fatalf("problem %v", p)
+		}
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "shop", "policy": "api", "outcome": "refused_no_release"})); got != 3 {
+		t.Errorf("refusals counted: %v, want 3", got)
+	}
+}

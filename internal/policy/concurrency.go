@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// defaultLeaseTimeout is concurrency.leaseTimeout's default, as the
+// schema has it (files in local mode are not defaulted).
+const defaultLeaseTimeout = "1m"
+
+func compileConcurrency(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
+	c := l.Concurrency
+	if c == nil {
+		return ratelimit.Limit{}, "", false
+	}
+	lim := ratelimit.Limit{Algorithm: ratelimit.Concurrency,
+		Capacity: n.count(p.Child("limit"), c.Limit),
+		Interval: n.duration(p.Child("leaseTimeout"), c.LeaseTimeout, defaultLeaseTimeout)}
+	return lim, fmt.Sprintf("%s(%d,lease %s)", ratelimitv1alpha1.AlgorithmConcurrency, c.Limit, lim.Interval), true
+}
+
+// checkConcurrency repeats the schema's rules on concurrency limits, for
+// policies that did not pass through an API server (local mode's files):
+// units in flight are held by the request admitted, so no lease and no
+// charge Always; a descriptor policy names each limit's holder, an entry
+// of match.descriptor that its key leaves out (a key of the holder would
+// make a bucket per request); an HTTP policy names none (the transport
+// holds per request).
+func checkConcurrency(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limit, key keyTemplate, forDescriptors bool, specPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for i := range limits {
+		l := &limits[i]
+		if l.Limit.Algorithm != ratelimit.Concurrency {
+			continue
+		}
+		path := specPath.Child("limits").Index(i).Child(ratelimitv1alpha1.AlgorithmConcurrency, "holder")
+		switch {
+		case spec.Lease != nil || spec.Charge == ratelimitv1alpha1.ChargeAlways:
+			errs = append(errs, field.Invalid(specPath.Child("limits").Index(i), l.Name,
+				"a concurrency limit takes neither a lease nor charge Always: units in flight are held by the request that was admitted, until it releases them"))
+		case !forDescriptors && l.Holder != "":
+			errs = append(errs, field.Invalid(path, l.Holder, "an HTTP policy sets no holder: the middleware and POST /v1/check hold per request"))
+		case forDescriptors && l.Holder == "":
+			errs = append(errs, field.Required(path, "a concurrency limit of a descriptor policy names its holder: the entry of match.descriptor that tells requests apart, such as Envoy's x-request-id"))
+		case forDescriptors && !listsEntry(spec.Match.Descriptor, l.Holder):
+			errs = append(errs, field.Invalid(path, l.Holder, "must be one of match.descriptor's keys: a request without it has no holder to release"))
+		case forDescriptors && key.reads(l.Holder):
+			errs = append(errs, field.Invalid(specPath.Child("key"), key.source,
+				fmt.Sprintf("must leave out the holder %q (no {descriptor}, no {descriptor:%s}): a key of the holder makes a bucket per request, which a concurrency limit never fills", l.Holder, l.Holder)))
+		}
+	}
+	return errs
+}
+
+func listsEntry(entries []ratelimitv1alpha1.DescriptorEntryMatch, key string) bool {
+	for _, e := range entries {
+		if e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// reads reports whether the key's value includes the descriptor entry
+// named name.
+func (t *keyTemplate) reads(name string) bool {
+	for _, p := range t.parts {
+		if p.kind == partDescriptor || p.kind == partDescriptorEntry && p.text == name {
+			return true
+		}
+	}
+	return false
+}
+
+// HoldsInFlight reports whether p has a concurrency limit, whose units a
+// request holds until it is released: only transports that release (the
+// rate limit service's stream-done, the middleware, POST /v1/check with
+// its handle) may check it.
+func (p *Policy) HoldsInFlight() bool {
+	for i := range p.Limits {
+		if p.Limits[i].Limit.Algorithm == ratelimit.Concurrency {
+			return true
+		}
+	}
+	return false
+}
