@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // DefaultNamespace is the namespace of the policies unless WithNamespace
@@ -151,6 +152,7 @@ func New(opts ...Option) (*Limiter, error) {
 		MemoryMaxKeys: maxKeys,
 		Timeout:       c.storeTimeout,
 		Registerer:    c.registerer,
+		Traces:        c.traces,
 		Logger:        c.logger,
 	})
 	// Closed before the Redis store: the units the leases hold go back first.
@@ -277,7 +279,9 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	holder := nextHolder()
-	out, err := l.stack.Checker.Check(r.Context(), check.Input{Namespace: l.namespace, Request: req, Holder: holder})
+	ctx, span := l.stack.Tracer.StartHTTP(r.Context(), tracing.IntakeMiddleware, l.namespace, r.Header)
+	out, err := l.stack.Checker.Check(ctx, check.Input{Namespace: l.namespace, Request: req, Holder: holder})
+	span.End(out, err)
 	if err != nil {
 		// Not Redis being away (the failure mode covers that): more
 		// limits than one check evaluates (400), or a bug.

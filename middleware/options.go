@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/clientip"
@@ -35,6 +36,7 @@ type config struct {
 	deny          DenyHandler
 	logger        *slog.Logger
 	registerer    prometheus.Registerer
+	traces        trace.TracerProvider
 }
 
 // WithPolicy adds a policy named name (a DNS subdomain, as Kubernetes
@@ -198,4 +200,12 @@ func WithLogger(l *slog.Logger) Option {
 // the check endpoint.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return func(c *config) { c.registerer = reg }
+}
+
+// WithTracerProvider traces each check in tp (by default none is): a span
+// named sluice.check, a child of the request's span (or of its
+// traceparent header), with the decision and the policies and limits that
+// made it, and a child span per store call.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.traces = tp }
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // maxJSONBody bounds a POST /v1/check body.
@@ -133,9 +134,11 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	holder := newHolder()
-	out, err := s.opts.Checker.Check(r.Context(), check.Input{
+	ctx, span := s.opts.Tracer.StartHTTP(r.Context(), tracing.IntakeAPI, in.Namespace, r.Header)
+	out, err := s.opts.Checker.Check(ctx, check.Input{
 		Namespace: in.Namespace, Policy: in.Policy, Request: req, Cost: in.Cost, Action: in.action(), Holder: holder,
 	})
+	span.End(out, err)
 	if err != nil {
 		s.checkError(w, err)
 		return

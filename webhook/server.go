@@ -26,11 +26,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // Options configure the check endpoint.
 type Options struct {
 	Checker *check.Checker
+	// Tracer traces each check (checkstack.Stack.Tracer); nil: off.
+	Tracer *tracing.Tracer
 	// Profile fixes the proxy profile; ProfileAuto (default) detects it.
 	Profile Profile
 	// TrustedProxies are the peers whose forwarded headers are believed
@@ -271,7 +274,9 @@ func (s *CheckEndpoint) read(st *requestState, in *checkRequest, rt route, envoy
 
 // check decides st.req into st.out.
 func (s *CheckEndpoint) check(ctx context.Context, st *requestState, rt route) error {
+	ctx, span := s.opts.Tracer.StartHTTP(ctx, tracing.IntakeHTTP, rt.namespace, st.req.Header)
 	err := s.opts.Checker.CheckInto(ctx, check.Input{Namespace: rt.namespace, Policy: rt.policy, Request: &st.req}, &st.out)
+	span.End(&st.out, err)
 	st.req.Header = nil // do not keep the request's headers alive in the pool
 	return err
 }

@@ -85,7 +85,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// denying a bucket a refund gave room.
 	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
-	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, Refunds: refunds, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, Logger: log})
 	server, err := checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
 		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,

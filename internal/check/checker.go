@@ -26,8 +26,12 @@ type Source interface {
 
 // Options configure a Checker.
 type Options struct {
-	Store  ratelimit.Store
-	Source Source
+	Store ratelimit.Store
+	// StoreCalls, when set, is what the checks call instead of Store:
+	// Store wrapped (a trace span per call). The checker learns what Store
+	// is (its nodes, evictions, refunds) from Store itself.
+	StoreCalls ratelimit.Store
+	Source     Source
 	// Timeout bounds each store call; when it passes, the failure mode
 	// answers. Default 50ms.
 	Timeout time.Duration
@@ -97,7 +101,10 @@ func New(o Options) *Checker {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c := &Checker{store: o.Store, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds,
+	if o.StoreCalls == nil {
+		o.StoreCalls = o.Store
+	}
+	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds,
 		full: fullLog{log: o.Logger, full: map[string]bool{}}}
 	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
 		o.Metrics.evictions.Store(&ev)

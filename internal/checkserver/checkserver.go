@@ -82,7 +82,7 @@ func New(o Options) (*Server, error) {
 	if reg == nil {
 		return nil, errors.New("checkserver: the stack has no registry to serve on /metrics (checkstack.Options.OwnRegistry)")
 	}
-	handler, err := webhook.New(webhook.Options{Checker: checker, Profile: o.Profile, TrustedProxies: trusted, ReportPolicy: o.ReportPolicy, Gatherer: reg, Logger: log})
+	handler, err := webhook.New(webhook.Options{Checker: checker, Tracer: o.Stack.Tracer, Profile: o.Profile, TrustedProxies: trusted, ReportPolicy: o.ReportPolicy, Gatherer: reg, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func New(o Options) (*Server, error) {
 	// One descriptor budget for both listeners.
 	s.http.Budget = o.GRPC.Budget(o.HTTP, log)
 	if o.GRPC.Enabled() {
-		s.GRPC, err = grpcserver.FromConfig(&o.GRPC, grpcserver.Options{Checker: checker, TrustedProxies: trusted, ReportPolicy: o.ReportPolicy, Budget: s.http.Budget, Registerer: reg, Logger: log})
+		s.GRPC, err = grpcserver.FromConfig(&o.GRPC, grpcserver.Options{Checker: checker, Tracer: o.Stack.Tracer, TrustedProxies: trusted, ReportPolicy: o.ReportPolicy, Budget: s.http.Budget, Registerer: reg, Logger: log})
 		if err != nil {
 			return nil, err
 		}

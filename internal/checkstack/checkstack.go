@@ -8,11 +8,15 @@
 package checkstack
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
@@ -21,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // Options say what differs between the stacks of local mode, the check
@@ -54,7 +59,13 @@ type Options struct {
 	// denials of their keys. Nil in local mode and the middleware, which
 	// follow no policy table; their denials last until their retry times.
 	Refunds *policytable.Refunds
-	Logger  *slog.Logger
+	// OwnTraces: the process traces its checks as the OTEL_* variables
+	// say (tracing.FromEnv; off unless an OTLP endpoint is set), and
+	// Close flushes them. Otherwise Traces, when set, traces them (the
+	// middleware's WithTracerProvider); nil: tracing off.
+	OwnTraces bool
+	Traces    trace.TracerProvider
+	Logger    *slog.Logger
 }
 
 // Stack is a checker and the store it runs on.
@@ -64,14 +75,21 @@ type Stack struct {
 	Registry *prometheus.Registry
 	// Memory is the in-memory store; nil over Redis.
 	Memory *memstore.Store
+	// Tracer starts the span of each check at the intakes; nil when
+	// tracing is off.
+	Tracer *tracing.Tracer
 	// store is what the checker calls: the leases over Redis, or Memory.
 	store ratelimit.Store
+	// traces is the process's own tracer provider (Options.OwnTraces).
+	traces *sdktrace.TracerProvider
 }
 
 // New assembles a stack from o.
 func New(o Options) *Stack {
 	s := &Stack{}
+	system := tracing.SystemMemory
 	if o.Redis != nil {
+		system = tracing.SystemRedis
 		// Each process is one of the P of a leased policy's bound
 		// (spec.lease); every other request goes to Redis exactly,
 		// through the lease store. None over the memory store: it is the
@@ -93,7 +111,15 @@ func New(o Options) *Stack {
 		metrics = check.NewMetrics(reg)
 	}
 
-	opts := check.Options{Store: s.store, Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
+	tp := o.Traces
+	if o.OwnTraces {
+		if s.traces = tracing.FromEnv(logger(o)); s.traces != nil {
+			tp = s.traces
+		}
+	}
+	s.Tracer = tracing.New(tp, system)
+
+	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
 	}
@@ -104,6 +130,22 @@ func New(o Options) *Stack {
 	return s
 }
 
-// Close gives back the units the leases hold and stops the memory store.
-// Check no more through the stack after Close.
-func (s *Stack) Close() error { return s.store.Close() }
+// Close gives back the units the leases hold, stops the memory store, and
+// sends the process's last spans. Check no more through the stack after
+// Close.
+func (s *Stack) Close() error {
+	err := s.store.Close()
+	if s.traces != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = errors.Join(err, s.traces.Shutdown(ctx))
+	}
+	return err
+}
+
+func logger(o Options) *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // NamespaceExtension is the context extension that names the namespace
@@ -84,7 +85,9 @@ func (a *authz) check(ctx context.Context, req *authv3.CheckRequest) (*authv3.Ch
 		})
 		return denied(codes.InvalidArgument, "bad check request: "+err.Error(), &st.w), codes.InvalidArgument
 	}
+	ctx, span := a.s.opts.Tracer.StartGRPC(ctx, tracing.IntakeExtAuthz, namespace)
 	err = a.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Request: &st.req}, &st.out)
+	span.End(&st.out, err)
 	if err != nil {
 		p := checkhttp.CheckFailedProblem(err)
 		checkhttp.WriteProblem(&st.w, p)

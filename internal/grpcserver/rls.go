@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 const rlsService = "envoy.service.ratelimit.v3.RateLimitService"
@@ -100,19 +101,28 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 	if err := st.read(req, r.ownLimitsOf(namespace)); err != nil {
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
-	if len(st.refunds) > 0 {
-		// Negative hits go back first, in a call of their own; the
-		// descriptors then read their limits in the call below.
-		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Action: ratelimit.Refund}, &st.out); err != nil {
-			return nil, r.checkFailed(req, err)
-		}
-	}
-	if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out); err != nil {
+	ctx, span := r.s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLS, namespace)
+	err := r.check(ctx, namespace, st)
+	span.End(&st.out, err)
+	if err != nil {
 		return nil, r.checkFailed(req, err)
 	}
 	resp := st.response(r.s.opts.Now())
 	resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
 	return resp, nil
+}
+
+// check decides st's descriptors into st.out, after giving back its
+// negative hits.
+func (r *rls) check(ctx context.Context, namespace string, st *rlsState) error {
+	if len(st.refunds) > 0 {
+		// Negative hits go back first, in a call of their own; the
+		// descriptors then read their limits in the call below.
+		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Action: ratelimit.Refund}, &st.out); err != nil {
+			return err
+		}
+	}
+	return r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.parts}, &st.out)
 }
 
 // checkFailed is the status of a request the checker returned err for:

@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/connlimit"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // Config is the gRPC endpoint's flags.
@@ -173,6 +174,8 @@ func (c *Config) Budget(httpCfg httpserve.Config, log *slog.Logger) *connlimit.B
 // Options configure a Server.
 type Options struct {
 	Checker *check.Checker
+	// Tracer traces each check (checkstack.Stack.Tracer); nil: off.
+	Tracer *tracing.Tracer
 	// TrustedProxies are the peers whose forwarded headers are believed
 	// (default clientip.DefaultTrustedProxies), as on the HTTP endpoint.
 	TrustedProxies *clientip.TrustedProxies

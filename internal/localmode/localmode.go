@@ -93,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
 	}
-	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 

@@ -10,13 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
-	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 // The rate limit service (envoy.service.ratelimit.v3) through clients that
@@ -44,32 +42,11 @@ spec:
 
 const shouldRateLimit = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-// startLocal runs `manager local --grpc-listen` with one policy file and
-// args, and returns its HTTP and gRPC addresses once both serve.
-func startLocal(t *testing.T, policy string, args ...string) (httpAddr, grpcAddr string) {
-	t.Helper()
-	dir := t.TempDir()
-	policies := filepath.Join(dir, "policies")
-	if err := os.MkdirAll(policies, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policies, "policy.yaml"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr = fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
-	grpcAddr = fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
-	p := systest.Start(t, dir, "manager", nil, manager.Path(t), append([]string{"local", "--policies", policies,
-		"--listen", httpAddr, "--grpc-listen", grpcAddr}, args...)...)
-	p.WaitHTTP(t, "http://"+httpAddr+"/readyz", 60*time.Second)
-	p.WaitTCP(t, grpcAddr, 10*time.Second)
-	return httpAddr, grpcAddr
-}
-
 // startRLS serves rlsPolicy, with the domain edge bound to its namespace,
 // and returns the gRPC address.
 func startRLS(t *testing.T) string {
 	t.Helper()
-	_, addr := startLocal(t, rlsPolicy, "--rls-domain", "edge=shop")
+	_, addr := manager.StartLocal(t, nil, rlsPolicy, "--rls-domain", "edge=shop")
 	return addr
 }
 

@@ -394,6 +394,9 @@ func verifyFull(t *testing.T, c *kubetest.Cluster) {
 		if url := env(ctr, "SLUICE_REDIS_URL"); url == nil || url.ValueFrom.SecretKeyRef.Name != tc.secret {
 			t.Errorf("%s: SLUICE_REDIS_URL %v, want from Secret %s", name, url, tc.secret)
 		}
+		if tc.d == check {
+			verifyTracing(t, ctr)
+		}
 		if spec.Volumes[0].Secret.SecretName != tc.secret {
 			t.Errorf("%s: mounts Secret %s, want %s", name, spec.Volumes[0].Secret.SecretName, tc.secret)
 		}
@@ -512,6 +515,24 @@ func TestHelmInstall(t *testing.T) {
 }
 
 // values.schema.json refuses a wrong value and names its field.
+// verifyTracing checks the OTEL_* variables values-full.yaml sets on the
+// check container, and its extraEnv.
+func verifyTracing(t *testing.T, ctr corev1.Container) {
+	t.Helper()
+	for name, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25", "OTEL_SERVICE_NAME": "edge-sluice",
+		"OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=production,team=edge",
+	} {
+		if e := env(ctr, name); e == nil || e.Value != want {
+			t.Errorf("check: %s %v, want %q", name, e, want)
+		}
+	}
+	if e := env(ctr, "OTEL_EXPORTER_OTLP_HEADERS"); e == nil || e.ValueFrom.SecretKeyRef.Name != "otlp-headers" {
+		t.Errorf("check: extraEnv OTEL_EXPORTER_OTLP_HEADERS %v", e)
+	}
+}
+
 func TestChartSchema(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, tc := range []struct {
@@ -526,6 +547,7 @@ func TestChartSchema(t *testing.T) {
 		{"bad quantity", "controller:\n  resources:\n    limits:\n      memory: lots\n", "at '/controller/resources/limits/memory'"},
 		{"not a flag", "check:\n  extraArgs: [trusted-proxies=10.0.0.0/8]\n", "at '/check/extraArgs/0'"},
 		{"not a Redis URL", "redis:\n  url: http://redis:6379\n", "at '/redis/url'"},
+		{"unknown OTLP protocol", "tracing:\n  protocol: http/json\n", "at '/tracing/protocol'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := testdata(t, "values-wrong-type.yaml")

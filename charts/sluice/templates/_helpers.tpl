@@ -93,3 +93,15 @@ podAntiAffinity:
         matchLabels:
           {{- include "sluice.selectorLabels" . | nindent 10 }}
 {{- end }}
+
+{{/*
+sluice.resourceAttributes renders a map as OTEL_RESOURCE_ATTRIBUTES:
+key=value pairs, comma-separated, in key order.
+*/}}
+{{- define "sluice.resourceAttributes" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}

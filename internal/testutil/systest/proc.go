@@ -53,6 +53,28 @@ func (m *Manager) RunTests(tests *testing.M, name string) {
 	os.Exit(code)
 }
 
+// StartLocal runs `manager local --grpc-listen` with one policy file, env
+// added to its environment and args, and returns its HTTP and gRPC
+// addresses once both serve.
+func (m *Manager) StartLocal(t testing.TB, env []string, policy string, args ...string) (httpAddr, grpcAddr string) {
+	t.Helper()
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies")
+	if err := os.MkdirAll(policies, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policies, "policy.yaml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	grpcAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	p := Start(t, dir, "manager", env, m.Path(t), append([]string{"local", "--policies", policies,
+		"--listen", httpAddr, "--grpc-listen", grpcAddr}, args...)...)
+	p.WaitHTTP(t, "http://"+httpAddr+"/readyz", 60*time.Second)
+	p.WaitTCP(t, grpcAddr, 10*time.Second)
+	return httpAddr, grpcAddr
+}
+
 // Path builds the binary on first use and returns its path.
 func (m *Manager) Path(t testing.TB) string {
 	t.Helper()

@@ -1,0 +1,242 @@
+// Package tracingtest runs `manager local` (built from this tree) with its
+// traces sent to an OTLP receiver the test starts on loopback, over each
+// OTLP protocol, and checks that a check's span arrives as the child of
+// the traceparent the caller sent: over the HTTP check endpoint and over
+// ext_authz gRPC.
+//
+//	go test ./test/tracing/ -v
+package tracingtest
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
+)
+
+// manager is cmd/manager built once for the package's tests.
+var manager systest.Manager
+
+func TestMain(m *testing.M) { manager.RunTests(m, "tracing") }
+
+const policy = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+  namespace: shop
+spec:
+  match: {paths: ["/api/*"]}
+  key: global
+  limits:
+  - name: hourly
+    fixedWindow: {limit: 100, window: 1h}
+`
+
+// The callers' spans: one trace per intake.
+const (
+	httpTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
+	grpcTrace  = "0af7651916cd43dd8448eb211c80319c"
+	parentSpan = "00f067aa0ba902b7"
+)
+
+func TestChecksAreTracedOverOTLP(t *testing.T) {
+	for _, protocol := range []string{"http/protobuf", "grpc"} {
+		t.Run(protocol, func(t *testing.T) {
+			spans := &receiver{}
+			endpoint := spans.serve(t, protocol)
+			httpAddr, grpcAddr := startManager(t, endpoint, protocol)
+
+			req, _ := http.NewRequest("GET", "http://"+httpAddr+"/check/shop", nil)
+			req.Header.Set("X-Original-URL", "http://shop.example.com/api/items")
+			req.Header.Set("X-Original-Method", "GET")
+			req.Header.Set("Traceparent", "00-"+httpTrace+"-"+parentSpan+"-01")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("HTTP check: %d", resp.StatusCode)
+			}
+
+			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			// As Envoy sends it: the trace context in the call's metadata.
+			ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+grpcTrace+"-"+parentSpan+"-01")
+			if _, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+				Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Host: "shop.example.com", Path: "/api/items"},
+			}}}); err != nil {
+				t.Fatal(err)
+			}
+
+			for trace, intake := range map[string]string{httpTrace: "http", grpcTrace: "ext_authz"} {
+				check := spans.wait(t, trace, "sluice.check")
+				if got := hex.EncodeToString(check.GetParentSpanId()); got != parentSpan {
+					t.Errorf("%s check span's parent %s, want the caller's %s", intake, got, parentSpan)
+				}
+				attrs := attributes(check)
+				for k, want := range map[string]string{"sluice.intake": intake, "sluice.decision": "allowed", "sluice.policy": "shop/api", "sluice.limit": "hourly"} {
+					if attrs[k] != want {
+						t.Errorf("%s check span: %s = %q, want %q (all: %v)", intake, k, attrs[k], want, attrs)
+					}
+				}
+				store := spans.wait(t, trace, "sluice.store")
+				if string(store.GetParentSpanId()) != string(check.GetSpanId()) {
+					t.Errorf("%s store span is not the check span's child", intake)
+				}
+				if got := attributes(store)["db.system"]; got != "memstore" {
+					t.Errorf("%s store span: db.system %q", intake, got)
+				}
+			}
+			if got := spans.service(); got != "sluice-test" {
+				t.Errorf("service.name %q, want OTEL_SERVICE_NAME's", got)
+			}
+		})
+	}
+}
+
+// startManager runs local mode with its traces sent to endpoint over
+// protocol, and returns its HTTP and gRPC addresses.
+func startManager(t *testing.T, endpoint, protocol string) (httpAddr, grpcAddr string) {
+	env := []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
+		"OTEL_SERVICE_NAME=sluice-test", "OTEL_BSP_SCHEDULE_DELAY=100",
+	}
+	return manager.StartLocal(t, env, policy, "--grpc-default-namespace", "shop")
+}
+
+// receiver is an OTLP trace receiver: it keeps every span exported to it.
+type receiver struct {
+	collectorpb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	got   []*tracepb.ResourceSpans
+	added chan struct{}
+}
+
+// serve starts the receiver on a loopback port for protocol and returns
+// its endpoint.
+func (r *receiver) serve(t *testing.T, protocol string) string {
+	r.added = make(chan struct{}, 1)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if protocol == "grpc" {
+		srv := grpc.NewServer()
+		collectorpb.RegisterTraceServiceServer(srv, r)
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(srv.Stop)
+	} else {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /v1/traces", r.serveHTTP)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		t.Cleanup(func() { _ = srv.Close() })
+	}
+	return "http://" + ln.Addr().String()
+}
+
+func (r *receiver) Export(_ context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
+	r.add(req)
+	return &collectorpb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	var export collectorpb.ExportTraceServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(body, &export)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.add(&export)
+	resp, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(resp)
+}
+
+func (r *receiver) add(req *collectorpb.ExportTraceServiceRequest) {
+	r.mu.Lock()
+	r.got = append(r.got, req.GetResourceSpans()...)
+	r.mu.Unlock()
+	select {
+	case r.added <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the span named name in trace, waiting for its export.
+func (r *receiver) wait(t *testing.T, trace, name string) *tracepb.Span {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		if s := r.find(trace, name); s != nil {
+			return s
+		}
+		select {
+		case <-r.added:
+		case <-deadline:
+			t.Fatalf("no span %s in trace %s received", name, trace)
+		}
+	}
+}
+
+func (r *receiver) find(trace, name string) *tracepb.Span {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range r.got {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				if hex.EncodeToString(s.GetTraceId()) == trace && s.GetName() == name {
+					return s
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// service is the service.name of the spans received.
+func (r *receiver) service() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range r.got {
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				return kv.GetValue().GetStringValue()
+			}
+		}
+	}
+	return ""
+}
+
+// attributes are s's string attributes.
+func attributes(s *tracepb.Span) map[string]string {
+	m := map[string]string{}
+	for _, kv := range s.GetAttributes() {
+		m[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	return m
+}
