@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -118,14 +119,31 @@ func rlsRequest(domain string, descriptors ...[]string) *rlsv3.RateLimitRequest 
 	return req
 }
 
-// mustCode checks that the server answers req with want.
-func (c *rlsClient) mustCode(ctx context.Context, req *rlsv3.RateLimitRequest, want rlsv3.RateLimitResponse_Code) error {
-	got, err := c.ask(ctx, req)
+// rlsExchange is a request and the overall code it must be answered with.
+type rlsExchange struct {
+	what string // for the error
+	req  *rlsv3.RateLimitRequest
+	want rlsv3.RateLimitResponse_Code
+}
+
+// mustAnswer asks the server at addr each request in turn, each within a
+// second, and checks its answer.
+func mustAnswer(addr string, exchanges ...rlsExchange) error {
+	c, err := dialRLS(addr)
 	if err != nil {
 		return err
 	}
-	if got != want {
-		return fmt.Errorf("answered %s, want %s", got, want)
+	defer c.Close()
+	for _, x := range exchanges {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		got, err := c.ask(ctx, x.req)
+		cancel()
+		if err == nil && got != x.want {
+			err = fmt.Errorf("answered %s, want %s", got, x.want)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", x.what, err)
+		}
 	}
 	return nil
 }

@@ -52,11 +52,12 @@ func runGRPCLoad(args []string) error {
 	data := fs.String("data", "", "a ghz data file: a JSON array of RateLimitRequest")
 	workers := fs.Int("c", rlsConcurrency, "calls in flight")
 	conns := fs.Int("connections", rlsConns, "HTTP/2 connections")
+	group := fs.Int("group", 1, "requests a worker sends in sequence, the data file's in order (2: an admission and its release)")
 	d := fs.Duration("duration", 5*time.Second, "how long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	res, err := grpcLoad(*addr, *data, *workers, *conns, *d)
+	res, err := grpcLoad(*addr, *data, *workers, *conns, *group, *d)
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,11 @@ func runGRPCLoad(args []string) error {
 	return nil
 }
 
-func grpcLoad(addr, dataFile string, workers, nconns int, d time.Duration) (wrkResult, error) {
+// grpcLoad runs workers closed loops over the data file's requests for d.
+// Each worker sends group consecutive requests one after the other (an
+// admission, then its release) and stops only between groups; the
+// figures count calls.
+func grpcLoad(addr, dataFile string, workers, nconns, group int, d time.Duration) (wrkResult, error) {
 	text, err := os.ReadFile(dataFile)
 	if err != nil {
 		return wrkResult{}, err
@@ -74,6 +79,9 @@ func grpcLoad(addr, dataFile string, workers, nconns int, d time.Duration) (wrkR
 	msgs, err := marshalRequests(text)
 	if err != nil {
 		return wrkResult{}, err
+	}
+	if group < 1 || len(msgs)%group != 0 {
+		return wrkResult{}, fmt.Errorf("%d requests do not make groups of %d", len(msgs), group)
 	}
 	conns := make([]*grpc.ClientConn, nconns)
 	for i := range conns {
@@ -100,15 +108,17 @@ func grpcLoad(addr, dataFile string, workers, nconns int, d time.Duration) (wrkR
 		wg.Go(func() {
 			conn := conns[w%len(conns)]
 			var reply []byte
-			for i := w; !stop.Load(); i += workers {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				t0 := time.Now()
-				err := conn.Invoke(ctx, method, &msgs[i%len(msgs)], &reply)
-				lat[w] = append(lat[w], time.Since(t0))
-				cancel()
-				if err != nil {
-					failed[w]++
-					firstErr.CompareAndSwap(nil, &err)
+			for i := w * group; !stop.Load(); i += workers * group {
+				for j := range group {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					t0 := time.Now()
+					err := conn.Invoke(ctx, method, &msgs[(i+j)%len(msgs)], &reply)
+					lat[w] = append(lat[w], time.Since(t0))
+					cancel()
+					if err != nil {
+						failed[w]++
+						firstErr.CompareAndSwap(nil, &err)
+					}
 				}
 			}
 		})

@@ -14,7 +14,7 @@
 //	bench serve-bare | serve-bare-fasthttp | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
 //	bench fixed-rate -url URL -rate N [-duration 5s]   (the open-loop latency run alone)
 //	bench protoset -o FILE   (the RLS v3 descriptors, for ghz or grpcurl --protoset)
-//	bench grpc-load -addr ADDR -data FILE   (the lean RLS generator alone, on a ghz data file)
+//	bench grpc-load -addr ADDR -data FILE [-group 2]   (the lean RLS generator alone, on a ghz data file)
 package main
 
 import (

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -87,34 +86,54 @@ var rlsScenarios = []*rlsScenario{
 // {{.RequestNumber}} templating re-renders and re-parses the JSON of every
 // request).
 func (s *rlsScenario) writeData(dir string) error {
-	type entry struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	}
-	type descriptor struct {
-		Entries []entry `json:"entries"`
-	}
-	type request struct {
-		Domain      string       `json:"domain"`
-		Descriptors []descriptor `json:"descriptors"`
-	}
-	reqs := make([]request, rlsClients)
+	reqs := make([]rlsJSONRequest, rlsClients)
 	for i := range reqs {
 		reqs[i].Domain = s.domain
 		for _, kv := range s.descriptors(i) {
-			var d descriptor
-			for j := 0; j+1 < len(kv); j += 2 {
-				d.Entries = append(d.Entries, entry{kv[j], kv[j+1]})
-			}
-			reqs[i].Descriptors = append(reqs[i].Descriptors, d)
+			reqs[i].Descriptors = append(reqs[i].Descriptors, jsonDescriptor(kv))
 		}
 	}
+	s.data = dataFile(dir, s.name)
+	return writeRequests(s.data, reqs)
+}
+
+// rlsJSONRequest is a RateLimitRequest as ghz's data files spell it.
+type rlsJSONRequest struct {
+	Domain      string              `json:"domain"`
+	Descriptors []rlsJSONDescriptor `json:"descriptors"`
+}
+
+type rlsJSONDescriptor struct {
+	Entries        []rlsJSONEntry `json:"entries"`
+	HitsAddend     *uint64        `json:"hits_addend,omitempty"`
+	IsNegativeHits bool           `json:"is_negative_hits,omitempty"`
+}
+
+type rlsJSONEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// jsonDescriptor is the descriptor of key, value pairs kv.
+func jsonDescriptor(kv []string) rlsJSONDescriptor {
+	var d rlsJSONDescriptor
+	for j := 0; j+1 < len(kv); j += 2 {
+		d.Entries = append(d.Entries, rlsJSONEntry{kv[j], kv[j+1]})
+	}
+	return d
+}
+
+// dataFile is the path of a scenario's data file in dir.
+func dataFile(dir, scenario string) string {
+	return filepath.Join(dir, "rls-"+strings.ReplaceAll(strings.ReplaceAll(scenario, ",", ""), " ", "-")+".json")
+}
+
+func writeRequests(path string, reqs []rlsJSONRequest) error {
 	b, err := json.Marshal(reqs)
 	if err != nil {
 		return err
 	}
-	s.data = filepath.Join(dir, "rls-"+strings.ReplaceAll(strings.ReplaceAll(s.name, ",", ""), " ", "-")+".json")
-	return os.WriteFile(s.data, b, 0o644)
+	return os.WriteFile(path, b, 0o644)
 }
 
 // probe is request i of the scenario, for single questions.
@@ -260,11 +279,14 @@ func (ps *processes) startRLSServers(o options, redisAddr string) ([]*rlsServer,
 
 	sluice := &rlsServer{name: "Sluice", addr: freeAddr(), limits: true, pprof: freeAddr()}
 	pdir := filepath.Join(ps.dir, "rls-policies")
-	if err := writeFiles(pdir, sluicePolicies); err != nil {
-		return nil, err
+	for _, files := range []map[string]string{sluicePolicies, holdPolicies} {
+		if err := writeFiles(pdir, files); err != nil {
+			return nil, err
+		}
 	}
 	cmd, err = ps.start(o.manager, "local", "--policies", pdir, "--listen", freeAddr(), "--grpc-listen", sluice.addr,
 		"--rls-domain", "bench=bench", "--rls-domain", "bench-deny=bench-deny",
+		"--rls-domain", "bench-bucket=bench-bucket", "--rls-domain", "bench-hold=bench-hold",
 		"--redis-url", "redis://"+redisAddr, "--pprof-listen", sluice.pprof)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", sluice.name, err)
@@ -276,14 +298,7 @@ func (ps *processes) startRLSServers(o options, redisAddr string) ([]*rlsServer,
 		// A descriptor nothing limits: answered OK by all once they serve.
 		probe := rlsRequest("bench", []string{"generic_key", "probe"})
 		if err := waitFor(func() error {
-			c, err := dialRLS(s.addr)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			return c.mustCode(ctx, probe, rlsv3.RateLimitResponse_OK)
+			return mustAnswer(s.addr, rlsExchange{"a descriptor nothing limits", probe, rlsv3.RateLimitResponse_OK})
 		}); err != nil {
 			return nil, fmt.Errorf("%s did not start: %w (logs in %s)", s.name, err, ps.dir)
 		}
@@ -343,6 +358,9 @@ func runRLS(ps *processes, o options, redisAddr string, redisPid int, rdb *redis
 	if err := rlsWarmUp(ps.dir, servers, load); err != nil {
 		return res, err
 	}
+	if err := holdWarmUp(ps.dir, servers[2]); err != nil {
+		return res, err
+	}
 	if err := checkAnswers(servers); err != nil {
 		return res, err
 	}
@@ -395,7 +413,7 @@ func rlsRounds(dir string, o options, servers []*rlsServer, load func(*rlsServer
 				runs := []run{{s.runs[i], func() (wrkResult, error) { return load(s, sc).run(dir) }}}
 				if o.rlsLean {
 					runs = append(runs, run{s.lean[i], func() (wrkResult, error) {
-						return grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
+						return grpcLoad(s.addr, sc.data, rlsConcurrency, rlsConns, 1, o.duration)
 					}})
 				}
 				for _, l := range runs {
@@ -408,6 +426,9 @@ func rlsRounds(dir string, o options, servers []*rlsServer, load func(*rlsServer
 				}
 			}
 		}
+		if err := holdRound(r, o, servers[2], redisPid, rdb); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -419,7 +440,7 @@ func rlsProfiles(o options, sluice *rlsServer) ([]string, error) {
 	for _, sc := range rlsScenarios {
 		name := strings.TrimSuffix(filepath.Base(sc.data), ".json")
 		top, err := profileUnderLoad(sluice.pprof, o.manager, profileFile(o.rlsProfile, name), sc.name+" (lean generator)", o.duration, func() (float64, error) {
-			w, err := grpcLoad(sluice.addr, sc.data, rlsConcurrency, rlsConns, o.duration)
+			w, err := grpcLoad(sluice.addr, sc.data, rlsConcurrency, rlsConns, 1, o.duration)
 			return w.rps, err
 		})
 		if err != nil {
@@ -437,20 +458,13 @@ func checkAnswers(servers []*rlsServer) error {
 		if !s.limits {
 			continue
 		}
-		c, err := dialRLS(s.addr)
-		if err != nil {
-			return err
-		}
+		var exchanges []rlsExchange
 		for _, sc := range rlsScenarios {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			err := c.mustCode(ctx, sc.probe(0), sc.want)
-			cancel()
-			if err != nil {
-				c.Close()
-				return fmt.Errorf("%s, %s: %w", s.name, sc.name, err)
-			}
+			exchanges = append(exchanges, rlsExchange{sc.name, sc.probe(0), sc.want})
 		}
-		c.Close()
+		if err := mustAnswer(s.addr, exchanges...); err != nil {
+			return fmt.Errorf("%s, %w", s.name, err)
+		}
 	}
 	return nil
 }
@@ -478,6 +492,7 @@ func renderRLS(res rlsResults, rounds int, d time.Duration) string {
 		fmt.Fprintln(&b, "\nTargets with the lean generator:")
 		renderRLSTargets(&b, res.servers, func(s *rlsServer) []*config { return s.lean })
 	}
+	renderHolds(&b)
 	for _, p := range res.profiles {
 		fmt.Fprintf(&b, "\n### CPU profile of Sluice\n\n```\n%s```\n", p)
 	}
