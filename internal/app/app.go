@@ -105,7 +105,12 @@ func (c *checkServer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go c.reader.Run(ctx)
+	// The table is followed until the drain is over, not only until ctx
+	// ends: a draining process still answers its keep-alive clients, and
+	// must enforce what was applied meanwhile, as the other replicas do.
+	readCtx, stopReading := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReading()
+	go c.reader.Run(readCtx)
 	go c.refunds.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
 	return c.server.Serve(ctx, ln, grpcLn)
