@@ -25,7 +25,7 @@ import (
 // distinctKeys is how many distinct key values go through the check path.
 const distinctKeys = 1_000_000
 
-// algorithms are the six algorithms with 2s windows, one policy each,
+// algorithms are the six time-based algorithms with 2s windows, one policy each,
 // selected by path; every key value is checked once, so each leaves one
 // bucket (one state; a log's sorted set besides) behind, which must expire.
 var algorithms = []struct{ path, limit, spec string }{

@@ -1,4 +1,4 @@
-// Package model is the Go reference of Sluice's eight algorithms: pure
+// Package model is the Go reference of Sluice's algorithms: pure
 // functions over a small State and a time in microseconds. The Lua library
 // in redisstore implements the same functions and must agree with this
 // package exactly (decisions, remaining, reset and retry-after); the

@@ -9,7 +9,7 @@ import (
 	"hash"
 )
 
-// source is the Lua library: the eight algorithms and sluice_check.
+// source is the Lua library: the algorithms, the penalty box and sluice_check.
 //
 //go:embed lua/sluice.lua
 var source string

@@ -1,4 +1,5 @@
--- Sluice rate-limit library: eight algorithms and one entry point, check(),
+-- Sluice rate-limit library: the algorithms of internal/ratelimit (their ids
+-- below), a bucket's penalty box, and one entry point, check(),
 -- that evaluates one or more requests, each of them all of its limits
 -- atomically. It mirrors the Go reference in internal/ratelimit/model
 -- exactly; read that package's docs for the semantics and the arithmetic
