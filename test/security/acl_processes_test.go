@@ -170,7 +170,7 @@ func TestProcessesAsACLUsers(t *testing.T) {
 			{"SET of a key outside Sluice", []any{"SET", "app:other", "x"}},
 			{"KEYS", []any{"KEYS", "*"}},
 			{"SCAN", []any{"SCAN", "0"}},
-			{"HGETALL of a counter (counters only through the library)", []any{"HGETALL", counter}},
+			{"HLEN of a counter (only the commands the library runs)", []any{"HLEN", counter}},
 			{"the library pointed at the table", []any{"FCALL", redisstore.FunctionName, 1, policytable.HashKey, "1:0:-", "2:3:1:3600000000:1:0"}},
 			{"any cached script (the controller's too) pointed at the table", []any{"EVALSHA", noSuchSHA, 2, policytable.HashKey, policytable.RevisionKey, policyNS + "/evil", "{}", policytable.Channel}},
 			{"ACL SETUSER", []any{"ACL", "SETUSER", checkUser, "+@all"}},
