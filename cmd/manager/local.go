@@ -42,6 +42,7 @@ func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	fs.StringVar(&profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
 	fs.StringVar(&trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
 	fs.BoolVar(&cfg.ReportPolicy, "report-policy", false, "name the policy, limit, key hash, remaining and decision of each check in its answer, for the proxy's access log: the X-Sluice-Policy header on HTTP, dynamic metadata on ext_authz and the rate limit service")
+	cfg.DecisionLog.BindFlags(fs)
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most buckets (a key value of a policy) the in-memory store holds (about 250 B each with one limit); when it is full, a new bucket evicts the least recently used, which starts afresh (0: no cap)")

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policytable"
@@ -31,6 +32,8 @@ type CheckConfig struct {
 	TrustedProxies []string
 	// ReportPolicy: see checkserver.Options.
 	ReportPolicy bool
+	// DecisionLog is where each denial is logged (off by default).
+	DecisionLog decisionlog.Config
 	// Timeout bounds each Redis call.
 	Timeout time.Duration
 	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
@@ -85,7 +88,11 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// denying a bucket a refund gave room.
 	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
-	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, Logger: log})
+	decisions, err := decisionlog.Open(cfg.DecisionLog)
+	if err != nil {
+		return nil, err
+	}
+	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, Logger: log})
 	server, err := checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
 		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,

@@ -45,6 +45,9 @@ type Options struct {
 	DenyCacheSize int
 	// Metrics, when set, receive every decision.
 	Metrics *Metrics
+	// Denials, when set, is told of every denial of a consuming check
+	// (the decision log). It must not block.
+	Denials DenialLog
 	// AnnounceRefunds, when set, is given the keys of every refund this
 	// Checker's store made (an Input's refund, and the units a lease store
 	// gives back), so that the other check processes forget their
@@ -73,6 +76,8 @@ type Checker struct {
 	full     fullLog
 	counts   counts
 	now      func() time.Time
+	// denialLog is Options.Denials.
+	denialLog DenialLog
 
 	mu           sync.Mutex
 	seenRevision int64
@@ -104,7 +109,7 @@ func New(o Options) *Checker {
 	if o.StoreCalls == nil {
 		o.StoreCalls = o.Store
 	}
-	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, now: o.Now, announce: o.AnnounceRefunds,
+	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, now: o.Now, announce: o.AnnounceRefunds,
 		full: fullLog{log: o.Logger, full: map[string]bool{}}}
 	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
 		o.Metrics.evictions.Store(&ev)
@@ -336,7 +341,21 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		return err
 	}
 	out.judgeParts(max(len(in.Parts), 1))
+	if !out.Allowed && c.denialLog != nil && in.Action == ratelimit.Consume {
+		c.logDenial(ctx, in, out)
+	}
 	return nil
+}
+
+// logDenial tells the decision log of a denial. The copy of in it takes
+// escapes to the heap on this path only, not on every check's.
+func (c *Checker) logDenial(ctx context.Context, in Input, out *Outcome) {
+	c.denialLog.Denied(ctx, &in, out)
+}
+
+// DenialLog is told of denials: see Options.Denials.
+type DenialLog interface {
+	Denied(ctx context.Context, in *Input, out *Outcome)
 }
 
 func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
@@ -65,7 +66,10 @@ type Options struct {
 	// middleware's WithTracerProvider); nil: tracing off.
 	OwnTraces bool
 	Traces    trace.TracerProvider
-	Logger    *slog.Logger
+	// DecisionLog, when set, is told of every denial (decisionlog.Open);
+	// its metrics join the stack's, and Close flushes and closes it.
+	DecisionLog *decisionlog.Log
+	Logger      *slog.Logger
 }
 
 // Stack is a checker and the store it runs on.
@@ -82,6 +86,8 @@ type Stack struct {
 	store ratelimit.Store
 	// traces is the process's own tracer provider (Options.OwnTraces).
 	traces *sdktrace.TracerProvider
+	// decisions is the decision log; nil when off.
+	decisions *decisionlog.Log
 }
 
 // New assembles a stack from o.
@@ -120,6 +126,12 @@ func New(o Options) *Stack {
 	s.Tracer = tracing.New(tp, system)
 
 	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
+	if o.DecisionLog != nil {
+		s.decisions, opts.Denials = o.DecisionLog, o.DecisionLog
+		if reg != nil {
+			reg.MustRegister(o.DecisionLog.Collector())
+		}
+	}
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
 	}
@@ -134,7 +146,7 @@ func New(o Options) *Stack {
 // sends the process's last spans. Check no more through the stack after
 // Close.
 func (s *Stack) Close() error {
-	err := s.store.Close()
+	err := errors.Join(s.store.Close(), s.decisions.Close())
 	if s.traces != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

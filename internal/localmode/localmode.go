@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
@@ -37,6 +38,8 @@ type Config struct {
 	TrustedProxies []string
 	// ReportPolicy: see checkserver.Options.
 	ReportPolicy bool
+	// DecisionLog is where each denial is logged (off by default).
+	DecisionLog decisionlog.Config
 	// Timeout bounds each Redis call (the failure mode answers after it).
 	Timeout time.Duration
 	// PollInterval is how often the folder is checked for edits.
@@ -93,7 +96,12 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
 	}
-	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Logger: log})
+	decisions, err := decisionlog.Open(cfg.DecisionLog)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, DecisionLog: decisions, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 

@@ -2,18 +2,21 @@
 // traces sent to an OTLP receiver the test starts on loopback, over each
 // OTLP protocol, and checks that a check's span arrives as the child of
 // the traceparent the caller sent: over the HTTP check endpoint and over
-// ext_authz gRPC.
+// ext_authz gRPC; and that the decision log's lines name the same trace.
 //
 //	go test ./test/tracing/ -v
 package tracingtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -239,4 +242,121 @@ func attributes(s *tracepb.Span) map[string]string {
 		m[kv.GetKey()] = kv.GetValue().GetStringValue()
 	}
 	return m
+}
+
+// onePerHour admits one request an hour to /api/: the second is denied.
+const onePerHour = `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: api
+  namespace: shop
+spec:
+  match: {paths: ["/api/*"]}
+  key: global
+  limits:
+  - name: hourly
+    fixedWindow: {limit: 1, window: 1h}
+`
+
+// TestDecisionLogJoinsTheTrace: with --decision-log, a denial's line
+// names the trace the caller sent: the check span's when tracing is on
+// (over HTTP and ext_authz, whose trace context is gRPC metadata), the
+// caller's traceparent header when tracing is off.
+func TestDecisionLogJoinsTheTrace(t *testing.T) {
+	t.Run("traced", func(t *testing.T) {
+		spans := &receiver{}
+		endpoint := spans.serve(t, "grpc")
+		file := t.TempDir() + "/decisions.log"
+		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=100"}
+		httpAddr, grpcAddr := manager.StartLocal(t, env, onePerHour, "--grpc-default-namespace", "shop", "--decision-log", file)
+		// The first check, allowed, in a trace of its own; the denied one
+		// in httpTrace.
+		if got := checkHTTP(t, httpAddr, grpcTrace[16:]+httpTrace[16:]); got != http.StatusOK {
+			t.Fatalf("first HTTP check: %d, want 200", got)
+		}
+		if got := checkHTTP(t, httpAddr, httpTrace); got != http.StatusForbidden {
+			t.Fatalf("second HTTP check: %d, want 403", got)
+		}
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+grpcTrace+"-"+parentSpan+"-01")
+		if _, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+			Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Host: "shop.example.com", Path: "/api/items"},
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+
+		lines := waitLines(t, file, 2)
+		for i, trace := range []string{httpTrace, grpcTrace} {
+			line := lines[i]
+			check := spans.wait(t, trace, "sluice.check")
+			if line["trace_id"] != trace || line["span_id"] != hex.EncodeToString(check.GetSpanId()) {
+				t.Errorf("line %d: trace %v span %v, want the check span (trace %s, span %x): %v", i, line["trace_id"], line["span_id"], trace, check.GetSpanId(), line)
+			}
+			if line["policy"] != "shop/api" || line["limit"] != "hourly" || line["msg"] != "denied" {
+				t.Errorf("line %d does not name the denying policy and limit: %v", i, line)
+			}
+		}
+	})
+	t.Run("untraced", func(t *testing.T) {
+		file := t.TempDir() + "/decisions.log"
+		httpAddr, _ := manager.StartLocal(t, nil, onePerHour, "--decision-log", file)
+		checkHTTP(t, httpAddr, httpTrace)
+		if got := checkHTTP(t, httpAddr, httpTrace); got != http.StatusForbidden {
+			t.Fatalf("second HTTP check: %d, want 403", got)
+		}
+		line := waitLines(t, file, 1)[0]
+		if line["trace_id"] != httpTrace || line["span_id"] != parentSpan || line["client"] != "127.0.0.1" {
+			t.Errorf("line %v: want the caller's trace %s, span %s and client 127.0.0.1", line, httpTrace, parentSpan)
+		}
+	})
+}
+
+// checkHTTP asks the nginx-style check endpoint about GET /api/items with
+// the caller's traceparent in trace, and returns the status.
+func checkHTTP(t *testing.T, addr, trace string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/check/shop", nil)
+	req.Header.Set("X-Original-URL", "http://shop.example.com/api/items")
+	req.Header.Set("X-Original-Method", "GET")
+	req.Header.Set("Traceparent", "00-"+trace+"-"+parentSpan+"-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// waitLines waits until the decision log at path holds n lines, and
+// returns them decoded.
+func waitLines(t *testing.T, path string, n int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		var lines []map[string]any
+		for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+			if len(l) == 0 {
+				continue
+			}
+			var m map[string]any
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("decision log line %q: %v", l, err)
+			}
+			lines = append(lines, m)
+		}
+		if len(lines) >= n {
+			return lines
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the decision log holds %d lines after 20s, want %d:\n%s", len(lines), n, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
