@@ -6,8 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/middleware"
@@ -396,5 +399,47 @@ func TestUnreadableRequestsAreRefused(t *testing.T) {
 				t.Errorf("a readable request after them: %d %s", rec.Code, rec.Body)
 			}
 		})
+	}
+}
+
+// TestRemoteJoinsTheTrace: the check the middleware asks the endpoint for
+// carries the request's trace context: the service's span when its
+// context has one, else the client's traceparent, also when Headers
+// forwards nothing else; without either, none.
+func TestRemoteJoinsTheTrace(t *testing.T) {
+	var got atomic.Value
+	ep := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Traceparent"))
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer ep.Close()
+	h := newLimiter(t, middleware.WithNamespace("shop"), middleware.WithRemote(middleware.RemoteOptions{URL: ep.URL, Headers: []string{"x-other"}})).Handler(&app{})
+
+	const client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	service := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0a, 0xf7, 0x65, 0x19, 1}, SpanID: trace.SpanID{0xb7, 0xad, 1}, TraceFlags: trace.FlagsSampled,
+	})
+	for _, tc := range []struct {
+		name   string
+		span   trace.SpanContext
+		header string
+		want   string
+	}{
+		{"the service's span", service, client, "00-" + service.TraceID().String() + "-" + service.SpanID().String() + "-01"},
+		{"the client's traceparent", trace.SpanContext{}, client, client},
+		{"no trace", trace.SpanContext{}, "", ""},
+	} {
+		r := httptest.NewRequest("GET", "http://shop.example.com/", nil)
+		if tc.header != "" {
+			r.Header.Set("Traceparent", tc.header)
+		}
+		if tc.span.IsValid() {
+			r = r.WithContext(trace.ContextWithSpanContext(r.Context(), tc.span))
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK || got.Load() != tc.want {
+			t.Errorf("%s: status %d, the check's traceparent %q, want %q", tc.name, rec.Code, got.Load(), tc.want)
+		}
 	}
 }

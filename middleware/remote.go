@@ -13,6 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
@@ -98,6 +101,22 @@ func forwardable(name string) bool {
 	return !notForwarded[name] && !strings.HasPrefix(name, "X-Forwarded-")
 }
 
+// w3c reads and writes the W3C trace context headers.
+var w3c propagation.TraceContext
+
+// joinTrace makes the check a part of r's trace: the service's span, when
+// it traces its requests (r's context carries the span), else the
+// client's traceparent, sent even when RemoteOptions.Headers leaves it
+// out (it names a trace, and decides nothing). The endpoint's check span
+// is then its child.
+func joinTrace(r *http.Request, h http.Header) {
+	ctx := r.Context()
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = w3c.Extract(ctx, propagation.HeaderCarrier(r.Header))
+	}
+	w3c.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
 // answer is the endpoint's decision.
 type answer struct {
 	allowed bool
@@ -130,6 +149,7 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 			req.Header[name] = values
 		}
 	}
+	joinTrace(r, req.Header)
 	host := r.Host
 	if host == "" {
 		host = r.URL.Host
