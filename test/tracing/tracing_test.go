@@ -1,8 +1,8 @@
 // Package tracingtest runs `manager local` (built from this tree) with its
 // traces sent to an OTLP receiver the test starts on loopback, over each
 // OTLP protocol, and checks that a check's span arrives as the child of
-// the traceparent the caller sent: over the HTTP check endpoint and over
-// ext_authz gRPC; and that the decision log's lines name the same trace.
+// the traceparent the caller sent: over the HTTP check endpoint, ext_authz
+// and the rate limit service; and that the decision log's lines name the same trace.
 //
 //	go test ./test/tracing/ -v
 package tracingtest
@@ -21,7 +21,9 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
@@ -48,12 +50,28 @@ spec:
   limits:
   - name: hourly
     fixedWindow: {limit: 100, window: 1h}
+---
+apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata:
+  name: per-client
+  namespace: shop
+spec:
+  match:
+    domain: edge
+    descriptor:
+    - key: remote_address
+  key: "{descriptor:remote_address}"
+  limits:
+  - name: minute
+    fixedWindow: {limit: 2, window: 1m}
 `
 
 // The callers' spans: one trace per intake.
 const (
 	httpTrace  = "4bf92f3577b34da6a3ce929d0e0e4736"
 	grpcTrace  = "0af7651916cd43dd8448eb211c80319c"
+	rlsTrace   = "5b8aa5a2d2c872e8321cf37308d69df2"
 	parentSpan = "00f067aa0ba902b7"
 )
 
@@ -91,14 +109,24 @@ func TestChecksAreTracedOverOTLP(t *testing.T) {
 			}}}); err != nil {
 				t.Fatal(err)
 			}
+			rlsCtx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+rlsTrace+"-"+parentSpan+"-01")
+			rlsCtx, rlsCancel := context.WithTimeout(rlsCtx, 30*time.Second)
+			defer rlsCancel()
+			if r, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(rlsCtx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}},
+			}}); err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("rate limit service: %v %v", r, err)
+			}
 
-			for trace, intake := range map[string]string{httpTrace: "http", grpcTrace: "ext_authz"} {
+			for trace, want := range map[string][2]string{httpTrace: {"http", "shop/api"}, grpcTrace: {"ext_authz", "shop/api"}, rlsTrace: {"rls", "shop/per-client"}} {
+				intake := want[0]
 				check := spans.wait(t, trace, "sluice.check")
 				if got := hex.EncodeToString(check.GetParentSpanId()); got != parentSpan {
 					t.Errorf("%s check span's parent %s, want the caller's %s", intake, got, parentSpan)
 				}
 				attrs := attributes(check)
-				for k, want := range map[string]string{"sluice.intake": intake, "sluice.decision": "allowed", "sluice.policy": "shop/api", "sluice.limit": "hourly"} {
+				limit := map[string]string{"shop/api": "hourly", "shop/per-client": "minute"}[want[1]]
+				for k, want := range map[string]string{"sluice.intake": intake, "sluice.decision": "allowed", "sluice.policy": want[1], "sluice.limit": limit} {
 					if attrs[k] != want {
 						t.Errorf("%s check span: %s = %q, want %q (all: %v)", intake, k, attrs[k], want, attrs)
 					}
@@ -125,7 +153,7 @@ func startManager(t *testing.T, endpoint, protocol string) (httpAddr, grpcAddr s
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 		"OTEL_SERVICE_NAME=sluice-test", "OTEL_BSP_SCHEDULE_DELAY=100",
 	}
-	return manager.StartLocal(t, env, policy, "--grpc-default-namespace", "shop")
+	return manager.StartLocal(t, env, policy, "--grpc-default-namespace", "shop", "--rls-domain", "edge=shop")
 }
 
 // receiver is an OTLP trace receiver: it keeps every span exported to it.
