@@ -67,6 +67,18 @@ if [[ ! -f "${PKI}/tokens.csv" ]]; then
   mv "${PKI}/tokens.csv.new" "${PKI}/tokens.csv"
   chmod 600 "${PKI}"/*.key "${PKI}/tokens.csv"
 fi
+# The front proxy's own CA and client certificate: the API server proxies
+# aggregated APIs (Sluice's admin API) with it, as kubeadm sets it up.
+if [[ ! -f "${PKI}/front-proxy-client.crt" ]]; then
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=sluice-node-front-proxy-ca" \
+    -keyout "${PKI}/front-proxy-ca.key" -out "${PKI}/front-proxy-ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" \
+    -keyout "${PKI}/front-proxy-client.key" -out "${PKI}/front-proxy-client.csr" 2>/dev/null
+  printf 'extendedKeyUsage=clientAuth\n' > "${PKI}/front-proxy-client.ext"
+  openssl x509 -req -in "${PKI}/front-proxy-client.csr" -CA "${PKI}/front-proxy-ca.crt" -CAkey "${PKI}/front-proxy-ca.key" \
+    -CAcreateserial -days 30 -extfile "${PKI}/front-proxy-client.ext" -out "${PKI}/front-proxy-client.crt" 2>/dev/null
+  chmod 600 "${PKI}"/*.key
+fi
 # kubeconfig NAME USER: a kubeconfig for USER's token from tokens.csv.
 kubeconfig() {
   local tok; tok="$(awk -F, -v u="$2" '$2 == u { print $1 }' "${PKI}/tokens.csv")"
@@ -250,7 +262,12 @@ start apiserver "${ASSETS}/kube-apiserver" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
   --service-account-key-file="${PKI}/sa.pub" --service-account-signing-key-file="${PKI}/sa.key" \
   --service-cluster-ip-range="${SERVICE_CIDR}" --allow-privileged=true \
-  --kubelet-preferred-address-types=InternalIP --cert-dir="${K}/pki/apiserver-certdir"
+  --kubelet-preferred-address-types=InternalIP --cert-dir="${K}/pki/apiserver-certdir" \
+  --requestheader-client-ca-file="${PKI}/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="${PKI}/front-proxy-client.crt" --proxy-client-key-file="${PKI}/front-proxy-client.key" \
+  --enable-aggregator-routing=true
 wait_for containerd 60 ctr -a "${CONTAINERD_SOCK}" version
 ctr_k8s image import "${K}/pause.tar" >/dev/null
 ts "containerd up, pause image imported"
