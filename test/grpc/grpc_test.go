@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,20 +44,7 @@ spec:
 `
 
 func TestLocalModeServesExtAuthz(t *testing.T) {
-	dir := t.TempDir()
-	policies := filepath.Join(dir, "policies")
-	if err := os.Mkdir(policies, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policies, "api.yaml"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", systest.FreePort(t))
-	p := systest.Start(t, dir, "manager", nil, manager.Path(t), "local", "--policies", policies,
-		"--listen", httpAddr, "--grpc-listen", grpcAddr, "--grpc-default-namespace", "shop")
-	p.WaitHTTP(t, "http://"+httpAddr+"/healthz", 60*time.Second)
-	p.WaitTCP(t, grpcAddr, 10*time.Second)
+	p, httpAddr, grpcAddr := manager.StartLocalProcess(t, nil, policy, "--grpc-default-namespace", "shop")
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

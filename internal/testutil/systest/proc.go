@@ -58,6 +58,14 @@ func (m *Manager) RunTests(tests *testing.M, name string) {
 // addresses once both serve.
 func (m *Manager) StartLocal(t testing.TB, env []string, policy string, args ...string) (httpAddr, grpcAddr string) {
 	t.Helper()
+	_, httpAddr, grpcAddr = m.StartLocalProcess(t, env, policy, args...)
+	return httpAddr, grpcAddr
+}
+
+// StartLocalProcess is StartLocal, and gives the process too, for a test
+// that stops it.
+func (m *Manager) StartLocalProcess(t testing.TB, env []string, policy string, args ...string) (p *Proc, httpAddr, grpcAddr string) {
+	t.Helper()
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies")
 	if err := os.MkdirAll(policies, 0o755); err != nil {
@@ -68,11 +76,11 @@ func (m *Manager) StartLocal(t testing.TB, env []string, policy string, args ...
 	}
 	httpAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	grpcAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-	p := Start(t, dir, "manager", env, m.Path(t), append([]string{"local", "--policies", policies,
+	p = Start(t, dir, "manager", env, m.Path(t), append([]string{"local", "--policies", policies,
 		"--listen", httpAddr, "--grpc-listen", grpcAddr}, args...)...)
 	p.WaitHTTP(t, "http://"+httpAddr+"/readyz", 60*time.Second)
 	p.WaitTCP(t, grpcAddr, 10*time.Second)
-	return httpAddr, grpcAddr
+	return p, httpAddr, grpcAddr
 }
 
 // Path builds the binary on first use and returns its path.
