@@ -48,6 +48,9 @@ type Options struct {
 	// Denials, when set, is told of every denial of a consuming check
 	// (the decision log). It must not block.
 	Denials DenialLog
+	// Keys, when set, is told each policy's key value and decision for
+	// every check that consumes (not dry runs, refunds or releases).
+	Keys KeyRecorder
 	// AnnounceRefunds, when set, is given the keys of every refund this
 	// Checker's store made (an Input's refund, and the units a lease store
 	// gives back), so that the other check processes forget their
@@ -73,6 +76,7 @@ type Checker struct {
 	keeper   denialKeeper
 	announce func(keys []string)
 	metrics  *Metrics
+	keys     KeyRecorder
 	full     fullLog
 	counts   counts
 	now      func() time.Time
@@ -109,7 +113,7 @@ func New(o Options) *Checker {
 	if o.StoreCalls == nil {
 		o.StoreCalls = o.Store
 	}
-	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, now: o.Now, announce: o.AnnounceRefunds,
+	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, keys: o.Keys, now: o.Now, announce: o.AnnounceRefunds,
 		full: fullLog{log: o.Logger, full: map[string]bool{}}}
 	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
 		o.Metrics.evictions.Store(&ev)
@@ -343,6 +347,9 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	out.judgeParts(max(len(in.Parts), 1))
 	if !out.Allowed && c.denialLog != nil && in.Action == ratelimit.Consume {
 		c.logDenial(ctx, in, out)
+	}
+	if c.keys != nil && in.Action == ratelimit.Consume {
+		c.recordKeys(out)
 	}
 	return nil
 }
