@@ -230,6 +230,10 @@ type PolicyResult struct {
 	// (its penalty box); for a shadow policy, of the ban it would have
 	// issued. 0 when none.
 	Ban time.Duration
+
+	// decided: a limit of the policy was decided (by the store, the cache
+	// of denials or as a limit of 0); denied: one denied.
+	decided, denied bool
 }
 
 // LimitResult is one limit's figures.
@@ -650,6 +654,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
+		pr.decided, pr.denied = true, true
 		c.counts.add(p, l, ResultCachedDenied)
 		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
@@ -729,6 +734,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	p := pr.Policy
 	l := &p.Limits[limit]
 	out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: key, Result: r})
+	pr.decided, pr.denied = true, pr.denied || !r.Allowed
 	result := ResultAllowed
 	switch {
 	case !r.Allowed && p.Shadow:

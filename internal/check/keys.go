@@ -18,15 +18,8 @@ type KeyRecorder interface {
 func (c *Checker) recordKeys(out *Outcome) {
 	now := c.now()
 	for i := range out.Policies {
-		pr := &out.Policies[i]
-		decided, denied := false, false
-		for j := range out.Limits {
-			if lr := &out.Limits[j]; lr.Policy == pr.Policy && lr.Part == pr.Part {
-				decided, denied = true, denied || !lr.Allowed
-			}
-		}
-		if decided && (denied || out.Allowed) {
-			c.keys.Record(pr.Policy.Namespace, pr.Policy.Name, pr.KeyValue, denied, now)
+		if pr := &out.Policies[i]; pr.decided && (pr.denied || out.Allowed) {
+			c.keys.Record(pr.Policy.Namespace, pr.Policy.Name, pr.KeyValue, pr.denied, now)
 		}
 	}
 }
