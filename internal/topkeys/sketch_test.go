@@ -6,9 +6,26 @@ import (
 	"testing"
 )
 
-// stream draws n decisions over distinct key values, skewed as traffic
-// is (Zipf) or flat, so some runs have heavy key values and some none.
-func stream(rng *rand.Rand, n int, distinct uint64, skew float64) []string {
+// streamCase is one randomized run: n decisions over distinct key values,
+// skewed as traffic is (Zipf) or flat, so some runs have heavy key values
+// and some none.
+type streamCase struct {
+	n        int
+	distinct uint64
+	skew     float64
+}
+
+func (c streamCase) String() string {
+	return fmt.Sprintf("%d decisions over %d values, skew %v", c.n, c.distinct, c.skew)
+}
+
+func drawCase(rng *rand.Rand, run int) streamCase {
+	return streamCase{n: 1 + rng.IntN(20_000), distinct: uint64(2 + rng.IntN(5_000)), skew: []float64{0, 1.05, 1.3, 2}[run%4]}
+}
+
+// stream draws c's decisions.
+func stream(rng *rand.Rand, c streamCase) []string {
+	n, distinct, skew := c.n, c.distinct, c.skew
 	keys := make([]string, n)
 	var zipf *rand.Zipf
 	if skew > 1 {
@@ -63,19 +80,16 @@ func checkGuarantees(t *testing.T, list List, exact map[string]int64) {
 func TestSketchGuarantees(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for run := range 200 {
-		n := 1 + rng.IntN(20_000)
-		distinct := uint64(2 + rng.IntN(5_000))
-		skew := []float64{0, 1.05, 1.3, 2}[run%4]
-		keys := stream(rng, n, distinct, skew)
+		c := drawCase(rng, run)
 		var s sketch
 		exact := map[string]int64{}
-		for _, k := range keys {
+		for _, k := range stream(rng, c) {
 			s.add(k)
 			exact[k]++
 		}
 		checkGuarantees(t, Merge(s.summary()), exact)
 		if t.Failed() {
-			t.Fatalf("run %d: %d decisions over %d values, skew %v", run, n, distinct, skew)
+			t.Fatalf("run %d: %s", run, c)
 		}
 	}
 }
@@ -86,12 +100,10 @@ func TestSketchGuarantees(t *testing.T) {
 func TestMergeGuarantees(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for run := range 200 {
-		n := 1 + rng.IntN(20_000)
-		distinct := uint64(2 + rng.IntN(5_000))
-		skew := []float64{0, 1.05, 1.3, 2}[run%4]
+		c := drawCase(rng, run)
 		parts := make([]sketch, 1+rng.IntN(8))
 		exact := map[string]int64{}
-		for _, k := range stream(rng, n, distinct, skew) {
+		for _, k := range stream(rng, c) {
 			// Some parts see a key value more than others, as a
 			// process behind a sticky balancer does.
 			p := rng.IntN(len(parts))
@@ -107,7 +119,7 @@ func TestMergeGuarantees(t *testing.T) {
 		}
 		checkGuarantees(t, Merge(summaries...), exact)
 		if t.Failed() {
-			t.Fatalf("run %d: %d decisions over %d values in %d parts, skew %v", run, n, distinct, len(parts), skew)
+			t.Fatalf("run %d: %s, in %d parts", run, c, len(parts))
 		}
 	}
 }
