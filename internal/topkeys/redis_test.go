@@ -96,3 +96,31 @@ func TestFailedPublishIsRetried(t *testing.T) {
 		t.Fatalf("denied after the retried publish: %v", got)
 	}
 }
+
+// Over a Redis Cluster, one publish carries the minutes of policies in
+// several slots, and a policy's minutes share one slot (its hash tag),
+// read in one pipeline.
+func TestPublishedMinutesOverCluster(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.StartCluster(t, 3).Client()
+	now := time.Now()
+	r := NewRecorder(nil)
+	policies := []string{"a", "b", "c", "d", "e", "f"}
+	for _, p := range policies {
+		r.Record("ns", p, "acme", true, now)
+		r.Record("ns", p, "acme", true, now.Add(-2*time.Minute))
+	}
+	if err := NewPublisher(r, client, nil).Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reader := NewReader(client, nil)
+	for _, p := range policies {
+		a, err := reader.Top(ctx, "ns", p, DefaultWindow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := counts(a.Denied); got["acme"] != 2 {
+			t.Errorf("policy %s: denied %v", p, got)
+		}
+	}
+}
