@@ -92,7 +92,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, TopKeys: true, Logger: log})
 	server, err := checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
 		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,

@@ -48,6 +48,9 @@ type Options struct {
 	// Denials, when set, is told of every denial of a consuming check
 	// (the decision log). It must not block.
 	Denials DenialLog
+	// Keys, when set, is told each policy's key value and decision for
+	// every check that consumes (not dry runs, refunds or releases).
+	Keys KeyRecorder
 	// AnnounceRefunds, when set, is given the keys of every refund this
 	// Checker's store made (an Input's refund, and the units a lease store
 	// gives back), so that the other check processes forget their
@@ -73,6 +76,7 @@ type Checker struct {
 	keeper   denialKeeper
 	announce func(keys []string)
 	metrics  *Metrics
+	keys     KeyRecorder
 	full     fullLog
 	counts   counts
 	now      func() time.Time
@@ -109,7 +113,7 @@ func New(o Options) *Checker {
 	if o.StoreCalls == nil {
 		o.StoreCalls = o.Store
 	}
-	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, now: o.Now, announce: o.AnnounceRefunds,
+	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, keys: o.Keys, now: o.Now, announce: o.AnnounceRefunds,
 		full: fullLog{log: o.Logger, full: map[string]bool{}}}
 	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
 		o.Metrics.evictions.Store(&ev)
@@ -226,6 +230,10 @@ type PolicyResult struct {
 	// (its penalty box); for a shadow policy, of the ban it would have
 	// issued. 0 when none.
 	Ban time.Duration
+
+	// decided: a limit of the policy was decided (by the store, the cache
+	// of denials or as a limit of 0); denied: one denied.
+	decided, denied bool
 }
 
 // LimitResult is one limit's figures.
@@ -343,6 +351,9 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 	out.judgeParts(max(len(in.Parts), 1))
 	if !out.Allowed && c.denialLog != nil && in.Action == ratelimit.Consume {
 		c.logDenial(ctx, in, out)
+	}
+	if c.keys != nil && in.Action == ratelimit.Consume {
+		c.recordKeys(out)
 	}
 	return nil
 }
@@ -643,6 +654,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
+		pr.decided, pr.denied = true, true
 		c.counts.add(p, l, ResultCachedDenied)
 		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
@@ -722,6 +734,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	p := pr.Policy
 	l := &p.Limits[limit]
 	out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: key, Result: r})
+	pr.decided, pr.denied = true, pr.denied || !r.Allowed
 	result := ResultAllowed
 	switch {
 	case !r.Allowed && p.Shadow:

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
@@ -69,7 +71,11 @@ type Options struct {
 	// DecisionLog, when set, is told of every denial (decisionlog.Open);
 	// its metrics join the stack's, and Close flushes and closes it.
 	DecisionLog *decisionlog.Log
-	Logger      *slog.Logger
+	// TopKeys: the checker records the key values each policy denies and
+	// admits most (Stack.Top). Over Redis, the stack publishes them every
+	// topkeys.PublishInterval, and Stack.Top merges every process's.
+	TopKeys bool
+	Logger  *slog.Logger
 }
 
 // Stack is a checker and the store it runs on.
@@ -84,10 +90,18 @@ type Stack struct {
 	Tracer *tracing.Tracer
 	// store is what the checker calls: the leases over Redis, or Memory.
 	store ratelimit.Store
+	// Top answers which key values each policy denied and admitted most
+	// (Options.TopKeys): over Redis every process's that publishes there,
+	// else this one's; nil when off.
+	Top topkeys.Source
 	// traces is the process's own tracer provider (Options.OwnTraces).
 	traces *sdktrace.TracerProvider
 	// decisions is the decision log; nil when off.
 	decisions *decisionlog.Log
+	// stopTop ends the recorder's and publisher's loops (topLoops; the
+	// publisher's after a last publish).
+	stopTop  context.CancelFunc
+	topLoops sync.WaitGroup
 }
 
 // New assembles a stack from o.
@@ -135,6 +149,9 @@ func New(o Options) *Stack {
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
 	}
+	if o.TopKeys {
+		opts.Keys = s.startTopKeys(o)
+	}
 	s.Checker = check.New(opts)
 	if o.Refunds != nil {
 		o.Refunds.ForgetWith(s.Checker)
@@ -142,10 +159,30 @@ func New(o Options) *Stack {
 	return s
 }
 
-// Close gives back the units the leases hold, stops the memory store, and
-// sends the process's last spans. Check no more through the stack after
-// Close.
+// startTopKeys makes the recorder of top key values, and runs its loop
+// and, over Redis, its publisher until Close.
+func (s *Stack) startTopKeys(o Options) *topkeys.Recorder {
+	rec := topkeys.NewRecorder(nil)
+	s.Top = rec
+	ctx, stop := context.WithCancel(context.Background())
+	s.stopTop = stop
+	s.topLoops.Go(func() { rec.Run(ctx) })
+	if o.Redis != nil {
+		s.Top = topkeys.NewReader(o.Redis.Client(), nil)
+		publisher := topkeys.NewPublisher(rec, o.Redis.Client(), logger(o))
+		s.topLoops.Go(func() { publisher.Run(ctx) })
+	}
+	return rec
+}
+
+// Close gives back the units the leases hold, publishes the last top key
+// values, stops the memory store, and sends the process's last spans.
+// Check no more through the stack after Close.
 func (s *Stack) Close() error {
+	if s.stopTop != nil {
+		s.stopTop()
+		s.topLoops.Wait()
+	}
 	err := errors.Join(s.store.Close(), s.decisions.Close())
 	if s.traces != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

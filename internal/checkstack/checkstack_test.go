@@ -2,6 +2,8 @@ package checkstack_test
 
 import (
 	"context"
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/redisconn"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
 // One global window of 100 an hour; a process leases 10 units at a time.
@@ -92,5 +95,66 @@ func TestInMemoryWithOwnRegistry(t *testing.T) {
 		if !strings.Contains(" "+strings.Join(names, " ")+" ", " "+want+" ") {
 			t.Errorf("registry lacks %s: %v", want, names)
 		}
+	}
+}
+
+// Two check processes over one redis-server: each records the key values
+// it decides and publishes them (at the latest when it closes), and the
+// top read through Redis merges both.
+func TestTopKeysMergedThroughRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	policies := check.NewStaticSource(policytest.Compile(t, "ns", "per-ip", "key: '{client_ip}'\nlimits: [{name: hour, fixedWindow: {limit: 3, window: 1h}}]"))
+	checks := func(stack *checkstack.Stack, ip string, n int) {
+		t.Helper()
+		for range n {
+			req := &policy.Request{Method: "GET", Host: "h", Path: "/", ClientIP: netip.MustParseAddr(ip)}
+			if _, err := stack.Checker.Check(context.Background(), check.Input{Namespace: "ns", Request: req}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var stacks []*checkstack.Stack
+	for range 2 {
+		conn, err := (&redisconn.Config{URL: "redis://" + srv.Addr() + "/0"}).Connect(redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Close)
+		stacks = append(stacks, checkstack.New(checkstack.Options{Source: policies, Redis: conn.Store, Timeout: 2 * time.Second, TopKeys: true}))
+	}
+	checks(stacks[0], "203.0.113.7", 2)
+	checks(stacks[1], "203.0.113.7", 3) // the 4th and 5th of the key value: denied
+	checks(stacks[1], "198.51.100.1", 1)
+	for _, s := range stacks {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer, err := stacks[0].Top.Top(context.Background(), "ns", "per-ip", topkeys.DefaultWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &topkeys.Answer{Namespace: "ns", Policy: "per-ip", Window: topkeys.DefaultWindow,
+		Denied:   topkeys.List{Total: 2, Entries: []topkeys.Entry{{Key: "203.0.113.7", Count: 2}}},
+		Admitted: topkeys.List{Total: 4, Entries: []topkeys.Entry{{Key: "203.0.113.7", Count: 3}, {Key: "198.51.100.1", Count: 1}}}}
+	if !reflect.DeepEqual(answer, want) {
+		t.Fatalf("top through Redis: %+v, want %+v", answer, want)
+	}
+}
+
+// In memory the process's own recorder answers at once; without TopKeys
+// nothing is recorded.
+func TestTopKeysInMemory(t *testing.T) {
+	stack := checkstack.New(checkstack.Options{Source: leasedPolicy(t), TopKeys: true})
+	defer stack.Close()
+	remaining(t, stack.Checker, false)
+	answer, err := stack.Top.Top(context.Background(), "ns", "leased", time.Minute)
+	if err != nil || len(answer.Admitted.Entries) != 1 || answer.Admitted.Entries[0] != (topkeys.Entry{Key: "global", Count: 1}) {
+		t.Fatalf("top in memory: %+v, %v", answer, err)
+	}
+	if off := checkstack.New(checkstack.Options{Source: leasedPolicy(t)}); off.Top != nil {
+		t.Fatalf("a stack without TopKeys answers top: %v", off.Top)
+	} else {
+		_ = off.Close()
 	}
 }

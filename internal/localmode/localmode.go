@@ -101,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
-	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, DecisionLog: decisions, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, DecisionLog: decisions, TopKeys: true, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 

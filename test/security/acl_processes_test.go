@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 	"github.com/sluice-dev/sluice/webhook"
 )
 
@@ -138,6 +139,31 @@ func TestProcessesAsACLUsers(t *testing.T) {
 	if counter == "" {
 		t.FailNow()
 	}
+
+	// The check endpoint publishes its top key values as its user, and
+	// the controller's user reads them merged.
+	t.Run("top key values published by the check user, read by the controller user", func(t *testing.T) {
+		reader := topkeys.NewReader(users.client(t, srv.Addr(), controllerUser, nil), nil)
+		name := policies[0].Name
+		deadline := time.Now().Add(3 * topkeys.PublishInterval)
+		for {
+			answer, err := reader.Top(ctx, policyNS, name, topkeys.DefaultWindow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			denied, admitted := answer.Denied.Entries, answer.Admitted.Entries
+			if len(denied) == 1 && denied[0] == (topkeys.Entry{Key: "client-a", Count: 2}) && len(admitted) == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s/%s: top %+v, want client-a denied twice, client-a and client-b admitted", policyNS, name, answer)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if log := aclLog(t, admin); len(log) > 0 {
+			t.Errorf("Redis refused publishing or reading top key values:%s", describeLog(log))
+		}
+	})
 
 	if err := admin.Set(ctx, "app:secret", "s3cret", 0).Err(); err != nil {
 		t.Fatal(err)

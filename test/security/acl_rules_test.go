@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
 // keyedArgs builds a valid command line for each command the Lua sources
@@ -222,6 +223,25 @@ func TestACLRules(t *testing.T) {
 		}
 	})
 
+	// Top key values: each check process writes its own field of a
+	// policy's minute and its expiry, which the controller (the admin
+	// API) reads; neither may do anything else there, nor reach the
+	// counters or the table through those keys' rules (above: the
+	// other keys stay refused).
+	t.Run("check user publishes top key values, controller reads them", func(*testing.T) {
+		top := topkeys.Key("shop", "api", 29_666_666)
+		allow(checkUser, "HSET", top, "process", "{}")
+		allow(checkUser, "PEXPIREAT", top, "1")
+		allow(controllerUser, "HGETALL", top)
+		for _, args := range [][]any{{"HGETALL", top}, {"DEL", top}, {"GET", top}, {"HDEL", top, "process"}} {
+			refuse(checkUser, args...)
+		}
+		refuse(checkUser, "FCALL", redisstore.FunctionName, 1, top, "1:0:-")
+		for _, args := range [][]any{{"HSET", top, "process", "{}"}, {"DEL", top}, {"PEXPIREAT", top, "1"}, {"HDEL", top, "process"}} {
+			refuse(controllerUser, args...)
+		}
+	})
+
 	t.Run("neither may flush, configure, list keys or manage users", func(*testing.T) {
 		for _, user := range []string{checkUser, controllerUser} {
 			for _, args := range dangerous {
@@ -256,6 +276,8 @@ func TestACLRules(t *testing.T) {
 		allow("sluice-all", "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
 		allow("sluice-all", "HSET", policytable.HashKey, "ns/p", "{}")
 		allow("sluice-all", "SUBSCRIBE", policytable.Channel)
+		allow("sluice-all", "HSET", topkeys.Key("shop", "api", 1), "process", "{}")
+		allow("sluice-all", "HGETALL", topkeys.Key("shop", "api", 1))
 		refuse("sluice-all", "GET", others[0])
 		refuse("sluice-all", "FLUSHALL")
 	})

@@ -164,6 +164,10 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Client is the client the store sends through, for what else a process
+// keeps in the same Redis.
+func (s *Store) Client() redis.UniversalClient { return s.client }
+
 // Mode reports how the library is invoked now (ModeFunctions or ModeScripts).
 func (s *Store) Mode() Mode { return Mode(s.mode.Load()) }
 

@@ -1,0 +1,82 @@
+package topkeys
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Source answers which key values a policy denied and admitted most over
+// the last window: a Recorder (this process alone) or a Reader (every
+// process, through Redis).
+type Source interface {
+	Top(ctx context.Context, namespace, policy string, window time.Duration) (*Answer, error)
+}
+
+// Answer is the top of one policy over a window.
+type Answer struct {
+	Namespace, Policy string
+	// Window is how far back the lists reach: the current minute and
+	// the ones before it, Window/time.Minute in all.
+	Window time.Duration
+	// Denied and Admitted are the key values the policy denied and
+	// admitted most (at most Capacity each), by count. A shadow policy's
+	// denials are in Denied: what it would have denied.
+	Denied, Admitted List
+}
+
+func newAnswer(namespace, policy string, window time.Duration, denied, admitted List) *Answer {
+	return &Answer{Namespace: namespace, Policy: policy, Window: window, Denied: denied, Admitted: admitted}
+}
+
+// ErrorBound says in words how far the counts may be from the truth.
+func (a *Answer) ErrorBound() string {
+	return fmt.Sprintf("each count exceeds the true number of decisions by at most its overestimate; "+
+		"overestimates are at most 1/%d of the list's decisions in the window (denied: %d of %d, admitted: %d of %d), "+
+		"and a key value decided more often than that is always listed",
+		Capacity, a.Denied.Bound(), a.Denied.Total, a.Admitted.Bound(), a.Admitted.Total)
+}
+
+// MarshalJSON writes the admin API's top answer.
+func (a *Answer) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Namespace  string  `json:"namespace"`
+		Policy     string  `json:"policy"`
+		Window     string  `json:"window"`
+		Denied     []Entry `json:"denied"`
+		Admitted   []Entry `json:"admitted"`
+		ErrorBound string  `json:"errorBound"`
+	}{a.Namespace, a.Policy, formatWindow(a.Window), nonNil(a.Denied.Entries), nonNil(a.Admitted.Entries), a.ErrorBound()})
+}
+
+// ParseWindow reads a window as the admin API's query gives it ("5m");
+// empty is DefaultWindow.
+func ParseWindow(s string) (time.Duration, error) {
+	if s == "" {
+		return DefaultWindow, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("window %q: not a duration such as 5m", s)
+	}
+	if err := CheckWindow(d); err != nil {
+		return 0, err
+	}
+	return d, nil
+}
+
+// formatWindow writes whole minutes as "5m".
+func formatWindow(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
+}
+
+func nonNil(e []Entry) []Entry {
+	if e == nil {
+		return []Entry{}
+	}
+	return e
+}

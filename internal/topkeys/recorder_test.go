@@ -1,0 +1,158 @@
+package topkeys
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func top(t *testing.T, s Source, window time.Duration) *Answer {
+	t.Helper()
+	a, err := s.Top(context.Background(), "ns", "p", window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func counts(l List) map[string]int64 {
+	m := map[string]int64{}
+	for _, e := range l.Entries {
+		m[e.Key] = e.Count
+	}
+	return m
+}
+
+// A minute counts in a window while it is one of the window's last
+// minutes, the current one included, and ages out after.
+func TestWindowAgesOut(t *testing.T) {
+	c := &clock{now: time.Unix(1_800_000_000, 0).Truncate(time.Minute)}
+	r := NewRecorder(c.Now)
+	r.Record("ns", "p", "early", true, c.now)
+	r.Record("ns", "p", "early", true, c.now)
+	r.Record("ns", "p", "fine", false, c.now)
+	r.Record("ns", "other", "elsewhere", true, c.now)
+
+	c.now = c.now.Add(4*time.Minute + 59*time.Second)
+	r.Record("ns", "p", "late", true, c.now)
+	a := top(t, r, 5*time.Minute)
+	if got := counts(a.Denied); got["early"] != 2 || got["late"] != 1 || len(got) != 2 {
+		t.Fatalf("denied in the last 5 minutes: %v", got)
+	}
+	if got := counts(a.Admitted); got["fine"] != 1 || len(got) != 1 {
+		t.Fatalf("admitted in the last 5 minutes: %v", got)
+	}
+	if got := counts(top(t, r, time.Minute).Denied); got["late"] != 1 || len(got) != 1 {
+		t.Fatalf("denied in the last minute: %v", got)
+	}
+
+	c.now = c.now.Add(time.Second) // the first minute is now 6 minutes back
+	if got := counts(top(t, r, 5*time.Minute).Denied); got["early"] != 0 || got["late"] != 1 {
+		t.Fatalf("denied after the first minute aged out: %v", got)
+	}
+	if got := counts(top(t, r, 6*time.Minute).Denied); got["early"] != 2 {
+		t.Fatalf("denied in the last 6 minutes: %v", got)
+	}
+
+	// The ring's slot of a minute MaxWindow later is the first minute's:
+	// it starts empty.
+	c.now = time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(MaxWindow)
+	r.Record("ns", "p", "again", true, c.now)
+	if got := counts(top(t, r, MaxWindow).Denied); got["early"] != 0 || got["again"] != 1 {
+		t.Fatalf("denied %s later: %v", MaxWindow, got)
+	}
+	// A decision older than the slot's minute is out of every window.
+	r.Record("ns", "p", "stale", true, c.now.Add(-MaxWindow))
+	if got := counts(top(t, r, MaxWindow).Denied); got["stale"] != 0 {
+		t.Fatalf("a stale decision was counted: %v", got)
+	}
+
+	// Once every minute of a policy is out of the longest window, its
+	// ring goes.
+	c.now = c.now.Add(MaxWindow)
+	r.forgetOld()
+	for _, p := range []string{"p", "other"} {
+		if _, ok := r.policies.Load(policyID{"ns", p}); ok {
+			t.Errorf("policy %s kept after its minutes aged out", p)
+		}
+	}
+}
+
+func TestWindowBounds(t *testing.T) {
+	r := NewRecorder(nil)
+	for _, w := range []time.Duration{0, 30 * time.Second, 90 * time.Second, MaxWindow + time.Minute} {
+		if _, err := r.Top(context.Background(), "ns", "p", w); err == nil || !strings.Contains(err.Error(), "window") {
+			t.Errorf("window %s: %v, want an error naming the window", w, err)
+		}
+	}
+	for s, want := range map[string]time.Duration{"": DefaultWindow, "1m": time.Minute, "15m": MaxWindow} {
+		if d, err := ParseWindow(s); err != nil || d != want {
+			t.Errorf("ParseWindow(%q) = %s, %v; want %s", s, d, err, want)
+		}
+	}
+	for _, s := range []string{"5", "abc", "16m", "-5m", "2m30s"} {
+		if _, err := ParseWindow(s); err == nil {
+			t.Errorf("ParseWindow(%q) took it", s)
+		}
+	}
+}
+
+// The answer as the admin API writes it.
+func TestAnswerJSON(t *testing.T) {
+	r := NewRecorder(nil)
+	r.Record("ns", "p", "acme", true, time.Now())
+	b, err := json.Marshal(top(t, r, DefaultWindow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"admitted":[],"denied":[{"count":1,"key":"acme","overestimate":0}],"namespace":"ns","policy":"p","window":"5m"}`
+	delete(got, "errorBound")
+	if norm, _ := json.Marshal(got); string(norm) != want {
+		t.Fatalf("answer %s, want %s (and errorBound)", b, want)
+	}
+	if !strings.Contains(string(b), `"errorBound":"each count exceeds`) {
+		t.Fatalf("answer without its error bound: %s", b)
+	}
+}
+
+// A million distinct key values in one minute of one policy leave
+// Capacity counters behind, whatever their number.
+func TestMemoryIsBounded(t *testing.T) {
+	now := time.Now()
+	r := NewRecorder(func() time.Time { return now })
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	r.Record("ns", "p", "first", true, now)
+	before := heap()
+	for i := range 1_000_000 {
+		r.Record("ns", "p", fmt.Sprint("key-", i), i%2 == 0, now)
+	}
+	grown := int64(heap()) - int64(before)
+	v, _ := r.policies.Load(policyID{"ns", "p"})
+	m := &v.(*ring).minutes[now.Unix()/60%int64(ringMinutes)]
+	for _, s := range []*sketch{&m.denied, &m.admitted} {
+		if len(s.held) > Capacity || len(s.heap) > Capacity {
+			t.Fatalf("a sketch holds %d key values (heap %d), more than %d", len(s.held), len(s.heap), Capacity)
+		}
+	}
+	t.Logf("a million distinct key values: the heap grew by %d bytes", grown)
+	if grown > 64<<10 {
+		t.Fatalf("the heap grew by %d bytes for a million distinct key values", grown)
+	}
+}
