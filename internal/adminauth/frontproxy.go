@@ -30,6 +30,9 @@ type requestHeader struct {
 	// allowedNames are the common names the certificate may have (any
 	// name when empty, as kube-apiserver's own --requestheader-allowed-names).
 	allowedNames []string
+
+	// The headers that name the user, its UID and groups, and the
+	// prefixes of its extra attributes.
 	usernameHeaders, uidHeaders, groupHeaders, extraPrefixes []string
 }
 
