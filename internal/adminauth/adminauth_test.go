@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/adminauth"
+	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -87,7 +88,11 @@ func start(t *testing.T) *env {
 	proxyCrt := proxyCA.issue(t, proxyName)
 	caFile := filepath.Join(t.TempDir(), "front-proxy-ca.crt")
 	writeFile(t, caFile, proxyCA.pem)
-	c := kubetest.Start(t, kubetest.Options{APIServerFlags: map[string]string{
+	crds, err := envtest.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := kubetest.Start(t, kubetest.Options{CRDDirs: []string{crds}, APIServerFlags: map[string]string{
 		"requestheader-client-ca-file":       caFile,
 		"requestheader-allowed-names":        proxyName,
 		"requestheader-username-headers":     "X-Remote-User",
@@ -294,6 +299,18 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 		out := e.cluster.MustKubectl("api-resources", "--api-group=admin.ratelimit.sluice.dev", "-o", "name")
 		if !strings.Contains(out, "explain.admin.ratelimit.sluice.dev") {
 			t.Errorf("kubectl api-resources: %q", out)
+		}
+		// The admin group's subresources of ratelimitpolicies take nothing
+		// from the policies' own kind.
+		e.cluster.MustKubectl("get", "ratelimitpolicies", "-n", "shop")
+		e.cluster.MustKubectl("get", "rlp", "-n", "shop")
+	})
+	t.Run("kubectl auth can-i", func(t *testing.T) {
+		for user, want := range map[string]string{"viewer": "no", "editor": "yes"} {
+			out, _ := e.cluster.Kubectl("auth", "can-i", "update", "ratelimitpolicies.ratelimit.sluice.dev", "--subresource=keys", "-n", "shop", "--as="+user)
+			if strings.TrimSpace(out) != want {
+				t.Errorf("can %s update ratelimitpolicies/keys in shop: %q, want %s", user, out, want)
+			}
 		}
 	})
 	if e.rec.leaked {
