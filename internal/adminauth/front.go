@@ -133,13 +133,13 @@ var discovery = &metav1.APIResourceList{
 
 // writeStatus answers with a Kubernetes Status, which client-go and
 // kubectl render.
-func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
-	writeJSON(w, code, &metav1.Status{
+func writeStatus(w http.ResponseWriter, code int32, reason metav1.StatusReason, message string) {
+	writeJSON(w, int(code), &metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
 		Message:  message,
 		Reason:   reason,
-		Code:     int32(code),
+		Code:     code,
 	})
 }
 
