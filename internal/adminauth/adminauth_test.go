@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/adminauth"
+	"github.com/sluice-dev/sluice/internal/testutil/certtest"
 	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 	"github.com/sluice-dev/sluice/internal/testutil/kubetest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
@@ -73,8 +74,8 @@ type env struct {
 	cluster  *kubetest.Cluster
 	rec      *recorder
 	addr     string // the front's own port
-	proxyCA  testCA
-	proxyCrt client
+	proxyCA  *certtest.CA
+	proxyCrt *certtest.Pair
 }
 
 // start runs kube-apiserver as a front proxy (its requestheader flags
@@ -84,22 +85,20 @@ type env struct {
 // Service, so that kube-apiserver proxies to the front for real.
 func start(t *testing.T) *env {
 	t.Helper()
-	proxyCA := newCA(t, "front-proxy-ca")
-	proxyCrt := proxyCA.issue(t, proxyName)
-	caFile := filepath.Join(t.TempDir(), "front-proxy-ca.crt")
-	writeFile(t, caFile, proxyCA.pem)
+	proxyCA := certtest.NewCA(t, "front-proxy-ca")
+	proxyCrt := proxyCA.Client(t, proxyName)
 	crds, err := envtest.CRDDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := kubetest.Start(t, kubetest.Options{CRDDirs: []string{crds}, APIServerFlags: map[string]string{
-		"requestheader-client-ca-file":       caFile,
+		"requestheader-client-ca-file":       proxyCA.File,
 		"requestheader-allowed-names":        proxyName,
 		"requestheader-username-headers":     "X-Remote-User",
 		"requestheader-group-headers":        "X-Remote-Group",
 		"requestheader-extra-headers-prefix": "X-Remote-Extra-",
-		"proxy-client-cert-file":             proxyCrt.certFile,
-		"proxy-client-key-file":              proxyCrt.keyFile,
+		"proxy-client-cert-file":             proxyCrt.CertFile,
+		"proxy-client-key-file":              proxyCrt.KeyFile,
 	}})
 	root := kubetest.RepoRoot(t)
 	kubetest.TrackFiles(t, filepath.Join(root, "config", "rbac"), filepath.Join(root, "config", "manager"))
@@ -319,17 +318,17 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 
 	// The front's own port, reached directly.
 	t.Run("front proxy", func(t *testing.T) {
-		otherCA := newCA(t, "another-ca")
+		otherCA := certtest.NewCA(t, "another-ca")
 		for _, tc := range []struct {
 			name string
-			cert *client
+			cert *certtest.Pair
 			path string
 			want int
 		}{
-			{"the front proxy's certificate", &e.proxyCrt, keysPath, 200},
-			{"the front proxy's certificate, no user, discovery", &e.proxyCrt, base, 200},
-			{"another CA", ptr(otherCA.issue(t, proxyName)), keysPath, 401},
-			{"a name not allowed", ptr(e.proxyCA.issue(t, "someone-else")), keysPath, 401},
+			{"the front proxy's certificate", e.proxyCrt, keysPath, 200},
+			{"the front proxy's certificate, no user, discovery", e.proxyCrt, base, 200},
+			{"another CA", otherCA.Client(t, proxyName), keysPath, 401},
+			{"a name not allowed", e.proxyCA.Client(t, "someone-else"), keysPath, 401},
 			{"headers without a certificate", nil, keysPath, 401},
 			{"discovery without a certificate", nil, base, 401},
 		} {
@@ -348,9 +347,9 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 	// A CA added to the ConfigMap (a rotation's first step) is believed
 	// without a restart.
 	t.Run("front-proxy CA followed", func(t *testing.T) {
-		rotated := newCA(t, "rotated-ca")
-		cert := rotated.issue(t, proxyName)
-		if got := e.get(t, &cert, "editor", keysPath); got.code != 401 {
+		rotated := certtest.NewCA(t, "rotated-ca")
+		cert := rotated.Client(t, proxyName)
+		if got := e.get(t, cert, "editor", keysPath); got.code != 401 {
 			t.Fatalf("before the rotation: %+v, want 401", got)
 		}
 		ctx := context.Background()
@@ -359,12 +358,12 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm.Data["requestheader-client-ca-file"] += string(rotated.pem)
+		cm.Data["requestheader-client-ca-file"] += string(rotated.PEM)
 		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(30 * time.Second)
-		for e.get(t, &cert, "editor", keysPath).code != 200 {
+		for e.get(t, cert, "editor", keysPath).code != 200 {
 			if time.Now().After(deadline) {
 				t.Fatal("a certificate of the CA added to the ConfigMap is still refused")
 			}
@@ -374,14 +373,12 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 	})
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // get calls the front directly with cert (kube-apiserver's part) as user.
-func (e *env) get(t *testing.T, cert *client, user, path string) answer {
+func (e *env) get(t *testing.T, cert *certtest.Pair, user, path string) answer {
 	t.Helper()
 	tlsCfg := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the front's certificate is self-signed
 	if cert != nil {
-		tlsCfg.Certificates = []tls.Certificate{cert.tls}
+		tlsCfg.Certificates = []tls.Certificate{cert.TLS}
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
 	req, err := http.NewRequest(http.MethodGet, "https://"+e.addr+path, nil)
