@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -58,5 +59,97 @@ func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 		if !seen[grant] {
 			t.Errorf("the controller's role lacks %s (needed to %s)", grant, why)
 		}
+	}
+}
+
+// TestControllerBindings lists every role bound to the controller's
+// ServiceAccount. Beyond its own ClusterRole: the admin API's front
+// authorizes each call with a SubjectAccessReview (system:auth-delegator)
+// and trusts kube-apiserver's front-proxy certificate by the CA in the one
+// ConfigMap the controller reads, kube-system/extension-apiserver-authentication
+// (extension-apiserver-authentication-reader grants that name only). The
+// check endpoint's ServiceAccount is bound to nothing.
+func TestControllerBindings(t *testing.T) {
+	want := map[string]string{
+		"ClusterRole sluice-controller":                              "its own role (TestControllerRoleIsLeastPrivilege)",
+		"ClusterRole system:auth-delegator":                          "authorize admin API calls with SubjectAccessReviews",
+		"Role kube-system/extension-apiserver-authentication-reader": "read the front-proxy CA of kube-apiserver",
+	}
+	got := map[string]bool{}
+	for _, u := range render(t, "rbac") {
+		var subjects []rbacv1.Subject
+		var ref rbacv1.RoleRef
+		switch kindKey(u) {
+		case "rbac.authorization.k8s.io/ClusterRoleBinding":
+			b := typed[rbacv1.ClusterRoleBinding](t, u)
+			subjects, ref = b.Subjects, b.RoleRef
+		case "rbac.authorization.k8s.io/RoleBinding":
+			b := typed[rbacv1.RoleBinding](t, u)
+			subjects, ref = b.Subjects, b.RoleRef
+			if ref.Kind == "Role" {
+				ref.Name = b.Namespace + "/" + ref.Name
+			}
+		default:
+			continue
+		}
+		for _, s := range subjects {
+			switch {
+			case s.Kind == "ServiceAccount" && s.Name == "sluice-check":
+				t.Errorf("%s %s binds %s to the check endpoint, which needs no Kubernetes access", u.GetKind(), u.GetName(), ref.Name)
+			case s.Kind == "ServiceAccount" && s.Name == "sluice-controller":
+				grant := ref.Kind + " " + ref.Name
+				if _, ok := want[grant]; !ok {
+					t.Errorf("%s %s binds %s to the controller, beyond what it needs", u.GetKind(), u.GetName(), grant)
+				}
+				got[grant] = true
+			}
+		}
+	}
+	for grant, why := range want {
+		if !got[grant] {
+			t.Errorf("the controller is not bound to %s (needed to %s)", grant, why)
+		}
+	}
+}
+
+// TestAdminUserRoles pins what the admin API's user roles allow in the
+// policies' group: reading keys and overrides (view), and changing them
+// (edit), aggregated into Kubernetes' view and edit.
+func TestAdminUserRoles(t *testing.T) {
+	want := map[string]struct {
+		verbs       string
+		aggregateTo []string
+	}{
+		"sluice-admin-view": {"get", []string{"view", "edit", "admin"}},
+		"sluice-admin-edit": {"get,update", []string{"edit", "admin"}},
+	}
+	seen := 0
+	for _, u := range render(t, "rbac") {
+		w, ok := want[u.GetName()]
+		if !ok || kindKey(u) != "rbac.authorization.k8s.io/ClusterRole" {
+			continue
+		}
+		seen++
+		role := typed[rbacv1.ClusterRole](t, u)
+		for _, to := range w.aggregateTo {
+			if role.Labels["rbac.authorization.k8s.io/aggregate-to-"+to] != "true" {
+				t.Errorf("%s does not aggregate into %s", role.Name, to)
+			}
+		}
+		for _, rule := range role.Rules {
+			for _, g := range rule.APIGroups {
+				if g != "ratelimit.sluice.dev" {
+					continue // admin.ratelimit.sluice.dev: kube-apiserver's gate before the front
+				}
+				verbs := append([]string(nil), rule.Verbs...)
+				sort.Strings(verbs)
+				if got := strings.Join(verbs, ","); got != w.verbs || !slices.Equal(rule.Resources, []string{"ratelimitpolicies/keys", "ratelimitpolicies/overrides"}) {
+					t.Errorf("%s grants %s on %v in ratelimit.sluice.dev, want %s on ratelimitpolicies/keys and ratelimitpolicies/overrides", role.Name, got, rule.Resources, w.verbs)
+				}
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the admin API's user roles, want %d", seen, len(want))
 	}
 }

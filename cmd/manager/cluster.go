@@ -41,6 +41,7 @@ func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig
 	fs.DurationVar(&cfg.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often the leader renews and a standby tries to take the lease")
 	fs.DurationVar(&cfg.SyncInterval, "sync-interval", 3*time.Second, "how often the Redis policy table is compared with the cluster and repaired")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
+	cfg.Admin.BindFlags(fs)
 }
 
 func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *string) {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +16,7 @@ import (
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/adminauth"
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/controller"
 	"github.com/sluice-dev/sluice/internal/policytable"
@@ -47,6 +49,12 @@ type ControllerConfig struct {
 	// (0: ratelimit.MaxEntries, what the check processes refuse beyond).
 	// Tests lower it to reach it with few policies.
 	LimitsBound int
+	// Admin is the admin API's port; AdminAPI the admin API that every
+	// replica serves there behind its front (adminauth), which
+	// authenticates kube-apiserver and authorizes each call. Nil AdminAPI:
+	// no admin port.
+	Admin    adminauth.Options
+	AdminAPI http.Handler
 }
 
 // Scheme has the types the controller reads.
@@ -119,6 +127,15 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		},
 	}); err != nil {
 		return nil, err
+	}
+	if cfg.Admin.Listen != "" && cfg.AdminAPI != nil {
+		srv, err := adminauth.NewServer(cfg.Admin, cfg.AdminAPI, restCfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(srv); err != nil {
+			return nil, err
+		}
 	}
 	// Probes never depend on Redis: a Redis outage must not restart pods.
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

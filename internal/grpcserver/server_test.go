@@ -2,22 +2,17 @@ package grpcserver
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/certtest"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -557,16 +552,16 @@ func TestServeStops(t *testing.T) {
 // TLS: the endpoint serves the configured certificate, and a client that
 // verifies it checks over TLS; a plaintext client is refused.
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	certPEM := writeCert(t, dir)
-	cfg := &Config{TLSCertFile: filepath.Join(dir, "cert.pem"), TLSKeyFile: filepath.Join(dir, "key.pem")}
+	ca := certtest.NewCA(t, "test CA")
+	server := ca.Server(t, "sluice")
+	cfg := &Config{TLSCertFile: server.CertFile, TLSKeyFile: server.KeyFile}
 	tlsCfg, err := LoadTLS(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(certPEM)
-	e := start(t, memstore.New(), Options{TLS: tlsCfg, DefaultNamespace: "shop"}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "sluice.test", MinVersion: tls.VersionTLS12}),
+	pool.AppendCertsFromPEM(ca.PEM)
+	e := start(t, memstore.New(), Options{TLS: tlsCfg, DefaultNamespace: "shop"}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}),
 		compile(t, "shop", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	if a, b := e.check(t, req{host: "h", path: "/"}), e.check(t, req{host: "h", path: "/"}); a.code != codes.OK || b.httpStatus != 429 {
 		t.Errorf("over TLS: %v then %d, want OK then 429", a.code, b.httpStatus)
@@ -581,46 +576,9 @@ func TestTLS(t *testing.T) {
 	if _, err := authv3.NewAuthorizationClient(plain).Check(ctx, req{host: "h", path: "/"}.proto()); err == nil {
 		t.Error("a plaintext client was answered by the TLS endpoint")
 	}
-	for _, bad := range []*Config{{TLSCertFile: cfg.TLSCertFile}, {TLSCertFile: filepath.Join(dir, "missing.pem"), TLSKeyFile: cfg.TLSKeyFile}} {
+	for _, bad := range []*Config{{TLSCertFile: cfg.TLSCertFile}, {TLSCertFile: filepath.Join(t.TempDir(), "missing.pem"), TLSKeyFile: cfg.TLSKeyFile}} {
 		if _, err := LoadTLS(bad); err == nil {
 			t.Errorf("LoadTLS(%+v) accepted", *bad)
 		}
 	}
-}
-
-// writeCert writes a self-signed certificate for sluice.test and
-// 127.0.0.1 (cert.pem, key.pem) into dir and returns the certificate.
-func writeCert(t testing.TB, dir string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "sluice.test"},
-		DNSNames:     []string{"sluice.test"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certPEM
 }

@@ -1,19 +1,13 @@
 package redisconn
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sluice-dev/sluice/internal/testutil/certtest"
 )
 
 func writeFile(t *testing.T, name, body string) string {
@@ -25,24 +19,9 @@ func writeFile(t *testing.T, name, body string) string {
 	return p
 }
 
-func testCA(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-}
-
 func TestOptions(t *testing.T) {
 	pw := writeFile(t, "password", "s3cret\n")
-	ca := testCA(t)
+	ca := certtest.NewCA(t, "test CA").File
 
 	o, err := (&Config{URL: "redis://user:pw@10.0.0.1:6380/2"}).Options()
 	if err != nil || o.Addrs[0] != "10.0.0.1:6380" || o.DB != 2 || o.Username != "user" || o.Password != "pw" || o.TLSConfig != nil {

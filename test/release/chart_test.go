@@ -202,7 +202,14 @@ func TestChartMatchesKustomize(t *testing.T) {
 	}
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-namespace: sluice-system
+transformers:
+- |-
+  apiVersion: builtin
+  kind: NamespaceTransformer
+  metadata:
+    name: sluice
+    namespace: sluice-system
+  unsetOnly: true
 labels:
 - pairs:
     app.kubernetes.io/part-of: sluice

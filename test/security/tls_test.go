@@ -2,17 +2,7 @@ package security
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,85 +10,10 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/redisconn"
+	"github.com/sluice-dev/sluice/internal/testutil/certtest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	// File is its certificate, PEM, as --redis-ca-file takes it.
-	File string
-}
-
-func newTestCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &testCA{cert: cert, key: key, File: filepath.Join(dir, name+".crt")}
-	writePEM(t, ca.File, "CERTIFICATE", der)
-	return ca
-}
-
-// serverCert issues a server certificate for 127.0.0.1 and localhost and
-// writes it and its key; it returns their paths.
-func (ca *testCA) serverCert(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(t), Subject: pkix.Name{CommonName: "redis"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "redis.crt"), filepath.Join(dir, "redis.key")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	return certFile, keyFile
-}
-
-func serial(t *testing.T) *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func writePEM(t *testing.T, file, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestRedisOverTLS runs Redis with TLS only (no plain port) and the ACL
 // users, with a CA and server certificate the test generates: the
@@ -110,11 +25,11 @@ func writePEM(t *testing.T, file, typ string, der []byte) {
 func TestRedisOverTLS(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "sluice-test-ca")
-	otherCA := newTestCA(t, dir, "other-ca")
-	cert, key := ca.serverCert(t, dir)
+	ca := certtest.NewCA(t, "sluice-test-ca")
+	otherCA := certtest.NewCA(t, "other-ca")
+	server := ca.Server(t, "redis")
 	users := loadACLUsers(t)
-	srv := redistest.StartTLS(t, redistest.TLSFiles{Cert: cert, Key: key, CA: ca.File}, redistest.WithArgs("--aclfile", users.File))
+	srv := redistest.StartTLS(t, redistest.TLSFiles{Cert: server.CertFile, Key: server.KeyFile, CA: ca.File}, redistest.WithArgs("--aclfile", users.File))
 	url := "rediss://" + srv.Addr() + "/0"
 	if tls := srv.Client().ConfigGet(ctx, "port").Val()["port"]; tls != "0" {
 		t.Fatalf("redis-server listens on plain port %s too", tls)

@@ -27,6 +27,9 @@ type Options struct {
 	// CRDDirs are installed before the setup hooks run (none: the caller
 	// applies its CRDs itself, as a person would). CRDDir is Sluice's.
 	CRDDirs []string
+	// APIServerFlags are kube-apiserver flags beyond envtest's, without
+	// their dashes (the front proxy's requestheader-* for an aggregated API).
+	APIServerFlags map[string]string
 	// Setup hooks run in order once the API server is up and the CRDs are
 	// installed. An error stops the API server and is Start's error.
 	Setup []func(*Environment) error
@@ -98,6 +101,9 @@ func Start(o Options) (*Environment, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     o.CRDDirs,
 		ErrorIfCRDPathMissing: len(o.CRDDirs) > 0,
+	}
+	for flag, value := range o.APIServerFlags {
+		env.ControlPlane.GetAPIServer().Configure().Set(flag, value)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -36,6 +36,9 @@ type Options struct {
 	// CRDDirs are installed before Start returns (none: the test applies
 	// its CRDs itself, as a person would).
 	CRDDirs []string
+	// APIServerFlags are kube-apiserver flags beyond envtest's, without
+	// their dashes.
+	APIServerFlags map[string]string
 }
 
 // Assets returns KUBEBUILDER_ASSETS, or fails t with what to run.
@@ -63,7 +66,7 @@ func RepoRoot(t testing.TB) string {
 // into t's temporary directory.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	env, err := envtest.Start(envtest.Options{CRDDirs: o.CRDDirs})
+	env, err := envtest.Start(envtest.Options{CRDDirs: o.CRDDirs, APIServerFlags: o.APIServerFlags})
 	if err != nil {
 		t.Fatalf("kubetest: %v", err)
 	}
