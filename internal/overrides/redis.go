@@ -1,0 +1,194 @@
+package overrides
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis names of the run-time overrides (one Cluster slot, thanks to the
+// hash tag):
+//
+//	sluice:{overrides}:<namespace>/<policy>  hash: key value -> JSON Entry
+//	sluice:{overrides}:policies              set: the policies with overrides
+//	sluice:{overrides}:revision              counter, bumped by every change
+//	sluice:overrides:changed                 pub/sub: "<revision> <namespace>/<policy>"
+const (
+	redisPrefix      = "sluice:{overrides}:"
+	RedisPoliciesKey = redisPrefix + "policies"
+	RedisRevisionKey = redisPrefix + "revision"
+	RedisChannel     = "sluice:overrides:changed"
+)
+
+// RedisHashKey is the hash of id's overrides.
+func RedisHashKey(id PolicyID) string { return redisPrefix + id.String() }
+
+// RedisStore is a Store in Redis: every process reads the same overrides,
+// and a change reaches each within a second (pub/sub, with a poll of the
+// revision for the messages a reconnection loses).
+type RedisStore struct {
+	client redis.UniversalClient
+	// poll is how often Follow reads the revision (default 500ms).
+	poll time.Duration
+}
+
+// NewRedisStore returns a RedisStore over client, whose followers poll
+// the revision every poll (default 500ms).
+func NewRedisStore(client redis.UniversalClient, poll time.Duration) *RedisStore {
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
+	return &RedisStore{client: client, poll: poll}
+}
+
+// changeEnd bumps the revision and announces the change of ARGV[2].
+const changeEnd = `
+local rev = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[1], rev .. ' ' .. ARGV[2])
+return rev
+`
+
+// putScript: KEYS hash, policies, revision; ARGV channel, id, key, value,
+// room.
+var putScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
+  return redis.error_reply('SLUICE_TOO_MANY')
+end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+redis.call('SADD', KEYS[2], ARGV[2])
+` + changeEnd)
+
+// deleteScript: KEYS hash, policies, revision; ARGV channel, id, key.
+var deleteScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[3]) == 0 then return -1 end
+if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
+` + changeEnd)
+
+func (s *RedisStore) keys(id PolicyID) []string {
+	return []string{RedisHashKey(id), RedisPoliciesKey, RedisRevisionKey}
+}
+
+// Put implements Store.
+func (s *RedisStore) Put(ctx context.Context, id PolicyID, e Entry, room int) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode override: %w", err)
+	}
+	err = putScript.Run(ctx, s.client, s.keys(id), RedisChannel, id.String(), e.Key, string(b), room).Err()
+	if err != nil && strings.Contains(err.Error(), "SLUICE_TOO_MANY") {
+		return errorf(ErrTooMany, "policy %s has %d overrides, the most it may have (declared and run time together)", id, MaxPerPolicy)
+	}
+	if err != nil {
+		return fmt.Errorf("overrides: %w", err)
+	}
+	return nil
+}
+
+// Delete implements Store.
+func (s *RedisStore) Delete(ctx context.Context, id PolicyID, key string) (bool, error) {
+	rev, err := deleteScript.Run(ctx, s.client, s.keys(id), RedisChannel, id.String(), key).Int64()
+	if err != nil {
+		return false, fmt.Errorf("overrides: %w", err)
+	}
+	return rev >= 0, nil
+}
+
+// LoadPolicy implements Store.
+func (s *RedisStore) LoadPolicy(ctx context.Context, id PolicyID) (map[string]Entry, error) {
+	raw, err := s.client.HGetAll(ctx, RedisHashKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("overrides of %s: %w", id, err)
+	}
+	out := make(map[string]Entry, len(raw))
+	for key, v := range raw {
+		var e Entry
+		if err := json.Unmarshal([]byte(v), &e); err != nil {
+			return nil, fmt.Errorf("override %q of %s: %w", key, id, err)
+		}
+		out[key] = e
+	}
+	return out, nil
+}
+
+// Load implements Store.
+func (s *RedisStore) Load(ctx context.Context) (map[PolicyID]map[string]Entry, error) {
+	ids, err := s.client.SMembers(ctx, RedisPoliciesKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("overrides: %w", err)
+	}
+	out := make(map[PolicyID]map[string]Entry, len(ids))
+	for _, raw := range ids {
+		ns, name, ok := strings.Cut(raw, "/")
+		if !ok {
+			continue
+		}
+		id := PolicyID{ns, name}
+		if out[id], err = s.LoadPolicy(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Follow implements Store: a message whose revision follows the last one
+// seen names the one policy that changed; any other gap, and the poll
+// finding the revision moved, reload everything.
+func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID), all func()) {
+	sub := s.client.Subscribe(ctx, RedisChannel)
+	defer sub.Close()
+	msgs := sub.ChannelWithSubscriptions()
+	t := time.NewTicker(s.poll)
+	defer t.Stop()
+	var seen int64 = -1
+	reload := func() {
+		rev, err := s.revision(ctx)
+		if err != nil {
+			return // the next poll tries again
+		}
+		all()
+		seen = rev
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					reload() // first, and after a reconnection
+				}
+			case *redis.Message:
+				revs, id, _ := strings.Cut(m.Payload, " ")
+				rev, err := strconv.ParseInt(revs, 10, 64)
+				ns, name, ok := strings.Cut(id, "/")
+				if err != nil || !ok || rev != seen+1 {
+					reload()
+					continue
+				}
+				changed(PolicyID{ns, name})
+				seen = rev
+			}
+		case <-t.C:
+			if rev, err := s.revision(ctx); err == nil && rev != seen {
+				reload()
+			}
+		}
+	}
+}
+
+func (s *RedisStore) revision(ctx context.Context) (int64, error) {
+	n, err := s.client.Get(ctx, RedisRevisionKey).Int64()
+	if err == redis.Nil {
+		return 0, nil
+	}
+	return n, err
+}
