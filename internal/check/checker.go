@@ -67,8 +67,8 @@ type Checker struct {
 	source    Source
 	overrides Overrides
 	timeout   time.Duration
-	breaker *breakers // one per store node (Redis Cluster master), or one
-	denials *denyCache
+	breaker   *breakers // one per store node (Redis Cluster master), or one
+	denials   *denyCache
 	// keeper is the store's own memory of denials (a lease store's), which
 	// refunds drop too; nil when the store has none.
 	keeper   denialKeeper
@@ -302,9 +302,9 @@ type scratch struct {
 	// start, at which an override must still apply.
 	overrides Overrides
 	now       time.Time
-	parts [1]Part
-	route route    // the breakers the store call passes
-	keys  []string // the keys of a refund
+	parts     [1]Part
+	route     route    // the breakers the store call passes
+	keys      []string // the keys of a refund
 	// action and holder are the Input's; noHolder a concurrency limit met without
 	// one (ErrNoRelease); refund says that the Input's refund became a
 	// release (see holds).
