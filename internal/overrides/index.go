@@ -100,25 +100,21 @@ func (x *Index) SetDeclared(id PolicyID, entries map[string]Entry) {
 	x.change(id, func(po *policyOverrides) { po.declared = entries })
 }
 
-// ReplaceRuntime replaces every policy's run-time overrides with all (a
-// full load of the store).
-func (x *Index) ReplaceRuntime(all map[PolicyID]map[string]Entry) {
+// set replaces id's overrides with o.
+func (x *Index) set(id PolicyID, o Overrides) {
+	x.change(id, func(po *policyOverrides) { po.runtime, po.declared = o.Runtime, o.Declared })
+}
+
+// replace replaces every policy's overrides with all (a full load of the
+// store).
+func (x *Index) replace(all map[PolicyID]Overrides) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	old := *x.snap.Load()
-	next := make(map[PolicyID]*policyOverrides, len(old)+len(all))
-	for id, po := range old {
-		if len(po.declared) > 0 {
-			next[id] = &policyOverrides{id: id, declared: po.declared}
+	next := make(map[PolicyID]*policyOverrides, len(all))
+	for id, o := range all {
+		if !o.empty() {
+			next[id] = &policyOverrides{id: id, runtime: o.Runtime, declared: o.Declared}
 		}
-	}
-	for id, entries := range all {
-		po := next[id]
-		if po == nil {
-			po = &policyOverrides{id: id}
-			next[id] = po
-		}
-		po.runtime = entries
 	}
 	x.snap.Store(&next)
 }
@@ -140,27 +136,3 @@ func (x *Index) change(id PolicyID, set func(*policyOverrides)) {
 	x.snap.Store(&next)
 }
 
-// List returns id's overrides, run time then declared, by key; a declared
-// override that a run-time one replaces is listed too.
-func (x *Index) List(id PolicyID) []Entry {
-	po := (*x.snap.Load())[id]
-	if po == nil {
-		return nil
-	}
-	out := make([]Entry, 0, len(po.runtime)+len(po.declared))
-	for _, entries := range []map[string]Entry{po.runtime, po.declared} {
-		for _, e := range entries {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// counts returns how many run-time and declared overrides id has.
-func (x *Index) counts(id PolicyID) (runtime, declared int) {
-	po := (*x.snap.Load())[id]
-	if po == nil {
-		return 0, 0
-	}
-	return len(po.runtime), len(po.declared)
-}

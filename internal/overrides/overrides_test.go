@@ -25,9 +25,9 @@ limits:
 }
 
 // newRuntime is a Runtime over store whose policies are p, on clock now.
-func newRuntime(store Store, x *Index, now func() time.Time, p *policy.Policy) *Runtime {
+func newRuntime(store Store, now func() time.Time, p *policy.Policy) *Runtime {
 	set := policy.NewSet(1, []*policy.Policy{p})
-	return &Runtime{Store: store, Index: x, Policy: PolicyOf(func() *policy.Set { return set }), Now: now}
+	return &Runtime{Store: store, Policy: PolicyOf(func() *policy.Set { return set }), Now: now}
 }
 
 // follow makes x follow s until the test ends.
@@ -77,7 +77,7 @@ func TestRuntimeSetListDelete(t *testing.T) {
 			x := NewIndex(nil)
 			s := newStore()
 			follow(t, x, s)
-			r := newRuntime(s, x, func() time.Time { return now }, p)
+			r := newRuntime(s, func() time.Time { return now }, p)
 
 			expires := now.Add(48 * time.Hour)
 			e, err := r.Set(ctx, shop, "acme", map[string]int64{"per-minute": 1000}, &expires, "alice")
@@ -94,7 +94,9 @@ func TestRuntimeSetListDelete(t *testing.T) {
 			if _, err := r.Set(ctx, shop, "beta", map[string]int64{"burst": 50}, nil, "bob"); err != nil {
 				t.Fatal(err)
 			}
-			x.SetDeclared(shop, map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"per-minute": 7}, Source: policy.OverrideDeclared, Object: "tenants"}})
+			if err := s.ReplaceDeclared(ctx, shop, map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"per-minute": 7}, Source: policy.OverrideDeclared, Object: "tenants"}}); err != nil {
+				t.Fatal(err)
+			}
 			list, err := r.List(ctx, shop)
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +129,7 @@ func TestRuntimeSetListDelete(t *testing.T) {
 			if err != nil || len(list) != 2 || list[0].Key != "beta" || list[1].Source != policy.OverrideDeclared {
 				t.Fatalf("list after expiry: %v %v", list, err)
 			}
-			if stored, _ := s.LoadPolicy(ctx, shop); len(stored) != 1 {
+			if stored, _ := s.LoadPolicy(ctx, shop); len(stored.Runtime) != 1 {
 				t.Fatalf("expired override left in the store: %v", stored)
 			}
 			if _, err := r.Set(ctx, shop, "gone", map[string]int64{"burst": 20}, &expires, "alice"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "expires 2026-06-03T12:00:00Z is in the past") {
@@ -140,7 +142,7 @@ func TestRuntimeSetListDelete(t *testing.T) {
 func TestRuntimeRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
 	p := tenantPolicy(t)
-	r := newRuntime(NewMemoryStore(), NewIndex(nil), time.Now, p)
+	r := newRuntime(NewMemoryStore(), time.Now, p)
 	past := time.Now().Add(-time.Minute)
 	for _, tt := range []struct {
 		id     PolicyID
@@ -183,14 +185,16 @@ func TestBoundCountsDeclaredAndRuntime(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			p := tenantPolicy(t)
-			x := NewIndex(nil)
+			s := newStore()
 			declared := make(map[string]Entry, MaxPerPolicy-1)
 			for i := range MaxPerPolicy - 1 {
 				k := fmt.Sprintf("t%d", i)
 				declared[k] = Entry{Key: k, Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}
 			}
-			x.SetDeclared(shop, declared)
-			r := newRuntime(newStore(), x, time.Now, p)
+			if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+				t.Fatal(err)
+			}
+			r := newRuntime(s, time.Now, p)
 			if _, err := r.Set(ctx, shop, "last", map[string]int64{"burst": 20}, nil, "a"); err != nil {
 				t.Fatal(err)
 			}
@@ -214,7 +218,7 @@ func TestTwoProcessesOnOneRedisSeeAChange(t *testing.T) {
 	follow(t, a, sa)
 	follow(t, b, sb)
 	time.Sleep(50 * time.Millisecond) // both subscribed
-	r := newRuntime(sa, a, time.Now, p)
+	r := newRuntime(sa, time.Now, p)
 	if _, err := r.Set(ctx, shop, "acme", map[string]int64{"burst": 40}, nil, "alice"); err != nil {
 		t.Fatal(err)
 	}

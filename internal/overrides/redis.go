@@ -11,13 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis names of the run-time overrides (one Cluster slot, thanks to the
-// hash tag):
+// Redis names of the overrides (one Cluster slot, thanks to the hash tag):
 //
-//	sluice:{overrides}:<namespace>/<policy>  hash: key value -> JSON Entry
-//	sluice:{overrides}:policies              set: the policies with overrides
-//	sluice:{overrides}:revision              counter, bumped by every change
-//	sluice:overrides:changed                 pub/sub: "<revision> <namespace>/<policy>"
+//	sluice:{overrides}:runtime:<namespace>/<policy>   hash: key value -> JSON Entry
+//	sluice:{overrides}:declared:<namespace>/<policy>  hash: key value -> JSON Entry
+//	sluice:{overrides}:policies                       set: the policies with overrides
+//	sluice:{overrides}:revision                       counter, bumped by every change
+//	sluice:overrides:changed                          pub/sub: "<revision> <namespace>/<policy>"
 const (
 	redisPrefix      = "sluice:{overrides}:"
 	RedisPoliciesKey = redisPrefix + "policies"
@@ -25,8 +25,10 @@ const (
 	RedisChannel     = "sluice:overrides:changed"
 )
 
-// RedisHashKey is the hash of id's overrides.
-func RedisHashKey(id PolicyID) string { return redisPrefix + id.String() }
+// RedisHashKeys are the hashes of id's run-time and declared overrides.
+func RedisHashKeys(id PolicyID) (runtime, declared string) {
+	return redisPrefix + "runtime:" + id.String(), redisPrefix + "declared:" + id.String()
+}
 
 // RedisStore is a Store in Redis: every process reads the same overrides,
 // and a change reaches each within a second (pub/sub, with a poll of the
@@ -46,40 +48,55 @@ func NewRedisStore(client redis.UniversalClient, poll time.Duration) *RedisStore
 	return &RedisStore{client: client, poll: poll}
 }
 
-// changeEnd bumps the revision and announces the change of ARGV[2].
+// Every script takes KEYS: the runtime hash, the declared hash, the
+// policies set, the revision; ARGV: the channel, the policy's ID, then its
+// own. changeEnd keeps the set of policies with overrides, bumps the
+// revision and announces the change.
 const changeEnd = `
-local rev = redis.call('INCR', KEYS[3])
+if redis.call('HLEN', KEYS[1]) + redis.call('HLEN', KEYS[2]) == 0 then
+  redis.call('SREM', KEYS[3], ARGV[2])
+else
+  redis.call('SADD', KEYS[3], ARGV[2])
+end
+local rev = redis.call('INCR', KEYS[4])
 redis.call('PUBLISH', ARGV[1], rev .. ' ' .. ARGV[2])
 return rev
 `
 
-// putScript: KEYS hash, policies, revision; ARGV channel, id, key, value,
-// room.
+// putScript: ARGV key, value, the bound.
 var putScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
+if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 0 and
+   redis.call('HLEN', KEYS[1]) + redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then
   return redis.error_reply('SLUICE_TOO_MANY')
 end
 redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
-redis.call('SADD', KEYS[2], ARGV[2])
 ` + changeEnd)
 
-// deleteScript: KEYS hash, policies, revision; ARGV channel, id, key.
+// deleteScript: ARGV key.
 var deleteScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[3]) == 0 then return -1 end
-if redis.call('HLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
 ` + changeEnd)
 
-func (s *RedisStore) keys(id PolicyID) []string {
-	return []string{RedisHashKey(id), RedisPoliciesKey, RedisRevisionKey}
+// replaceDeclaredScript: ARGV key and value pairs.
+var replaceDeclaredScript = redis.NewScript(`
+redis.call('DEL', KEYS[2])
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+` + changeEnd)
+
+func (s *RedisStore) run(ctx context.Context, script *redis.Script, id PolicyID, args ...any) *redis.Cmd {
+	runtime, declared := RedisHashKeys(id)
+	return script.Run(ctx, s.client, []string{runtime, declared, RedisPoliciesKey, RedisRevisionKey}, append([]any{RedisChannel, id.String()}, args...)...)
 }
 
 // Put implements Store.
-func (s *RedisStore) Put(ctx context.Context, id PolicyID, e Entry, room int) error {
+func (s *RedisStore) Put(ctx context.Context, id PolicyID, e Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encode override: %w", err)
 	}
-	err = putScript.Run(ctx, s.client, s.keys(id), RedisChannel, id.String(), e.Key, string(b), room).Err()
+	err = s.run(ctx, putScript, id, e.Key, string(b), MaxPerPolicy).Err()
 	if err != nil && strings.Contains(err.Error(), "SLUICE_TOO_MANY") {
 		return errorf(ErrTooMany, "policy %s has %d overrides, the most it may have (declared and run time together)", id, MaxPerPolicy)
 	}
@@ -91,19 +108,51 @@ func (s *RedisStore) Put(ctx context.Context, id PolicyID, e Entry, room int) er
 
 // Delete implements Store.
 func (s *RedisStore) Delete(ctx context.Context, id PolicyID, key string) (bool, error) {
-	rev, err := deleteScript.Run(ctx, s.client, s.keys(id), RedisChannel, id.String(), key).Int64()
+	rev, err := s.run(ctx, deleteScript, id, key).Int64()
 	if err != nil {
 		return false, fmt.Errorf("overrides: %w", err)
 	}
 	return rev >= 0, nil
 }
 
-// LoadPolicy implements Store.
-func (s *RedisStore) LoadPolicy(ctx context.Context, id PolicyID) (map[string]Entry, error) {
-	raw, err := s.client.HGetAll(ctx, RedisHashKey(id)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("overrides of %s: %w", id, err)
+// ReplaceDeclared implements Store.
+func (s *RedisStore) ReplaceDeclared(ctx context.Context, id PolicyID, entries map[string]Entry) error {
+	args := make([]any, 0, 2*len(entries))
+	for key, e := range entries {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encode override: %w", err)
+		}
+		args = append(args, key, string(b))
 	}
+	if err := s.run(ctx, replaceDeclaredScript, id, args...).Err(); err != nil {
+		return fmt.Errorf("overrides: %w", err)
+	}
+	return nil
+}
+
+// LoadPolicy implements Store.
+func (s *RedisStore) LoadPolicy(ctx context.Context, id PolicyID) (Overrides, error) {
+	runtimeKey, declaredKey := RedisHashKeys(id)
+	var runtime, declared *redis.MapStringStringCmd
+	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		runtime, declared = p.HGetAll(ctx, runtimeKey), p.HGetAll(ctx, declaredKey)
+		return nil
+	}); err != nil {
+		return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
+	}
+	var o Overrides
+	var err error
+	if o.Runtime, err = decodeEntries(id, runtime.Val()); err != nil {
+		return Overrides{}, err
+	}
+	if o.Declared, err = decodeEntries(id, declared.Val()); err != nil {
+		return Overrides{}, err
+	}
+	return o, nil
+}
+
+func decodeEntries(id PolicyID, raw map[string]string) (map[string]Entry, error) {
 	out := make(map[string]Entry, len(raw))
 	for key, v := range raw {
 		var e Entry
@@ -116,12 +165,12 @@ func (s *RedisStore) LoadPolicy(ctx context.Context, id PolicyID) (map[string]En
 }
 
 // Load implements Store.
-func (s *RedisStore) Load(ctx context.Context) (map[PolicyID]map[string]Entry, error) {
+func (s *RedisStore) Load(ctx context.Context) (map[PolicyID]Overrides, error) {
 	ids, err := s.client.SMembers(ctx, RedisPoliciesKey).Result()
 	if err != nil {
 		return nil, fmt.Errorf("overrides: %w", err)
 	}
-	out := make(map[PolicyID]map[string]Entry, len(ids))
+	out := make(map[PolicyID]Overrides, len(ids))
 	for _, raw := range ids {
 		ns, name, ok := strings.Cut(raw, "/")
 		if !ok {

@@ -18,11 +18,8 @@ const MaxKeyLen = 1024
 // Runtime sets, lists and deletes run-time overrides: the Go API behind
 // the admin API's overrides. Every change is logged with who made it.
 type Runtime struct {
-	// Store keeps the run-time overrides.
+	// Store keeps the overrides.
 	Store Store
-	// Index gives the declared overrides (their count takes room in the
-	// bound, and List shows them).
-	Index *Index
 	// Policy returns the policy in force named id; nil when there is none.
 	Policy func(ctx context.Context, id PolicyID) (*policy.Policy, error)
 	// Log receives each change; nil: slog.Default().
@@ -60,8 +57,7 @@ func (r *Runtime) Set(ctx context.Context, id PolicyID, key string, limits map[s
 		}
 		return Entry{}, errorf(ErrInvalid, "%v", err)
 	}
-	_, declared := r.Index.counts(id)
-	if err := r.Store.Put(ctx, id, e, MaxPerPolicy-declared); err != nil {
+	if err := r.Store.Put(ctx, id, e); err != nil {
 		return Entry{}, err
 	}
 	r.log().Info("override set", "policy", id.String(), "key", key, "limits", limits, "expires", expires, "by", by)
@@ -102,8 +98,8 @@ func (r *Runtime) List(ctx context.Context, id PolicyID) ([]Entry, error) {
 		return nil, err
 	}
 	now := r.now()
-	out := make([]Entry, 0, len(stored))
-	for key, e := range stored {
+	out := make([]Entry, 0, len(stored.Runtime)+len(stored.Declared))
+	for key, e := range stored.Runtime {
 		if e.expired(now) {
 			if _, err := r.Store.Delete(ctx, id, key); err == nil {
 				r.log().Info("override expired", "policy", id.String(), "key", key, "expires", e.Expires)
@@ -113,14 +109,14 @@ func (r *Runtime) List(ctx context.Context, id PolicyID) ([]Entry, error) {
 		out = append(out, e)
 	}
 	sortByKey(out)
-	var declared []Entry
-	for _, e := range r.Index.List(id) {
-		if e.Source == policy.OverrideDeclared {
-			declared = append(declared, e)
+	runtime := len(out)
+	for _, e := range stored.Declared {
+		if !e.expired(now) {
+			out = append(out, e)
 		}
 	}
-	sortByKey(declared)
-	return append(out, declared...), nil
+	sortByKey(out[runtime:])
+	return out, nil
 }
 
 func (r *Runtime) policy(ctx context.Context, id PolicyID) (*policy.Policy, error) {

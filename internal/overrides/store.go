@@ -10,38 +10,48 @@ import (
 // memory of a local process.
 type Store interface {
 	// Put sets e as the run-time override of e.Key for id. When id has no
-	// override for e.Key and has room or more already, it fails with
-	// ErrTooMany and changes nothing.
-	Put(ctx context.Context, id PolicyID, e Entry, room int) error
+	// run-time override for e.Key and MaxPerPolicy overrides (declared
+	// and run time) already, it fails with ErrTooMany and changes nothing.
+	Put(ctx context.Context, id PolicyID, e Entry) error
 	// Delete removes id's run-time override of key; deleted is false when
 	// there was none.
 	Delete(ctx context.Context, id PolicyID, key string) (deleted bool, err error)
-	// LoadPolicy reads id's run-time overrides, by key.
-	LoadPolicy(ctx context.Context, id PolicyID) (map[string]Entry, error)
-	// Load reads every policy's run-time overrides.
-	Load(ctx context.Context) (map[PolicyID]map[string]Entry, error)
+	// ReplaceDeclared makes entries (by key) id's declared overrides, in
+	// one step; none removes them.
+	ReplaceDeclared(ctx context.Context, id PolicyID, entries map[string]Entry) error
+	// LoadPolicy reads id's overrides.
+	LoadPolicy(ctx context.Context, id PolicyID) (Overrides, error)
+	// Load reads every policy's overrides.
+	Load(ctx context.Context) (map[PolicyID]Overrides, error)
 	// Follow calls changed with each policy whose overrides any process
 	// changed, and all when changes may have been missed (first, and
 	// after a reconnection), until ctx ends. Calls are not concurrent.
 	Follow(ctx context.Context, changed func(PolicyID), all func())
 }
 
+// Overrides are one policy's overrides by source, each by key.
+type Overrides struct {
+	Runtime, Declared map[string]Entry
+}
+
+func (o Overrides) empty() bool { return len(o.Runtime) == 0 && len(o.Declared) == 0 }
+
 // Follow keeps x's run-time overrides equal to the store's until ctx ends.
 func (x *Index) Follow(ctx context.Context, s Store) {
 	s.Follow(ctx, func(id PolicyID) {
-		entries, err := s.LoadPolicy(ctx, id)
+		o, err := s.LoadPolicy(ctx, id)
 		if err != nil {
-			x.log.Warn("cannot load run-time overrides; the ones in force stay until they load", "policy", id.String(), "err", err)
+			x.log.Warn("cannot load overrides; the ones in force stay until they load", "policy", id.String(), "err", err)
 			return
 		}
-		x.SetRuntime(id, entries)
+		x.set(id, o)
 	}, func() {
 		all, err := s.Load(ctx)
 		if err != nil {
-			x.log.Warn("cannot load run-time overrides; the ones in force stay until they load", "err", err)
+			x.log.Warn("cannot load overrides; the ones in force stay until they load", "err", err)
 			return
 		}
-		x.ReplaceRuntime(all)
+		x.replace(all)
 	})
 }
 
@@ -49,7 +59,7 @@ func (x *Index) Follow(ctx context.Context, s Store) {
 // Redis): exact for the one process, lost when it ends.
 type MemoryStore struct {
 	mu        sync.Mutex
-	policies  map[PolicyID]map[string]Entry
+	policies  map[PolicyID]Overrides
 	followers map[*memoryFollower]bool
 }
 
@@ -62,24 +72,23 @@ type memoryFollower struct {
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{policies: map[PolicyID]map[string]Entry{}, followers: map[*memoryFollower]bool{}}
+	return &MemoryStore{policies: map[PolicyID]Overrides{}, followers: map[*memoryFollower]bool{}}
 }
 
 // Put implements Store.
-func (m *MemoryStore) Put(_ context.Context, id PolicyID, e Entry, room int) error {
+func (m *MemoryStore) Put(_ context.Context, id PolicyID, e Entry) error {
 	m.mu.Lock()
-	entries := m.policies[id]
-	if _, ok := entries[e.Key]; !ok && len(entries) >= room {
-		m.mu.Unlock()
+	defer m.mu.Unlock()
+	o := m.policies[id]
+	if _, ok := o.Runtime[e.Key]; !ok && len(o.Runtime)+len(o.Declared) >= MaxPerPolicy {
 		return errorf(ErrTooMany, "policy %s has %d overrides, the most it may have (declared and run time together)", id, MaxPerPolicy)
 	}
-	if entries == nil {
-		entries = map[string]Entry{}
-		m.policies[id] = entries
+	if o.Runtime == nil {
+		o.Runtime = map[string]Entry{}
 	}
-	entries[e.Key] = e
+	o.Runtime[e.Key] = e
+	m.policies[id] = o
 	m.announce(id)
-	m.mu.Unlock()
 	return nil
 }
 
@@ -87,31 +96,49 @@ func (m *MemoryStore) Put(_ context.Context, id PolicyID, e Entry, room int) err
 func (m *MemoryStore) Delete(_ context.Context, id PolicyID, key string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.policies[id][key]; !ok {
+	o := m.policies[id]
+	if _, ok := o.Runtime[key]; !ok {
 		return false, nil
 	}
-	delete(m.policies[id], key)
-	if len(m.policies[id]) == 0 {
-		delete(m.policies, id)
-	}
-	m.announce(id)
+	delete(o.Runtime, key)
+	m.store(id, o)
 	return true, nil
 }
 
-// LoadPolicy implements Store.
-func (m *MemoryStore) LoadPolicy(_ context.Context, id PolicyID) (map[string]Entry, error) {
+// ReplaceDeclared implements Store.
+func (m *MemoryStore) ReplaceDeclared(_ context.Context, id PolicyID, entries map[string]Entry) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return cloneEntries(m.policies[id]), nil
+	o := m.policies[id]
+	o.Declared = cloneEntries(entries)
+	m.store(id, o)
+	return nil
+}
+
+// store keeps o as id's overrides and announces the change. m.mu is held.
+func (m *MemoryStore) store(id PolicyID, o Overrides) {
+	if o.empty() {
+		delete(m.policies, id)
+	} else {
+		m.policies[id] = o
+	}
+	m.announce(id)
+}
+
+// LoadPolicy implements Store.
+func (m *MemoryStore) LoadPolicy(_ context.Context, id PolicyID) (Overrides, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.policies[id].clone(), nil
 }
 
 // Load implements Store.
-func (m *MemoryStore) Load(_ context.Context) (map[PolicyID]map[string]Entry, error) {
+func (m *MemoryStore) Load(_ context.Context) (map[PolicyID]Overrides, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[PolicyID]map[string]Entry, len(m.policies))
-	for id, entries := range m.policies {
-		out[id] = cloneEntries(entries)
+	out := make(map[PolicyID]Overrides, len(m.policies))
+	for id, o := range m.policies {
+		out[id] = o.clone()
 	}
 	return out, nil
 }
@@ -155,6 +182,10 @@ func (m *MemoryStore) announce(id PolicyID) {
 	}
 }
 
+func (o Overrides) clone() Overrides {
+	return Overrides{Runtime: cloneEntries(o.Runtime), Declared: cloneEntries(o.Declared)}
+}
+
 func cloneEntries(entries map[string]Entry) map[string]Entry {
 	out := make(map[string]Entry, len(entries))
 	for k, e := range entries {
@@ -162,3 +193,8 @@ func cloneEntries(entries map[string]Entry) map[string]Entry {
 	}
 	return out
 }
+
+var (
+	_ Store = (*MemoryStore)(nil)
+	_ Store = (*RedisStore)(nil)
+)
