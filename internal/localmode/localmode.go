@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -55,7 +56,13 @@ type Config struct {
 // App is local mode assembled: the policy files, the checker stack and
 // the check endpoints, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files     *policyfiles.Folder
+	Files *policyfiles.Folder
+	// Overrides sets, lists and deletes the run-time overrides (the
+	// admin API's), kept in Redis with --redis-url, else in memory.
+	Overrides *overrides.Runtime
+	// overrides are the ones in force, following the store.
+	overrides      *overrides.Index
+	overridesStore overrides.Store
 	server    *checkserver.Server
 	closers   []func()
 	log       *slog.Logger
@@ -75,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Files: files, log: log, storeName: "memory"}
+	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: overrides.NewMemoryStore()}
 
 	var redisStore *redisstore.Store
 	if cfg.Redis.Enabled() {
@@ -92,8 +99,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
+		a.overridesStore = overrides.NewRedisStore(conn.Client, cfg.PollInterval)
 	}
-	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Logger: log})
+	a.Overrides = &overrides.Runtime{Store: a.overridesStore, Policy: overrides.PolicyOf(files.Policies), Log: log}
+	stack := checkstack.New(checkstack.Options{Source: files, Overrides: a.overrides, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 
@@ -126,6 +135,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 // beside the HTTP one; grpcLn nil serves HTTP only.
 func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error {
 	go a.Files.Run(ctx)
+	go a.overrides.Follow(ctx, a.overridesStore)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
 	return a.server.Serve(ctx, ln, grpcLn)
 }

@@ -135,4 +135,3 @@ func (x *Index) change(id PolicyID, set func(*policyOverrides)) {
 	}
 	x.snap.Store(&next)
 }
-

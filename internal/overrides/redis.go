@@ -67,7 +67,7 @@ return rev
 var putScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 0 and
    redis.call('HLEN', KEYS[1]) + redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[5]) then
-  return redis.error_reply('SLUICE_TOO_MANY')
+  return redis.error_reply("SLUICE_TOO_MANY")
 end
 redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
 ` + changeEnd)
