@@ -63,10 +63,10 @@ type App struct {
 	// overrides are the ones in force, following the store.
 	overrides      *overrides.Index
 	overridesStore overrides.Store
-	server    *checkserver.Server
-	closers   []func()
-	log       *slog.Logger
-	storeName string
+	server         *checkserver.Server
+	closers        []func()
+	log            *slog.Logger
+	storeName      string
 }
 
 // New assembles local mode from cfg.
