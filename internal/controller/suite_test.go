@@ -37,7 +37,7 @@ var (
 	checkReader *policytable.Reader // the check endpoint's view of the table
 	// checkOverrides are the check endpoint's overrides, following Redis.
 	checkOverrides *overrides.Index
-	checkURL    string              // an in-process check endpoint following the table
+	checkURL       string // an in-process check endpoint following the table
 	// controllerDone has the controller's return once ctx ends.
 	controllerDone = make(chan error, 1)
 )
