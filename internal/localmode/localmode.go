@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
@@ -63,10 +64,13 @@ type App struct {
 	// overrides are the ones in force, following the store.
 	overrides      *overrides.Index
 	overridesStore overrides.Store
-	server         *checkserver.Server
-	closers        []func()
-	log            *slog.Logger
-	storeName      string
+	// declared are the policies the files declared overrides of, last
+	// time they were read.
+	declared  map[overrides.PolicyID]bool
+	server    *checkserver.Server
+	closers   []func()
+	log       *slog.Logger
+	storeName string
 }
 
 // New assembles local mode from cfg.
@@ -102,6 +106,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.overridesStore = overrides.NewRedisStore(conn.Client, cfg.PollInterval)
 	}
 	a.Overrides = &overrides.Runtime{Store: a.overridesStore, Policy: overrides.PolicyOf(files.Policies), Log: log}
+	a.applyDeclared()
+	files.OnChange(a.applyDeclared)
 	stack := checkstack.New(checkstack.Options{Source: files, Overrides: a.overrides, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
@@ -115,6 +121,44 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// applyDeclared writes the entries of the folder's RateLimitOverrides
+// files to the store as the controller does for the objects of a cluster,
+// policy by policy, and logs the entries that do not apply.
+func (a *App) applyDeclared() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	byPolicy := map[overrides.PolicyID][]*ratelimitv1alpha1.RateLimitOverrides{}
+	for _, o := range a.Files.Overrides() {
+		id := overrides.PolicyID{Namespace: o.Namespace, Name: o.Spec.PolicyName}
+		byPolicy[id] = append(byPolicy[id], o)
+	}
+	set, now := a.Files.Policies(), time.Now()
+	for id := range a.declared {
+		if byPolicy[id] == nil {
+			byPolicy[id] = nil // the files no longer declare any: removed
+		}
+	}
+	a.declared = map[overrides.PolicyID]bool{}
+	for id, objects := range byPolicy {
+		var valid map[string]overrides.Entry
+		if p := set.Get(id.Namespace, id.Name); p != nil {
+			var invalid []overrides.Invalid
+			valid, invalid = overrides.Declare(p, objects, now)
+			for _, bad := range invalid {
+				a.log.Warn("override entry not applied", "object", id.Namespace+"/"+bad.Object, "index", bad.Index, "key", bad.Key, "err", bad.Message)
+			}
+		} else if len(objects) > 0 {
+			a.log.Warn("RateLimitOverrides name a policy that does not exist; their entries apply once it does", "policy", id.String())
+		}
+		if err := a.overridesStore.ReplaceDeclared(ctx, id, valid); err != nil {
+			a.log.Warn("cannot write the declared overrides", "policy", id.String(), "err", err)
+		}
+		if len(objects) > 0 {
+			a.declared[id] = true
+		}
+	}
 }
 
 // Close gives back what the leases hold and releases the store and the
