@@ -23,7 +23,6 @@ func BenchmarkIndexAt100k(b *testing.B) {
 		entries[k] = Entry{Key: k, Limits: map[string]int64{"per-minute": int64(1000 + i%1000)}, Source: policy.OverrideRuntime}
 	}
 	x.SetRuntime(shop, entries)
-	entries = nil
 	x.Override(p, "tenant-000000") // compile
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -1,28 +1,17 @@
 package cel
 
 import (
-	"fmt"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
-
-	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 )
 
 // overridesFromSpec builds an unstructured RateLimitOverrides from a YAML
 // spec.
 func overridesFromSpec(namespace, specYAML string) *unstructured.Unstructured {
-	var spec map[string]any
-	Expect(yaml.Unmarshal([]byte(specYAML), &spec)).To(Succeed())
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetAPIVersion(ratelimitv1alpha1.GroupVersion.String())
-	u.SetKind("RateLimitOverrides")
-	u.SetNamespace(namespace)
-	u.SetName(fmt.Sprintf("overrides-%d", policyCounter.Add(1)))
-	return u
+	return objectFromSpec("RateLimitOverrides", namespace, specYAML)
 }
 
 var _ = Describe("RateLimitOverrides validation", func() {
