@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
@@ -247,5 +248,21 @@ func TestPolicyChangeRecompiles(t *testing.T) {
 	renamed := policytest.Compile(t, shop.Namespace, shop.Name, "key: \"{header:X-Tenant}\"\nlimits: [{name: spike, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}]\n")
 	if o := x.Override(renamed, "acme"); o != nil {
 		t.Fatalf("an override of a limit the policy no longer has applies: %+v", o)
+	}
+}
+
+func TestPolicyInTable(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	table := policytable.New(srv.Client())
+	if _, _, err := table.Replace(ctx, []*policytable.Entry{{Namespace: "shop", Name: "per-tenant", Spec: policytest.Spec(t, "limits: [{name: burst, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}]")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lookup := PolicyInTable(table)
+	if p, err := lookup(ctx, shop); err != nil || p == nil || p.Limits[0].Name != "burst" {
+		t.Fatalf("policy %v, %v", p, err)
+	}
+	if p, err := lookup(ctx, PolicyID{"shop", "nope"}); err != nil || p != nil {
+		t.Fatalf("a missing policy: %v, %v", p, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/policytable"
 )
 
 // MaxKeyLen bounds an override's key value, as a key value longer than
@@ -135,6 +136,19 @@ func (r *Runtime) policy(ctx context.Context, id PolicyID) (*policy.Policy, erro
 func PolicyOf(policies func() *policy.Set) func(context.Context, PolicyID) (*policy.Policy, error) {
 	return func(_ context.Context, id PolicyID) (*policy.Policy, error) {
 		return policies().Get(id.Namespace, id.Name), nil
+	}
+}
+
+// PolicyInTable returns a Runtime.Policy that reads policies from the
+// policy table (the controller process, which holds no compiled set): the
+// entry as the check processes compile it.
+func PolicyInTable(t *policytable.Table) func(context.Context, PolicyID) (*policy.Policy, error) {
+	return func(ctx context.Context, id PolicyID) (*policy.Policy, error) {
+		e, ok, err := t.Get(ctx, id.Namespace, id.Name)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return policy.CompileTargeted(e.Namespace, e.Name, &e.Spec, e.Routes)
 	}
 }
 
