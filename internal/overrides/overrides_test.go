@@ -266,3 +266,32 @@ func TestPolicyInTable(t *testing.T) {
 		t.Fatalf("a missing policy: %v, %v", p, err)
 	}
 }
+
+// Replacing no declared overrides by none changes nothing, and bumps no
+// revision (a policy without RateLimitOverrides is reconciled at each of
+// its changes).
+func TestReplacingNoDeclaredOverridesByNoneChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := NewRedisStore(srv.Client(), 0)
+	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rev, err := s.revision(ctx); err != nil || rev != 0 {
+		t.Fatalf("revision %d, %v; want 0", rev, err)
+	}
+	declared := map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}}
+	if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.LoadPolicy(ctx, shop)
+	if rev, _ := s.revision(ctx); err != nil || len(o.Declared) != 0 || rev != 2 {
+		t.Fatalf("after removing: %+v, %v, revision %d", o, err, rev)
+	}
+	if members, _ := srv.Client().SMembers(ctx, RedisPoliciesKey).Result(); len(members) != 0 {
+		t.Fatalf("policies with overrides: %v", members)
+	}
+}

@@ -77,8 +77,11 @@ var deleteScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[3]) == 0 then return -1 end
 ` + changeEnd)
 
-// replaceDeclaredScript: ARGV key and value pairs.
+// replaceDeclaredScript: ARGV key and value pairs. Replacing none by none
+// changes nothing and announces nothing (a policy without
+// RateLimitOverrides, reconciled at each of its changes).
 var replaceDeclaredScript = redis.NewScript(`
+if #ARGV == 2 and redis.call('HLEN', KEYS[2]) == 0 then return -1 end
 redis.call('DEL', KEYS[2])
 for i = 3, #ARGV, 2 do
   redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])

@@ -110,6 +110,9 @@ func (m *MemoryStore) ReplaceDeclared(_ context.Context, id PolicyID, entries ma
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o := m.policies[id]
+	if len(entries) == 0 && len(o.Declared) == 0 {
+		return nil // nothing to replace: no change to announce
+	}
 	o.Declared = cloneEntries(entries)
 	m.store(id, o)
 	return nil
