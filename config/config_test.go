@@ -680,7 +680,7 @@ func TestAppliesToAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kubectl apply -k config/default:\n%s", out)
-	c.MustKubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/ratelimitpolicies.ratelimit.sluice.dev")
+	c.MustKubectl("wait", "--for=condition=Established", "--timeout=30s", "crd/ratelimitpolicies.ratelimit.sluice.dev", "crd/ratelimitoverrides.ratelimit.sluice.dev")
 
 	// Applying again validates everything against what is now installed.
 	out, err = c.Kubectl("apply", "--dry-run=server", "-k", "default")

@@ -13,8 +13,8 @@ import (
 )
 
 // TestControllerRoleIsLeastPrivilege lists what the controller's
-// ClusterRole allows and fails on anything beyond reading policies,
-// writing their status, recording Events, holding its Lease and reading
+// ClusterRole allows and fails on anything beyond reading policies and
+// RateLimitOverrides, writing their status, recording Events, holding its Lease and reading
 // Gateways, HTTPRoutes and Namespaces (for targetRefs). A new
 // permission must be added here on purpose, with a reason.
 func TestControllerRoleIsLeastPrivilege(t *testing.T) {
@@ -27,8 +27,10 @@ func TestControllerRoleIsLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := map[string]string{
-		"ratelimit.sluice.dev/ratelimitpolicies:get,list,watch":          "read the policies",
-		"ratelimit.sluice.dev/ratelimitpolicies/status:get,patch,update": "write their status",
+		"ratelimit.sluice.dev/ratelimitpolicies:get,list,watch":           "read the policies",
+		"ratelimit.sluice.dev/ratelimitpolicies/status:get,patch,update":  "write their status",
+		"ratelimit.sluice.dev/ratelimitoverrides:get,list,watch":          "read the declared overrides",
+		"ratelimit.sluice.dev/ratelimitoverrides/status:get,patch,update": "report which entries apply",
 		"/events:create,patch":              "record Events (core API)",
 		"events.k8s.io/events:create,patch": "record Events (events API)",
 		"coordination.k8s.io/leases:create,delete,get,list,patch,update,watch": "hold the leader-election Lease",

@@ -58,4 +58,12 @@ const (
 	// descriptor policies of the namespace with more limits together than
 	// one check evaluates.
 	ReasonDescriptorPoliciesOverBound = "DescriptorPoliciesOverBound"
+
+	// ReasonPartiallyApplied: a RateLimitOverrides object's valid entries
+	// are in force, and status.invalid lists the others.
+	ReasonPartiallyApplied = "PartiallyApplied"
+
+	// ReasonPolicyNotFound: a RateLimitOverrides object names a policy
+	// that does not exist in its namespace; its entries apply once it does.
+	ReasonPolicyNotFound = "PolicyNotFound"
 )

@@ -1,4 +1,5 @@
-// Package v1alpha1 contains the RateLimitPolicy API of the ratelimit.sluice.dev group.
+// Package v1alpha1 contains the RateLimitPolicy and RateLimitOverrides API of
+// the ratelimit.sluice.dev group.
 //
 // The types carry only schema markers and small helpers; compiling a policy
 // into something that can be enforced lives in internal/policy.
@@ -27,7 +28,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &RateLimitPolicy{}, &RateLimitPolicyList{})
+	s.AddKnownTypes(GroupVersion, &RateLimitPolicy{}, &RateLimitPolicyList{}, &RateLimitOverrides{}, &RateLimitOverridesList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

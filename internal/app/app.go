@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -70,6 +71,9 @@ func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisPa
 type checkServer struct {
 	reader  *policytable.Reader
 	refunds *policytable.Refunds
+	// overrides follow overridesStore, as reader follows the table.
+	overrides      *overrides.Index
+	overridesStore overrides.Store
 	// stack gives back what its leases hold once serving has ended,
 	// before the Redis client closes.
 	stack  *checkstack.Stack
@@ -88,11 +92,14 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	// denying a bucket a refund gave room.
 	refunds := policytable.NewRefunds(parts.Client, log)
 	reader.FollowRefunds(refunds)
+	// Overrides of key values (run time and declared) are followed in
+	// Redis as the policy table is.
+	index := overrides.NewIndex(log)
 	decisions, err := decisionlog.Open(cfg.DecisionLog)
 	if err != nil {
 		return nil, err
 	}
-	stack := checkstack.New(checkstack.Options{Source: reader, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, TopKeys: true, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: reader, Overrides: index, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, TopKeys: true, Logger: log})
 	server, err := checkserver.New(checkserver.Options{
 		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
 		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
@@ -101,7 +108,8 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		_ = stack.Close()
 		return nil, err
 	}
-	return &checkServer{reader: reader, refunds: refunds, stack: stack, server: server, log: log}, nil
+	return &checkServer{reader: reader, refunds: refunds, overrides: index, overridesStore: overrides.NewRedisStore(parts.Client, cfg.PollInterval),
+		stack: stack, server: server, log: log}, nil
 }
 
 // run serves until ctx ends, then drains connections and gives back the
@@ -118,6 +126,7 @@ func (c *checkServer) run(ctx context.Context) error {
 	readCtx, stopReading := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReading()
 	go c.reader.Run(readCtx)
+	go c.overrides.Follow(readCtx, c.overridesStore)
 	go c.refunds.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
 	return c.server.Serve(ctx, ln, grpcLn)

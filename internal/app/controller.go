@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/adminauth"
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -116,6 +117,11 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		LimitsBound:    cfg.LimitsBound,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	// Declared overrides (RateLimitOverrides objects) go to Redis beside
+	// the run-time ones, which every check process follows.
+	if err := (&controller.OverridesReconciler{Client: mgr.GetClient(), Store: overrides.NewRedisStore(parts.Client, 0)}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	// r.Targets is set by SetupWithManager when Gateway API is installed.

@@ -32,6 +32,9 @@ type Options struct {
 	// is (its nodes, evictions, refunds) from Store itself.
 	StoreCalls ratelimit.Store
 	Source     Source
+	// Overrides, when set, give the overrides of key values (other
+	// numbers for a policy's limits); nil: every key has its policy's.
+	Overrides Overrides
 	// Timeout bounds each store call; when it passes, the failure mode
 	// answers. Default 50ms.
 	Timeout time.Duration
@@ -66,11 +69,12 @@ type Options struct {
 
 // Checker decides requests. It is safe for concurrent use.
 type Checker struct {
-	store   ratelimit.Store
-	source  Source
-	timeout time.Duration
-	breaker *breakers // one per store node (Redis Cluster master), or one
-	denials *denyCache
+	store     ratelimit.Store
+	source    Source
+	overrides Overrides
+	timeout   time.Duration
+	breaker   *breakers // one per store node (Redis Cluster master), or one
+	denials   *denyCache
 	// keeper is the store's own memory of denials (a lease store's), which
 	// refunds drop too; nil when the store has none.
 	keeper   denialKeeper
@@ -113,7 +117,7 @@ func New(o Options) *Checker {
 	if o.StoreCalls == nil {
 		o.StoreCalls = o.Store
 	}
-	c := &Checker{store: o.StoreCalls, source: o.Source, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, keys: o.Keys, now: o.Now, announce: o.AnnounceRefunds,
+	c := &Checker{store: o.StoreCalls, source: o.Source, overrides: o.Overrides, timeout: o.Timeout, metrics: o.Metrics, denialLog: o.Denials, keys: o.Keys, now: o.Now, announce: o.AnnounceRefunds,
 		full: fullLog{log: o.Logger, full: map[string]bool{}}}
 	if ev, ok := o.Store.(evictingStore); ok && o.Metrics != nil {
 		o.Metrics.evictions.Store(&ev)
@@ -230,16 +234,33 @@ type PolicyResult struct {
 	// (its penalty box); for a shadow policy, of the ban it would have
 	// issued. 0 when none.
 	Ban time.Duration
+	// Override is the key value's override in force, whose limits were
+	// checked in place of the policy's; nil when none.
+	Override *policy.Override
 
 	// decided: a limit of the policy was decided (by the store, the cache
 	// of denials or as a limit of 0); denied: one denied.
 	decided, denied bool
 }
 
+// Limits are the limits checked for the policy's key value: its
+// override's, else the policy's own.
+func (pr *PolicyResult) Limits() []policy.Limit {
+	if pr.Override != nil {
+		return pr.Override.Limits()
+	}
+	return pr.Policy.Limits
+}
+
 // LimitResult is one limit's figures.
 type LimitResult struct {
 	Policy *policy.Policy
-	Limit  *policy.Limit
+	// Limit is the limit in force: the policy's, or its override's for
+	// the key value (then Override is set).
+	Limit *policy.Limit
+	// Override is the override whose numbers Limit has, nil when Limit is
+	// the policy's own.
+	Override *policy.Override
 	// Part is the index of the Input's part the limit was checked for.
 	Part int
 	Key  string
@@ -290,9 +311,13 @@ type scratch struct {
 	// zeros are the limits of 0 met, which have no entry (decideZeros).
 	zeros []zeroUse
 	one   [1]*policy.Policy
-	parts [1]Part
-	route route    // the breakers the store call passes
-	keys  []string // the keys of a refund
+	// overrides and now are the checker's overrides and the check's
+	// start, at which an override must still apply.
+	overrides Overrides
+	now       time.Time
+	parts     [1]Part
+	route     route    // the breakers the store call passes
+	keys      []string // the keys of a refund
 	// action and holder are the Input's; noHolder a concurrency limit met without
 	// one (ErrNoRelease); refund says that the Input's refund became a
 	// release (see holds).
@@ -378,6 +403,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 		return err
 	}
 	sc.reset(in)
+	sc.overrides, sc.now = c.overrides, start
 	out.reset()
 	sc.gather(out, candidates, in)
 	if sc.noHolder != nil {
@@ -481,6 +507,11 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 		return
 	}
 	pr.KeyValue = value
+	if sc.overrides != nil {
+		if o := sc.overrides.Override(p, value); o.Applies(sc.now) {
+			pr.Override = o
+		}
+	}
 	out.Policies = append(out.Policies, pr)
 	owner := len(out.Policies) - 1
 	cost := p.Cost
@@ -488,14 +519,15 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 		cost = part.Cost
 	}
 	before := len(sc.req.Entries)
-	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
+	limits := pr.Limits()
+	sc.req.Entries = p.AppendEntriesOf(sc.req.Entries, limits, value, cost)
 	kept := before
 	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {
 		if !sc.holds(p, l, &e, part, inFlight) {
 			continue
 		}
-		if p.Limits[l].AdmitsNothing() { // no bucket: not for the store
+		if limits[l].AdmitsNothing() { // no bucket: not for the store
 			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost})
 			continue
 		}
@@ -647,9 +679,9 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		}
 		pr := &out.Policies[u.owner]
 		p := pr.Policy
-		l := &p.Limits[u.limit]
+		l := &pr.Limits()[u.limit]
 		reset := max(d.reset.Sub(now), 0)
-		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: e.Key, Cached: true,
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Cached: true,
 			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now), Banned: d.banned}})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
@@ -732,8 +764,8 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelimit.Result, action ratelimit.Action) {
 	pr := &out.Policies[owner]
 	p := pr.Policy
-	l := &p.Limits[limit]
-	out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Part: pr.Part, Key: key, Result: r})
+	l := &pr.Limits()[limit]
+	out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Override: pr.Override, Part: pr.Part, Key: key, Result: r})
 	pr.decided, pr.denied = true, pr.denied || !r.Allowed
 	result := ResultAllowed
 	switch {

@@ -94,7 +94,7 @@ func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
 		pr := &out.Policies[u.owner]
-		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: &pr.Policy.Limits[u.limit], Part: pr.Part, Key: e.Key, Result: r})
+		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: &pr.Limits()[u.limit], Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
 		if e.Limit.Algorithm != ratelimit.Concurrency || c.metrics == nil || u.owner == counted {
 			continue
 		}

@@ -24,8 +24,9 @@ type zeroUse struct {
 // descriptor's own limit: policy.DescriptorLimit's clock-aligned window).
 func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 	for _, z := range sc.zeros {
-		p := out.Policies[z.owner].Policy
-		r := ratelimit.Result{Allowed: z.cost == 0, Reset: untilWindowEnds(p.Limits[z.limit].Limit.Interval, now)}
+		pr := &out.Policies[z.owner]
+		p := pr.Policy
+		r := ratelimit.Result{Allowed: z.cost == 0, Reset: untilWindowEnds(pr.Limits()[z.limit].Limit.Interval, now)}
 		if !r.Allowed {
 			r.RetryAfter = ratelimit.Never
 			if !p.Shadow {

@@ -37,6 +37,9 @@ type Options struct {
 	// Source gives the policies in force: the folder (local mode), the
 	// policy table (the check process), or the middleware's own.
 	Source check.Source
+	// Overrides give the key values' overrides (check.Options.Overrides);
+	// nil: none.
+	Overrides check.Overrides
 	// Redis, when set, keeps the counters; the caller closes it after the
 	// stack, whose leases give their units back through it. Nil: the
 	// in-memory store, which the stack makes and closes.
@@ -139,7 +142,7 @@ func New(o Options) *Stack {
 	}
 	s.Tracer = tracing.New(tp, system)
 
-	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
+	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Overrides: o.Overrides, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
 	if o.DecisionLog != nil {
 		s.decisions, opts.Denials = o.DecisionLog, o.DecisionLog
 		if reg != nil {

@@ -341,10 +341,19 @@ func (r *Reconciler) redisUnavailable(p *ratelimitv1alpha1.RateLimitPolicy, err 
 	}
 }
 
-func setCondition(p *ratelimitv1alpha1.RateLimitPolicy, typ string, status metav1.ConditionStatus, reason, msg string) {
-	apimeta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: p.Generation,
+// conditioned is an object of the API group with status conditions.
+type conditioned interface {
+	GetGeneration() int64
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
+}
+
+func setCondition(o conditioned, typ string, status metav1.ConditionStatus, reason, msg string) {
+	conds := o.GetConditions()
+	apimeta.SetStatusCondition(&conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: o.GetGeneration(),
 	})
+	o.SetConditions(conds)
 }
 
 func truncate(s string, n int) string {

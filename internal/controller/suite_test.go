@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -34,7 +35,9 @@ var (
 	redisClient redis.UniversalClient
 	table       *policytable.Table
 	checkReader *policytable.Reader // the check endpoint's view of the table
-	checkURL    string              // an in-process check endpoint following the table
+	// checkOverrides are the check endpoint's overrides, following Redis.
+	checkOverrides *overrides.Index
+	checkURL       string // an in-process check endpoint following the table
 	// controllerDone has the controller's return once ctx ends.
 	controllerDone = make(chan error, 1)
 )
@@ -64,7 +67,9 @@ var _ = BeforeSuite(func() {
 	table = policytable.New(redisClient)
 	checkReader = policytable.NewReader(table, 500*time.Millisecond, slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
 	go checkReader.Run(ctx)
-	checker := check.New(check.Options{Store: store, Source: checkReader})
+	checkOverrides = overrides.NewIndex(slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
+	go checkOverrides.Follow(ctx, overrides.NewRedisStore(redisClient, 500*time.Millisecond))
+	checker := check.New(check.Options{Store: store, Source: checkReader, Overrides: checkOverrides})
 	srv, err := webhook.New(webhook.Options{Checker: checker})
 	Expect(err).NotTo(HaveOccurred())
 	ts := httptest.NewServer(srv)

@@ -50,8 +50,16 @@ type endpoint struct {
 // the test ends. opts.TLS, when set, is served; clientCreds connect.
 func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
+	return startWith(t, check.Options{Store: store}, opts, clientCreds, policies...)
+}
+
+// startWith is start with the checker's options co (its Store, and what
+// else a test sets, such as Overrides).
+func startWith(t testing.TB, co check.Options, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	opts.Checker = checktest.New(t, check.Options{Store: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}, policies...)
+	co.Timeout, co.BreakerCooldown, co.Metrics = 50*time.Millisecond, 200*time.Millisecond, check.NewMetrics(reg)
+	opts.Checker = checktest.New(t, co, policies...)
 	opts.Registerer = reg
 	s, err := New(opts)
 	if err != nil {

@@ -8,12 +8,14 @@ import (
 	"net"
 	"time"
 
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -58,7 +60,16 @@ type Config struct {
 // App is local mode assembled: the policy files, the checker stack and
 // the check endpoints, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files     *policyfiles.Folder
+	Files *policyfiles.Folder
+	// Overrides sets, lists and deletes the run-time overrides (the
+	// admin API's), kept in Redis with --redis-url, else in memory.
+	Overrides *overrides.Runtime
+	// overrides are the ones in force, following the store.
+	overrides      *overrides.Index
+	overridesStore overrides.Store
+	// declared are the policies the files declared overrides of, last
+	// time they were read.
+	declared  map[overrides.PolicyID]bool
 	server    *checkserver.Server
 	closers   []func()
 	log       *slog.Logger
@@ -78,7 +89,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Files: files, log: log, storeName: "memory"}
+	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: overrides.NewMemoryStore()}
 
 	var redisStore *redisstore.Store
 	if cfg.Redis.Enabled() {
@@ -95,13 +106,17 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
+		a.overridesStore = overrides.NewRedisStore(conn.Client, cfg.PollInterval)
 	}
+	a.Overrides = &overrides.Runtime{Store: a.overridesStore, Policy: overrides.PolicyOf(files.Policies), Log: log}
+	a.applyDeclared()
+	files.OnChange(a.applyDeclared)
 	decisions, err := decisionlog.Open(cfg.DecisionLog)
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	stack := checkstack.New(checkstack.Options{Source: files, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, DecisionLog: decisions, TopKeys: true, Logger: log})
+	stack := checkstack.New(checkstack.Options{Source: files, Overrides: a.overrides, Redis: redisStore, MemoryMaxKeys: cfg.MemoryMaxKeys, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, DecisionLog: decisions, TopKeys: true, Logger: log})
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 
@@ -114,6 +129,44 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	return a, nil
+}
+
+// applyDeclared writes the entries of the folder's RateLimitOverrides
+// files to the store as the controller does for the objects of a cluster,
+// policy by policy, and logs the entries that do not apply.
+func (a *App) applyDeclared() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	byPolicy := map[overrides.PolicyID][]*ratelimitv1alpha1.RateLimitOverrides{}
+	for _, o := range a.Files.Overrides() {
+		id := overrides.PolicyID{Namespace: o.Namespace, Name: o.Spec.PolicyName}
+		byPolicy[id] = append(byPolicy[id], o)
+	}
+	set, now := a.Files.Policies(), time.Now()
+	for id := range a.declared {
+		if byPolicy[id] == nil {
+			byPolicy[id] = nil // the files no longer declare any: removed
+		}
+	}
+	a.declared = map[overrides.PolicyID]bool{}
+	for id, objects := range byPolicy {
+		var valid map[string]overrides.Entry
+		if p := set.Get(id.Namespace, id.Name); p != nil {
+			var invalid []overrides.Invalid
+			valid, invalid = overrides.Declare(p, objects, now)
+			for _, bad := range invalid {
+				a.log.Warn("override entry not applied", "object", id.Namespace+"/"+bad.Object, "index", bad.Index, "key", bad.Key, "err", bad.Message)
+			}
+		} else if len(objects) > 0 {
+			a.log.Warn("RateLimitOverrides name a policy that does not exist; their entries apply once it does", "policy", id.String())
+		}
+		if err := a.overridesStore.ReplaceDeclared(ctx, id, valid); err != nil {
+			a.log.Warn("cannot write the declared overrides", "policy", id.String(), "err", err)
+		}
+		if len(objects) > 0 {
+			a.declared[id] = true
+		}
+	}
 }
 
 // Close gives back what the leases hold and releases the store and the
@@ -134,6 +187,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 // beside the HTTP one; grpcLn nil serves HTTP only.
 func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error {
 	go a.Files.Run(ctx)
+	go a.overrides.Follow(ctx, a.overridesStore)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
 	return a.server.Serve(ctx, ln, grpcLn)
 }

@@ -3,6 +3,7 @@ package localmode
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/dashboard"
+	"github.com/sluice-dev/sluice/internal/overrides"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 func writePolicy(t *testing.T, dir, file, body string) {
@@ -174,6 +178,55 @@ func TestSamplesCompile(t *testing.T) {
 		if !s.Ready {
 			t.Errorf("sample %s/%s: %s", s.Namespace, s.Name, s.Message)
 		}
+	}
+	// overrides-partner-api.yaml: both entries apply.
+	list, err := app.Overrides.List(context.Background(), overrides.PolicyID{Namespace: "default", Name: "partner-api"})
+	if err != nil || len(list) != 2 || list[0].Source != policy.OverrideDeclared {
+		t.Fatalf("sample overrides: %v %+v", err, list)
+	}
+}
+
+// A RateLimitOverrides file applies its valid entries, the policy's other
+// keys keep its numbers, a run-time override beats it, and the bad entry
+// is logged.
+func TestOverridesFromFilesAndAtRunTime(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, "api.yaml", limitPolicy(2))
+	var logs syncbuf.Buffer
+	app, base := startLocalWith(t, Config{PoliciesDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if got := countAllowed(t, base); got != 2 {
+		t.Fatalf("the policy allowed %d, want 2", got)
+	}
+	writePolicy(t, dir, "overrides.yaml", `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitOverrides
+metadata:
+  name: tenants
+spec:
+  policyName: api
+  overrides:
+  - key: global
+    limits: [{name: window, limit: 5}]
+  - key: other
+    limits: [{name: nope, limit: 5}]
+`)
+	waitFor(t, func() bool { return status(t, base) == http.StatusOK }) // the 3rd of 5
+	if got := countAllowed(t, base); got != 2 {
+		t.Fatalf("the declared override allowed %d more, want 2 (5 in all)", got)
+	}
+	if !strings.Contains(logs.String(), `limit \"nope\" is not a limit of policy default/api`) {
+		t.Errorf("the bad entry is not logged: %s", logs.String())
+	}
+	id := overrides.PolicyID{Namespace: "default", Name: "api"}
+	if _, err := app.Overrides.Set(context.Background(), id, "global", map[string]int64{"window": 8}, nil, "local"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return status(t, base) == http.StatusOK }) // the 6th of 8: run time wins
+	if got := countAllowed(t, base); got != 2 {
+		t.Fatalf("the run-time override allowed %d more, want 2 (8 in all)", got)
+	}
+	list, err := app.Overrides.List(context.Background(), id)
+	if err != nil || len(list) != 2 || list[0].Source != policy.OverrideRuntime || list[0].SetBy != "local" || list[1].Source != policy.OverrideDeclared {
+		t.Fatalf("list %+v %v", list, err)
 	}
 }
 

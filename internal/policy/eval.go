@@ -47,8 +47,15 @@ func (e *Eval) KeyValue(p *Policy) (value string, ok bool) {
 
 // AppendEntries appends one engine entry per limit of p for the key value.
 func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost int64) []ratelimit.Entry {
-	for i := range p.Limits {
-		l := &p.Limits[i]
+	return p.AppendEntriesOf(entries, p.Limits, keyValue, cost)
+}
+
+// AppendEntriesOf is AppendEntries with limits in place of p's own: those
+// of an override of the key value (Override.Limits), which keep p's
+// names and order.
+func (p *Policy) AppendEntriesOf(entries []ratelimit.Entry, limits []Limit, keyValue string, cost int64) []ratelimit.Entry {
+	for i := range limits {
+		l := &limits[i]
 		entries = append(entries, ratelimit.Entry{
 			Key:    ratelimit.Key(p.Namespace, p.Name, keyValue, l.Name),
 			Limit:  l.Limit,

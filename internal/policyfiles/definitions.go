@@ -44,6 +44,8 @@ type nextSet struct {
 	compileErrs map[policyID]string
 	// dupNote tells a policy's status where else it is defined.
 	dupNote map[policyID]string
+	// overrides are the RateLimitOverrides documents, by file.
+	overrides map[string][]*ratelimitv1alpha1.RateLimitOverrides
 }
 
 // keptFiles are the files whose policies cannot be known this time (not
@@ -90,11 +92,14 @@ func (f *Folder) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[po
 		if v == nil {
 			continue
 		}
-		d, err := parseFile(e.path, v.data)
+		d, o, err := parseFile(e.path, v.data)
 		if err != nil {
 			n.fileErrors = append(n.fileErrors, FileError{File: e.path, Err: err})
 			kept.why[e.path] = fmt.Sprintf("its file does not parse: %v", err)
 			continue
+		}
+		if len(o) > 0 {
+			n.overrides[e.path] = o
 		}
 		for _, doc := range d {
 			id := doc.id()

@@ -8,8 +8,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +96,9 @@ type Folder struct {
 	goodFile   map[policyID]string // the file each last good version is in force from
 	statuses   []PolicyStatus
 	fileErrors []FileError
+	// overrides are the RateLimitOverrides documents by file; a file that
+	// cannot be read or parsed keeps its last ones.
+	overrides map[string][]*ratelimitv1alpha1.RateLimitOverrides
 	// compileErrs are the compile errors last logged, so each is logged once.
 	compileErrs map[policyID]string
 	onChange    []func()
@@ -162,6 +167,19 @@ func (f *Folder) FileErrors() []FileError {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]FileError(nil), f.fileErrors...)
+}
+
+// Overrides are the RateLimitOverrides documents of the files, in file
+// order. The objects are shared: do not change them.
+func (f *Folder) Overrides() []*ratelimitv1alpha1.RateLimitOverrides {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	files := slices.Sorted(maps.Keys(f.overrides))
+	var out []*ratelimitv1alpha1.RateLimitOverrides
+	for _, file := range files {
+		out = append(out, f.overrides[file]...)
+	}
+	return out
 }
 
 // OnChange registers a function called after each new policy set.
@@ -241,8 +259,14 @@ func (f *Folder) apply(r *folderRead, force bool) []func() {
 	kept := f.unreadable(r)
 	n := &nextSet{inForce: map[policyID]*policy.Policy{}, inForceFile: map[policyID]string{},
 		used: map[policyID]usedDoc{}, compileErrs: map[policyID]string{}, dupNote: map[policyID]string{},
-		fileErrors: append([]FileError(nil), r.readErrs...)}
+		fileErrors: append([]FileError(nil), r.readErrs...), overrides: map[string][]*ratelimitv1alpha1.RateLimitOverrides{}}
 	defs, order := f.definitions(r, kept, n)
+	for file := range kept.why {
+		if o, ok := f.overrides[file]; ok {
+			n.overrides[file] = o
+		}
+	}
+	f.overrides = n.overrides
 	for _, id := range order {
 		f.resolve(id, defs[id], kept, n)
 	}

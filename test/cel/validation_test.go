@@ -21,13 +21,19 @@ var policyCounter atomic.Int64
 // policyFromSpec builds an unstructured RateLimitPolicy from a YAML spec, so
 // the table can hold what Go types cannot express (two algorithms, bad enums).
 func policyFromSpec(namespace, specYAML string) *unstructured.Unstructured {
+	return objectFromSpec("RateLimitPolicy", namespace, specYAML)
+}
+
+// objectFromSpec builds an unstructured object of the API's kind from a
+// YAML spec, with a name of its own.
+func objectFromSpec(kind, namespace, specYAML string) *unstructured.Unstructured {
 	var spec map[string]any
 	Expect(yaml.Unmarshal([]byte(specYAML), &spec)).To(Succeed())
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	u.SetAPIVersion(ratelimitv1alpha1.GroupVersion.String())
-	u.SetKind("RateLimitPolicy")
+	u.SetKind(kind)
 	u.SetNamespace(namespace)
-	u.SetName(fmt.Sprintf("policy-%d", policyCounter.Add(1)))
+	u.SetName(fmt.Sprintf("%s-%d", strings.ToLower(kind), policyCounter.Add(1)))
 	return u
 }
 

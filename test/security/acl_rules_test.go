@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -239,6 +240,41 @@ func TestACLRules(t *testing.T) {
 		refuse(checkUser, "FCALL", redisstore.FunctionName, 1, top, "1:0:-")
 		for _, args := range [][]any{{"HSET", top, "process", "{}"}, {"DEL", top}, {"PEXPIREAT", top, "1"}, {"HDEL", top, "process"}} {
 			refuse(controllerUser, args...)
+		}
+	})
+
+	t.Run("overrides: the controller writes them, the check user reads them", func(t *testing.T) {
+		scripts := scriptCommands(t, filepath.Join(root, "internal", "overrides", "redis.go"))
+		if len(scripts) < 5 {
+			t.Fatalf("found too few commands in the overrides' scripts: %v", scripts)
+		}
+		id := overrides.PolicyID{Namespace: "shop", Name: "api"}
+		runtimeKey, declaredKey := overrides.RedisHashKeys(id)
+		keys := []string{runtimeKey, declaredKey, overrides.RedisPoliciesKey, overrides.RedisRevisionKey}
+		for _, cmd := range scripts {
+			if cmd == "PUBLISH" {
+				allow(controllerUser, "PUBLISH", overrides.RedisChannel, "1 shop/api")
+				continue
+			}
+			args := map[string][]any{"HEXISTS": {"HEXISTS", runtimeKey, "k"}, "HLEN": {"HLEN", runtimeKey}, "HSET": {"HSET", runtimeKey, "k", "{}"},
+				"HDEL": {"HDEL", runtimeKey, "k"}, "DEL": {"DEL", declaredKey}, "SADD": {"SADD", overrides.RedisPoliciesKey, "shop/api"},
+				"SREM": {"SREM", overrides.RedisPoliciesKey, "shop/api"}, "INCR": {"INCR", overrides.RedisRevisionKey}}[cmd]
+			if args == nil {
+				t.Errorf("an overrides script calls %s, which this test does not know: grant it to %s in config/redis/users.acl (on the overrides' keys) and add it here", cmd, controllerUser)
+				continue
+			}
+			allow(controllerUser, args...)
+			refuse(checkUser, args...)
+		}
+		allow(controllerUser, "EVALSHA", strings.Repeat("0", 40), 4, keys[0], keys[1], keys[2], keys[3])
+		allow(checkUser, "HGETALL", runtimeKey)
+		allow(checkUser, "HGETALL", declaredKey)
+		allow(checkUser, "SMEMBERS", overrides.RedisPoliciesKey)
+		allow(checkUser, "GET", overrides.RedisRevisionKey)
+		allow(checkUser, "SUBSCRIBE", overrides.RedisChannel)
+		for _, k := range append(append([]string{}, counters...), table...) {
+			refuse(controllerUser, "DEL", k)
+			refuse(controllerUser, "INCR", k)
 		}
 	})
 

@@ -1,0 +1,297 @@
+package overrides
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/testutil/policytest"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+)
+
+var shop = PolicyID{"shop", "per-tenant"}
+
+func tenantPolicy(t testing.TB) *policy.Policy {
+	return policytest.Compile(t, shop.Namespace, shop.Name, `
+key: "{header:X-Tenant}"
+limits:
+- {name: per-minute, fixedWindow: {limit: 100, window: 1m}}
+- {name: burst, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}
+`)
+}
+
+// newRuntime is a Runtime over store whose policies are p, on clock now.
+func newRuntime(store Store, now func() time.Time, p *policy.Policy) *Runtime {
+	set := policy.NewSet(1, []*policy.Policy{p})
+	return &Runtime{Store: store, Policy: PolicyOf(func() *policy.Set { return set }), Now: now}
+}
+
+// follow makes x follow s until the test ends.
+func follow(t *testing.T, x *Index, s Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); x.Follow(ctx, s) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// waitQuota waits until x gives p's key the quota want for limit (0: no
+// override), within a second.
+func waitQuota(t *testing.T, x *Index, p *policy.Policy, key, limit string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		var got int64
+		if o := x.Override(p, key); o != nil {
+			got = o.Quotas[limit]
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key %q limit %s: quota %d after a second, want %d", key, limit, got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func stores(t *testing.T) map[string]func() Store {
+	return map[string]func() Store{
+		"memory": func() Store { return NewMemoryStore() },
+		"redis": func() Store {
+			srv := redistest.Start(t)
+			return NewRedisStore(srv.Client(), 50*time.Millisecond)
+		},
+	}
+}
+
+func TestRuntimeSetListDelete(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+			p := tenantPolicy(t)
+			x := NewIndex(nil)
+			s := newStore()
+			follow(t, x, s)
+			r := newRuntime(s, func() time.Time { return now }, p)
+
+			expires := now.Add(48 * time.Hour)
+			e, err := r.Set(ctx, shop, "acme", map[string]int64{"per-minute": 1000}, &expires, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.SetBy != "alice" || e.Source != policy.OverrideRuntime || !e.Expires.Equal(expires) {
+				t.Fatalf("set answered %+v", e)
+			}
+			waitQuota(t, x, p, "acme", "per-minute", 1000)
+			if o := x.Override(p, "acme"); o.Limits()[0].Limit.Capacity != 1000 || o.Limits()[1] != p.Limits[1] {
+				t.Fatalf("limits %+v", o.Limits())
+			}
+			if _, err := r.Set(ctx, shop, "beta", map[string]int64{"burst": 50}, nil, "bob"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.ReplaceDeclared(ctx, shop, map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"per-minute": 7}, Source: policy.OverrideDeclared, Object: "tenants"}}); err != nil {
+				t.Fatal(err)
+			}
+			list, err := r.List(ctx, shop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range list {
+				got = append(got, fmt.Sprintf("%s:%s:%v", e.Source, e.Key, e.Limits))
+			}
+			if want := "Runtime:acme:map[per-minute:1000] Runtime:beta:map[burst:50] Declared:acme:map[per-minute:7]"; strings.Join(got, " ") != want {
+				t.Fatalf("list %s, want %s", strings.Join(got, " "), want)
+			}
+			// Run time wins over declared.
+			waitQuota(t, x, p, "acme", "per-minute", 1000)
+
+			if err := r.Delete(ctx, shop, "acme", "alice"); err != nil {
+				t.Fatal(err)
+			}
+			waitQuota(t, x, p, "acme", "per-minute", 7) // the declared one again
+			if err := r.Delete(ctx, shop, "acme", "alice"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("second delete: %v", err)
+			}
+
+			// Expired: listed no more, and swept from the store.
+			soon := now.Add(time.Hour)
+			if _, err := r.Set(ctx, shop, "soon", map[string]int64{"burst": 20}, &soon, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(49 * time.Hour)
+			list, err = r.List(ctx, shop)
+			if err != nil || len(list) != 2 || list[0].Key != "beta" || list[1].Source != policy.OverrideDeclared {
+				t.Fatalf("list after expiry: %v %v", list, err)
+			}
+			if stored, _ := s.LoadPolicy(ctx, shop); len(stored.Runtime) != 1 {
+				t.Fatalf("expired override left in the store: %v", stored)
+			}
+			if _, err := r.Set(ctx, shop, "gone", map[string]int64{"burst": 20}, &expires, "alice"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "expires 2026-06-03T12:00:00Z is in the past") {
+				t.Fatalf("past expiry: %v", err)
+			}
+		})
+	}
+}
+
+func TestRuntimeRefusesBadInput(t *testing.T) {
+	ctx := context.Background()
+	p := tenantPolicy(t)
+	r := newRuntime(NewMemoryStore(), time.Now, p)
+	past := time.Now().Add(-time.Minute)
+	for _, tt := range []struct {
+		id     PolicyID
+		key    string
+		limits map[string]int64
+		exp    *time.Time
+		kind   error
+		msg    string
+	}{
+		{PolicyID{"shop", "nope"}, "a", map[string]int64{"burst": 1}, nil, ErrNotFound, "policy shop/nope not found"},
+		{shop, "a", map[string]int64{"per-hour": 1}, nil, ErrNotFound, `limit "per-hour" is not a limit of policy shop/per-tenant (its limits: per-minute, burst)`},
+		{shop, "", map[string]int64{"burst": 1}, nil, ErrInvalid, "key is required"},
+		{shop, "a", map[string]int64{"burst": 0}, nil, ErrInvalid, `limit "burst": 0 must be from 1 to 1000000000`},
+		{shop, "a", nil, nil, ErrInvalid, "at least one limit"},
+		{shop, "a", map[string]int64{"burst": 5}, &past, ErrInvalid, "is in the past"},
+	} {
+		_, err := r.Set(ctx, tt.id, tt.key, tt.limits, tt.exp, "x")
+		if !errors.Is(err, tt.kind) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("Set(%v, %q, %v): %v, want %v %q", tt.id, tt.key, tt.limits, err, tt.kind, tt.msg)
+		}
+	}
+	if list, _ := r.List(ctx, shop); len(list) != 0 {
+		t.Fatalf("bad input changed something: %v", list)
+	}
+}
+
+func TestExpiredOverrideStopsApplyingAtItsExpiry(t *testing.T) {
+	p := tenantPolicy(t)
+	x := NewIndex(nil)
+	expires := time.Now().Add(time.Hour)
+	x.SetRuntime(shop, map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideRuntime, Expires: &expires}})
+	o := x.Override(p, "acme")
+	if !o.Applies(expires.Add(-time.Nanosecond)) || o.Applies(expires) {
+		t.Fatal("the override does not end at its expiry")
+	}
+}
+
+func TestBoundCountsDeclaredAndRuntime(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			p := tenantPolicy(t)
+			s := newStore()
+			declared := make(map[string]Entry, MaxPerPolicy-1)
+			for i := range MaxPerPolicy - 1 {
+				k := fmt.Sprintf("t%d", i)
+				declared[k] = Entry{Key: k, Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}
+			}
+			if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+				t.Fatal(err)
+			}
+			r := newRuntime(s, time.Now, p)
+			if _, err := r.Set(ctx, shop, "last", map[string]int64{"burst": 20}, nil, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Set(ctx, shop, "last", map[string]int64{"burst": 30}, nil, "a"); err != nil {
+				t.Fatalf("replacing an override at the bound: %v", err)
+			}
+			_, err := r.Set(ctx, shop, "one-more", map[string]int64{"burst": 20}, nil, "a")
+			if !errors.Is(err, ErrTooMany) || !strings.Contains(err.Error(), "policy shop/per-tenant has 100000 overrides") {
+				t.Fatalf("beyond the bound: %v", err)
+			}
+		})
+	}
+}
+
+func TestTwoProcessesOnOneRedisSeeAChange(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	p := tenantPolicy(t)
+	a, b := NewIndex(nil), NewIndex(nil)
+	sa, sb := NewRedisStore(srv.Client(), time.Hour), NewRedisStore(srv.Client(), time.Hour) // pub/sub alone
+	follow(t, a, sa)
+	follow(t, b, sb)
+	time.Sleep(50 * time.Millisecond) // both subscribed
+	r := newRuntime(sa, time.Now, p)
+	if _, err := r.Set(ctx, shop, "acme", map[string]int64{"burst": 40}, nil, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuota(t, b, p, "acme", "burst", 40)
+	if err := r.Delete(ctx, shop, "acme", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuota(t, b, p, "acme", "burst", 0)
+
+	// A process that starts later, or loses messages, loads them all.
+	if _, err := r.Set(ctx, shop, "beta", map[string]int64{"burst": 60}, nil, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	c := NewIndex(nil)
+	follow(t, c, NewRedisStore(srv.Client(), 50*time.Millisecond))
+	waitQuota(t, c, p, "beta", "burst", 60)
+}
+
+func TestPolicyChangeRecompiles(t *testing.T) {
+	p := tenantPolicy(t)
+	x := NewIndex(nil)
+	x.SetRuntime(shop, map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideRuntime}})
+	if x.Override(p, "acme") == nil {
+		t.Fatal("no override")
+	}
+	renamed := policytest.Compile(t, shop.Namespace, shop.Name, "key: \"{header:X-Tenant}\"\nlimits: [{name: spike, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}]\n")
+	if o := x.Override(renamed, "acme"); o != nil {
+		t.Fatalf("an override of a limit the policy no longer has applies: %+v", o)
+	}
+}
+
+func TestPolicyInTable(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	table := policytable.New(srv.Client())
+	if _, _, err := table.Replace(ctx, []*policytable.Entry{{Namespace: "shop", Name: "per-tenant", Spec: policytest.Spec(t, "limits: [{name: burst, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}]")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lookup := PolicyInTable(table)
+	if p, err := lookup(ctx, shop); err != nil || p == nil || p.Limits[0].Name != "burst" {
+		t.Fatalf("policy %v, %v", p, err)
+	}
+	if p, err := lookup(ctx, PolicyID{"shop", "nope"}); err != nil || p != nil {
+		t.Fatalf("a missing policy: %v, %v", p, err)
+	}
+}
+
+// Replacing no declared overrides by none changes nothing, and bumps no
+// revision (a policy without RateLimitOverrides is reconciled at each of
+// its changes).
+func TestReplacingNoDeclaredOverridesByNoneChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := NewRedisStore(srv.Client(), 0)
+	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rev, err := s.revision(ctx); err != nil || rev != 0 {
+		t.Fatalf("revision %d, %v; want 0", rev, err)
+	}
+	declared := map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}}
+	if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.LoadPolicy(ctx, shop)
+	if rev, _ := s.revision(ctx); err != nil || len(o.Declared) != 0 || rev != 2 {
+		t.Fatalf("after removing: %+v, %v, revision %d", o, err, rev)
+	}
+	if members, _ := srv.Client().SMembers(ctx, RedisPoliciesKey).Result(); len(members) != 0 {
+		t.Fatalf("policies with overrides: %v", members)
+	}
+}
