@@ -48,7 +48,13 @@ type fixture struct {
 // stores runs f over the memory store and the Redis store.
 func stores(t *testing.T, f func(t *testing.T, store ratelimit.Store)) {
 	t.Run("memory", func(t *testing.T) { f(t, storetest.Memory(t, nil)) })
-	t.Run("redis", func(t *testing.T) { f(t, storetest.Redis(t, redistest.Start(t).Addr())) })
+	t.Run("redis", func(t *testing.T) {
+		s := storetest.Redis(t, redistest.Start(t).Addr())
+		if err := s.Load(context.Background()); err != nil { // ahead of the checks' timeouts
+			t.Fatal(err)
+		}
+		f(t, s)
+	})
 }
 
 func newFixture(t *testing.T, store ratelimit.Store) *fixture {

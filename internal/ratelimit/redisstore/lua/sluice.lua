@@ -1705,24 +1705,24 @@ end
 local function forget(g, lift)
   local key = G_KEY[g]
   if lift then
-    if call('TYPE', key)['ok'] == 'hash' then
-      call('HDEL', key, BAN)
-    end
+    pcall_('HDEL', key, BAN) -- a key that is no bucket (an error) holds no ban
     return
   end
   for j = G_FIRST[g], G_LAST[g] do
-    local e = E_REC[j]
-    if e[1] == 3 then
+    if E_REC[j][1] == 3 then
       call('DEL', E_LK[j])
     end
   end
-  if G_OWN[g] or call('TYPE', key)['ok'] ~= 'hash' then
-    return -- a log that is its own bucket, gone; or no bucket
+  if G_OWN[g] then
+    return -- a log that is its own bucket: gone
   end
   for j = G_FIRST[g], G_LAST[g] do
     local e = E_REC[j]
     local f = e[7]
-    call('HDEL', key, f)
+    local r = pcall_('HDEL', key, f)
+    if typeof(r) == 'table' and r.err then
+      return -- a key that is no bucket: nothing to reset
+    end
     if e[1] == 9 then
       local prefix = ':h' .. f .. ':'
       local all = call('HGETALL', key)
