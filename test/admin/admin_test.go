@@ -113,6 +113,14 @@ func TestLocalAdminAPI(t *testing.T) {
 	if got := check(); got != http.StatusOK {
 		t.Fatalf("check after lift and reset: %d", got)
 	}
+	// Another site's name rebound to loopback reaches nothing.
+	req, _ := http.NewRequest("DELETE", keys, nil)
+	req.Host = "rebound.example:" + adminAddr[strings.LastIndexByte(adminAddr, ':')+1:]
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("a rebound name: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	code, st := call(t, "DELETE", admin+"/ratelimitpolicies/per-tenant/keys?key=acme&limit=per-hour", "")
 	if code != 404 || st["kind"] != "Status" || !strings.Contains(st["message"].(string), `limit "per-hour"`) {
 		t.Fatalf("unknown limit: %d %v", code, st)
