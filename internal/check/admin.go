@@ -84,8 +84,9 @@ func (c *Checker) Reset(ctx context.Context, namespace, name, keyValue string, l
 }
 
 // Lift ends the ban of the bucket of keyValue of policy namespace/name,
-// drops it from the index of bans, and forgets this process's denials of
-// the bucket, the ban's included.
+// drops it from the index of bans, and forgets the denials of the bucket,
+// the ban's included, here and (Options.AnnounceLifts) in the other check
+// processes.
 func (c *Checker) Lift(ctx context.Context, namespace, name, keyValue string) error {
 	p, err := c.policyOf(namespace, name)
 	if err != nil {
@@ -108,11 +109,22 @@ func (c *Checker) Lift(ctx context.Context, namespace, name, keyValue string) er
 	for i := range entries {
 		keys[i] = entries[i].Key
 	}
+	c.ForgetLifted(keys)
+	if c.announceLifts != nil {
+		c.announceLifts(keys)
+	}
+	return nil
+}
+
+// ForgetLifted drops the remembered denials of keys, bans included: their
+// bucket's ban was lifted, here or by another process.
+func (c *Checker) ForgetLifted(keys []string) {
 	if c.denials != nil {
 		c.denials.drop(keys, c.now())
 	}
-	c.refunded(keys)
-	return nil
+	if c.keeper != nil {
+		c.keeper.ForgetDenials(keys)
+	}
 }
 
 // Bans lists the bans in force of policy namespace/name, soonest end first.

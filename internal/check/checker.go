@@ -51,6 +51,11 @@ type Options struct {
 	// denials of them too (ForgetDenials). keys is valid only during the
 	// call; it must not block.
 	AnnounceRefunds func(keys []string)
+	// AnnounceLifts, when set, is given the keys of every bucket whose
+	// ban Lift ended, so that the other check processes forget their
+	// denials of them, bans included (ForgetLifted). Same terms as
+	// AnnounceRefunds.
+	AnnounceLifts func(keys []string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives when the store becomes full and when it decides
@@ -72,10 +77,12 @@ type Checker struct {
 	// a ratelimit.Resetter, a ratelimit.BanIndex, or neither.
 	admin    ratelimit.Store
 	announce func(keys []string)
-	metrics  *Metrics
-	full     fullLog
-	counts   counts
-	now      func() time.Time
+	// announceLifts is Options.AnnounceLifts.
+	announceLifts func(keys []string)
+	metrics       *Metrics
+	full          fullLog
+	counts        counts
+	now           func() time.Time
 
 	mu           sync.Mutex
 	seenRevision int64
@@ -118,6 +125,7 @@ func New(o Options) *Checker {
 	}
 	c.keeper, _ = o.Store.(denialKeeper)
 	c.admin = o.Store
+	c.announceLifts = o.AnnounceLifts
 	if r, ok := o.Store.(refunder); ok {
 		r.NotifyRefunds(c.refunded)
 	}

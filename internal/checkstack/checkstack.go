@@ -122,6 +122,7 @@ func New(o Options) *Stack {
 	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
+		opts.AnnounceLifts = o.Refunds.AnnounceLifts
 	}
 	s.Checker = check.New(opts)
 	if o.Refunds != nil {
