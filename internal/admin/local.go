@@ -62,7 +62,7 @@ func ServeLocal(ctx context.Context, ln net.Listener, h http.Handler) error {
 	go func() {
 		defer close(done)
 		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown) // then Serve returns
 	}()
