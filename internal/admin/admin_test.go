@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -150,13 +151,16 @@ func TestInspectResetBansLift(t *testing.T) {
 		}
 
 		f.consume("acme", 6) // 3 admitted, then denied twice: banned
+		var bans BanList
+		for deadline := time.Now().Add(5 * time.Second); len(bans.Bans) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			f.call("GET", "/namespaces/shop/ratelimitpolicies/per-tenant/bans", "", &bans) // recorded off the check's path
+		}
+		if len(bans.Bans) != 1 || bans.Bans[0].Key != "acme" || bans.Bans[0].Length != "5m0s" {
+			t.Fatalf("bans: %+v", bans)
+		}
 		ks = f.inspect("acme")
 		if ks.Ban == nil || ks.Ban.Length != "5m0s" {
 			t.Fatalf("no ban after the denials: %+v", ks)
-		}
-		var bans BanList
-		if code, _ := f.call("GET", "/namespaces/shop/ratelimitpolicies/per-tenant/bans", "", &bans); code != 200 || len(bans.Bans) != 1 || bans.Bans[0].Key != "acme" {
-			t.Fatalf("bans: %d %+v", code, bans)
 		}
 		// A reset keeps the ban.
 		f.call("DELETE", keys+"?key=acme", "", &reset)

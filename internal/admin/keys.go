@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -170,51 +171,57 @@ func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key 
 	return nil
 }
 
-func (h *Handler) inspect(w http.ResponseWriter, r *http.Request) {
+// keyState reads the policy and key value a route names and inspects
+// them; it answers the error itself and returns nil when it cannot.
+// check, when set, refuses what it returns an error for before anything
+// is read from the store.
+func (h *Handler) keyState(w http.ResponseWriter, r *http.Request, check func(*policy.Policy) error) (*policy.Policy, *KeyState) {
 	p, key := h.target(w, r, true)
 	if p == nil {
-		return
+		return nil, nil
+	}
+	if check != nil {
+		if err := check(p); err != nil {
+			writeError(w, err)
+			return nil, nil
+		}
 	}
 	ks, err := h.state(r.Context(), p, key)
 	if err != nil {
 		writeError(w, err)
-		return
+		return nil, nil
 	}
-	writeJSON(w, http.StatusOK, ks)
+	return p, ks
+}
+
+func (h *Handler) inspect(w http.ResponseWriter, r *http.Request) {
+	if _, ks := h.keyState(w, r, nil); ks != nil {
+		writeJSON(w, http.StatusOK, ks)
+	}
 }
 
 func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
-	p, key := h.target(w, r, true)
-	if p == nil {
-		return
-	}
 	limits := r.URL.Query()["limit"]
-	for _, l := range limits {
-		if l == "" {
-			badRequest(w, `query parameter "limit" is empty: name a limit of policy %s/%s, or leave it out to reset them all`, p.Namespace, p.Name)
-			return
+	p, ks := h.keyState(w, r, func(p *policy.Policy) error {
+		if slices.Contains(limits, "") {
+			return fmt.Errorf("%w: query parameter \"limit\" is empty: name a limit of policy %s/%s, or leave it out to reset them all", errBadRequest, p.Namespace, p.Name)
 		}
-	}
-	if err := check.KnownLimits(p, limits); err != nil {
-		writeError(w, err)
-		return
-	}
-	ks, err := h.state(r.Context(), p, key)
-	if err != nil {
-		writeError(w, err)
+		return check.KnownLimits(p, limits)
+	})
+	if ks == nil {
 		return
 	}
 	if untouched(ks.Limits, limits) {
-		notFound(w, "key %q of policy %s/%s has no state: nothing to reset", key, p.Namespace, p.Name)
+		notFound(w, "key %q of policy %s/%s has no state: nothing to reset", ks.Key, p.Namespace, p.Name)
 		return
 	}
-	names, err := h.checker.Reset(r.Context(), p.Namespace, p.Name, key, limits)
+	names, err := h.checker.Reset(r.Context(), p.Namespace, p.Name, ks.Key, limits)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	h.log.Info("admin: reset", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", key, "limits", names)
-	writeJSON(w, http.StatusOK, ResetAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: names})
+	h.log.Info("admin: reset", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", ks.Key, "limits", names)
+	writeJSON(w, http.StatusOK, ResetAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key, Limits: names})
 }
 
 func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
@@ -236,25 +243,20 @@ func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) lift(w http.ResponseWriter, r *http.Request) {
-	p, key := h.target(w, r, true)
-	if p == nil {
-		return
-	}
-	ks, err := h.state(r.Context(), p, key)
-	if err != nil {
-		writeError(w, err)
+	p, ks := h.keyState(w, r, nil)
+	if ks == nil {
 		return
 	}
 	if ks.Ban == nil {
-		notFound(w, "key %q of policy %s/%s has no ban in force: nothing to lift", key, p.Namespace, p.Name)
+		notFound(w, "key %q of policy %s/%s has no ban in force: nothing to lift", ks.Key, p.Namespace, p.Name)
 		return
 	}
-	if err := h.checker.Lift(r.Context(), p.Namespace, p.Name, key); err != nil {
+	if err := h.checker.Lift(r.Context(), p.Namespace, p.Name, ks.Key); err != nil {
 		writeError(w, err)
 		return
 	}
-	h.log.Info("admin: ban lifted", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", key)
-	writeJSON(w, http.StatusOK, LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key})
+	h.log.Info("admin: ban lifted", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", ks.Key)
+	writeJSON(w, http.StatusOK, LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key})
 }
 
 // untouched reports whether every limit named (every limit when none is)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -34,11 +35,16 @@ func notFound(w http.ResponseWriter, format string, args ...any) {
 	writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf(format, args...))
 }
 
-// writeError answers an error of the checker: what names nothing in force
-// is not found, a store that cannot is not implemented, and a store that
-// failed is unavailable.
+// errBadRequest marks an error of the caller's arguments.
+var errBadRequest = errors.New("bad request")
+
+// writeError answers an error: a bad argument is a bad request, what names
+// nothing in force is not found, a store that cannot is not implemented,
+// and a store that failed is unavailable.
 func writeError(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, errBadRequest):
+		badRequest(w, "%s", strings.TrimPrefix(err.Error(), errBadRequest.Error()+": "))
 	case errors.Is(err, check.ErrUnknownPolicy), errors.Is(err, check.ErrUnknownLimit):
 		notFound(w, "%s", err)
 	case errors.Is(err, check.ErrUnsupported):
