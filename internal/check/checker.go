@@ -60,6 +60,11 @@ type Options struct {
 	// denials of them too (ForgetDenials). keys is valid only during the
 	// call; it must not block.
 	AnnounceRefunds func(keys []string)
+	// AnnounceLifts, when set, is given the keys of every bucket whose
+	// ban Lift ended, so that the other check processes forget their
+	// denials of them, bans included (ForgetLifted). Same terms as
+	// AnnounceRefunds.
+	AnnounceLifts func(keys []string)
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger receives when the store becomes full and when it decides
@@ -77,13 +82,18 @@ type Checker struct {
 	denials   *denyCache
 	// keeper is the store's own memory of denials (a lease store's), which
 	// refunds drop too; nil when the store has none.
-	keeper   denialKeeper
+	keeper denialKeeper
+	// admin is the store the admin operations reach (Inspect excepted):
+	// a ratelimit.Resetter, a ratelimit.BanIndex, or neither.
+	admin    ratelimit.Store
 	announce func(keys []string)
-	metrics  *Metrics
-	keys     KeyRecorder
-	full     fullLog
-	counts   counts
-	now      func() time.Time
+	// announceLifts is Options.AnnounceLifts.
+	announceLifts func(keys []string)
+	metrics       *Metrics
+	keys          KeyRecorder
+	full          fullLog
+	counts        counts
+	now           func() time.Time
 	// denialLog is Options.Denials.
 	denialLog DenialLog
 
@@ -127,6 +137,8 @@ func New(o Options) *Checker {
 		c.denials = newDenyCache(o.DenyCacheSize)
 	}
 	c.keeper, _ = o.Store.(denialKeeper)
+	c.admin = o.Store
+	c.announceLifts = o.AnnounceLifts
 	if r, ok := o.Store.(refunder); ok {
 		r.NotifyRefunds(c.refunded)
 	}
@@ -406,6 +418,11 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	sc.overrides, sc.now = c.overrides, start
 	out.reset()
 	sc.gather(out, candidates, in)
+	return c.evaluate(ctx, sc, out, in, start)
+}
+
+// evaluate decides the entries sc gathered for in into out.
+func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in Input, start time.Time) error {
 	if sc.noHolder != nil {
 		return c.refuseNoRelease(sc.noHolder)
 	}
@@ -507,6 +524,17 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 		return
 	}
 	pr.KeyValue = value
+	cost := p.Cost
+	if part.CostSet {
+		cost = part.Cost
+	}
+	sc.addKeyed(out, pr, cost, part, shared)
+}
+
+// addKeyed records the matching policy of pr, whose key value is
+// rendered, and its limits' entries at cost.
+func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Part, shared bool) {
+	p, value := pr.Policy, pr.KeyValue
 	if sc.overrides != nil {
 		if o := sc.overrides.Override(p, value); o.Applies(sc.now) {
 			pr.Override = o
@@ -514,10 +542,6 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 	}
 	out.Policies = append(out.Policies, pr)
 	owner := len(out.Policies) - 1
-	cost := p.Cost
-	if part.CostSet {
-		cost = part.Cost
-	}
 	before := len(sc.req.Entries)
 	limits := pr.Limits()
 	sc.req.Entries = p.AppendEntriesOf(sc.req.Entries, limits, value, cost)
@@ -737,6 +761,9 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		if pr := &out.Policies[u.owner]; r.Ban > 0 && pr.Ban == 0 {
 			pr.Ban = r.Ban
 			c.metrics.banIssued(pr.Policy, r.Ban, sc.req.Action == ratelimit.DryRun)
+			if sc.req.Action == ratelimit.Consume {
+				c.recordBan(pr, r.Ban, sent)
+			}
 		}
 		banned := r.Banned || r.Ban > 0
 		// A penalty box counts every denial, so only its bans are cached:

@@ -151,6 +151,7 @@ func New(o Options) *Stack {
 	}
 	if o.Refunds != nil {
 		opts.AnnounceRefunds = o.Refunds.Announce
+		opts.AnnounceLifts = o.Refunds.AnnounceLifts
 	}
 	if o.TopKeys {
 		opts.Keys = s.startTopKeys(o)

@@ -24,7 +24,8 @@ import (
 //	refunded <origin>\n<key>\n<key>...
 //
 // or, when it refunded more keys than one message holds, "*" for every
-// key. <origin> names the sending process, which ignores its own messages.
+// key. A key marked with a leading "!" was lifted (the admin API ended its
+// bucket's ban): its denials are forgotten, the ban's included. <origin> names the sending process, which ignores its own messages.
 // A revision is a number, so a reader of any version tells the two apart
 // (one from before refund messages reads one as a change and reloads the
 // table, which is harmless).
@@ -45,7 +46,12 @@ const (
 type Forgetter interface {
 	ForgetDenials(keys []string)
 	ForgetAllDenials()
+	// ForgetLifted drops them with the bans of keys, which were lifted.
+	ForgetLifted(keys []string)
 }
+
+// liftMark starts a lifted key in a message (keys start with "sluice:").
+const liftMark = "!"
 
 // Refunds tells the other check processes of this one's refunds and
 // hands theirs to a Forgetter (ForgetWith; Reader.FollowRefunds delivers
@@ -81,19 +87,31 @@ func (r *Refunds) ForgetWith(f Forgetter) { r.forget.Store(&f) }
 
 // Announce queues keys, refunded by this process, for the next message
 // (check.Options.AnnounceRefunds). It never blocks on Redis.
-func (r *Refunds) Announce(keys []string) {
+func (r *Refunds) Announce(keys []string) { r.queue(keys, "") }
+
+// AnnounceLifts queues keys whose bans this process lifted
+// (check.Options.AnnounceLifts).
+func (r *Refunds) AnnounceLifts(keys []string) { r.queue(keys, liftMark) }
+
+// queue adds keys, each with mark, to the next message. Refunded keys
+// beyond one message become "*"; lifted keys stay named, as "*" keeps
+// bans (lifts are an operator's, a few at a time: those beyond one
+// message are dropped, their bans remembered elsewhere until their end).
+func (r *Refunds) queue(keys []string, mark string) {
 	r.mu.Lock()
 	for _, k := range keys {
-		if r.all {
-			break
+		k = mark + k
+		if r.all && mark == "" {
+			break // every refunded key is in the message already
 		}
 		if _, ok := r.pending[k]; ok {
 			continue
 		}
 		if r.size+len(k)+1 > MaxRefundKeyBytes {
-			r.all, r.size = true, 0
-			clear(r.pending)
-			break
+			r.allButLifts()
+			if mark == "" || r.size+len(k)+1 > MaxRefundKeyBytes {
+				break
+			}
 		}
 		r.pending[k] = struct{}{}
 		r.size += len(k) + 1
@@ -102,6 +120,19 @@ func (r *Refunds) Announce(keys []string) {
 	select {
 	case r.wake <- struct{}{}:
 	default:
+	}
+}
+
+// allButLifts makes the next message name every refunded key ("*") and
+// the lifted keys queued.
+func (r *Refunds) allButLifts() {
+	r.all, r.size = true, len("*")
+	for k := range r.pending {
+		if strings.HasPrefix(k, liftMark) {
+			r.size += len(k) + 1
+		} else {
+			delete(r.pending, k)
+		}
 	}
 }
 
@@ -185,18 +216,27 @@ func (r *Refunds) receive(payload string) {
 	if head == r.origin {
 		return // ours: forgotten when made
 	}
-	if body == "*" || strings.HasPrefix(body, "*\n") || len(body) > MaxRefundKeyBytes {
+	if len(body) > MaxRefundKeyBytes {
 		(*f).ForgetAllDenials()
 		return
 	}
-	keys := make([]string, 0, strings.Count(body, "\n")+1)
+	if rest, ok := strings.CutPrefix(body, "*"); ok && (rest == "" || rest[0] == '\n') {
+		(*f).ForgetAllDenials()
+		body = rest // the lifted keys, if any
+	}
+	var keys, lifted []string
 	for k := range strings.SplitSeq(body, "\n") {
-		if k != "" && len(k) <= ratelimit.MaxKeyLen {
+		if l, ok := strings.CutPrefix(k, liftMark); ok && l != "" && len(l) <= ratelimit.MaxKeyLen {
+			lifted = append(lifted, l)
+		} else if k != "" && len(k) <= ratelimit.MaxKeyLen {
 			keys = append(keys, k)
 		}
 	}
 	if len(keys) > 0 {
 		(*f).ForgetDenials(keys)
+	}
+	if len(lifted) > 0 {
+		(*f).ForgetLifted(lifted)
 	}
 }
 

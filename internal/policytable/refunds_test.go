@@ -14,10 +14,11 @@ import (
 
 // forgotten records what a Refunds hands over.
 type forgotten struct {
-	mu   sync.Mutex
-	keys []string
-	all  int
-	seen chan struct{}
+	mu     sync.Mutex
+	keys   []string
+	lifted []string
+	all    int
+	seen   chan struct{}
 }
 
 func newForgotten() *forgotten { return &forgotten{seen: make(chan struct{}, 100)} }
@@ -25,6 +26,13 @@ func newForgotten() *forgotten { return &forgotten{seen: make(chan struct{}, 100
 func (f *forgotten) ForgetDenials(keys []string) {
 	f.mu.Lock()
 	f.keys = append(f.keys, keys...)
+	f.mu.Unlock()
+	f.seen <- struct{}{}
+}
+
+func (f *forgotten) ForgetLifted(keys []string) {
+	f.mu.Lock()
+	f.lifted = append(f.lifted, keys...)
 	f.mu.Unlock()
 	f.seen <- struct{}{}
 }
@@ -194,3 +202,30 @@ func TestRefundsAreCoalesced(t *testing.T) {
 }
 
 var _ Forgetter = (*forgotten)(nil)
+
+// A lifted key is named in the message even when the refunds around it
+// became a forget-all (which keeps bans), and the receiver forgets it with
+// its ban.
+func TestLiftsAreNamed(t *testing.T) {
+	r := NewRefunds(nil, nil)
+	var keys []string
+	for i := 0; len(strings.Join(keys, "\n")) < MaxRefundKeyBytes; i++ {
+		keys = append(keys, "sluice:v2:{ns/p/"+strconv.Itoa(i)+"}:l")
+	}
+	lifted := "sluice:v2:{ns/p/acme}:l"
+	r.AnnounceLifts([]string{lifted})
+	r.Announce(keys) // over the bound
+	msg, ok := r.take()
+	if !ok || msg != refundPrefix+r.origin+"\n*\n"+liftMark+lifted {
+		t.Fatalf("message %.80q, want a forget-all naming the lifted key", msg)
+	}
+	recv := NewRefunds(nil, nil)
+	f := newForgotten()
+	recv.ForgetWith(f)
+	recv.receive(strings.Replace(msg, r.origin, "other", 1))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.all != 1 || !slices.Equal(f.lifted, []string{lifted}) || len(f.keys) != 0 {
+		t.Fatalf("forgot all %d times, lifted %q, keys %q", f.all, f.lifted, f.keys)
+	}
+}

@@ -187,14 +187,17 @@ type checkState struct {
 	timer     *time.Timer   // bounds the wait; kept across uses
 	deadline  time.Time     // zero: none
 	abandoned bool
-	params    []model.Params
-	verdicts  []model.Verdict
-	buckets   []string // entry i's bucket and field (ratelimit.SplitKey)
-	fields    []string
-	groups    [][]int
-	consumed  []bool
-	job       job
-	call      call // the only call of a single-slot round
+	// op, when not 0, is the mode digit of an operator's reset or lift,
+	// which a refund's request carries (see Reset).
+	op       byte
+	params   []model.Params
+	verdicts []model.Verdict
+	buckets  []string // entry i's bucket and field (ratelimit.SplitKey)
+	fields   []string
+	groups   [][]int
+	consumed []bool
+	job      job
+	call     call // the only call of a single-slot round
 
 	paramBuf   [8]model.Params
 	verdictBuf [8]model.Verdict
