@@ -100,11 +100,16 @@ func renderInspect(w io.Writer, _ *call, body []byte) error {
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s/%s key %s\n", a.Namespace, a.Policy, a.Key)
-	if err := table(w, limitHeader, limitRows(a.Limits)); err != nil {
+	return renderKeyState(w, a.Namespace, a.Policy, a.KeyState)
+}
+
+// renderKeyState draws a key value's limits and ban under a policy.
+func renderKeyState(w io.Writer, namespace, policy string, k KeyState) error {
+	fmt.Fprintf(w, "%s/%s key %s\n", namespace, policy, k.Key)
+	if err := table(w, limitHeader, limitRows(k.Limits)); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, banLine(a.Ban))
+	_, err := fmt.Fprintln(w, banLine(k.Ban))
 	return err
 }
 
@@ -134,11 +139,10 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 		if !p.Matched || len(p.Limits) == 0 && p.Ban == nil {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s/%s key %s\n", a.Namespace, p.Name, p.Key)
-		if err := table(w, limitHeader, limitRows(p.Limits)); err != nil {
+		fmt.Fprintln(w)
+		if err := renderKeyState(w, a.Namespace, p.Name, p.KeyState); err != nil {
 			return err
 		}
-		fmt.Fprintln(w, banLine(p.Ban))
 	}
 	d := a.Decision
 	verdict := "allowed"

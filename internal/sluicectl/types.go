@@ -36,15 +36,21 @@ type ExplainAnswer struct {
 	Decision  Decision          `json:"decision"`
 }
 
-// ExplainedPolicy is one policy explain considered.
+// ExplainedPolicy is one policy explain considered: the key value's state
+// when it matched, why not when it did not.
 type ExplainedPolicy struct {
-	Name       string       `json:"name"`
-	Matched    bool         `json:"matched"`
-	Reason     string       `json:"reason"`
-	Key        string       `json:"key"`
-	MissingKey bool         `json:"missingKey"`
-	Limits     []LimitState `json:"limits"`
-	Ban        *Ban         `json:"ban"`
+	Name       string `json:"name"`
+	Matched    bool   `json:"matched"`
+	Reason     string `json:"reason"`
+	MissingKey bool   `json:"missingKey"`
+	KeyState
+}
+
+// KeyState is one key value's state under one policy: its limits and ban.
+type KeyState struct {
+	Key    string       `json:"key"`
+	Limits []LimitState `json:"limits"`
+	Ban    *Ban         `json:"ban"`
 }
 
 // Decision is what a check of the explained request would decide.
@@ -58,11 +64,9 @@ type Decision struct {
 
 // InspectAnswer is one key value's state under one policy.
 type InspectAnswer struct {
-	Namespace string       `json:"namespace"`
-	Policy    string       `json:"policy"`
-	Key       string       `json:"key"`
-	Limits    []LimitState `json:"limits"`
-	Ban       *Ban         `json:"ban"`
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	KeyState
 }
 
 // ResetAnswer names the limits a reset cleared.
