@@ -45,6 +45,7 @@ func parseLocalFlags(args []string) (localmode.Config, string, error) {
 	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
 	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policies folder is checked for edits")
 	fs.IntVar(&cfg.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most buckets (a key value of a policy) the in-memory store holds (about 250 B each with one limit); when it is full, a new bucket evicts the least recently used, which starts afresh (0: no cap)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", "", "serve the admin API (explain, inspect, reset, bans, lift) on this loopback address, such as 127.0.0.1:8081; off when empty. Nothing on it is authenticated, so other addresses are refused")
 	cfg.HTTP.BindFlags(fs)
 	cfg.GRPC.BindFlags(fs)
 	cfg.Redis.BindFlags(fs)

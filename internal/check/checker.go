@@ -67,7 +67,10 @@ type Checker struct {
 	denials *denyCache
 	// keeper is the store's own memory of denials (a lease store's), which
 	// refunds drop too; nil when the store has none.
-	keeper   denialKeeper
+	keeper denialKeeper
+	// admin is the store the admin operations reach (Inspect excepted):
+	// a ratelimit.Resetter, a ratelimit.BanIndex, or neither.
+	admin    ratelimit.Store
 	announce func(keys []string)
 	metrics  *Metrics
 	full     fullLog
@@ -114,6 +117,7 @@ func New(o Options) *Checker {
 		c.denials = newDenyCache(o.DenyCacheSize)
 	}
 	c.keeper, _ = o.Store.(denialKeeper)
+	c.admin = o.Store
 	if r, ok := o.Store.(refunder); ok {
 		r.NotifyRefunds(c.refunded)
 	}
@@ -350,6 +354,11 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	sc.reset(in)
 	out.reset()
 	sc.gather(out, candidates, in)
+	return c.evaluate(ctx, sc, out, in, start)
+}
+
+// evaluate decides the entries sc gathered for in into out.
+func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in Input, start time.Time) error {
 	if sc.noHolder != nil {
 		return c.refuseNoRelease(sc.noHolder)
 	}
@@ -451,12 +460,19 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 		return
 	}
 	pr.KeyValue = value
-	out.Policies = append(out.Policies, pr)
-	owner := len(out.Policies) - 1
 	cost := p.Cost
 	if part.CostSet {
 		cost = part.Cost
 	}
+	sc.addKeyed(out, pr, cost, part, shared)
+}
+
+// addKeyed records the matching policy of pr, whose key value is
+// rendered, and its limits' entries at cost.
+func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Part, shared bool) {
+	p, value := pr.Policy, pr.KeyValue
+	out.Policies = append(out.Policies, pr)
+	owner := len(out.Policies) - 1
 	before := len(sc.req.Entries)
 	sc.req.Entries = p.AppendEntries(sc.req.Entries, value, cost)
 	kept := before
@@ -674,6 +690,9 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 		if pr := &out.Policies[u.owner]; r.Ban > 0 && pr.Ban == 0 {
 			pr.Ban = r.Ban
 			c.metrics.banIssued(pr.Policy, r.Ban, sc.req.Action == ratelimit.DryRun)
+			if sc.req.Action == ratelimit.Consume {
+				c.recordBan(pr, r.Ban, sent)
+			}
 		}
 		banned := r.Banned || r.Ban > 0
 		// A penalty box counts every denial, so only its bans are cached:

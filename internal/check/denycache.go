@@ -116,13 +116,18 @@ func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
 
 // forget drops the denials of keys at now, bans excepted: a refund gave
 // their buckets room, which lifts a limit's denial and never a ban.
-func (c *denyCache) forget(keys []string, now time.Time) {
+func (c *denyCache) forget(keys []string, now time.Time) { c.remove(keys, now, false) }
+
+// drop is forget, bans included: they were lifted.
+func (c *denyCache) drop(keys []string, now time.Time) { c.remove(keys, now, true) }
+
+func (c *denyCache) remove(keys []string, now time.Time, bans bool) {
 	at := now.UnixNano()
 	for _, key := range keys {
 		raise(c.slot(key), at)
 		s := c.shard(key)
 		s.mu.Lock()
-		if e, ok := s.entries.Peek(key); !ok || !e.banned {
+		if e, ok := s.entries.Peek(key); !ok || bans || !e.banned {
 			s.entries.Remove(key)
 		}
 		s.mu.Unlock()

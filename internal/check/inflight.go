@@ -57,7 +57,7 @@ func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part
 		return true
 	}
 	e.Holder = sc.holder
-	if lim.Holder != "" {
+	if lim.Holder != "" && part.Request != nil { // none: the bucket is named (Inspect)
 		e.Holder, _ = part.Request.Lookup(lim.Holder)
 	}
 	if e.Holder == "" || len(e.Holder) > ratelimit.MaxHolderLen {

@@ -4,10 +4,13 @@ package localmode
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
@@ -48,15 +51,21 @@ type Config struct {
 	// HTTP bounds the endpoint's client connections.
 	HTTP httpserve.Config
 	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
-	GRPC   grpcserver.Config
-	Logger *slog.Logger
+	GRPC grpcserver.Config
+	// AdminListen, when set, is the admin API's address: on loopback
+	// (admin.CheckLocalListen), as it has no authentication.
+	AdminListen string
+	Logger      *slog.Logger
 }
 
 // App is local mode assembled: the policy files, the checker stack and
 // the check endpoints, with the dashboard at / (see internal/dashboard).
 type App struct {
-	Files     *policyfiles.Folder
-	server    *checkserver.Server
+	Files  *policyfiles.Folder
+	server *checkserver.Server
+	// Admin is the admin API's handler; nil when cfg.AdminListen is unset.
+	Admin     *admin.Handler
+	adminAddr string
 	closers   []func()
 	log       *slog.Logger
 	storeName string
@@ -70,6 +79,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
+	}
+	if cfg.AdminListen != "" {
+		if err := admin.CheckLocalListen(cfg.AdminListen, cfg.Listen, cfg.GRPC.Listen); err != nil {
+			return nil, err
+		}
 	}
 	files, err := policyfiles.NewFolder(cfg.PoliciesDir, cfg.PollInterval, log)
 	if err != nil {
@@ -105,6 +119,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
+	if cfg.AdminListen != "" {
+		a.Admin, a.adminAddr = admin.New(admin.Options{Checker: stack.Checker, Logger: log}), cfg.AdminListen
+	}
 	return a, nil
 }
 
@@ -130,8 +147,15 @@ func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error 
 	return a.server.Serve(ctx, ln, grpcLn)
 }
 
-// Run assembles local mode, listens on cfg.Listen (and cfg.GRPC.Listen)
-// and serves until ctx ends.
+// ServeAdmin serves the admin API on ln until ctx ends; every call is
+// made by admin.LocalCaller.
+func (a *App) ServeAdmin(ctx context.Context, ln net.Listener) error {
+	a.log.Info("admin API serving, without authentication", "addr", ln.Addr().String(), "base", admin.Base)
+	return admin.ServeLocal(ctx, ln, a.Admin)
+}
+
+// Run assembles local mode, listens on cfg.Listen (and cfg.GRPC.Listen,
+// cfg.AdminListen) and serves until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
 	a, err := New(ctx, cfg)
 	if err != nil {
@@ -142,5 +166,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	return a.ServeWithGRPC(ctx, ln, grpcLn)
+	if a.Admin == nil {
+		return a.ServeWithGRPC(ctx, ln, grpcLn)
+	}
+	adminLn, err := net.Listen("tcp", a.adminAddr)
+	if err != nil {
+		_ = ln.Close()
+		if grpcLn != nil {
+			_ = grpcLn.Close()
+		}
+		return fmt.Errorf("--admin-listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	adminDone := make(chan error, 1)
+	go func() { adminDone <- a.ServeAdmin(ctx, adminLn) }()
+	err = a.ServeWithGRPC(ctx, ln, grpcLn)
+	cancel()
+	return errors.Join(err, <-adminDone)
 }

@@ -99,23 +99,71 @@ func compileMatch(m *ratelimitv1alpha1.RequestMatch) matcher {
 // matches reports whether r is in scope. The CEL expression runs last: it
 // is the most expensive test.
 func (m *matcher) matches(r *Request, vars *requestVars) (bool, error) {
-	if m.forDescriptors != (r.Kind == KindDescriptor) {
-		return false, nil
-	}
-	switch {
-	case m.forDescriptors:
-		if !m.matchesDescriptor(r) {
-			return false, nil
-		}
-	case !m.matchesHost(r.Host) || !m.matchesAnyPath(r) || !m.matchesMethod(r.Method) || !m.matchesHeaders(r.Header) || m.exempts(r.ClientIP):
-		return false, nil
-	case m.routes != nil && !m.routes.matches(r):
+	if m.mismatch(r).part != failedNone {
 		return false, nil
 	}
 	if m.when == nil {
 		return true, nil
 	}
 	return m.when.eval(vars)
+}
+
+// matchPart names the part of a matcher that a request failed.
+type matchPart uint8
+
+const (
+	failedNone matchPart = iota
+	failedKind
+	failedDomain
+	failedDescriptor
+	failedHost
+	failedPath
+	failedMethod
+	failedHeader
+	failedExempt
+	failedRoutes
+)
+
+// mismatchOf is the first part of a matcher that a request fails (failedNone:
+// all but `when`, which matches evaluates apart), and for a header the
+// index of the header match that failed.
+type mismatchOf struct {
+	part   matchPart
+	header int
+}
+
+// mismatch tests every part but `when`, in the order matches decides by.
+func (m *matcher) mismatch(r *Request) mismatchOf {
+	if m.forDescriptors != (r.Kind == KindDescriptor) {
+		return mismatchOf{part: failedKind}
+	}
+	if m.forDescriptors {
+		switch {
+		case m.domain != "" && m.domain != r.Domain:
+			return mismatchOf{part: failedDomain}
+		case !m.matchesDescriptor(r):
+			return mismatchOf{part: failedDescriptor}
+		}
+		return mismatchOf{}
+	}
+	switch {
+	case !m.matchesHost(r.Host):
+		return mismatchOf{part: failedHost}
+	case !m.matchesAnyPath(r):
+		return mismatchOf{part: failedPath}
+	case !m.matchesMethod(r.Method):
+		return mismatchOf{part: failedMethod}
+	}
+	if i := m.failedHeader(r.Header); i >= 0 {
+		return mismatchOf{part: failedHeader, header: i}
+	}
+	switch {
+	case m.exempts(r.ClientIP):
+		return mismatchOf{part: failedExempt}
+	case m.routes != nil && !m.routes.matches(r):
+		return mismatchOf{part: failedRoutes}
+	}
+	return mismatchOf{}
 }
 
 // exempts reports whether ip is in one of the exempt networks.
@@ -145,13 +193,10 @@ func parseClientNetwork(s string) (netip.Prefix, error) {
 	return netip.PrefixFrom(ip, ip.BitLen()), nil
 }
 
-// matchesDescriptor reports whether r's domain and descriptor match: the
-// descriptor has exactly the named entries, in order, as Envoy's ratelimit
-// service walks its nested configuration.
+// matchesDescriptor reports whether r's descriptor matches (its domain
+// is mismatch's to test): the descriptor has exactly the named entries, in
+// order, as Envoy's ratelimit service walks its nested configuration.
 func (m *matcher) matchesDescriptor(r *Request) bool {
-	if m.domain != "" && m.domain != r.Domain {
-		return false
-	}
 	if m.anyDescriptor {
 		return true
 	}
@@ -239,17 +284,18 @@ func (m *matcher) matchesMethod(method string) bool {
 	return false
 }
 
-func (m *matcher) matchesHeaders(h http.Header) bool {
-	for _, want := range m.headers {
+// failedHeader returns the index of the first header match h fails, or -1.
+func (m *matcher) failedHeader(h http.Header) int {
+	for i, want := range m.headers {
 		values, ok := h[want.name]
 		if !ok || len(values) == 0 {
-			return false
+			return i
 		}
 		if !want.anyValue && !containsString(values, want.value) {
-			return false
+			return i
 		}
 	}
-	return true
+	return -1
 }
 
 func containsString(values []string, v string) bool {

@@ -62,6 +62,8 @@ type Store struct {
 	maxKeys   int64 // 0: no cap; else the sum of the shards' max
 	evictions atomic.Uint64
 
+	bans banIndex
+
 	scratch   sync.Pool
 	stop      chan struct{}
 	done      chan struct{}
@@ -636,6 +638,7 @@ func (s *Store) Sweep() int {
 		removed += s.sweepLocked(sh, s.now().UnixMicro())
 		sh.mu.Unlock()
 	}
+	s.bans.sweep(s.now())
 	return removed
 }
 

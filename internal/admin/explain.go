@@ -1,0 +1,187 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/intake"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// maxExplainBody bounds an explain request's body: a URL and headers
+// within the intake's bounds fit many times over.
+const maxExplainBody = 1 << 20
+
+// ExplainRequest is the request to explain.
+type ExplainRequest struct {
+	// URL is the request's absolute URL (required).
+	URL string `json:"url"`
+	// Method defaults to GET.
+	Method string `json:"method,omitempty"`
+	// ClientIP is the client's address, as the check endpoint would
+	// have read it behind the trusted proxies; none when empty.
+	ClientIP string              `json:"clientIP,omitempty"`
+	Headers  map[string][]string `json:"headers,omitempty"`
+}
+
+// Explanation is the explain answer.
+type Explanation struct {
+	Namespace string              `json:"namespace"`
+	Policies  []PolicyExplanation `json:"policies"`
+	Decision  Decision            `json:"decision"`
+}
+
+// PolicyExplanation is one policy of the namespace, in evaluation order.
+type PolicyExplanation struct {
+	Name    string `json:"name"`
+	Matched bool   `json:"matched"`
+	// Reason says why a policy did not match.
+	Reason string `json:"reason,omitempty"`
+	// WhenError is the `when` expression's error: the policy applies.
+	WhenError  string       `json:"whenError,omitempty"`
+	Key        *string      `json:"key,omitempty"`
+	MissingKey *bool        `json:"missingKey,omitempty"`
+	OnMissing  string       `json:"onMissingKey,omitempty"`
+	Limits     []LimitState `json:"limits,omitempty"`
+	Ban        *Ban         `json:"ban,omitempty"`
+}
+
+// Decision is the checker's decision for the request, had it been checked.
+type Decision struct {
+	Allowed    bool   `json:"allowed"`
+	Reason     string `json:"reason"`
+	Policy     string `json:"policy,omitempty"`
+	Limit      string `json:"limit,omitempty"`
+	RetryAfter string `json:"retryAfter"`
+}
+
+// explainHolder holds the concurrency limits of an explained request: a
+// dry run takes nothing.
+const explainHolder = "sluice-explain"
+
+func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
+	ns := r.PathValue("namespace")
+	policies := h.checker.Policies().Namespace(ns)
+	if len(policies) == 0 {
+		notFound(w, "namespace %s has no policies in force", ns)
+		return
+	}
+	var body ExplainRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxExplainBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		badRequest(w, "body: not an explain request (%v); want {\"url\": \"https://host/path\", \"method\": \"GET\", \"clientIP\": \"203.0.113.7\", \"headers\": {\"Name\": [\"value\"]}}", err)
+		return
+	}
+	req, err := body.read()
+	if err != nil {
+		badRequest(w, "%s", err)
+		return
+	}
+	out, err := h.checker.Check(r.Context(), check.Input{Namespace: ns, Request: req, Action: ratelimit.DryRun, Holder: explainHolder})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ex := Explanation{Namespace: ns, Policies: []PolicyExplanation{}, Decision: decisionOf(out)}
+	var eval policy.Eval
+	eval.Reset(req)
+	for _, p := range policies {
+		pe := PolicyExplanation{Name: p.Name}
+		var werr error
+		pe.Matched, pe.Reason, werr = eval.Explain(p)
+		if werr != nil {
+			pe.WhenError = werr.Error()
+		}
+		if owner := ownerOf(out, p); owner >= 0 {
+			h.describeMatch(r, &pe, out, owner)
+		}
+		ex.Policies = append(ex.Policies, pe)
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+// describeMatch fills in what the check did with the matching policy owner.
+func (h *Handler) describeMatch(r *http.Request, pe *PolicyExplanation, out *check.Outcome, owner int) {
+	pr := &out.Policies[owner]
+	key, missing := pr.KeyValue, pr.MissingKey
+	pe.Key, pe.MissingKey = &key, &missing
+	if missing {
+		pe.OnMissing = string(pr.Policy.OnMissingKey)
+		return
+	}
+	pe.Limits = limitStates(out, owner)
+	pe.Ban = h.banOf(r.Context(), out, owner, key)
+}
+
+// ownerOf is the index of p in out's matching policies, -1 when it did not match.
+func ownerOf(out *check.Outcome, p *policy.Policy) int {
+	for i := range out.Policies {
+		if out.Policies[i].Policy == p {
+			return i
+		}
+	}
+	return -1
+}
+
+func decisionOf(out *check.Outcome) Decision {
+	d := Decision{Allowed: out.Allowed, Reason: string(out.Reason), RetryAfter: seconds(out.RetryAfter)}
+	if out.Decider != nil {
+		d.Policy = out.Decider.Name
+	}
+	if lr := out.Reporting(); lr != nil {
+		d.Limit = lr.Limit.Name
+	}
+	return d
+}
+
+// explainFields names each field the intake may refuse as the body spells it.
+var explainFields = map[intake.Field]string{
+	intake.FieldMethod: "method", intake.FieldHost: "url", intake.FieldTarget: "url",
+	intake.FieldHeaders: "headers", intake.FieldClientAddress: "clientIP",
+}
+
+// read reads the request through the intake, the client address as given.
+func (b *ExplainRequest) read() (*policy.Request, error) {
+	if b.URL == "" {
+		return nil, errors.New(`body field "url" is required: the request's absolute URL, such as https://shop.example.com/api/cart`)
+	}
+	u, err := url.Parse(b.URL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, fmt.Errorf(`body field "url" %q is not an absolute URL such as https://shop.example.com/api/cart`, intake.Excerpt(b.URL))
+	}
+	o := intake.Original{Method: b.Method, Authority: u.Host, Target: u.RequestURI()}
+	if o.Method == "" {
+		o.Method = http.MethodGet
+	}
+	headers := intake.HeaderSection{}
+	for name, values := range b.Headers {
+		for _, v := range values {
+			if err := headers.Add(name, v); err != nil {
+				return nil, fieldError(err)
+			}
+		}
+	}
+	o.Header = headers.Header
+	if b.ClientIP != "" {
+		if o.Peer, err = intake.ReadAddress(b.ClientIP); err != nil {
+			return nil, fieldError(err)
+		}
+	}
+	req := &policy.Request{}
+	if err := intake.Read(&o, nil, req); err != nil {
+		return nil, fieldError(err)
+	}
+	return req, nil
+}
+
+func fieldError(err error) error {
+	f, _ := intake.FieldOf(err)
+	return fmt.Errorf("body field %q: %w", explainFields[f], err)
+}

@@ -1,0 +1,269 @@
+package admin
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// LimitState is one limit's figures for one key value, as a check would
+// see them now.
+type LimitState struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	// Limit is the number in force (the RateLimit-Policy header's quota).
+	Limit      int64     `json:"limit"`
+	Remaining  int64     `json:"remaining"`
+	Reset      string    `json:"reset"`
+	Allowed    bool      `json:"allowed"`
+	RetryAfter string    `json:"retryAfter"`
+	Override   *Override `json:"override"`
+}
+
+// Override is the override of a limit's number in force; none yet.
+type Override struct {
+	Source      string `json:"source"`
+	Limit       int64  `json:"limit"`
+	PolicyLimit int64  `json:"policyLimit"`
+}
+
+// Ban is a ban in force: how long it still lasts and how long it was
+// issued for ("" when the index of bans does not know).
+type Ban struct {
+	Remaining string `json:"remaining"`
+	Length    string `json:"length"`
+}
+
+// KeyState is the inspect answer.
+type KeyState struct {
+	Namespace string       `json:"namespace"`
+	Policy    string       `json:"policy"`
+	Key       string       `json:"key"`
+	Limits    []LimitState `json:"limits"`
+	Ban       *Ban         `json:"ban"`
+}
+
+// ResetAnswer names the limits a reset reset.
+type ResetAnswer struct {
+	Namespace string   `json:"namespace"`
+	Policy    string   `json:"policy"`
+	Key       string   `json:"key"`
+	Limits    []string `json:"limits"`
+}
+
+// BanList is the bans answer.
+type BanList struct {
+	Namespace string     `json:"namespace"`
+	Policy    string     `json:"policy"`
+	Bans      []KeyedBan `json:"bans"`
+}
+
+// KeyedBan is one key value's ban.
+type KeyedBan struct {
+	Key       string `json:"key"`
+	Remaining string `json:"remaining"`
+	Length    string `json:"length"`
+}
+
+// LiftAnswer names the key value whose ban was lifted.
+type LiftAnswer struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	Key       string `json:"key"`
+}
+
+// seconds renders a duration rounded up to whole seconds ("4m10s"), as the
+// rate-limit headers count them; "never" for ratelimit.Never.
+func seconds(d time.Duration) string {
+	if d == ratelimit.Never {
+		return "never"
+	}
+	return (time.Duration(checkhttp.CeilSeconds(d)) * time.Second).String()
+}
+
+// target reads the policy and key value a keys or bans route names; it
+// answers the error itself and returns nil when they are not usable.
+func (h *Handler) target(w http.ResponseWriter, r *http.Request, needKey bool) (*policy.Policy, string) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	p := h.checker.Policies().Get(ns, name)
+	if p == nil {
+		notFound(w, "%s", unknownPolicy(h.checker.Policies(), ns, name))
+		return nil, ""
+	}
+	keys := r.URL.Query()["key"]
+	switch {
+	case !needKey:
+		return p, ""
+	case len(keys) == 0 || keys[0] == "":
+		badRequest(w, `query parameter "key" is required: the key value, as policy %s/%s's key renders it`, ns, name)
+		return nil, ""
+	case len(keys) > 1:
+		badRequest(w, `query parameter "key" is given %d times; give it once`, len(keys))
+		return nil, ""
+	}
+	return p, keys[0]
+}
+
+// unknownPolicy says that namespace/name is in force nowhere, and what is.
+func unknownPolicy(set *policy.Set, namespace, name string) string {
+	var names []string
+	for _, p := range set.Namespace(namespace) {
+		names = append(names, p.Name)
+	}
+	if len(names) == 0 {
+		return "policy " + namespace + "/" + name + " not found: namespace " + namespace + " has no policies in force"
+	}
+	return "policy " + namespace + "/" + name + " not found (policies in " + namespace + ": " + strings.Join(names, ", ") + ")"
+}
+
+// state inspects the key value of p.
+func (h *Handler) state(ctx context.Context, p *policy.Policy, key string) (*KeyState, error) {
+	out, err := h.checker.Inspect(ctx, p.Namespace, p.Name, key)
+	if err != nil {
+		return nil, err
+	}
+	ks := &KeyState{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: limitStates(out, 0)}
+	ks.Ban = h.banOf(ctx, out, 0, key)
+	return ks, nil
+}
+
+// limitStates are the figures of the limits of out's policy owner.
+func limitStates(out *check.Outcome, owner int) []LimitState {
+	p := out.Policies[owner].Policy
+	states := []LimitState{}
+	for _, lr := range out.Limits {
+		if lr.Policy != p || lr.Part != out.Policies[owner].Part {
+			continue
+		}
+		states = append(states, LimitState{
+			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), Limit: lr.Limit.Limit.Capacity,
+			Remaining: lr.Remaining, Reset: seconds(lr.Reset), Allowed: lr.Allowed, RetryAfter: seconds(lr.RetryAfter),
+		})
+	}
+	return states
+}
+
+// banOf is the ban of the bucket of out's policy owner, nil when none.
+func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key string) *Ban {
+	p := out.Policies[owner].Policy
+	for _, lr := range out.Limits {
+		if lr.Policy != p || !lr.Banned {
+			continue
+		}
+		b := &Ban{Remaining: seconds(lr.RetryAfter)}
+		if bans, err := h.checker.Bans(ctx, p.Namespace, p.Name); err == nil {
+			for _, x := range bans {
+				if x.KeyValue == key {
+					b.Length = x.Length.String()
+				}
+			}
+		}
+		return b
+	}
+	return nil
+}
+
+func (h *Handler) inspect(w http.ResponseWriter, r *http.Request) {
+	p, key := h.target(w, r, true)
+	if p == nil {
+		return
+	}
+	ks, err := h.state(r.Context(), p, key)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ks)
+}
+
+func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
+	p, key := h.target(w, r, true)
+	if p == nil {
+		return
+	}
+	limits := r.URL.Query()["limit"]
+	for _, l := range limits {
+		if l == "" {
+			badRequest(w, `query parameter "limit" is empty: name a limit of policy %s/%s, or leave it out to reset them all`, p.Namespace, p.Name)
+			return
+		}
+	}
+	if err := check.KnownLimits(p, limits); err != nil {
+		writeError(w, err)
+		return
+	}
+	ks, err := h.state(r.Context(), p, key)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if untouched(ks.Limits, limits) {
+		notFound(w, "key %q of policy %s/%s has no state: nothing to reset", key, p.Namespace, p.Name)
+		return
+	}
+	names, err := h.checker.Reset(r.Context(), p.Namespace, p.Name, key, limits)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h.log.Info("admin: reset", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", key, "limits", names)
+	writeJSON(w, http.StatusOK, ResetAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: names})
+}
+
+func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
+	p, _ := h.target(w, r, false)
+	if p == nil {
+		return
+	}
+	bans, err := h.checker.Bans(r.Context(), p.Namespace, p.Name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	list := BanList{Namespace: p.Namespace, Policy: p.Name, Bans: []KeyedBan{}}
+	now := h.now()
+	for _, b := range bans {
+		list.Bans = append(list.Bans, KeyedBan{Key: b.KeyValue, Remaining: seconds(b.Until.Sub(now)), Length: b.Length.String()})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (h *Handler) lift(w http.ResponseWriter, r *http.Request) {
+	p, key := h.target(w, r, true)
+	if p == nil {
+		return
+	}
+	ks, err := h.state(r.Context(), p, key)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if ks.Ban == nil {
+		notFound(w, "key %q of policy %s/%s has no ban in force: nothing to lift", key, p.Namespace, p.Name)
+		return
+	}
+	if err := h.checker.Lift(r.Context(), p.Namespace, p.Name, key); err != nil {
+		writeError(w, err)
+		return
+	}
+	h.log.Info("admin: ban lifted", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", key)
+	writeJSON(w, http.StatusOK, LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key})
+}
+
+// untouched reports whether every limit named (every limit when none is)
+// is as if never used.
+func untouched(states []LimitState, names []string) bool {
+	for _, s := range states {
+		if (len(names) == 0 || slices.Contains(names, s.Name)) && s.Reset != "0s" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,186 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
+)
+
+// An operator's view of one policy's bucket (a key value): its limits'
+// state without counting, a reset of it, a ban lifted, the bans listed.
+// The admin API calls these; they name the bucket directly, where a check
+// renders it from a request.
+
+// ErrUnknownLimit is returned when a reset names no limit of the policy.
+var ErrUnknownLimit = errors.New("no such limit")
+
+// ErrUnsupported is returned when the store cannot do what was asked
+// (reset, lift, or list bans).
+var ErrUnsupported = errors.New("not supported by this store")
+
+// inspectHolder names the holder of a concurrency limit's dry run: it
+// holds nothing, so the figures are the limit's.
+const inspectHolder = "sluice-inspect"
+
+// Inspect evaluates the limits of the bucket of keyValue of policy
+// namespace/name without counting anything (a dry run of cost 0), as a
+// check of that bucket would see them now.
+func (c *Checker) Inspect(ctx context.Context, namespace, name, keyValue string) (*Outcome, error) {
+	p, err := c.policyOf(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	start := c.now()
+	sc := c.scratch.Get().(*scratch)
+	defer c.scratch.Put(sc)
+	in := Input{Namespace: namespace, Policy: name, Action: ratelimit.DryRun, Holder: inspectHolder}
+	sc.reset(in)
+	out := &Outcome{}
+	out.reset()
+	sc.addKeyed(out, PolicyResult{Policy: p, KeyValue: keyValue}, 0, &Part{}, false)
+	if err := c.evaluate(ctx, sc, out, in, start); err != nil {
+		return nil, err
+	}
+	out.judgeParts(1)
+	return out, nil
+}
+
+// Reset removes the state of the bucket of keyValue of policy
+// namespace/name: of the limits named, or of all when none is. Every check
+// process forgets its denials of them (a refund's announcement); a ban
+// stays (Lift). It returns the names of the limits reset.
+func (c *Checker) Reset(ctx context.Context, namespace, name, keyValue string, limits []string) ([]string, error) {
+	p, err := c.policyOf(namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := c.admin.(ratelimit.Resetter)
+	if !ok {
+		return nil, fmt.Errorf("reset: %w", ErrUnsupported)
+	}
+	if err := KnownLimits(p, limits); err != nil {
+		return nil, err
+	}
+	entries := p.AppendEntries(nil, keyValue, 0)
+	var names, keys []string
+	kept := entries[:0]
+	for i, e := range entries {
+		if len(limits) == 0 || slices.Contains(limits, p.Limits[i].Name) {
+			kept = append(kept, e)
+			names, keys = append(names, p.Limits[i].Name), append(keys, e.Key)
+		}
+	}
+	if err := r.Reset(ctx, kept); err != nil {
+		return nil, fmt.Errorf("reset %s: %w", keyValue, err)
+	}
+	c.refunded(keys)
+	return names, nil
+}
+
+// Lift ends the ban of the bucket of keyValue of policy namespace/name,
+// drops it from the index of bans, and forgets this process's denials of
+// the bucket, the ban's included.
+func (c *Checker) Lift(ctx context.Context, namespace, name, keyValue string) error {
+	p, err := c.policyOf(namespace, name)
+	if err != nil {
+		return err
+	}
+	r, ok := c.admin.(ratelimit.Resetter)
+	if !ok {
+		return fmt.Errorf("lift: %w", ErrUnsupported)
+	}
+	entries := p.AppendEntries(nil, keyValue, 0)
+	if err := r.Lift(ctx, entries[0].Key); err != nil {
+		return fmt.Errorf("lift %s: %w", keyValue, err)
+	}
+	if x, ok := c.admin.(ratelimit.BanIndex); ok {
+		if err := x.ForgetBan(ctx, namespace, name, keyValue); err != nil {
+			return fmt.Errorf("lift %s: %w", keyValue, err)
+		}
+	}
+	keys := make([]string, len(entries))
+	for i := range entries {
+		keys[i] = entries[i].Key
+	}
+	if c.denials != nil {
+		c.denials.drop(keys, c.now())
+	}
+	c.refunded(keys)
+	return nil
+}
+
+// Bans lists the bans in force of policy namespace/name, soonest end first.
+func (c *Checker) Bans(ctx context.Context, namespace, name string) ([]ratelimit.Ban, error) {
+	if _, err := c.policyOf(namespace, name); err != nil {
+		return nil, err
+	}
+	x, ok := c.admin.(ratelimit.BanIndex)
+	if !ok {
+		return nil, fmt.Errorf("bans: %w", ErrUnsupported)
+	}
+	return x.Bans(ctx, namespace, name, c.now())
+}
+
+// recordBan notes, off the check's path, the ban a check issued to the
+// bucket of pr (sent is when its call was sent).
+func (c *Checker) recordBan(pr *PolicyResult, length time.Duration, sent time.Time) {
+	x, ok := c.admin.(ratelimit.BanIndex)
+	if !ok || pr.Policy.Shadow {
+		return
+	}
+	p, b := pr.Policy, ratelimit.Ban{KeyValue: pr.KeyValue, Until: sent.Add(length), Length: length}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), banRecordTimeout)
+		defer cancel()
+		if err := x.RecordBan(ctx, p.Namespace, p.Name, b); err != nil {
+			c.full.log.Warn("cannot record a ban in the index of bans; it is enforced, but not listed", "policy", p.Namespace+"/"+p.Name, "err", err)
+		}
+	}()
+}
+
+const banRecordTimeout = time.Second
+
+func (c *Checker) policyOf(namespace, name string) (*policy.Policy, error) {
+	p := c.currentSet().Get(namespace, name)
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s/%s", ErrUnknownPolicy, namespace, name)
+	}
+	return p, nil
+}
+
+// KnownLimits returns an error wrapping ErrUnknownLimit for the first of
+// names that is no limit of p.
+func KnownLimits(p *policy.Policy, names []string) error {
+	for _, l := range names {
+		if !slices.ContainsFunc(p.Limits, func(pl policy.Limit) bool { return pl.Name == l }) {
+			return &unknownLimitError{limit: l, policy: p}
+		}
+	}
+	return nil
+}
+
+// unknownLimitError is ErrUnknownLimit naming the limit and the policy's.
+type unknownLimitError struct {
+	limit  string
+	policy *policy.Policy
+}
+
+func (e *unknownLimitError) Error() string {
+	return fmt.Sprintf("limit %q is not a limit of policy %s/%s (its limits: %s)", e.limit, e.policy.Namespace, e.policy.Name, limitNames(e.policy))
+}
+
+func (e *unknownLimitError) Is(target error) bool { return target == ErrUnknownLimit }
+
+func limitNames(p *policy.Policy) string {
+	names := make([]string, len(p.Limits))
+	for i := range p.Limits {
+		names[i] = p.Limits[i].Name
+	}
+	return strings.Join(names, ", ")
+}
