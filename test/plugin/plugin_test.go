@@ -4,8 +4,6 @@
 package plugin
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,12 +48,7 @@ type sluice struct {
 // run runs the plugin with args and returns its outputs and exit code.
 func (s sluice) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, s.bin, append(args, "--server", s.server)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	stdout, stderr, err := systest.Run("", nil, 30*time.Second, s.bin, append(args, "--server", s.server)...)
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -63,7 +56,7 @@ func (s sluice) run(t *testing.T, args ...string) (stdout, stderr string, code i
 	case err != nil:
 		t.Fatalf("kubectl-sluice %s: %v", strings.Join(args, " "), err)
 	}
-	return out.String(), errOut.String(), code
+	return stdout, stderr, code
 }
 
 // ok runs the plugin, fails t unless it exits 0, and returns its output.
