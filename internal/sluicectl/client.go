@@ -137,6 +137,10 @@ func (t *target) explainError(ctx context.Context, c *call, err error) error {
 	case apierrors.IsUnauthorized(err):
 		return &cliError{code: ExitUnauthorized, err: err,
 			hint: "the API server did not accept your credentials; 'kubectl auth whoami' shows whether kubectl's are valid (the plugin uses the same kubeconfig)"}
+	case apierrors.IsForbidden(err) && refusedByAPIServer(status):
+		return &cliError{code: ExitForbidden, err: err,
+			hint: fmt.Sprintf("the API server refused the call before it reached Sluice: your roles grant nothing on API group %s, which Sluice's ClusterRoles (aggregated into view and edit) add beside ratelimitpolicies; ask for them in %s",
+				adminGroupVersion.Group, where)}
 	case apierrors.IsForbidden(err):
 		return &cliError{code: ExitForbidden, err: err,
 			hint: fmt.Sprintf("%s needs %s on ratelimitpolicies/%s in %s; check with 'kubectl auth can-i %s ratelimitpolicies.ratelimit.sluice.dev --subresource=%s -n %s'",
@@ -153,6 +157,14 @@ func (t *target) explainError(ctx context.Context, c *call, err error) error {
 		return &cliError{code: ExitUsage, err: err}
 	}
 	return &cliError{code: ExitError, err: err}
+}
+
+// refusedByAPIServer tells kube-apiserver's own refusal (it authorizes a
+// call to an aggregated API on that API's group before handing it on) from
+// Sluice's, which names no group.
+func refusedByAPIServer(status apierrors.APIStatus) bool {
+	d := status.Status().Details
+	return d != nil && d.Group == adminGroupVersion.Group
 }
 
 // served tells whether the admin API's discovery answers, which tells a

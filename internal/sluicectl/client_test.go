@@ -34,6 +34,11 @@ func TestErrors(t *testing.T) {
 		{"forbidden overrides", []string{"override", "list", "shop/per-tenant"}, 403,
 			status(403, "Forbidden", "forbidden: you need get on ratelimitpolicies/overrides in namespace shop"), true, ExitForbidden,
 			[]string{"override list needs get on ratelimitpolicies/overrides in namespace shop"}},
+		{"forbidden by the API server", []string{"reset", "shop/per-tenant", "acme"}, 403,
+			`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
+				`"message":"ratelimitpolicies.admin.ratelimit.sluice.dev \"per-tenant\" is forbidden: User \"bob\" cannot delete resource \"ratelimitpolicies/keys\" in API group \"admin.ratelimit.sluice.dev\" in the namespace \"shop\"",` +
+				`"details":{"name":"per-tenant","group":"admin.ratelimit.sluice.dev","kind":"ratelimitpolicies"}}`, true, ExitForbidden,
+			[]string{`User "bob" cannot delete resource`, "refused the call before it reached Sluice", "API group admin.ratelimit.sluice.dev"}},
 		{"unauthorized", []string{"bans", "shop/per-tenant"}, 401,
 			status(401, "Unauthorized", "Unauthorized"), true, ExitUnauthorized, []string{"kubectl auth whoami"}},
 		{"policy not found", []string{"inspect", "shop/nope", "acme"}, 404,
