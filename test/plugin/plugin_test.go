@@ -1,6 +1,7 @@
 // Package plugin runs the built kubectl plugin, kubectl-sluice, against the
-// built `manager local --admin-listen`: each command the admin API serves,
-// its tables, JSON and YAML, and its exit codes.
+// built `manager local --admin-listen` (each command the admin API serves,
+// its tables, JSON and YAML, and its exit codes), and through a real API
+// server with client certificates and tokens.
 package plugin
 
 import (
@@ -40,7 +41,8 @@ spec:
   penalty: {denials: 2, within: 1m, ban: 5m, maxBan: 1h}
 `
 
-// sluice runs the plugin against local mode's admin listener.
+// sluice runs the plugin against local mode's admin listener, or with the
+// kubeconfig its arguments give when server is empty.
 type sluice struct {
 	bin, server string
 }
@@ -48,7 +50,10 @@ type sluice struct {
 // run runs the plugin with args and returns its outputs and exit code.
 func (s sluice) run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	stdout, stderr, err := systest.Run("", nil, 30*time.Second, s.bin, append(args, "--server", s.server)...)
+	if s.server != "" {
+		args = append(args, "--server", s.server)
+	}
+	stdout, stderr, err := systest.Run("", nil, 30*time.Second, s.bin, args...)
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
