@@ -7,6 +7,10 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sluice-dev/sluice/internal/intake"
 )
 
 // LocalCaller is who calls in local mode, where nothing is authenticated.
@@ -40,10 +44,16 @@ func isLoopback(host string) bool {
 }
 
 // ServeLocal serves h on ln until ctx ends, every call made by
-// LocalCaller.
+// LocalCaller, to the names no DNS rebinding can give another site
+// (intake.Unrebindable; 421 for any other Host).
 func ServeLocal(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if name := intake.NormalizeHost(r.Host); !intake.Unrebindable(name) {
+				writeStatus(w, http.StatusMisdirectedRequest, metav1.StatusReason("MisdirectedRequest"),
+					fmt.Sprintf("Host %q: the admin API answers to localhost and IP addresses only, so that another site's name rebound to this address reaches nothing", intake.Excerpt(name)))
+				return
+			}
 			h.ServeHTTP(w, r.WithContext(WithCaller(r.Context(), LocalCaller)))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

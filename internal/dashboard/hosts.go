@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/intake"
@@ -65,7 +64,7 @@ type hostGuard struct {
 }
 
 func newHostGuard(listen string, hosts []string) hostGuard {
-	g := hostGuard{names: map[string]bool{"localhost": true}}
+	g := hostGuard{names: map[string]bool{}}
 	for _, h := range hosts {
 		g.names[intake.NormalizeHost(h)] = true
 	}
@@ -76,13 +75,7 @@ func newHostGuard(listen string, hosts []string) hostGuard {
 }
 
 func (g hostGuard) admits(name string) bool {
-	if name == "" {
-		return false
-	}
-	if _, err := netip.ParseAddr(name); err == nil {
-		return true
-	}
-	return g.names[name]
+	return intake.Unrebindable(name) || g.names[name]
 }
 
 // guard answers 421 (Misdirected Request) for a Host the dashboard is not

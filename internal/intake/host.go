@@ -2,6 +2,7 @@ package intake
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -50,4 +51,17 @@ func NormalizeHost(h string) string {
 		}
 	}
 	return h
+}
+
+// Unrebindable reports whether name, a NormalizeHost result, is one no
+// DNS rebinding can give another site: "localhost" or an IP address. A
+// server on loopback that authenticates nobody answers to these alone
+// (and to the names it is told), so that another site's page, its name
+// made to resolve to 127.0.0.1, reaches nothing.
+func Unrebindable(name string) bool {
+	if name == "localhost" {
+		return true
+	}
+	_, err := netip.ParseAddr(name)
+	return err == nil
 }

@@ -55,6 +55,23 @@ func Key(namespace, policy, value, limit string) string {
 	return b.String()
 }
 
+// BanIndexKey returns the key of the index of policy namespace/name's bans
+// (ratelimit.BanIndex in Redis):
+//
+//	sluice:v2:bans:{<namespace>/<policy>}
+//
+// its components escaped as Key's are, so no policy reaches another's.
+func BanIndexKey(namespace, policy string) string {
+	var b strings.Builder
+	b.WriteString(KeyPrefix)
+	b.WriteString("bans:{")
+	writeComponent(&b, namespace)
+	b.WriteByte('/')
+	writeComponent(&b, policy)
+	b.WriteByte('}')
+	return b.String()
+}
+
 const hexDigits = "0123456789ABCDEF"
 
 // needsEscape reports whether byte c is written as %XX.

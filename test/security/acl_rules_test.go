@@ -114,7 +114,7 @@ func TestACLRules(t *testing.T) {
 		t.Fatalf("found too few commands in the Lua sources (%v, %v): has the way they call Redis changed?", library, tableScripts)
 	}
 
-	t.Run("check user runs the library on counter keys only", func(t *testing.T) {
+	t.Run("check and controller users run the library on counter keys only", func(t *testing.T) {
 		for _, cmd := range library {
 			args, known := keyedArgs[cmd]
 			if !known {
@@ -127,7 +127,7 @@ func TestACLRules(t *testing.T) {
 			}
 			for _, k := range counters {
 				allow(checkUser, args(k)...)
-				refuse(controllerUser, args(k)...)
+				allow(controllerUser, args(k)...) // the admin API's inspect, reset and lift
 			}
 			for _, k := range append(append([]string{}, table...), others...) {
 				if cmd == "HGETALL" && slices.Contains(table, k) {
@@ -199,8 +199,13 @@ func TestACLRules(t *testing.T) {
 			for _, k := range table {
 				allow(controllerUser, args(k)...)
 			}
-			for _, k := range append(append([]string{}, counters...), others...) {
+			for _, k := range others {
 				refuse(controllerUser, args(k)...)
+			}
+			if !slices.Contains(library, cmd) { // the library's run on counters too
+				for _, k := range counters {
+					refuse(controllerUser, args(k)...)
+				}
 			}
 		}
 		allow(controllerUser, "FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() return 1 end)")
@@ -215,10 +220,33 @@ func TestACLRules(t *testing.T) {
 		allow(controllerUser, "PING")
 		// INFO memory alone, for maxmemory-policy (the eviction check); plain INFO stays refused.
 		allow(controllerUser, "INFO", "memory")
-		for _, k := range append(append([]string{}, counters...), others...) {
+		for _, k := range counters {
+			refuse(controllerUser, "EVAL", "return 1", 1, k)
+			allow(controllerUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
+		}
+		for _, k := range others {
 			refuse(controllerUser, "EVAL", "return 1", 1, k)
 			refuse(controllerUser, "FCALL", redisstore.FunctionName, 1, k, "1:0:-")
 			refuse(controllerUser, "HGETALL", k)
+		}
+	})
+
+	// The index of bans: the check records a ban, the controller's admin
+	// API lists them and forgets a lifted one; neither does more.
+	t.Run("index of bans", func(*testing.T) {
+		for _, k := range []string{ratelimit.BanIndexKey("shop", "api"), ratelimit.BanIndexKey("n}s", "p/x")} {
+			allow(checkUser, "HSET", k, "acme", "1:1")
+			allow(checkUser, "PEXPIRE", k, "1")
+			refuse(checkUser, "HGETALL", k)
+			refuse(checkUser, "HDEL", k, "acme")
+			refuse(checkUser, "DEL", k)
+			allow(controllerUser, "HGETALL", k)
+			allow(controllerUser, "HDEL", k, "acme")
+			refuse(controllerUser, "HSET", k, "acme", "1:1")
+			refuse(controllerUser, "DEL", k)
+		}
+		for _, k := range append(append([]string{}, table...), others...) {
+			refuse(checkUser, "PEXPIRE", k, "1")
 		}
 	})
 

@@ -64,7 +64,7 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		end = make([]int, 0, 1+n)
 	}
 	buf = strconv.AppendInt(buf, int64(n), 10)
-	buf = append(buf, ':', mode(req, dry), ':')
+	buf = append(buf, ':', mode(req, dry, cs.op), ':')
 	if now >= 0 {
 		buf = strconv.AppendInt(buf, now, 10)
 	} else {
@@ -131,9 +131,11 @@ func appendCalendarWindows(buf []byte, p *model.Params, now int64) []byte {
 }
 
 // mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund, 3 a
-// release.
-func mode(req *ratelimit.Request, dry bool) byte {
+// release; op when set (4 a reset, 5 a lift).
+func mode(req *ratelimit.Request, dry bool, op byte) byte {
 	switch {
+	case op != 0:
+		return op
 	case req.Action == ratelimit.Refund:
 		return '2'
 	case req.Action == ratelimit.Release:

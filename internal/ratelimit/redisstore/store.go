@@ -183,6 +183,9 @@ type checkState struct {
 	timer     *time.Timer   // bounds the wait; kept across uses
 	deadline  time.Time     // zero: none
 	abandoned bool
+	// op, when not 0, is the mode digit of an operator's reset or lift,
+	// which a refund's request carries (see Reset).
+	op        byte
 	params    []model.Params
 	verdicts  []model.Verdict
 	buckets   []string // entry i's bucket and field (ratelimit.SplitKey)

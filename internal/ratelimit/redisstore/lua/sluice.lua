@@ -48,7 +48,8 @@
 --         request that name one bucket must be adjacent and have distinct
 --         fields.
 --   args: per request, a header "n:mode:time" (n in 1..256 entries,
---         mode 0 a check, 1 a dry run, 2 a refund, 3 a release; time in
+--         mode 0 a check, 1 a dry run, 2 a refund, 3 a release, 4 a
+--         reset, 5 a lift (see forget; every figure of the reply 0); time in
 --         µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:flags:field"
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
@@ -1539,8 +1540,9 @@ local MEMOMAX = 4096
 local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
 -- header parses "n:mode:time" into {n, dry, time or false, refund,
--- release}; nil if malformed. Mode: 0 a check, 1 a dry run, 2 a refund, 3
--- a release (refund is set too: both give back, without deciding).
+-- release, reset, lift}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
+-- a refund, 3 a release (refund is set too: both give back, without
+-- deciding), 4 a reset, 5 a lift (see forget).
 local function header(s)
   local rec = hmemo[s]
   if rec then
@@ -1549,13 +1551,13 @@ local function header(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local n, mode, t = match(s, '^(%d+):([0123]):([%d%-]+)$')
+  local n, mode, t = match(s, '^(%d+):([0-5]):([%d%-]+)$')
   n = toint(n, 1, MAXENTRIES)
   if n == nil then
     return nil
   end
   if t == '-' then
-    rec = {n, mode == '1', false, mode == '2' or mode == '3', mode == '3'}
+    rec = {n, mode == '1', false, mode == '2' or mode == '3', mode == '3', mode == '4', mode == '5'}
     if hmemo_n >= MEMOMAX then
       hmemo, hmemo_n = {}, 0
     end
@@ -1566,7 +1568,7 @@ local function header(s)
   if t == nil then
     return nil
   end
-  return {n, mode == '1', t, mode == '2' or mode == '3', mode == '3'} -- an explicit time: not worth remembering
+  return {n, mode == '1', t, mode == '2' or mode == '3', mode == '3', mode == '4', mode == '5'} -- an explicit time: not worth remembering
 end
 
 -- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
@@ -1695,6 +1697,44 @@ local function parse(keys, args)
   return r, cal
 end
 
+-- forget carries out an operator's reset or lift of group g. A reset
+-- deletes each entry's state: its field, a log's sorted set, a
+-- concurrency limit's holds; the penalty box stays. A lift deletes the
+-- penalty box (the ban and its count of denials). The bucket's expiry
+-- stays: it only ever covers more than what is left.
+local function forget(g, lift)
+  local key = G_KEY[g]
+  if lift then
+    pcall_('HDEL', key, BAN) -- a key that is no bucket (an error) holds no ban
+    return
+  end
+  for j = G_FIRST[g], G_LAST[g] do
+    if E_REC[j][1] == 3 then
+      call('DEL', E_LK[j])
+    end
+  end
+  if G_OWN[g] then
+    return -- a log that is its own bucket: gone
+  end
+  for j = G_FIRST[g], G_LAST[g] do
+    local e = E_REC[j]
+    local f = e[7]
+    local r = pcall_('HDEL', key, f)
+    if typeof(r) == 'table' and r.err then
+      return -- a key that is no bucket: nothing to reset
+    end
+    if e[1] == 9 then
+      local prefix = ':h' .. f .. ':'
+      local all = call('HGETALL', key)
+      for x = 1, #all, 2 do
+        if string.sub(all[x], 1, #prefix) == prefix then
+          call('HDEL', key, all[x])
+        end
+      end
+    end
+  end
+end
+
 -- server_time is the server's clock in µs.
 local function server_time()
   local t = call('TIME')
@@ -1732,7 +1772,16 @@ local function sluice_check(keys, args)
     -- entry j's verdict is at d + 4*(j-j0-1): base + 4*j
     local base = d - 4 * (j0 + 1)
     local g1, g2 = R_G[r] + 1, R_G[r] + R_NG[r]
-    if h[4] then -- a refund (always allowed) or a release (allowed when it freed something): always written
+    if h[6] or h[7] then -- a reset or a lift: allowed, every figure 0
+      OUT[d] = 1
+      for g = g1, g2 do
+        forget(g, h[7])
+      end
+      for j = j0 + 1, j0 + n do
+        local b = base + 4 * j
+        OUT[b + 1], OUT[b + 2], OUT[b + 3], OUT[b + 4] = 0, 0, 0, 0
+      end
+    elseif h[4] then -- a refund (always allowed) or a release (allowed when it freed something): always written
       OUT[d] = 1
       for g = g1, g2 do
         refund_group(g, now, base, h[5])
