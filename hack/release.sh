@@ -3,7 +3,8 @@
 # whose CHANGELOG.md has a section for X.Y.Z,
 # builds the image into the OCI layout IMAGE_LAYOUT, writes
 # dist/install.yaml (the image pinned by digest) and
-# dist/sluice-X.Y.Z.tgz (the chart, pinned to the same digest) with
+# dist/sluice-X.Y.Z.tgz (the chart, pinned to the same digest), the kubectl
+# plugin's archives and krew manifest (hack/package-plugin.sh) with
 # dist/SHA256SUMS, then tags HEAD with an annotated tag VERSION. The tag
 # comes last, so a failed build leaves no tag behind.
 #
@@ -12,7 +13,7 @@
 #
 # Environment (make release sets them): VERSION (required), IMG (the image
 # repository:tag the installer names), MAKE, IMAGE_LAYOUT, HELM, KUBECTL,
-# CRANE, DIST (default dist).
+# CRANE, DIST (default dist), GO (default go).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,6 +50,7 @@ mkdir -p "$DIST"
 rm -f "$DIST"/install.yaml "$DIST"/sluice-*.tgz "$DIST"/SHA256SUMS
 IMG="$repo@$digest" KUBECTL="$KUBECTL" OUT="$DIST/install.yaml" hack/build-installer.sh
 HELM="$HELM" VERSION="$VERSION" DIGEST="$digest" OUT="$DIST" hack/package-chart.sh
+VERSION="$VERSION" REVISION="$revision" OUT="$DIST" GO="${GO:-go}" hack/package-plugin.sh
 (cd "$DIST" && sha256sum -- * >SHA256SUMS)
 
 printf 'Sluice %s\n\n%s\n' "$VERSION" "$notes" | git tag -a --cleanup=verbatim "$VERSION" -F - "$revision"
@@ -58,8 +60,10 @@ release: $VERSION tagged at $revision
   image      $repo:$VERSION = $repo@$digest ($IMAGE_LAYOUT)
   installer  $DIST/install.yaml
   chart      $DIST/sluice-${VERSION#v}.tgz
+  plugin     $DIST/kubectl-sluice_${VERSION}_*.tar.gz, krew manifest $DIST/sluice.yaml
 To publish:
   make image-push IMG=$repo:$VERSION IMAGE_LAYOUT=$IMAGE_LAYOUT   # the digest above
   git push origin $VERSION
-  attach $DIST/install.yaml, $DIST/sluice-${VERSION#v}.tgz and $DIST/SHA256SUMS to the release $VERSION
+  attach $DIST/install.yaml, $DIST/sluice-${VERSION#v}.tgz, $DIST/kubectl-sluice_*.tar.gz, $DIST/sluice.yaml
+    and $DIST/SHA256SUMS to the release $VERSION
 EOF

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -265,16 +266,18 @@ func TestReleaseCut(t *testing.T) {
 	for _, f := range files {
 		names = append(names, f.Name())
 	}
-	if want := []string{"SHA256SUMS", "install.yaml", "sluice-" + testChart + ".tgz"}; strings.Join(names, " ") != strings.Join(want, " ") {
-		t.Errorf("dist/ holds %v, want %v", names, want)
+	dist := append([]string{"SHA256SUMS", "install.yaml", "sluice-" + testChart + ".tgz"}, pluginFiles(testVersion)...)
+	sort.Strings(dist)
+	if strings.Join(names, " ") != strings.Join(dist, " ") {
+		t.Errorf("dist/ holds %v, want %v", names, dist)
 	}
 	sums, err := os.ReadFile(filepath.Join(r.Dist, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(sums)), "\n")
-	if len(lines) != 2 {
-		t.Errorf("SHA256SUMS has %d lines, want 2:\n%s", len(lines), sums)
+	if len(lines) != len(dist)-1 {
+		t.Errorf("SHA256SUMS has %d lines, want %d (every file of dist/ but itself):\n%s", len(lines), len(dist)-1, sums)
 	}
 	for _, line := range lines {
 		sum, name, _ := strings.Cut(line, "  ")
@@ -287,6 +290,9 @@ func TestReleaseCut(t *testing.T) {
 			t.Errorf("SHA256SUMS: %s does not match", name)
 		}
 	}
+
+	// The kubectl plugin, for the release's download URL.
+	verifyPlugin(t, r.Repo, r.Dist, testVersion, "https://github.com/sluice-dev/sluice/releases/download/"+testVersion)
 
 	// The installer pins the image just built.
 	installer, err := os.ReadFile(filepath.Join(r.Dist, "install.yaml"))

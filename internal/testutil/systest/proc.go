@@ -28,11 +28,17 @@ import (
 
 // Manager builds cmd/manager of this tree once per test binary into Dir, a
 // directory the caller owns and removes after all tests (TestMain, as in
-// test/security). The source it is built from becomes an input of the
+// test/security), and cmd/kubectl-sluice beside it for the tests that run
+// the plugin. The source they are built from becomes an input of the
 // test's cached result.
 type Manager struct {
 	Dir string
 
+	manager, plugin built
+}
+
+// built is one command built once.
+type built struct {
 	once sync.Once
 	path string
 	err  error
@@ -83,8 +89,21 @@ func (m *Manager) StartLocalProcess(t testing.TB, env []string, policy string, a
 	return p, httpAddr, grpcAddr
 }
 
-// Path builds the binary on first use and returns its path.
+// Path builds the manager on first use and returns its path.
 func (m *Manager) Path(t testing.TB) string {
+	t.Helper()
+	return m.build(t, &m.manager, "manager")
+}
+
+// Plugin builds the kubectl plugin, kubectl-sluice, on first use and
+// returns its path.
+func (m *Manager) Plugin(t testing.TB) string {
+	t.Helper()
+	return m.build(t, &m.plugin, "kubectl-sluice")
+}
+
+// build builds cmd/<name> into Dir once.
+func (m *Manager) build(t testing.TB, b *built, name string) string {
 	t.Helper()
 	root := kubetest.RepoRoot(t)
 	var inputs []string
@@ -92,27 +111,27 @@ func (m *Manager) Path(t testing.TB) string {
 		inputs = append(inputs, filepath.Join(root, p))
 	}
 	kubetest.TrackFiles(t, inputs...)
-	m.once.Do(func() {
+	b.once.Do(func() {
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			m.err = fmt.Errorf("go is not on PATH: the test builds cmd/manager with the Go toolchain that runs it")
+			b.err = fmt.Errorf("go is not on PATH: the test builds cmd/%s with the Go toolchain that runs it", name)
 			return
 		}
-		out := filepath.Join(m.Dir, "manager")
+		out := filepath.Join(m.Dir, name)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/manager")
+		cmd := exec.CommandContext(ctx, goBin, "build", "-o", out, "./cmd/"+name)
 		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			m.err = fmt.Errorf("go build ./cmd/manager: %v\n%s", err, b)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
 			return
 		}
-		m.path = out
+		b.path = out
 	})
-	if m.err != nil {
-		t.Fatal(m.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return m.path
+	return b.path
 }
 
 // FreePort is a loopback port nothing listens on right now, for a child
