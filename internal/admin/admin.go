@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/overrides"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
 // Group and Version of the admin API; Base is the path its routes are under.
@@ -28,6 +30,11 @@ const (
 // Options configure a Handler.
 type Options struct {
 	Checker *check.Checker
+	// Overrides, when set, serves the overrides routes (run-time ones set
+	// and deleted, both sources listed).
+	Overrides *overrides.Runtime
+	// Top, when set, serves the top key values route.
+	Top topkeys.Source
 	// Logger receives every change (reset, lift) with its caller.
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -37,10 +44,12 @@ type Options struct {
 // Handler serves the admin API. Who calls is the request context's
 // (WithCaller): the server in front of it says.
 type Handler struct {
-	checker *check.Checker
-	log     *slog.Logger
-	now     func() time.Time
-	routes  []route
+	checker   *check.Checker
+	overrides *overrides.Runtime
+	topKeys   topkeys.Source
+	log       *slog.Logger
+	now       func() time.Time
+	routes    []route
 }
 
 // route is one method on one path under Base, whose segments in braces
@@ -56,7 +65,7 @@ type route struct {
 }
 
 // New returns a Handler serving explain, keys (inspect, reset) and bans
-// (list, lift).
+// (list, lift), and top key values and overrides when Options has them.
 func New(o Options) *Handler {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -64,12 +73,21 @@ func New(o Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Handler{checker: o.Checker, log: o.Logger, now: o.Now}
+	h := &Handler{checker: o.Checker, overrides: o.Overrides, topKeys: o.Top, log: o.Logger, now: o.Now}
 	h.Handle(http.MethodPost, "/namespaces/{namespace}/explain", "explain", "create", h.explain)
 	h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/keys", "ratelimitpolicies/keys", "get", h.inspect)
 	h.Handle(http.MethodDelete, "/namespaces/{namespace}/ratelimitpolicies/{name}/keys", "ratelimitpolicies/keys", "delete", h.reset)
 	h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/bans", "ratelimitpolicies/bans", "get", h.bans)
 	h.Handle(http.MethodDelete, "/namespaces/{namespace}/ratelimitpolicies/{name}/bans", "ratelimitpolicies/bans", "delete", h.lift)
+	if o.Top != nil {
+		h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/top", "ratelimitpolicies/top", "get", h.top)
+	}
+	if o.Overrides != nil {
+		const path = "/namespaces/{namespace}/ratelimitpolicies/{name}/overrides"
+		h.Handle(http.MethodGet, path, "ratelimitpolicies/overrides", "get", h.listOverrides)
+		h.Handle(http.MethodPut, path, "ratelimitpolicies/overrides", "update", h.setOverride)
+		h.Handle(http.MethodDelete, path, "ratelimitpolicies/overrides", "delete", h.deleteOverride)
+	}
 	return h
 }
 

@@ -28,7 +28,8 @@ type LimitState struct {
 	Override   *Override `json:"override"`
 }
 
-// Override is the override of a limit's number in force; none yet.
+// Override is the override of a limit's number in force: where it comes
+// from, the number, and the policy's own.
 type Override struct {
 	Source      string `json:"source"`
 	Limit       int64  `json:"limit"`
@@ -143,10 +144,14 @@ func limitStates(out *check.Outcome, owner int) []LimitState {
 		if lr.Policy != p || lr.Part != out.Policies[owner].Part {
 			continue
 		}
-		states = append(states, LimitState{
+		st := LimitState{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), Limit: lr.Limit.Limit.Capacity,
 			Remaining: lr.Remaining, Reset: seconds(lr.Reset), Allowed: lr.Allowed, RetryAfter: seconds(lr.RetryAfter),
-		})
+		}
+		if lr.Override != nil && lr.Override.Overrides(lr.Limit.Name) {
+			st.Override = &Override{Source: string(lr.Override.Source), Limit: lr.Limit.Limit.Capacity, PolicyLimit: lr.PolicyQuota()}
+		}
+		states = append(states, st)
 	}
 	return states
 }

@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	if cfg.AdminListen != "" {
-		a.Admin, a.adminAddr = admin.New(admin.Options{Checker: stack.Checker, Logger: log}), cfg.AdminListen
+		a.Admin, a.adminAddr = admin.New(admin.Options{Checker: stack.Checker, Overrides: a.Overrides, Top: stack.Top, Logger: log}), cfg.AdminListen
 	}
 	return a, nil
 }
