@@ -34,7 +34,7 @@ type Options struct {
 
 // BindFlags registers --admin-listen and the serving certificate's flags.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.Listen, "admin-listen", ":8443", "address of the admin API (TLS, an aggregated API that kube-apiserver proxies to; \"\" disables)")
+	fs.StringVar(&o.Listen, "admin-listen", "", "address of the admin API (TLS, an aggregated API that kube-apiserver proxies to), such as :8443 (config/manager's); off when empty")
 	fs.StringVar(&o.CertFile, "admin-tls-cert-file", "", "serving certificate of the admin API (PEM; default: a self-signed one made at start)")
 	fs.StringVar(&o.KeyFile, "admin-tls-key-file", "", "private key of --admin-tls-cert-file (PEM)")
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -53,7 +54,8 @@ type ControllerConfig struct {
 	// Admin is the admin API's port; AdminAPI the admin API that every
 	// replica serves there behind its front (adminauth), which
 	// authenticates kube-apiserver and authorizes each call. Nil AdminAPI:
-	// no admin port.
+	// the process's own, over the table and the counters in Redis (tests
+	// give another). No port when Admin.Listen is empty.
 	Admin    adminauth.Options
 	AdminAPI http.Handler
 }
@@ -134,8 +136,16 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	}); err != nil {
 		return nil, err
 	}
-	if cfg.Admin.Listen != "" && cfg.AdminAPI != nil {
-		srv, err := adminauth.NewServer(cfg.Admin, cfg.AdminAPI, restCfg)
+	if cfg.Admin.Listen != "" {
+		api := cfg.AdminAPI
+		if api == nil {
+			a := newAdminAPI(parts, slog.Default())
+			if err := mgr.Add(a); err != nil {
+				return nil, err
+			}
+			api = a.handler
+		}
+		srv, err := adminauth.NewServer(cfg.Admin, api, restCfg)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ func TestNode(t *testing.T) {
 		{"install from dist/install.yaml", installFromInstaller},
 		{"containers as the manifests say", securityContext},
 		{"real proxies through the check Service", throughProxies},
+		{"day-two operations through the API server", dayTwoThroughTheAPIServer},
 		{"rolling upgrade under load", rollingUpgrade},
 		{"leader failover", leaderFailover},
 		{"a check pod killed under load", checkPodKilled},

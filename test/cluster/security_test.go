@@ -16,7 +16,7 @@ import (
 // filesystem; and each pod listens on the documented ports only, where
 // /metrics answers with the release's version.
 func securityContext(t *testing.T, c *cluster) {
-	ports := map[string][]int{"check": {8080, 9090}, "controller": {8081, 8082}}
+	ports := map[string][]int{"check": {8080, 9090}, "controller": {8081, 8082, 8443}}
 	metricsPort := map[string]int{"check": 8080, "controller": 8081}
 	for _, component := range []string{"check", "controller"} {
 		for _, pod := range c.pods(t, component) {
