@@ -95,10 +95,12 @@ subjects: [{kind: ServiceAccount, name: editor, namespace: shop}]
 	if out, code := c.pluginAs(t, plugin, users["editor"], "reset", "shop/api-per-client", client); code != 0 {
 		t.Fatalf("the editor's reset: exit %d, %s", code, out)
 	}
-	waitFor(t, "the reset key is admitted by the check Service", 10*time.Second, func() (bool, string) {
+	t.Logf("viewer: inspect exit 0 (%s: %d of %d left), reset exit %d; editor: reset exit 0", client, state.Limits[0].Remaining, state.Limits[0].Limit, sluicectl.ExitForbidden)
+	took := waitFor(t, "the reset key is admitted by the check Service", 10*time.Second, func() (bool, string) {
 		code := askCheck(t, check, "http://shop.example.com/api/items", client).StatusCode
 		return code == http.StatusOK, fmt.Sprint(code)
 	})
+	t.Logf("the check Service admitted the reset key %s after the reset", took.Round(time.Millisecond))
 
 	// An override by the editor, listed to the viewer, in force in the
 	// check Service's answers within a second.
@@ -108,10 +110,11 @@ subjects: [{kind: ServiceAccount, name: editor, namespace: shop}]
 	if out, code := c.pluginAs(t, plugin, users["viewer"], "override", "list", "shop/api-per-client"); code != 0 || !strings.Contains(out, client) || !strings.Contains(out, "system:serviceaccount:shop:editor") {
 		t.Errorf("the viewer's override list: exit %d, %s; want the editor's override of %s, set by it", code, out, client)
 	}
-	waitFor(t, "the check Service answers with the override's limit", 10*time.Second, func() (bool, string) {
+	took = waitFor(t, "the check Service answers with the override's limit", 10*time.Second, func() (bool, string) {
 		policy := askCheck(t, check, "http://shop.example.com/api/items", client).Header.Get("RateLimit-Policy")
 		return strings.Contains(policy, "q=100"), policy
 	})
+	t.Logf("the check Service answered with the override's limit %s after it was set", took.Round(time.Millisecond))
 }
 
 // pluginAs runs kubectl sluice with a user's kubeconfig and returns its
