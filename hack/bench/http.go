@@ -29,11 +29,14 @@ type httpConfigs struct {
 	hotExact, hotLeased *config
 	// Sluice allowing with the one limit of allow and a penalty box.
 	penalty *config
+	// Sluice allowing as allow does, every check traced (sampled) and
+	// exported over OTLP/gRPC to a sink.
+	traced *config
 }
 
 // all is every configuration in the order of the rounds and the table.
 func (h httpConfigs) all() []*config {
-	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased, h.penalty}
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased, h.penalty, h.traced}
 }
 
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
@@ -50,7 +53,13 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 		hotExact:  &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
 		hotLeased: &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
 		penalty:   &config{name: "Sluice, token bucket with a penalty box, allowing", path: "/check/bench", policies: allowPenalty},
+		traced:    &config{name: "Sluice, token bucket, allowing, every check traced (OTLP/gRPC)", path: "/check/bench", policies: allowOne},
 	}
+	endpoint, err := ps.startOTLPSink()
+	if err != nil {
+		return "", fmt.Errorf("OTLP sink: %w", err)
+	}
+	h.traced.env = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_TRACES_SAMPLER=always_on"}
 	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
 	}
@@ -98,7 +107,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 // otherwise measures nothing.
 func warmUp(h httpConfigs) error {
 	fmt.Fprintf(os.Stderr, "bench: HTTP warm-up, %d requests to %q\n", 2*loadClients, h.deny.name)
-	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased, h.penalty} {
+	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased, h.penalty, h.traced} {
 		u, err := url.Parse(c.url)
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@
 //	bench -manager bin/manager [-only http|rls] [-rounds 3] [-duration 5s] [-save bench]
 //	      [-ghz bin/ghz] [-ratelimit bin/service_cmd] [-rls-lean=true] [-rls-profile FILE]
 //	bench serve-bare | serve-bare-fasthttp | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
+//	bench serve-otlp-sink                                                      (the OTLP receiver a traced Sluice exports to)
 //	bench fixed-rate -url URL -rate N [-duration 5s]   (the open-loop latency run alone)
 //	bench protoset -o FILE   (the RLS v3 descriptors, for ghz or grpcurl --protoset)
 //	bench grpc-load -addr ADDR -data FILE [-group 2]   (the lean RLS generator alone, on a ghz data file)
@@ -42,6 +43,8 @@ func main() {
 			err = serveNaive(os.Args[2:])
 		case "serve-bare-grpc":
 			err = serveBareGRPC(os.Args[2:])
+		case "serve-otlp-sink":
+			err = serveOTLPSink(os.Args[2:])
 		case "grpc-load":
 			err = runGRPCLoad(os.Args[2:])
 		case "protoset":
@@ -72,6 +75,9 @@ type config struct {
 	rounds   []sample
 	policies string // YAML for Sluice configurations
 	pprof    string // Sluice's profiler address
+	// env is added to Sluice's environment (the OTEL_* variables of a
+	// traced configuration).
+	env []string
 }
 
 type sample struct {

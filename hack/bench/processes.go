@@ -83,7 +83,7 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 				return err
 			}
 			c.pprof = freeAddr()
-			cmd, err = ps.start(manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr, "--pprof-listen", c.pprof)
+			cmd, err = ps.startEnv(append(os.Environ(), c.env...), manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr, "--pprof-listen", c.pprof)
 		default:
 			cmd, err = ps.start(self, c.serve, "--listen", addr)
 		}

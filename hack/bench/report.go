@@ -181,6 +181,9 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []str
 	penalty := medianRPS(h.penalty)
 	fmt.Fprintf(&b, "- Penalty box, allowing ≥ 0.9 × the token bucket alone: %.2f × — %s (Redis CPU per decision %.1f µs vs %.1f µs)\n",
 		penalty/allow, verdict(penalty >= 0.9*allow), redisCPUPerRequest(h.penalty), cpuOne)
+	traced := medianRPS(h.traced)
+	fmt.Fprintf(&b, "- Every check traced (sampled, exported over OTLP/gRPC), allowing: %.2f × the untraced token bucket, server CPU per decision %.1f µs vs %.1f µs (the cost; tracing off is the token bucket's row)\n",
+		traced/allow, serverCPUPerRequest(h.traced), serverCPUPerRequest(h.allow))
 	denyCalls := redisCallsPerRequest(h.deny)
 	fmt.Fprintf(&b, "- Denial flood ≥ 0.85 × the bare net/http ceiling: %.2f × — %s (× the fasthttp ceiling: %.2f); Redis calls per denied request %.4f (< 0.05) — %s\n",
 		deny/ceiling, verdict(deny >= 0.85*ceiling), deny/fastCeiling, denyCalls, verdict(denyCalls < 0.05))
