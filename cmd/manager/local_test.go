@@ -24,6 +24,9 @@ func TestLocalListensOnLoopbackByDefault(t *testing.T) {
 	if cfg.GRPC.Listen != "" {
 		t.Errorf("--grpc-listen default %q: want off", cfg.GRPC.Listen)
 	}
+	if cfg.AdminListen != "" {
+		t.Errorf("--admin-listen default %q: want off", cfg.AdminListen)
+	}
 	cfg, pprofAddr, err := parseLocalFlags([]string{"--listen", ":8080"})
 	if err != nil || cfg.Listen != ":8080" || pprofAddr != "" {
 		t.Fatalf("--listen :8080: %q %q %v", cfg.Listen, pprofAddr, err)
