@@ -39,7 +39,13 @@ func (bareRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (
 // serveBareGRPC is `bench serve-bare-grpc`: bareRLS with grpc-go's
 // default server options.
 func serveBareGRPC(args []string) error {
-	fs := flag.NewFlagSet("serve-bare-grpc", flag.ContinueOnError)
+	return serveGRPC("serve-bare-grpc", args, func(srv *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(srv, bareRLS{}) })
+}
+
+// serveGRPC is a `bench serve-*` subcommand named name: a gRPC server with
+// grpc-go's default options and the services register adds, on --listen.
+func serveGRPC(name string, args []string, register func(*grpc.Server)) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -49,7 +55,7 @@ func serveBareGRPC(args []string) error {
 		return err
 	}
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, bareRLS{})
+	register(srv)
 	return srv.Serve(ln)
 }
 

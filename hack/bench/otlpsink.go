@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"net"
 	"os"
 
@@ -22,18 +21,7 @@ func (otlpSink) Export(context.Context, *collectorpb.ExportTraceServiceRequest) 
 
 // serveOTLPSink is `bench serve-otlp-sink`.
 func serveOTLPSink(args []string) error {
-	fs := flag.NewFlagSet("serve-otlp-sink", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:0", "address")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return err
-	}
-	srv := grpc.NewServer()
-	collectorpb.RegisterTraceServiceServer(srv, otlpSink{})
-	return srv.Serve(ln)
+	return serveGRPC("serve-otlp-sink", args, func(srv *grpc.Server) { collectorpb.RegisterTraceServiceServer(srv, otlpSink{}) })
 }
 
 // startOTLPSink starts the sink and returns the OTLP endpoint of a traced

@@ -95,20 +95,7 @@ func TestChecksAreTracedOverOTLP(t *testing.T) {
 				t.Fatalf("HTTP check: %d", resp.StatusCode)
 			}
 
-			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			// As Envoy sends it: the trace context in the call's metadata.
-			ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+grpcTrace+"-"+parentSpan+"-01")
-			if _, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
-				Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Host: "shop.example.com", Path: "/api/items"},
-			}}}); err != nil {
-				t.Fatal(err)
-			}
+			conn := checkExtAuthz(t, grpcAddr, grpcTrace)
 			rlsCtx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-"+rlsTrace+"-"+parentSpan+"-01")
 			rlsCtx, rlsCancel := context.WithTimeout(rlsCtx, 30*time.Second)
 			defer rlsCancel()
@@ -305,19 +292,7 @@ func TestDecisionLogJoinsTheTrace(t *testing.T) {
 		if got := checkHTTP(t, httpAddr, httpTrace); got != http.StatusForbidden {
 			t.Fatalf("second HTTP check: %d, want 403", got)
 		}
-		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+grpcTrace+"-"+parentSpan+"-01")
-		if _, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
-			Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Host: "shop.example.com", Path: "/api/items"},
-		}}}); err != nil {
-			t.Fatal(err)
-		}
+		checkExtAuthz(t, grpcAddr, grpcTrace)
 
 		lines := waitLines(t, file, 2)
 		for i, trace := range []string{httpTrace, grpcTrace} {
@@ -343,6 +318,27 @@ func TestDecisionLogJoinsTheTrace(t *testing.T) {
 			t.Errorf("line %v: want the caller's trace %s, span %s and client 127.0.0.1", line, httpTrace, parentSpan)
 		}
 	})
+}
+
+// checkExtAuthz asks ext_authz at grpcAddr about GET /api/items on
+// shop.example.com with the caller's trace in the call's metadata, as
+// Envoy sends it, and returns the connection (closed when t ends).
+func checkExtAuthz(t *testing.T, grpcAddr, trace string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", "00-"+trace+"-"+parentSpan+"-01")
+	if _, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Host: "shop.example.com", Path: "/api/items"},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 // checkHTTP asks the nginx-style check endpoint about GET /api/items with
