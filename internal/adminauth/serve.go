@@ -19,6 +19,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/sluice-dev/sluice/internal/tlsfiles"
 )
 
 // Options configure the admin API's TLS port in the controller process.
@@ -70,7 +72,7 @@ func (s *Server) NeedLeaderElection() bool { return false }
 
 // Start serves until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
-	cert, err := s.certificate()
+	tlsCfg, err := s.tlsConfig()
 	if err != nil {
 		return err
 	}
@@ -81,22 +83,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
-	return serveTLS(ctx, ln, s.front, cert)
+	return serveTLS(ctx, ln, s.front, tlsCfg)
 }
 
 // serveTLS serves h on ln until ctx ends. Client certificates are asked
 // for, not required: the front checks them against the CA in force, and
 // answers 401 when there is none.
-func serveTLS(ctx context.Context, ln net.Listener, h http.Handler, cert tls.Certificate) error {
+func serveTLS(ctx context.Context, ln net.Listener, h http.Handler, tlsCfg *tls.Config) error {
+	tlsCfg.ClientAuth = tls.RequestClientCert
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
-		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{cert},
-			ClientAuth:   tls.RequestClientCert,
-		},
+		TLSConfig:         tlsCfg,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
@@ -110,15 +109,22 @@ func serveTLS(ctx context.Context, ln net.Listener, h http.Handler, cert tls.Cer
 	return srv.Shutdown(shutdown)
 }
 
-func (s *Server) certificate() (tls.Certificate, error) {
+// tlsConfig serves the certificate files as they change (a Secret's
+// renewal takes effect without a restart), else a self-signed
+// certificate.
+func (s *Server) tlsConfig() (*tls.Config, error) {
 	if s.opts.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(s.opts.CertFile, s.opts.KeyFile)
+		pair, err := tlsfiles.Load(s.opts.CertFile, s.opts.KeyFile)
 		if err != nil {
-			return cert, fmt.Errorf("admin API serving certificate: %w", err)
+			return nil, fmt.Errorf("admin API serving certificate: %w", err)
 		}
-		return cert, nil
+		return pair.Config(), nil
 	}
-	return selfSigned()
+	cert, err := selfSigned()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // selfSigned makes a serving certificate for this process's life. Its

@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/connlimit"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/tlsfiles"
 	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
@@ -334,8 +335,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return <-errc
 }
 
-// LoadTLS reads the certificate and key files of cfg; nil when neither is
-// set.
+// LoadTLS reads the certificate and key files of cfg, and serves them as
+// they change (tlsfiles); nil when neither is set.
 func LoadTLS(cfg *Config) (*tls.Config, error) {
 	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
 		return nil, nil
@@ -343,11 +344,11 @@ func LoadTLS(cfg *Config) (*tls.Config, error) {
 	if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" {
 		return nil, errors.New("--grpc-tls-cert-file and --grpc-tls-key-file go together")
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	pair, err := tlsfiles.Load(cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("gRPC TLS: %w", err)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+	return pair.Config(), nil
 }
 
 // FromConfig builds the server cfg describes (TLS, default namespace,
