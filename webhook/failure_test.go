@@ -7,9 +7,9 @@ import (
 )
 
 // TestRedisFailures kills and freezes redis-server under a stream of checks:
-// every check answers within the store deadline plus 20ms, as the policy's
-// failureMode says, and correct decisions resume once Redis is back, with
-// no restart of the endpoint.
+// every check answers as the policy's failureMode says without waiting for
+// Redis, and correct decisions resume once Redis is back, with no restart
+// of the endpoint.
 func TestRedisFailures(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and freezes redis-server")
@@ -19,7 +19,11 @@ func TestRedisFailures(t *testing.T) {
 		compile(t, "open", "p", "failureMode: Open\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1000000, window: 1h}}]"),
 	)
-	const deadline = 50 * time.Millisecond
+	// A check that waited on the frozen server would wait out the Redis
+	// client's read timeout (3s: the freeze lasts until the loop ends);
+	// one that keeps the store deadline (50ms) answers well within bound,
+	// even on a machine whose load adds hundreds of milliseconds.
+	const bound = time.Second
 	client := "a"
 	check := func(ns string) (int, time.Duration) {
 		h := map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/", "X-Forwarded-Host": "h", "X-Client": client}
@@ -49,9 +53,9 @@ func TestRedisFailures(t *testing.T) {
 			}
 			slowest = max(slowest, dOpen, dClosed)
 		}
-		t.Logf("%s: %d check pairs, slowest answer %s (bound %s)", name, n, slowest, deadline+20*time.Millisecond)
-		if slowest > deadline+20*time.Millisecond {
-			t.Errorf("%s: a check took %s, more than the deadline %s + 20ms", name, slowest, deadline)
+		t.Logf("%s: %d check pairs, slowest answer %s (bound %s)", name, n, slowest, bound)
+		if slowest > bound {
+			t.Errorf("%s: a check took %s: it waited on Redis beyond the store deadline", name, slowest)
 		}
 	}
 	recovered := func(name string) {
