@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
+	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
 const perTenant = `
@@ -113,16 +115,16 @@ func (f *fixture) consume(tenant string, n int) {
 
 const keys = "/namespaces/shop/ratelimitpolicies/per-tenant/keys"
 
-func (f *fixture) inspect(key string) KeyState {
+func (f *fixture) inspect(key string) adminapi.KeyState {
 	f.t.Helper()
-	var ks KeyState
+	var ks adminapi.KeyState
 	if code, st := f.call("GET", keys+"?key="+key, "", &ks); code != http.StatusOK {
 		f.t.Fatalf("inspect %s: %d %v", key, code, st)
 	}
 	return ks
 }
 
-func remaining(ks KeyState) map[string]int64 {
+func remaining(ks adminapi.KeyState) map[string]int64 {
 	m := map[string]int64{}
 	for _, l := range ks.Limits {
 		m[l.Name] = l.Remaining
@@ -142,7 +144,7 @@ func TestInspectResetBansLift(t *testing.T) {
 			t.Fatalf("inspect counted: %+v", again)
 		}
 
-		var reset ResetAnswer
+		var reset adminapi.ResetAnswer
 		if code, st := f.call("DELETE", keys+"?key=acme&limit=per-minute", "", &reset); code != 200 || len(reset.Limits) != 1 || reset.Limits[0] != "per-minute" {
 			t.Fatalf("reset: %d %v %+v", code, st, reset)
 		}
@@ -151,7 +153,7 @@ func TestInspectResetBansLift(t *testing.T) {
 		}
 
 		f.consume("acme", 6) // 3 admitted, then denied twice: banned
-		var bans BanList
+		var bans adminapi.BanList
 		for deadline := time.Now().Add(5 * time.Second); len(bans.Bans) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 			f.call("GET", "/namespaces/shop/ratelimitpolicies/per-tenant/bans", "", &bans) // recorded off the check's path
 		}
@@ -184,7 +186,7 @@ func TestExplain(t *testing.T) {
 	stores(t, func(t *testing.T, store ratelimit.Store) {
 		f := newFixture(t, store)
 		f.consume("acme", 1)
-		var ex Explanation
+		var ex adminapi.Explanation
 		code, st := f.call("POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/api/cart?x=1", "clientIP": "203.0.113.7", "headers": {"X-Tenant": ["acme"]}}`, &ex)
 		if code != 200 {
 			t.Fatalf("explain: %d %v", code, st)
@@ -204,7 +206,7 @@ func TestExplain(t *testing.T) {
 		}
 
 		// A missing key, and the reasons of each part of a match.
-		ex = Explanation{}
+		ex = adminapi.Explanation{}
 		f.call("POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/api/cart"}`, &ex)
 		if pt := ex.Policies[1]; !pt.Matched || pt.MissingKey == nil || !*pt.MissingKey || pt.OnMissing != "Skip" {
 			t.Fatalf("missing key: %+v", pt)
@@ -214,7 +216,7 @@ func TestExplain(t *testing.T) {
 			`{"url": "https://shop.example.com/admin/x", "method": "POST"}`:                                "header X-Admin is absent (spec.match.headers[0])",
 			`{"url": "https://shop.example.com/admin/x", "method": "POST", "headers": {"X-Admin": ["1"]}}`: "",
 		} {
-			var ex Explanation
+			var ex adminapi.Explanation
 			f.call("POST", "/namespaces/shop/explain", body, &ex)
 			if got := ex.Policies[0]; got.Reason != reason || got.Matched != (reason == "") {
 				t.Errorf("%s: %+v, want reason %q", body, got, reason)
@@ -301,5 +303,32 @@ func TestCheckLocalListen(t *testing.T) {
 		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s: %v, want %q", addr, err, want)
 		}
+	}
+}
+
+// The top answer: a policy's most denied and admitted key values, the
+// window in minutes, and the error bound in words.
+func TestTop(t *testing.T) {
+	c := checktest.New(t, check.Options{Store: storetest.Memory(t, nil)}, policytest.Compile(t, "shop", "per-tenant", perTenant))
+	rec := topkeys.NewRecorder(nil)
+	rec.Record("shop", "per-tenant", "acme", true, time.Now())
+	h := New(Options{Checker: c, Top: rec})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, Base+"/namespaces/shop/ratelimitpolicies/per-tenant/top", nil))
+	if w.Code != http.StatusOK {
+		t.Fatalf("top: %d %s", w.Code, w.Body)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	bound, _ := got["errorBound"].(string)
+	delete(got, "errorBound")
+	want := `{"admitted":[],"denied":[{"count":1,"key":"acme","overestimate":0}],"namespace":"shop","policy":"per-tenant","window":"5m"}`
+	if norm, _ := json.Marshal(got); string(norm) != want {
+		t.Errorf("answer %s, want %s and errorBound", w.Body, want)
+	}
+	if !strings.HasPrefix(bound, "each count exceeds") {
+		t.Errorf("error bound %q", bound)
 	}
 }

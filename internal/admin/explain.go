@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -17,49 +18,6 @@ import (
 // maxExplainBody bounds an explain request's body: a URL and headers
 // within the intake's bounds fit many times over.
 const maxExplainBody = 1 << 20
-
-// ExplainRequest is the request to explain.
-type ExplainRequest struct {
-	// URL is the request's absolute URL (required).
-	URL string `json:"url"`
-	// Method defaults to GET.
-	Method string `json:"method,omitempty"`
-	// ClientIP is the client's address, as the check endpoint would
-	// have read it behind the trusted proxies; none when empty.
-	ClientIP string              `json:"clientIP,omitempty"`
-	Headers  map[string][]string `json:"headers,omitempty"`
-}
-
-// Explanation is the explain answer.
-type Explanation struct {
-	Namespace string              `json:"namespace"`
-	Policies  []PolicyExplanation `json:"policies"`
-	Decision  Decision            `json:"decision"`
-}
-
-// PolicyExplanation is one policy of the namespace, in evaluation order.
-type PolicyExplanation struct {
-	Name    string `json:"name"`
-	Matched bool   `json:"matched"`
-	// Reason says why a policy did not match.
-	Reason string `json:"reason,omitempty"`
-	// WhenError is the `when` expression's error: the policy applies.
-	WhenError  string       `json:"whenError,omitempty"`
-	Key        *string      `json:"key,omitempty"`
-	MissingKey *bool        `json:"missingKey,omitempty"`
-	OnMissing  string       `json:"onMissingKey,omitempty"`
-	Limits     []LimitState `json:"limits,omitempty"`
-	Ban        *Ban         `json:"ban,omitempty"`
-}
-
-// Decision is the checker's decision for the request, had it been checked.
-type Decision struct {
-	Allowed    bool   `json:"allowed"`
-	Reason     string `json:"reason"`
-	Policy     string `json:"policy,omitempty"`
-	Limit      string `json:"limit,omitempty"`
-	RetryAfter string `json:"retryAfter"`
-}
 
 // explainHolder holds the concurrency limits of an explained request: a
 // dry run takes nothing.
@@ -72,14 +30,14 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "namespace %s has no policies in force", ns)
 		return
 	}
-	var body ExplainRequest
+	var body adminapi.ExplainRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxExplainBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		badRequest(w, "body: not an explain request (%v); want {\"url\": \"https://host/path\", \"method\": \"GET\", \"clientIP\": \"203.0.113.7\", \"headers\": {\"Name\": [\"value\"]}}", err)
 		return
 	}
-	req, err := body.read()
+	req, err := readExplained(&body)
 	if err != nil {
 		badRequest(w, "%s", err)
 		return
@@ -89,11 +47,11 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	ex := Explanation{Namespace: ns, Policies: []PolicyExplanation{}, Decision: decisionOf(out)}
+	ex := adminapi.Explanation{Namespace: ns, Policies: []adminapi.PolicyExplanation{}, Decision: decisionOf(out)}
 	var eval policy.Eval
 	eval.Reset(req)
 	for _, p := range policies {
-		pe := PolicyExplanation{Name: p.Name}
+		pe := adminapi.PolicyExplanation{Name: p.Name}
 		var werr error
 		pe.Matched, pe.Reason, werr = eval.Explain(p)
 		if werr != nil {
@@ -108,7 +66,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 }
 
 // describeMatch fills in what the check did with the matching policy owner.
-func (h *Handler) describeMatch(r *http.Request, pe *PolicyExplanation, out *check.Outcome, owner int) {
+func (h *Handler) describeMatch(r *http.Request, pe *adminapi.PolicyExplanation, out *check.Outcome, owner int) {
 	pr := &out.Policies[owner]
 	key, missing := pr.KeyValue, pr.MissingKey
 	pe.Key, pe.MissingKey = &key, &missing
@@ -130,8 +88,8 @@ func ownerOf(out *check.Outcome, p *policy.Policy) int {
 	return -1
 }
 
-func decisionOf(out *check.Outcome) Decision {
-	d := Decision{Allowed: out.Allowed, Reason: string(out.Reason), RetryAfter: seconds(out.RetryAfter)}
+func decisionOf(out *check.Outcome) adminapi.Decision {
+	d := adminapi.Decision{Allowed: out.Allowed, Reason: string(out.Reason), RetryAfter: seconds(out.RetryAfter)}
 	if out.Decider != nil {
 		d.Policy = out.Decider.Name
 	}
@@ -147,8 +105,9 @@ var explainFields = map[intake.Field]string{
 	intake.FieldHeaders: "headers", intake.FieldClientAddress: "clientIP",
 }
 
-// read reads the request through the intake, the client address as given.
-func (b *ExplainRequest) read() (*policy.Request, error) {
+// readExplained reads the request to explain through the intake, the
+// client address as given.
+func readExplained(b *adminapi.ExplainRequest) (*policy.Request, error) {
 	if b.URL == "" {
 		return nil, errors.New(`body field "url" is required: the request's absolute URL, such as https://shop.example.com/api/cart`)
 	}

@@ -8,78 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
-
-// LimitState is one limit's figures for one key value, as a check would
-// see them now.
-type LimitState struct {
-	Name      string `json:"name"`
-	Algorithm string `json:"algorithm"`
-	// Limit is the number in force (the RateLimit-Policy header's quota).
-	Limit      int64     `json:"limit"`
-	Remaining  int64     `json:"remaining"`
-	Reset      string    `json:"reset"`
-	Allowed    bool      `json:"allowed"`
-	RetryAfter string    `json:"retryAfter"`
-	Override   *Override `json:"override"`
-}
-
-// Override is the override of a limit's number in force: where it comes
-// from, the number, and the policy's own.
-type Override struct {
-	Source      string `json:"source"`
-	Limit       int64  `json:"limit"`
-	PolicyLimit int64  `json:"policyLimit"`
-}
-
-// Ban is a ban in force: how long it still lasts and how long it was
-// issued for ("" when the index of bans does not know).
-type Ban struct {
-	Remaining string `json:"remaining"`
-	Length    string `json:"length"`
-}
-
-// KeyState is the inspect answer.
-type KeyState struct {
-	Namespace string       `json:"namespace"`
-	Policy    string       `json:"policy"`
-	Key       string       `json:"key"`
-	Limits    []LimitState `json:"limits"`
-	Ban       *Ban         `json:"ban"`
-}
-
-// ResetAnswer names the limits a reset reset.
-type ResetAnswer struct {
-	Namespace string   `json:"namespace"`
-	Policy    string   `json:"policy"`
-	Key       string   `json:"key"`
-	Limits    []string `json:"limits"`
-}
-
-// BanList is the bans answer.
-type BanList struct {
-	Namespace string     `json:"namespace"`
-	Policy    string     `json:"policy"`
-	Bans      []KeyedBan `json:"bans"`
-}
-
-// KeyedBan is one key value's ban.
-type KeyedBan struct {
-	Key       string `json:"key"`
-	Remaining string `json:"remaining"`
-	Length    string `json:"length"`
-}
-
-// LiftAnswer names the key value whose ban was lifted.
-type LiftAnswer struct {
-	Namespace string `json:"namespace"`
-	Policy    string `json:"policy"`
-	Key       string `json:"key"`
-}
 
 // seconds renders a duration rounded up to whole seconds ("4m10s"), as the
 // rate-limit headers count them; "never" for ratelimit.Never.
@@ -126,30 +60,30 @@ func unknownPolicy(set *policy.Set, namespace, name string) string {
 }
 
 // state inspects the key value of p.
-func (h *Handler) state(ctx context.Context, p *policy.Policy, key string) (*KeyState, error) {
+func (h *Handler) state(ctx context.Context, p *policy.Policy, key string) (*adminapi.KeyState, error) {
 	out, err := h.checker.Inspect(ctx, p.Namespace, p.Name, key)
 	if err != nil {
 		return nil, err
 	}
-	ks := &KeyState{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: limitStates(out, 0)}
+	ks := &adminapi.KeyState{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: limitStates(out, 0)}
 	ks.Ban = h.banOf(ctx, out, 0, key)
 	return ks, nil
 }
 
 // limitStates are the figures of the limits of out's policy owner.
-func limitStates(out *check.Outcome, owner int) []LimitState {
+func limitStates(out *check.Outcome, owner int) []adminapi.LimitState {
 	p := out.Policies[owner].Policy
-	states := []LimitState{}
+	states := []adminapi.LimitState{}
 	for _, lr := range out.Limits {
 		if lr.Policy != p || lr.Part != out.Policies[owner].Part {
 			continue
 		}
-		st := LimitState{
+		st := adminapi.LimitState{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), Limit: lr.Limit.Limit.Capacity,
 			Remaining: lr.Remaining, Reset: seconds(lr.Reset), Allowed: lr.Allowed, RetryAfter: seconds(lr.RetryAfter),
 		}
 		if lr.Override != nil && lr.Override.Overrides(lr.Limit.Name) {
-			st.Override = &Override{Source: string(lr.Override.Source), Limit: lr.Limit.Limit.Capacity, PolicyLimit: lr.PolicyQuota()}
+			st.Override = &adminapi.Override{Source: string(lr.Override.Source), Limit: lr.Limit.Limit.Capacity, PolicyLimit: lr.PolicyQuota()}
 		}
 		states = append(states, st)
 	}
@@ -157,13 +91,13 @@ func limitStates(out *check.Outcome, owner int) []LimitState {
 }
 
 // banOf is the ban of the bucket of out's policy owner, nil when none.
-func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key string) *Ban {
+func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key string) *adminapi.Ban {
 	p := out.Policies[owner].Policy
 	for _, lr := range out.Limits {
 		if lr.Policy != p || !lr.Banned {
 			continue
 		}
-		b := &Ban{Remaining: seconds(lr.RetryAfter)}
+		b := &adminapi.Ban{Remaining: seconds(lr.RetryAfter)}
 		if bans, err := h.checker.Bans(ctx, p.Namespace, p.Name); err == nil {
 			for _, x := range bans {
 				if x.KeyValue == key {
@@ -180,7 +114,7 @@ func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key 
 // them; it answers the error itself and returns nil when it cannot.
 // check, when set, refuses what it returns an error for before anything
 // is read from the store.
-func (h *Handler) keyState(w http.ResponseWriter, r *http.Request, check func(*policy.Policy) error) (*policy.Policy, *KeyState) {
+func (h *Handler) keyState(w http.ResponseWriter, r *http.Request, check func(*policy.Policy) error) (*policy.Policy, *adminapi.KeyState) {
 	p, key := h.target(w, r, true)
 	if p == nil {
 		return nil, nil
@@ -226,7 +160,7 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("admin: reset", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", ks.Key, "limits", names)
-	writeJSON(w, http.StatusOK, ResetAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key, Limits: names})
+	writeJSON(w, http.StatusOK, adminapi.ResetAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key, Limits: names})
 }
 
 func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
@@ -239,10 +173,10 @@ func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	list := BanList{Namespace: p.Namespace, Policy: p.Name, Bans: []KeyedBan{}}
+	list := adminapi.BanList{Namespace: p.Namespace, Policy: p.Name, Bans: []adminapi.KeyedBan{}}
 	now := h.now()
 	for _, b := range bans {
-		list.Bans = append(list.Bans, KeyedBan{Key: b.KeyValue, Remaining: seconds(b.Until.Sub(now)), Length: b.Length.String()})
+		list.Bans = append(list.Bans, adminapi.KeyedBan{Key: b.KeyValue, Remaining: seconds(b.Until.Sub(now)), Length: b.Length.String()})
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -261,12 +195,12 @@ func (h *Handler) lift(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("admin: ban lifted", "caller", CallerFrom(r.Context()), "policy", p.Namespace+"/"+p.Name, "key", ks.Key)
-	writeJSON(w, http.StatusOK, LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key})
+	writeJSON(w, http.StatusOK, adminapi.LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: ks.Key})
 }
 
 // untouched reports whether every limit named (every limit when none is)
 // is as if never used.
-func untouched(states []LimitState, names []string) bool {
+func untouched(states []adminapi.LimitState, names []string) bool {
 	for _, s := range states {
 		if (len(names) == 0 || slices.Contains(names, s.Name)) && s.Reset != "0s" {
 			return false

@@ -9,24 +9,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/overrides"
 )
-
-// OverrideList is the overrides answer.
-type OverrideList struct {
-	Namespace string            `json:"namespace"`
-	Policy    string            `json:"policy"`
-	Overrides []overrides.Entry `json:"overrides"`
-}
-
-// SetOverride is the body of a set: the numbers by limit name, and an
-// expiry as a duration from now (ExpiresIn) or a time (Expires); neither
-// is no expiry.
-type SetOverride struct {
-	Limits    map[string]int64 `json:"limits"`
-	ExpiresIn string           `json:"expiresIn,omitempty"`
-	Expires   *time.Time       `json:"expires,omitempty"`
-}
 
 // maxOverrideBody bounds a set's body: a few limits' numbers.
 const maxOverrideBody = 64 << 10
@@ -41,10 +26,11 @@ func (h *Handler) listOverrides(w http.ResponseWriter, r *http.Request) {
 		writeOverrideError(w, err)
 		return
 	}
-	if entries == nil {
-		entries = []overrides.Entry{}
+	list := adminapi.OverrideList{Namespace: p.Namespace, Policy: p.Name, Overrides: make([]adminapi.OverrideEntry, len(entries))}
+	for i := range entries {
+		list.Overrides[i] = wireEntry(&entries[i])
 	}
-	writeJSON(w, http.StatusOK, OverrideList{Namespace: p.Namespace, Policy: p.Name, Overrides: entries})
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +38,7 @@ func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	var body SetOverride
+	var body adminapi.SetOverride
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxOverrideBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
@@ -82,7 +68,12 @@ func (h *Handler) setOverride(w http.ResponseWriter, r *http.Request) {
 		writeOverrideError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, entry)
+	writeJSON(w, http.StatusOK, wireEntry(&entry))
+}
+
+// wireEntry is an override as the admin API lists it.
+func wireEntry(e *overrides.Entry) adminapi.OverrideEntry {
+	return adminapi.OverrideEntry{Key: e.Key, Limits: e.Limits, Source: string(e.Source), Expires: e.Expires, SetBy: e.SetBy, SetAt: e.SetAt, Object: e.Object}
 }
 
 func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request) {
@@ -94,7 +85,7 @@ func (h *Handler) deleteOverride(w http.ResponseWriter, r *http.Request) {
 		writeOverrideError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key})
+	writeJSON(w, http.StatusOK, adminapi.LiftAnswer{Namespace: p.Namespace, Policy: p.Name, Key: key})
 }
 
 // writeOverrideError answers an error of the overrides: their message

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 // Exit codes, documented in Usage and the README.
@@ -230,7 +232,7 @@ var commands = map[string]func(pos []string, o *options) (*call, error){
 		if err != nil {
 			return nil, err
 		}
-		body := overrideRequest{Limits: map[string]int64{}}
+		body := adminapi.SetOverride{Limits: map[string]int64{}}
 		for _, arg := range pos[2:] {
 			name, n, err := limitArg(arg)
 			if err != nil {
@@ -314,35 +316,35 @@ func limitArg(s string) (string, int64, error) {
 }
 
 // expiresArg reads --expires: a positive duration or an RFC 3339 time.
-func expiresArg(s string) (in, at string, err error) {
-	if _, err := time.Parse(time.RFC3339, s); err == nil {
-		return "", s, nil
+func expiresArg(s string) (in string, at *time.Time, err error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return "", &t, nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return "", "", usagef("--expires %q: want a duration such as 48h or an RFC 3339 time such as 2026-12-31T00:00:00Z", s)
+		return "", nil, usagef("--expires %q: want a duration such as 48h or an RFC 3339 time such as 2026-12-31T00:00:00Z", s)
 	}
 	if d <= 0 {
-		return "", "", usagef("--expires %q: want a positive duration", s)
+		return "", nil, usagef("--expires %q: want a positive duration", s)
 	}
-	return s, "", nil
+	return s, nil, nil
 }
 
-func explainBody(o *options) (explainRequest, error) {
+func explainBody(o *options) (adminapi.ExplainRequest, error) {
 	if o.url == "" {
-		return explainRequest{}, usagef("explain needs --url, the request's absolute URL")
+		return adminapi.ExplainRequest{}, usagef("explain needs --url, the request's absolute URL")
 	}
 	if u, err := url.Parse(o.url); err != nil || !u.IsAbs() || u.Host == "" {
-		return explainRequest{}, usagef("--url %q: want an absolute URL such as https://shop.example.com/api/cart", o.url)
+		return adminapi.ExplainRequest{}, usagef("--url %q: want an absolute URL such as https://shop.example.com/api/cart", o.url)
 	}
 	if o.clientIP != "" && net.ParseIP(o.clientIP) == nil {
-		return explainRequest{}, usagef("--client-ip %q: want an IP address such as 203.0.113.7", o.clientIP)
+		return adminapi.ExplainRequest{}, usagef("--client-ip %q: want an IP address such as 203.0.113.7", o.clientIP)
 	}
-	body := explainRequest{URL: o.url, Method: o.method, ClientIP: o.clientIP}
+	body := adminapi.ExplainRequest{URL: o.url, Method: o.method, ClientIP: o.clientIP}
 	for _, h := range o.headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {
-			return explainRequest{}, usagef("--header %q: want K=V, such as X-Tenant=acme", h)
+			return adminapi.ExplainRequest{}, usagef("--header %q: want K=V, such as X-Tenant=acme", h)
 		}
 		if body.Headers == nil {
 			body.Headers = map[string][]string{}

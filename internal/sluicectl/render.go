@@ -10,8 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 // renderer draws an answer for people: c is the call that got it.
@@ -66,7 +69,7 @@ func table(w io.Writer, header []string, rows [][]string) error {
 	return tw.Flush()
 }
 
-func limitRows(limits []LimitState) [][]string {
+func limitRows(limits []adminapi.LimitState) [][]string {
 	rows := make([][]string, 0, len(limits))
 	for _, l := range limits {
 		override := "-"
@@ -88,7 +91,7 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-func banLine(b *Ban) string {
+func banLine(b *adminapi.Ban) string {
 	if b == nil {
 		return "ban: none"
 	}
@@ -96,25 +99,25 @@ func banLine(b *Ban) string {
 }
 
 func renderInspect(w io.Writer, _ *call, body []byte) error {
-	var a InspectAnswer
+	var a adminapi.KeyState
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	return renderKeyState(w, a.Namespace, a.Policy, a.KeyState)
+	return renderKeyState(w, a.Namespace, a.Policy, a.Key, a.Limits, a.Ban)
 }
 
 // renderKeyState draws a key value's limits and ban under a policy.
-func renderKeyState(w io.Writer, namespace, policy string, k KeyState) error {
-	fmt.Fprintf(w, "%s/%s key %s\n", namespace, policy, k.Key)
-	if err := table(w, limitHeader, limitRows(k.Limits)); err != nil {
+func renderKeyState(w io.Writer, namespace, policy, key string, limits []adminapi.LimitState, ban *adminapi.Ban) error {
+	fmt.Fprintf(w, "%s/%s key %s\n", namespace, policy, key)
+	if err := table(w, limitHeader, limitRows(limits)); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, banLine(k.Ban))
+	_, err := fmt.Fprintln(w, banLine(ban))
 	return err
 }
 
 func renderExplain(w io.Writer, _ *call, body []byte) error {
-	var a ExplainAnswer
+	var a adminapi.Explanation
 	if err := decode(body, &a); err != nil {
 		return err
 	}
@@ -122,8 +125,8 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 	for _, p := range a.Policies {
 		key, reason := "-", p.Reason
 		if p.Matched {
-			key = p.Key
-			if p.MissingKey {
+			key = orDash(p.Key)
+			if p.MissingKey != nil && *p.MissingKey {
 				key = "(missing)"
 			}
 		}
@@ -140,7 +143,7 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 			continue
 		}
 		fmt.Fprintln(w)
-		if err := renderKeyState(w, a.Namespace, p.Name, p.KeyState); err != nil {
+		if err := renderKeyState(w, a.Namespace, p.Name, orDash(p.Key), p.Limits, p.Ban); err != nil {
 			return err
 		}
 	}
@@ -164,7 +167,7 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 }
 
 func renderReset(w io.Writer, _ *call, body []byte) error {
-	var a ResetAnswer
+	var a adminapi.ResetAnswer
 	if err := decode(body, &a); err != nil {
 		return err
 	}
@@ -173,14 +176,14 @@ func renderReset(w io.Writer, _ *call, body []byte) error {
 }
 
 func renderTop(w io.Writer, _ *call, body []byte) error {
-	var a TopAnswer
+	var a adminapi.TopAnswer
 	if err := decode(body, &a); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "%s/%s, last %s\n", a.Namespace, a.Policy, a.Window)
 	for _, part := range []struct {
 		title string
-		keys  []TopKey
+		keys  []adminapi.TopKey
 	}{{"DENIED", a.Denied}, {"ADMITTED", a.Admitted}} {
 		rows := make([][]string, 0, len(part.keys))
 		for _, k := range part.keys {
@@ -198,7 +201,7 @@ func renderTop(w io.Writer, _ *call, body []byte) error {
 }
 
 func renderBans(w io.Writer, _ *call, body []byte) error {
-	var a BansAnswer
+	var a adminapi.BanList
 	if err := decode(body, &a); err != nil {
 		return err
 	}
@@ -213,7 +216,7 @@ func renderBans(w io.Writer, _ *call, body []byte) error {
 	return table(w, []string{"KEY", "REMAINING", "LENGTH"}, rows)
 }
 
-func overrideRows(list []KeyedOverride) [][]string {
+func overrideRows(list []adminapi.OverrideEntry) [][]string {
 	rows := make([][]string, 0, len(list))
 	for _, o := range list {
 		names := make([]string, 0, len(o.Limits))
@@ -225,8 +228,11 @@ func overrideRows(list []KeyedOverride) [][]string {
 		for i, name := range names {
 			limits[i] = fmt.Sprintf("%s=%d", name, o.Limits[name])
 		}
-		rows = append(rows, []string{o.Key, strings.Join(limits, ","), o.Source,
-			orDash(o.Expires), orDash(o.SetBy), orDash(&o.Object)})
+		expires := "-"
+		if o.Expires != nil {
+			expires = o.Expires.UTC().Format(time.RFC3339)
+		}
+		rows = append(rows, []string{o.Key, strings.Join(limits, ","), o.Source, expires, orDash(&o.SetBy), orDash(&o.Object)})
 	}
 	return rows
 }
@@ -241,7 +247,7 @@ func orDash(s *string) string {
 }
 
 func renderOverrides(w io.Writer, _ *call, body []byte) error {
-	var a OverridesAnswer
+	var a adminapi.OverrideList
 	if err := decode(body, &a); err != nil {
 		return err
 	}
@@ -253,11 +259,11 @@ func renderOverrides(w io.Writer, _ *call, body []byte) error {
 }
 
 func renderOverride(w io.Writer, _ *call, body []byte) error {
-	var o KeyedOverride
+	var o adminapi.OverrideEntry
 	if err := decode(body, &o); err != nil {
 		return err
 	}
-	return table(w, overrideHeader, overrideRows([]KeyedOverride{o}))
+	return table(w, overrideHeader, overrideRows([]adminapi.OverrideEntry{o}))
 }
 
 // renderDone reports a change whose answer tables need not show.

@@ -2,7 +2,6 @@ package topkeys
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -38,18 +37,6 @@ func (a *Answer) ErrorBound() string {
 		Capacity, a.Denied.Bound(), a.Denied.Total, a.Admitted.Bound(), a.Admitted.Total)
 }
 
-// MarshalJSON writes the admin API's top answer.
-func (a *Answer) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Namespace  string  `json:"namespace"`
-		Policy     string  `json:"policy"`
-		Window     string  `json:"window"`
-		Denied     []Entry `json:"denied"`
-		Admitted   []Entry `json:"admitted"`
-		ErrorBound string  `json:"errorBound"`
-	}{a.Namespace, a.Policy, formatWindow(a.Window), nonNil(a.Denied.Entries), nonNil(a.Admitted.Entries), a.ErrorBound()})
-}
-
 // ParseWindow reads a window as the admin API's query gives it ("5m");
 // empty is DefaultWindow.
 func ParseWindow(s string) (time.Duration, error) {
@@ -66,17 +53,10 @@ func ParseWindow(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// formatWindow writes whole minutes as "5m".
-func formatWindow(d time.Duration) string {
+// FormatWindow writes whole minutes as "5m", as ParseWindow reads them.
+func FormatWindow(d time.Duration) string {
 	if d%time.Minute == 0 {
 		return fmt.Sprintf("%dm", d/time.Minute)
 	}
 	return d.String()
-}
-
-func nonNil(e []Entry) []Entry {
-	if e == nil {
-		return []Entry{}
-	}
-	return e
 }

@@ -129,7 +129,7 @@ func (r *Recorder) forgetOld() {
 // from one minute to MaxWindow.
 func CheckWindow(window time.Duration) error {
 	if window < time.Minute || window > MaxWindow || window%time.Minute != 0 {
-		return fmt.Errorf("window %s: must be whole minutes from 1m to %s", window, formatWindow(MaxWindow))
+		return fmt.Errorf("window %s: must be whole minutes from 1m to %s", window, FormatWindow(MaxWindow))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/sluicectl"
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
@@ -154,7 +155,7 @@ func TestPlugin(t *testing.T) {
 	check.MustAsk(t, "/api/items", "beta")
 
 	t.Run("inspect", func(t *testing.T) {
-		var a sluicectl.InspectAnswer
+		var a adminapi.KeyState
 		s.json(t, &a, "inspect", "shop/per-client", "beta")
 		if a.Namespace != "shop" || a.Policy != "per-client" || a.Key != "beta" || len(a.Limits) != 2 || a.Ban != nil {
 			t.Fatalf("inspect beta: %+v", a)
@@ -169,7 +170,7 @@ func TestPlugin(t *testing.T) {
 			}
 		}
 		out := s.ok(t, "inspect", "shop/per-client", "beta", "-o", "yaml")
-		var y sluicectl.InspectAnswer
+		var y adminapi.KeyState
 		if err := yaml.Unmarshal([]byte(out), &y); err != nil || y.Key != "beta" || len(y.Limits) != 2 {
 			t.Errorf("inspect -o yaml: %v %+v\n%s", err, y, out)
 		}
@@ -178,10 +179,10 @@ func TestPlugin(t *testing.T) {
 	})
 
 	t.Run("explain", func(t *testing.T) {
-		var a sluicectl.ExplainAnswer
+		var a adminapi.Explanation
 		s.json(t, &a, "explain", "shop", "--url", "http://example.com/api/items", "--header", systest.ClientHeader+"=acme")
 		if a.Decision.Allowed || a.Decision.Policy != "per-client" || len(a.Policies) != 1 || !a.Policies[0].Matched ||
-			a.Policies[0].Key != "acme" || a.Policies[0].Ban == nil {
+			a.Policies[0].Key == nil || *a.Policies[0].Key != "acme" || a.Policies[0].Ban == nil {
 			t.Errorf("explain acme's request: %+v, want denied by per-client, acme banned", a)
 		}
 		table := s.ok(t, "explain", "shop", "--url", "http://example.com/api/items", "--header", systest.ClientHeader+"=beta")
@@ -189,7 +190,7 @@ func TestPlugin(t *testing.T) {
 			t.Errorf("explain beta's request:\n%s\nwant it allowed", table)
 		}
 		// Explaining counts nothing.
-		var b sluicectl.InspectAnswer
+		var b adminapi.KeyState
 		s.json(t, &b, "inspect", "shop/per-client", "beta")
 		if b.Limits[0].Remaining != 2 {
 			t.Errorf("after explain, beta has %d remaining, want 2 still", b.Limits[0].Remaining)
@@ -197,7 +198,7 @@ func TestPlugin(t *testing.T) {
 	})
 
 	t.Run("bans, reset and lift", func(t *testing.T) {
-		var bans sluicectl.BansAnswer
+		var bans adminapi.BanList
 		s.json(t, &bans, "bans", "shop/per-client")
 		if len(bans.Bans) != 1 || bans.Bans[0].Key != "acme" {
 			t.Fatalf("bans: %+v, want acme's", bans)
@@ -210,7 +211,7 @@ func TestPlugin(t *testing.T) {
 		if out := s.ok(t, "reset", "shop/per-client", "acme", "--limit", "per-minute"); out != "reset key acme of shop/per-client: per-minute\n" {
 			t.Errorf("reset --limit per-minute printed %q", out)
 		}
-		var reset sluicectl.ResetAnswer
+		var reset adminapi.ResetAnswer
 		s.json(t, &reset, "reset", "shop/per-client", "acme")
 		if strings.Join(reset.Limits, ",") != "per-minute,per-hour" {
 			t.Errorf("reset: %+v, want both limits reset", reset)
@@ -230,7 +231,7 @@ func TestPlugin(t *testing.T) {
 		if out := s.ok(t, "bans", "shop/per-client"); out != "no bans in force under shop/per-client\n" {
 			t.Errorf("bans printed %q", out)
 		}
-		var a sluicectl.InspectAnswer
+		var a adminapi.KeyState
 		s.json(t, &a, "inspect", "shop/per-client", "acme")
 		if a.Ban != nil || a.Limits[0].Remaining != 3 {
 			t.Errorf("acme after reset and lift: %+v, want 3 remaining and no ban", a)
@@ -242,7 +243,7 @@ func TestPlugin(t *testing.T) {
 
 	t.Run("top", func(t *testing.T) {
 		requireServed(t, served, "ratelimitpolicies/top")
-		var top sluicectl.TopAnswer
+		var top adminapi.TopAnswer
 		s.json(t, &top, "top", "shop/per-client")
 		if len(top.Denied) == 0 || top.Denied[0].Key != "acme" || top.Denied[0].Count < 2 {
 			t.Errorf("top: denied %+v, want acme first with at least 2", top.Denied)
@@ -259,15 +260,15 @@ func TestPlugin(t *testing.T) {
 		if !strings.Contains(out, "beta  per-minute=50  Runtime") {
 			t.Errorf("override set printed:\n%s", out)
 		}
-		var a sluicectl.InspectAnswer
+		var a adminapi.KeyState
 		s.json(t, &a, "inspect", "shop/per-client", "beta")
 		if l := a.Limits[0]; l.Limit != 50 || l.Override == nil || l.Override.Source != "Runtime" || l.Override.PolicyLimit != 3 {
 			t.Errorf("inspect beta under its override: per-minute %+v", l)
 		}
-		var list sluicectl.OverridesAnswer
+		var list adminapi.OverrideList
 		s.json(t, &list, "override", "list", "shop/per-client")
 		if len(list.Overrides) != 1 || list.Overrides[0].Key != "beta" || list.Overrides[0].Limits["per-minute"] != 50 ||
-			list.Overrides[0].Expires == nil || list.Overrides[0].SetBy == nil || *list.Overrides[0].SetBy != "local" {
+			list.Overrides[0].Expires == nil || list.Overrides[0].SetBy != "local" {
 			t.Errorf("override list: %+v", list)
 		}
 		s.fails(t, sluicectl.ExitNotFound, "per-week", "override", "set", "shop/per-client", "beta", "per-week=5")

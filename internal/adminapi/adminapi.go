@@ -1,0 +1,180 @@
+// Package adminapi holds the admin API's wire types
+// (admin.ratelimit.sluice.dev/v1alpha1): the bodies its routes take and
+// the answers they give. The server (internal/admin) writes them and its
+// clients (kubectl sluice) read them, so the two cannot drift apart; the
+// package imports nothing of Sluice's, so a client does not pull in the
+// server. Durations are rendered in whole seconds ("4m10s"), as the
+// rate-limit headers count them; "never" is a limit that never allows.
+package adminapi
+
+import "time"
+
+// ExplainRequest is the request to explain.
+type ExplainRequest struct {
+	// URL is the request's absolute URL (required).
+	URL string `json:"url"`
+	// Method defaults to GET.
+	Method string `json:"method,omitempty"`
+	// ClientIP is the client's address, as the check endpoint would
+	// have read it behind the trusted proxies; none when empty.
+	ClientIP string              `json:"clientIP,omitempty"`
+	Headers  map[string][]string `json:"headers,omitempty"`
+}
+
+// Explanation is the explain answer: every policy of the namespace
+// considered, in evaluation order, and the decision.
+type Explanation struct {
+	Namespace string              `json:"namespace"`
+	Policies  []PolicyExplanation `json:"policies"`
+	Decision  Decision            `json:"decision"`
+}
+
+// PolicyExplanation is one policy of the namespace, in evaluation order.
+type PolicyExplanation struct {
+	Name    string `json:"name"`
+	Matched bool   `json:"matched"`
+	// Reason says why a policy did not match.
+	Reason string `json:"reason,omitempty"`
+	// WhenError is the `when` expression's error: the policy applies.
+	WhenError string `json:"whenError,omitempty"`
+	// Key is the key value the request has under the policy, when it
+	// matched; MissingKey says its template found no value.
+	Key        *string      `json:"key,omitempty"`
+	MissingKey *bool        `json:"missingKey,omitempty"`
+	OnMissing  string       `json:"onMissingKey,omitempty"`
+	Limits     []LimitState `json:"limits,omitempty"`
+	Ban        *Ban         `json:"ban,omitempty"`
+}
+
+// Decision is the checker's decision for the request, had it been checked.
+type Decision struct {
+	Allowed    bool   `json:"allowed"`
+	Reason     string `json:"reason"`
+	Policy     string `json:"policy,omitempty"`
+	Limit      string `json:"limit,omitempty"`
+	RetryAfter string `json:"retryAfter"`
+}
+
+// LimitState is one limit's figures for one key value, as a check would
+// see them now.
+type LimitState struct {
+	Name      string `json:"name"`
+	Algorithm string `json:"algorithm"`
+	// Limit is the number in force (the RateLimit-Policy header's quota).
+	Limit      int64     `json:"limit"`
+	Remaining  int64     `json:"remaining"`
+	Reset      string    `json:"reset"`
+	Allowed    bool      `json:"allowed"`
+	RetryAfter string    `json:"retryAfter"`
+	Override   *Override `json:"override"`
+}
+
+// Override is the override of a limit's number in force: where it comes
+// from, the number, and the policy's own.
+type Override struct {
+	Source      string `json:"source"`
+	Limit       int64  `json:"limit"`
+	PolicyLimit int64  `json:"policyLimit"`
+}
+
+// Ban is a ban in force: how long it still lasts and how long it was
+// issued for ("" when the index of bans does not know).
+type Ban struct {
+	Remaining string `json:"remaining"`
+	Length    string `json:"length"`
+}
+
+// KeyState is the inspect answer: one key value's limits and ban under a
+// policy.
+type KeyState struct {
+	Namespace string       `json:"namespace"`
+	Policy    string       `json:"policy"`
+	Key       string       `json:"key"`
+	Limits    []LimitState `json:"limits"`
+	Ban       *Ban         `json:"ban"`
+}
+
+// ResetAnswer names the limits a reset reset.
+type ResetAnswer struct {
+	Namespace string   `json:"namespace"`
+	Policy    string   `json:"policy"`
+	Key       string   `json:"key"`
+	Limits    []string `json:"limits"`
+}
+
+// BanList is the bans answer: the bans in force under a policy.
+type BanList struct {
+	Namespace string     `json:"namespace"`
+	Policy    string     `json:"policy"`
+	Bans      []KeyedBan `json:"bans"`
+}
+
+// KeyedBan is one key value's ban.
+type KeyedBan struct {
+	Key       string `json:"key"`
+	Remaining string `json:"remaining"`
+	Length    string `json:"length"`
+}
+
+// LiftAnswer names the key value whose ban was lifted (or whose run-time
+// override was deleted).
+type LiftAnswer struct {
+	Namespace string `json:"namespace"`
+	Policy    string `json:"policy"`
+	Key       string `json:"key"`
+}
+
+// TopAnswer is the top answer: the key values a policy denied and
+// admitted most over the last Window.
+type TopAnswer struct {
+	Namespace string   `json:"namespace"`
+	Policy    string   `json:"policy"`
+	Window    string   `json:"window"`
+	Denied    []TopKey `json:"denied"`
+	Admitted  []TopKey `json:"admitted"`
+	// ErrorBound says in words how far the counts may be from the truth.
+	ErrorBound string `json:"errorBound"`
+}
+
+// TopKey is one key value's count, which exceeds the true number of its
+// decisions by at most Overestimate.
+type TopKey struct {
+	Key          string `json:"key"`
+	Count        int64  `json:"count"`
+	Overestimate int64  `json:"overestimate"`
+}
+
+// OverrideList is the overrides answer: a policy's overrides, run time
+// and declared.
+type OverrideList struct {
+	Namespace string          `json:"namespace"`
+	Policy    string          `json:"policy"`
+	Overrides []OverrideEntry `json:"overrides"`
+}
+
+// OverrideEntry is one key value's override: other numbers for some of
+// its policy's limits.
+type OverrideEntry struct {
+	// Key is the key value as the policy's key template renders it.
+	Key string `json:"key"`
+	// Limits are the numbers by limit name: each limit's quota.
+	Limits map[string]int64 `json:"limits"`
+	// Source is Runtime or Declared.
+	Source string `json:"source"`
+	// Expires is when the override stops applying; nil: never.
+	Expires *time.Time `json:"expires"`
+	// SetBy names who set a run-time override, and SetAt when.
+	SetBy string    `json:"setBy,omitempty"`
+	SetAt time.Time `json:"setAt,omitzero"`
+	// Object names the RateLimitOverrides object of a declared override.
+	Object string `json:"object,omitempty"`
+}
+
+// SetOverride is the body of a set: the numbers by limit name, and an
+// expiry as a duration from now (ExpiresIn) or a time (Expires); neither
+// is no expiry.
+type SetOverride struct {
+	Limits    map[string]int64 `json:"limits"`
+	ExpiresIn string           `json:"expiresIn,omitempty"`
+	Expires   *time.Time       `json:"expires,omitempty"`
+}
