@@ -49,19 +49,9 @@ type Handler struct {
 	topKeys   topkeys.Source
 	log       *slog.Logger
 	now       func() time.Time
-	routes    []route
-}
-
-// route is one method on one path under Base, whose segments in braces
-// ("{namespace}") are read with r.PathValue.
-type route struct {
-	method   string
-	segments []string
-	// resource names the route's resource in discovery
-	// ("ratelimitpolicies/keys"); "" for none.
-	resource string
-	verb     string
-	handle   http.HandlerFunc
+	// handlers serve the calls (by their index in calls); nil: a call
+	// this Handler does not serve.
+	handlers [numCalls]http.HandlerFunc
 }
 
 // New returns a Handler serving explain, keys (inspect, reset) and bans
@@ -74,113 +64,49 @@ func New(o Options) *Handler {
 		o.Now = time.Now
 	}
 	h := &Handler{checker: o.Checker, overrides: o.Overrides, topKeys: o.Top, log: o.Logger, now: o.Now}
-	h.Handle(http.MethodPost, "/namespaces/{namespace}/explain", "explain", "create", h.explain)
-	h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/keys", "ratelimitpolicies/keys", "get", h.inspect)
-	h.Handle(http.MethodDelete, "/namespaces/{namespace}/ratelimitpolicies/{name}/keys", "ratelimitpolicies/keys", "delete", h.reset)
-	h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/bans", "ratelimitpolicies/bans", "get", h.bans)
-	h.Handle(http.MethodDelete, "/namespaces/{namespace}/ratelimitpolicies/{name}/bans", "ratelimitpolicies/bans", "delete", h.lift)
+	h.handlers[callExplain] = h.explain
+	h.handlers[callInspect] = h.inspect
+	h.handlers[callReset] = h.reset
+	h.handlers[callBans] = h.bans
+	h.handlers[callLift] = h.lift
 	if o.Top != nil {
-		h.Handle(http.MethodGet, "/namespaces/{namespace}/ratelimitpolicies/{name}/top", "ratelimitpolicies/top", "get", h.top)
+		h.handlers[callTop] = h.top
 	}
 	if o.Overrides != nil {
-		const path = "/namespaces/{namespace}/ratelimitpolicies/{name}/overrides"
-		h.Handle(http.MethodGet, path, "ratelimitpolicies/overrides", "get", h.listOverrides)
-		h.Handle(http.MethodPut, path, "ratelimitpolicies/overrides", "update", h.setOverride)
-		h.Handle(http.MethodDelete, path, "ratelimitpolicies/overrides", "delete", h.deleteOverride)
+		h.handlers[callOverrides] = h.listOverrides
+		h.handlers[callSetOverride] = h.setOverride
+		h.handlers[callDeleteOverride] = h.deleteOverride
 	}
 	return h
 }
 
-// Handle adds a route: method on path under Base ("/namespaces/{namespace}/..."),
-// listed in discovery as resource with verb.
-func (h *Handler) Handle(method, path, resource, verb string, handle http.HandlerFunc) {
-	h.routes = append(h.routes, route{method: method, segments: strings.Split(strings.Trim(path, "/"), "/"), resource: resource, verb: verb, handle: handle})
-}
+func (h *Handler) serves(i int) bool { return h.handlers[i] != nil }
 
-// ServeHTTP implements http.Handler: the route of r's path and method,
+// ServeHTTP implements http.Handler: the call of r's path and method,
 // discovery at Base, 404 for an unknown path and 405 for a known path
 // with another method.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.Path, Base)
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), Base)
 	if !ok || rest != "" && rest[0] != '/' {
-		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: the admin API is under "+Base)
+		WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: the admin API is under "+Base)
 		return
 	}
-	rest = strings.Trim(rest, "/")
-	if rest == "" {
-		if r.Method != http.MethodGet {
-			methodNotAllowed(w, []string{http.MethodGet})
-			return
-		}
-		h.discovery(w)
-		return
+	i, segs, m, allowed := route(r.Method, rest, h.serves)
+	switch m {
+	case MatchDiscovery:
+		writeJSON(w, http.StatusOK, discoveryOf(h.serves))
+	case MatchNotFound:
+		WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: "+r.URL.Path)
+	case MatchMethodNotAllowed:
+		WriteMethodNotAllowed(w, allowed)
+	default:
+		calls[i].setPathValues(r, segs)
+		h.handlers[i](w, r)
 	}
-	segments := strings.Split(rest, "/")
-	var allowed []string
-	for i := range h.routes {
-		rt := &h.routes[i]
-		if !rt.matches(segments, r) {
-			continue
-		}
-		if rt.method != r.Method {
-			allowed = append(allowed, rt.method)
-			continue
-		}
-		rt.handle(w, r)
-		return
-	}
-	if len(allowed) > 0 {
-		methodNotAllowed(w, allowed)
-		return
-	}
-	writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: "+r.URL.Path)
 }
 
-// matches reports whether segments are the route's path, and sets r's
-// path values when they are.
-func (rt *route) matches(segments []string, r *http.Request) bool {
-	if len(segments) != len(rt.segments) {
-		return false
-	}
-	for i, s := range rt.segments {
-		if s == segments[i] {
-			continue
-		}
-		if !strings.HasPrefix(s, "{") || segments[i] == "" {
-			return false
-		}
-	}
-	for i, s := range rt.segments {
-		if name, ok := strings.CutPrefix(s, "{"); ok {
-			r.SetPathValue(strings.TrimSuffix(name, "}"), segments[i])
-		}
-	}
-	return true
-}
-
-func methodNotAllowed(w http.ResponseWriter, allowed []string) {
+// WriteMethodNotAllowed answers 405 with the methods allowed.
+func WriteMethodNotAllowed(w http.ResponseWriter, allowed []string) {
 	w.Header().Set("Allow", strings.Join(allowed, ", "))
-	writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, "method not allowed here; allowed: "+strings.Join(allowed, ", "))
-}
-
-// discovery answers an APIResourceList of the routes' resources.
-func (h *Handler) discovery(w http.ResponseWriter) {
-	list := metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: Group + "/" + Version}
-	index := map[string]int{}
-	for _, rt := range h.routes {
-		i, ok := index[rt.resource]
-		if !ok {
-			i = len(list.APIResources)
-			index[rt.resource] = i
-			list.APIResources = append(list.APIResources, metav1.APIResource{Name: rt.resource, Namespaced: true, Kind: kindOf(rt.resource)})
-		}
-		list.APIResources[i].Verbs = append(list.APIResources[i].Verbs, rt.verb)
-	}
-	writeJSON(w, http.StatusOK, list)
-}
-
-// kindOf names a resource's kind: "ratelimitpolicies/keys" is Keys.
-func kindOf(resource string) string {
-	last := resource[strings.LastIndexByte(resource, '/')+1:]
-	return strings.ToUpper(last[:1]) + last[1:]
+	WriteStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, "method not allowed here; allowed: "+strings.Join(allowed, ", "))
 }

@@ -50,7 +50,7 @@ func ServeLocal(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if name := intake.NormalizeHost(r.Host); !intake.Unrebindable(name) {
-				writeStatus(w, http.StatusMisdirectedRequest, metav1.StatusReason("MisdirectedRequest"),
+				WriteStatus(w, http.StatusMisdirectedRequest, metav1.StatusReason("MisdirectedRequest"),
 					fmt.Sprintf("Host %q: the admin API answers to localhost and IP addresses only, so that another site's name rebound to this address reaches nothing", intake.Excerpt(name)))
 				return
 			}

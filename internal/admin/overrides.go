@@ -98,6 +98,6 @@ func writeOverrideError(w http.ResponseWriter, err error) {
 	case errors.Is(err, overrides.ErrInvalid), errors.Is(err, overrides.ErrTooMany):
 		badRequest(w, "%s", err)
 	default:
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error())
+		WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error())
 	}
 }

@@ -19,8 +19,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v) // the client went away: nothing to tell
 }
 
-// writeStatus answers an error as a metav1.Status.
-func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
+// WriteStatus answers an error as a metav1.Status, which client-go and
+// kubectl render.
+func WriteStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
 	writeJSON(w, code, metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure, Message: message, Reason: reason, Code: int32(code), //nolint:gosec // an HTTP status
@@ -28,11 +29,11 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, me
 }
 
 func badRequest(w http.ResponseWriter, format string, args ...any) {
-	writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf(format, args...))
+	WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf(format, args...))
 }
 
 func notFound(w http.ResponseWriter, format string, args ...any) {
-	writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf(format, args...))
+	WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf(format, args...))
 }
 
 // errBadRequest marks an error of the caller's arguments.
@@ -48,8 +49,8 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, check.ErrUnknownPolicy), errors.Is(err, check.ErrUnknownLimit):
 		notFound(w, "%s", err)
 	case errors.Is(err, check.ErrUnsupported):
-		writeStatus(w, http.StatusNotImplemented, metav1.StatusReason("NotImplemented"), err.Error())
+		WriteStatus(w, http.StatusNotImplemented, metav1.StatusReason("NotImplemented"), err.Error())
 	default:
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error())
+		WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, err.Error())
 	}
 }

@@ -34,7 +34,7 @@ import (
 )
 
 const (
-	base           = adminauth.BasePath
+	base           = admin.Base
 	keysPath       = base + "/namespaces/shop/ratelimitpolicies/per-tenant/keys?key=acme"
 	overridesPath  = base + "/namespaces/shop/ratelimitpolicies/per-tenant/overrides?key=acme"
 	explainPath    = base + "/namespaces/shop/explain"
