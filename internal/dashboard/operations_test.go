@@ -1,13 +1,11 @@
 package dashboard
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
 // signinPolicy bans a client denied twice within a minute.
@@ -31,28 +30,10 @@ spec:
   penalty: {denials: 2, within: 1m, ban: 10m, maxBan: 1h}
 `
 
-// logBuffer is a log the admin API writes to while the test reads it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // serveOperations serves what local mode serves, the admin API behind the
 // dashboard included, over api.yaml and signin.yaml; it returns the base
 // URL and the admin API's log.
-func serveOperations(t *testing.T) (string, *logBuffer) {
+func serveOperations(t *testing.T) (string, *syncbuf.Buffer) {
 	t.Helper()
 	f, err := policyfiles.NewFolder(writeFiles(t, map[string]string{"api.yaml": apiPolicy, "signin.yaml": signinPolicy}), 0, quiet)
 	if err != nil {
@@ -64,7 +45,7 @@ func serveOperations(t *testing.T) (string, *logBuffer) {
 	go index.Follow(ctx, store)
 	stack := checkstack.New(checkstack.Options{Source: f, Overrides: index, TopKeys: true, Logger: quiet})
 	t.Cleanup(func() { _ = stack.Close() })
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := admin.New(admin.Options{Checker: stack.Checker, Top: stack.Top,
 		Overrides: &overrides.Runtime{Store: store, Policy: overrides.PolicyOf(f.Policies), Log: quiet},
 		Logger:    slog.New(slog.NewTextHandler(logs, nil))})
