@@ -450,7 +450,7 @@ func TestStateJSONNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{`"mode"`, `"editable"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
+	for _, name := range []string{`"mode"`, `"editable"`, `"admin"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
 		`"ready"`, `"limits"`, `"algorithm"`, `"params"`, `"duration"`, `"counts"`, `"shadowDenied"`} {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("state JSON lacks %s: %s", name, b)
