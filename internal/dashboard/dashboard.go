@@ -210,7 +210,7 @@ func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
 const pageCaller = admin.LocalCaller + " (dashboard)"
 
 // admin serves the admin API's route at admin.Base/{path} to the page,
-// as pageCaller, a change only when mayChange allows it.
+// as pageCaller; anything but a GET only when mayChange allows it.
 func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) {
 	if d.opts.Admin == nil {
 		problemJSON(w, http.StatusForbidden, "Not offered here",
@@ -218,7 +218,7 @@ func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) {
 				"(kubectl sluice top NAMESPACE/POLICY, bans, lift, reset, override), which the API server authorizes against the policy")
 		return
 	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead && !d.mayChange(w, r) {
+	if r.Method != http.MethodGet && !d.mayChange(w, r) {
 		return
 	}
 	call := r.Clone(admin.WithCaller(r.Context(), pageCaller))
