@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/checkstack"
@@ -37,6 +38,9 @@ type Options struct {
 	// RateLimitPolicy objects are the truth). Set one.
 	Files *policyfiles.Folder
 	Table *policytable.Reader
+	// Admin is local mode's admin API, which the dashboard's operations
+	// on key values go through (dashboard.Options.Admin; with Files only).
+	Admin http.Handler
 	// Profile fixes the proxy profile (default: detected per request).
 	Profile webhook.Profile
 	// TrustedProxies are the CIDRs whose forwarded headers are believed
@@ -86,7 +90,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dash, err := dashboard.New(dashboard.Options{Checker: checker, Files: o.Files, Table: o.Table, Listen: o.Listen, Hosts: o.DashboardHosts})
+	dash, err := dashboard.New(dashboard.Options{Checker: checker, Files: o.Files, Table: o.Table, Admin: o.Admin, Listen: o.Listen, Hosts: o.DashboardHosts})
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 // Package dashboard serves Sluice's web page: the policies in force with
 // their limits and Ready state, live decision counts, a form that tries a
 // request in dry run, a burst that shows a limit draining and refilling,
-// and, in local mode, editing a policy's numbers. The page is plain HTML,
+// and, in local mode, editing a policy's numbers and operating on its key
+// values (top key values, bans and lift, overrides, reset) through the
+// admin API (internal/admin). The page is plain HTML,
 // CSS and one small script embedded in the binary; it asks the check
 // endpoint's own POST /v1/check for decisions and this package's JSON
 // routes for the rest.
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
@@ -38,6 +41,12 @@ type Options struct {
 	Files *policyfiles.Folder
 	// Table is the check process's view of the policy table in Redis.
 	Table *policytable.Reader
+	// Admin is local mode's admin API (an *admin.Handler), which the
+	// page's operations on key values go through; it needs Files. In a
+	// cluster the admin API is reached through the API server, which
+	// authorizes each call against the policy (kubectl sluice), so the
+	// dashboard there offers none of it.
+	Admin http.Handler
 	// Listen is the address the page is served on (--listen); its host,
 	// when one is named, is a name the dashboard answers to.
 	Listen string
@@ -62,6 +71,9 @@ func New(o Options) (*Dashboard, error) {
 	if o.Files != nil && o.Table != nil {
 		return nil, errors.New("dashboard: set Files (local mode) or Table (cluster), not both")
 	}
+	if o.Admin != nil && o.Files == nil {
+		return nil, errors.New("dashboard: the admin API is offered in local mode only (set Files)")
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -85,15 +97,18 @@ type Mux interface {
 //	GET /api/dashboard/state                               policies, statuses and live counts
 //	POST /api/dashboard/policies/{namespace}/{name}/limits  edit limit numbers (local mode)
 //	DELETE /api/dashboard/policies/{namespace}/{name}/edit  revert to the file (local mode)
+//	ANY /api/dashboard/admin/{path...}                      the admin API at admin.Base/{path} (local mode)
 //
 // Each answers only to the names the dashboard is served as (hostGuard);
-// the check routes beside them answer to any name.
+// the check routes beside them answer to any name. Every change, an
+// admin API call included, passes mayChange.
 func (d *Dashboard) Register(m Mux) {
 	m.Handle("GET /{$}", d.hosts.guard(d.page))
 	m.Handle("GET /dashboard/{file}", d.hosts.guard(d.asset))
 	m.Handle("GET /api/dashboard/state", d.hosts.guard(d.state))
 	m.Handle("POST /api/dashboard/policies/{namespace}/{name}/limits", d.hosts.guard(d.edit))
 	m.Handle("DELETE /api/dashboard/policies/{namespace}/{name}/edit", d.hosts.guard(d.revert))
+	m.Handle("/api/dashboard/admin/{path...}", d.hosts.guard(d.admin))
 }
 
 // securityHeaders keep the page's script the only script that runs (the
@@ -187,8 +202,28 @@ func (d *Dashboard) mayChange(w http.ResponseWriter, r *http.Request) bool {
 	case "", "same-origin", "none":
 		return checkhttp.RequireJSON(w, r)
 	}
-	problemJSON(w, http.StatusForbidden, "Edit rejected", "cross-site requests may not edit policies")
+	problemJSON(w, http.StatusForbidden, "Change rejected", "cross-site requests may not change policies, key values, bans or overrides")
 	return false
+}
+
+// pageCaller is who the admin API logs as making the page's calls.
+const pageCaller = admin.LocalCaller + " (dashboard)"
+
+// admin serves the admin API's route at admin.Base/{path} to the page,
+// as pageCaller; anything but a GET only when mayChange allows it.
+func (d *Dashboard) admin(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Admin == nil {
+		problemJSON(w, http.StatusForbidden, "Not offered here",
+			"top key values, bans, overrides, reset and lift are on this page in local mode only; in a cluster use kubectl sluice "+
+				"(kubectl sluice top NAMESPACE/POLICY, bans, lift, reset, override), which the API server authorizes against the policy")
+		return
+	}
+	if r.Method != http.MethodGet && !d.mayChange(w, r) {
+		return
+	}
+	call := r.Clone(admin.WithCaller(r.Context(), pageCaller))
+	call.URL.Path, call.URL.RawPath = admin.Base+"/"+r.PathValue("path"), ""
+	d.opts.Admin.ServeHTTP(w, call)
 }
 
 func (d *Dashboard) editError(w http.ResponseWriter, err error) {

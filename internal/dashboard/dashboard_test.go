@@ -72,20 +72,29 @@ func serveDir(t *testing.T, dir string) (*httptest.Server, *policyfiles.Folder) 
 	return serveDirWith(t, dir, Options{})
 }
 
-// serveDirWith is serveDir with the dashboard's options o (its Checker
-// and Files are set here).
+// serveDirWith is serveDir with the dashboard's options o (its Files are
+// set here, and its Checker unless o has one).
 func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *policyfiles.Folder) {
 	t.Helper()
 	f, err := policyfiles.NewFolder(dir, 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checker := checktest.New(t, check.Options{Source: f})
-	srv, err := webhook.New(webhook.Options{Checker: checker, Logger: quiet})
+	return serveFolder(t, f, o), f
+}
+
+// serveFolder serves the check endpoint and the dashboard of o over the
+// policies of f (o.Checker: a checker over f when unset).
+func serveFolder(t *testing.T, f *policyfiles.Folder, o Options) *httptest.Server {
+	t.Helper()
+	if o.Checker == nil {
+		o.Checker = checktest.New(t, check.Options{Source: f})
+	}
+	srv, err := webhook.New(webhook.Options{Checker: o.Checker, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Checker, o.Files = checker, f
+	o.Files = f
 	d, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +102,7 @@ func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *polic
 	d.Register(srv)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return ts, f
+	return ts
 }
 
 func getState(t *testing.T, base string) State {
@@ -362,15 +371,17 @@ func TestEditFromThePage(t *testing.T) {
 	}
 }
 
-func TestClusterDashboardIsReadOnly(t *testing.T) {
+// serveCluster serves the cluster check process's dashboard, over a
+// policy table not read yet (no Redis is contacted).
+func serveCluster(t *testing.T) *httptest.Server {
+	t.Helper()
 	f, err := policyfiles.NewFolder(t.TempDir(), 0, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checker := checktest.New(t, check.Options{Source: f})
-	// A reader that has not read the table yet (no Redis is contacted).
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer client.Close()
+	t.Cleanup(func() { _ = client.Close() })
 	reader := policytable.NewReader(policytable.New(client), time.Second, quiet)
 	d, err := New(Options{Checker: checker, Table: reader})
 	if err != nil {
@@ -379,8 +390,12 @@ func TestClusterDashboardIsReadOnly(t *testing.T) {
 	mux := http.NewServeMux()
 	d.Register(mux)
 	ts := httptest.NewServer(mux)
-	defer ts.Close()
+	t.Cleanup(ts.Close)
+	return ts
+}
 
+func TestClusterDashboardIsReadOnly(t *testing.T) {
+	ts := serveCluster(t)
 	st := getState(t, ts.URL)
 	if st.Mode != "cluster" || st.Editable || !strings.Contains(st.Notice, "kubectl") ||
 		len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "not been read") {
@@ -400,6 +415,9 @@ func TestNewRejectsBothSources(t *testing.T) {
 	checker := checktest.New(t, check.Options{Source: f})
 	if _, err := New(Options{Checker: checker, Files: f, Table: &policytable.Reader{}}); err == nil {
 		t.Fatal("Files and Table together must be refused")
+	}
+	if _, err := New(Options{Checker: checker, Table: &policytable.Reader{}, Admin: http.NotFoundHandler()}); err == nil {
+		t.Fatal("the admin API without Files (in a cluster) must be refused")
 	}
 	if _, err := New(Options{}); err == nil {
 		t.Fatal("a missing Checker must be refused")
@@ -432,7 +450,7 @@ func TestStateJSONNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{`"mode"`, `"editable"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
+	for _, name := range []string{`"mode"`, `"editable"`, `"admin"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
 		`"ready"`, `"limits"`, `"algorithm"`, `"params"`, `"duration"`, `"counts"`, `"shadowDenied"`} {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("state JSON lacks %s: %s", name, b)

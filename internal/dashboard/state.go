@@ -17,6 +17,10 @@ type State struct {
 	Mode string `json:"mode"`
 	// Editable is set when policies' numbers can be edited from the page.
 	Editable bool `json:"editable"`
+	// Admin is set when the page offers each policy's top key values,
+	// bans and lift, overrides and reset (local mode, through the admin
+	// API).
+	Admin bool `json:"admin"`
 	// Notice tells where policies come from and how to change them.
 	Notice string `json:"notice"`
 	// Revision identifies the policy set in force.
@@ -99,7 +103,7 @@ func (d *Dashboard) snapshot() State {
 	}
 	switch {
 	case d.opts.Files != nil:
-		st.Mode, st.Editable = "local", true
+		st.Mode, st.Editable, st.Admin = "local", true, d.opts.Admin != nil
 		dir := d.opts.Files.Dir()
 		st.Notice = fmt.Sprintf("Local mode: policies from the files in %s. Numbers edited here apply at once, "+
 			"in memory only; when a policy's file changes, the file's version applies again.", dir)
@@ -128,7 +132,8 @@ func (d *Dashboard) snapshot() State {
 	case d.opts.Table != nil:
 		st.Mode = "cluster"
 		st.Notice = "Read-only: policies come from RateLimitPolicy objects through the policy table in Redis. " +
-			"To change one, edit it with kubectl (kubectl edit rlp NAME -n NAMESPACE)."
+			"To change one, edit it with kubectl (kubectl edit rlp NAME -n NAMESPACE). Top key values, bans, overrides, " +
+			"reset and lift are not offered here: use kubectl sluice, which the API server authorizes against the policy."
 		if !d.opts.Table.Loaded() {
 			st.Problems = append(st.Problems, "the policy table has not been read from Redis yet")
 		}

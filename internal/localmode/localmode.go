@@ -77,7 +77,9 @@ type App struct {
 	// time they were read.
 	declared map[overrides.PolicyID]bool
 	server   *checkserver.Server
-	// Admin is the admin API's handler; nil when cfg.AdminListen is unset.
+	// Admin is the admin API's handler: the dashboard's operations go
+	// through it, and it is served on an address of its own when
+	// cfg.AdminListen (adminAddr) is set.
 	Admin     *admin.Handler
 	adminAddr string
 	closers   []func()
@@ -134,16 +136,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// Closed before the Redis store: the units the leases hold go back first.
 	a.closers = append([]func(){func() { _ = stack.Close() }}, a.closers...)
 
+	a.Admin = admin.New(admin.Options{Checker: stack.Checker, Overrides: a.Overrides, Top: stack.Top, Logger: log})
+	a.adminAddr = cfg.AdminListen
 	a.server, err = checkserver.New(checkserver.Options{
-		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Files: files,
+		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Files: files, Admin: a.Admin,
 		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
 	})
 	if err != nil {
 		a.Close()
 		return nil, err
-	}
-	if cfg.AdminListen != "" {
-		a.Admin, a.adminAddr = admin.New(admin.Options{Checker: stack.Checker, Overrides: a.Overrides, Top: stack.Top, Logger: log}), cfg.AdminListen
 	}
 	return a, nil
 }
@@ -228,7 +229,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if a.Admin == nil {
+	if a.adminAddr == "" {
 		return a.ServeWithGRPC(ctx, ln, grpcLn)
 	}
 	adminLn, err := net.Listen("tcp", a.adminAddr)

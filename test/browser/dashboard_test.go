@@ -51,30 +51,10 @@ const hostile = `<b>alice</b><img src=x onerror="document.title='pwned'">`
 
 func TestDashboard(t *testing.T) {
 	chromium := findChromium(t)
-	base := startLocal(t)
-	ctx, jsErrors := startBrowser(t, chromium)
+	base := startLocal(t, map[string]string{"api.yaml": policyYAML})
+	pg := startBrowser(t, chromium)
+	ctx, jsErrors, step, waitFor, text := pg.ctx, pg.jsErrors, pg.step, pg.waitFor, pg.text
 	start := time.Now()
-
-	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v (JavaScript errors: %q)", what, err, jsErrors())
-		}
-	}
-	waitFor := func(what, predicate string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
-			t.Fatalf("waiting until %s: %v (JavaScript errors: %q)", what, err, jsErrors())
-		}
-	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
 	const row = `tbody[data-policy="default/api"]`
 
 	// The policy is listed with its limits and Ready.
@@ -146,24 +126,7 @@ func TestDashboard(t *testing.T) {
 
 	// Let the chart draw a little of the watch, then keep a picture.
 	time.Sleep(1500 * time.Millisecond)
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	shot := filepath.Join(t.TempDir(), "dashboard.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
-	if dir := os.Getenv("SLUICE_BROWSER_ARTIFACTS"); dir != "" {
-		// t.TempDir is removed after the test; this keeps a copy for CI or a person.
-		if err := os.MkdirAll(dir, 0o755); err == nil {
-			keep := filepath.Join(dir, "dashboard.png")
-			if err := os.WriteFile(keep, png, 0o644); err == nil {
-				t.Logf("screenshot kept at %s", keep)
-			}
-		}
-	}
+	pg.screenshot("dashboard.png")
 	// Revert: the page declares the change JSON, as the server requires.
 	step("revert to the file", chromedp.Click(chromedp.CSS(`#edit-revert`)))
 	waitFor("the revert applies", `document.querySelector('#edit-result').className === 'ok' && document.querySelector('#edit-result').textContent.startsWith('Reverted')`)
@@ -198,12 +161,15 @@ func findChromium(t *testing.T) string {
 }
 
 // startLocal runs local mode in this process over a temp folder holding
-// the policy, on a free loopback port, and returns its base URL.
-func startLocal(t *testing.T) string {
+// files (policies by file name), on a free loopback port, and returns its
+// base URL.
+func startLocal(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(policyYAML), 0o644); err != nil {
-		t.Fatal(err)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := localmode.New(ctx, localmode.Config{PoliciesDir: dir, PollInterval: 200 * time.Millisecond,
@@ -229,10 +195,69 @@ func startLocal(t *testing.T) string {
 	return "http://" + ln.Addr().String()
 }
 
+// tab is a browser tab that a test drives; each of its steps fails the
+// test with the page's JavaScript errors.
+type tab struct {
+	t   *testing.T
+	ctx context.Context
+	// jsErrors reports the page's JavaScript errors (exceptions, console
+	// errors, CSP violations).
+	jsErrors func() []string
+}
+
+// step runs actions.
+func (b *tab) step(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, actions...); err != nil {
+		b.t.Fatalf("%s: %v (JavaScript errors: %q)", what, err, b.jsErrors())
+	}
+}
+
+// waitFor waits until the JavaScript predicate holds.
+func (b *tab) waitFor(what, predicate string) {
+	b.t.Helper()
+	if _, err := chromedp.Run(b.ctx, chromedp.Poll[bool](predicate, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		b.t.Fatalf("waiting until %s: %v (JavaScript errors: %q)", what, err, b.jsErrors())
+	}
+}
+
+// text is the text of the element sel selects.
+func (b *tab) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.TextContent(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// screenshot takes a picture of the whole page, kept in
+// $SLUICE_BROWSER_ARTIFACTS as name when that is set.
+func (b *tab) screenshot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot: %v", err)
+	}
+	shot := filepath.Join(b.t.TempDir(), name)
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	if dir := os.Getenv("SLUICE_BROWSER_ARTIFACTS"); dir != "" {
+		// t.TempDir is removed after the test; this keeps a copy for CI or a person.
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			keep := filepath.Join(dir, name)
+			if err := os.WriteFile(keep, png, 0o644); err == nil {
+				b.t.Logf("screenshot kept at %s", keep)
+			}
+		}
+	}
+}
+
 // startBrowser starts headless Chromium with a fresh profile and returns
-// its tab's context and a function reporting the page's JavaScript errors
-// (exceptions, console errors, CSP violations).
-func startBrowser(t *testing.T, chromium string) (context.Context, func() []string) {
+// its tab.
+func startBrowser(t *testing.T, chromium string) *tab {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromium),
@@ -296,9 +321,9 @@ func startBrowser(t *testing.T, chromium string) (context.Context, func() []stri
 	if err != nil {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
-	return ctx, func() []string {
+	return &tab{t: t, ctx: ctx, jsErrors: func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), errors...)
-	}
+	}}
 }

@@ -56,7 +56,7 @@
     $('#revision').textContent = 'policy set revision ' + s.revision;
     $('#notice').textContent = s.notice;
     $('#problems').replaceChildren(...s.problems.map((p) => el('li', null, p)));
-    const sig = JSON.stringify([s.editable, s.policies]);
+    const sig = JSON.stringify([s.editable, s.admin, s.policies]);
     if (sig !== policiesSig) {
       policiesSig = sig;
       renderPolicies(s);
@@ -111,6 +111,9 @@
           }
           if (s.editable && p.editable) {
             actions.append(' ', el('button', { type: 'button', class: 'small edit', onclick: () => openEditor(p) }, 'Edit'));
+          }
+          if (s.admin && p.inForce) {
+            actions.append(' ', el('button', { type: 'button', class: 'small ops', title: 'top key values, bans, overrides and reset', onclick: () => openOps(p) }, 'Keys'));
           }
           tr.append(actions);
         }
@@ -227,6 +230,184 @@
     } catch (e) {
       setEditResult('The edit could not be sent: ' + e.message, 'error');
     }
+  }
+
+  // ---- a policy's key values: top, bans, overrides, reset (local mode,
+  // through the admin API behind /api/dashboard/admin/) ----
+
+  let operating = null;
+  let opsSigs = {};
+
+  function adminPath(p, resource, query) {
+    const url = '/api/dashboard/admin/namespaces/' + encodeURIComponent(p.namespace) +
+      '/ratelimitpolicies/' + encodeURIComponent(p.name) + '/' + resource;
+    const qs = new URLSearchParams(query || {}).toString();
+    return qs ? url + '?' + qs : url;
+  }
+
+  // errorText is what the server said: the admin API's Status message as
+  // it is, or the dashboard's own problem.
+  function errorText(j, status) {
+    if (j && j.kind === 'Status' && j.message) return j.message;
+    if (j && j.title) return j.title + (j.detail ? ': ' + j.detail : '');
+    return 'HTTP ' + status;
+  }
+
+  async function adminCall(method, url, body) {
+    const init = { method, cache: 'no-store' };
+    if (method !== 'GET') {
+      // Declared JSON, even without a body: the server refuses any other.
+      init.headers = { 'Content-Type': 'application/json' };
+      if (body) init.body = JSON.stringify(body);
+    }
+    const r = await fetch(url, init);
+    const j = await r.json().catch(() => null);
+    if (!r.ok) throw new Error(errorText(j, r.status));
+    return j;
+  }
+
+  function openOps(p) {
+    operating = p;
+    opsSigs = {};
+    $('#ops-section').hidden = false;
+    $('#ops-title').textContent = 'Key values of ' + policyId(p.namespace, p.name);
+    for (const t of ['#top-denied', '#top-admitted', '#bans', '#overrides']) $(t).replaceChildren();
+    $('#top-bound').textContent = '';
+    $('#reset-form').elements.limit.replaceChildren(el('option', { value: '' }, 'every limit'),
+      ...p.limits.map((l) => el('option', { value: l.name }, l.name)));
+    $('#override-form').elements.limits.placeholder = p.limits.map((l) => {
+      const count = l.params.find((pa) => !pa.duration);
+      return l.name + '=' + (count ? count.value * 10 : 100);
+    }).join(' ');
+    setOpsResult('', '');
+    $('#ops-section').scrollIntoView({ block: 'nearest' });
+    refreshOps();
+  }
+
+  function closeOps() {
+    operating = null;
+    $('#ops-section').hidden = true;
+  }
+
+  function setOpsResult(text, cls) {
+    const r = $('#ops-result');
+    r.textContent = text;
+    r.className = cls;
+  }
+
+  async function refreshOps() {
+    const p = operating;
+    if (!p) return;
+    try {
+      const [top, bans, ovs] = await Promise.all(['top', 'bans', 'overrides'].map((what) => adminCall('GET', adminPath(p, what))));
+      if (p !== operating) return;
+      $('#ops-error').textContent = '';
+      renderChanged('top', top, renderTop);
+      renderChanged('bans', bans, renderBans);
+      renderChanged('overrides', ovs, renderOverrides);
+    } catch (e) {
+      if (p === operating) $('#ops-error').textContent = e.message;
+    }
+  }
+
+  // renderChanged renders what changed only, so that a button is not
+  // replaced under the pointer every second.
+  function renderChanged(what, data, render) {
+    const sig = JSON.stringify(data);
+    if (opsSigs[what] === sig) return;
+    opsSigs[what] = sig;
+    render(data);
+  }
+
+  const emptyRow = (text) => el('tbody', null, el('tr', null, el('td', { class: 'muted' }, text)));
+  const head = (...names) => el('thead', null, el('tr', null, names.map((h) => el('th', null, h))));
+  const keyCell = (key) => el('td', null, el('code', { class: 'key' }, key));
+
+  function renderTop(top) {
+    for (const [sel, entries, what] of [['#top-denied', top.denied, 'denied'], ['#top-admitted', top.admitted, 'admitted']]) {
+      $(sel).replaceChildren(entries.length === 0 ? emptyRow('None ' + what + ' in the last ' + top.window + '.') : el('tbody', null,
+        el('tr', null, el('th', null, 'Key value'), el('th', { class: 'num' }, 'Count'),
+          el('th', { class: 'num', title: 'the count exceeds the true number of decisions by at most this' }, 'Over by at most'), el('th')),
+        entries.map((e) => el('tr', { 'data-key': e.key },
+          keyCell(e.key),
+          el('td', { class: 'num count' }, e.count),
+          el('td', { class: 'num' }, e.overestimate),
+          el('td', null, el('button', { type: 'button', class: 'small reset', title: 'reset every limit of this key value', onclick: () => resetKey(e.key, '') }, 'Reset'))))));
+    }
+    $('#top-bound').textContent = 'Over the last ' + top.window + ': ' + top.errorBound + '.';
+  }
+
+  function renderBans(list) {
+    $('#bans').replaceChildren(list.bans.length === 0 ? emptyRow('No bans in force.') : head('Key value', 'Time left', 'Ban length', ''),
+      el('tbody', null, list.bans.map((b) => el('tr', { 'data-key': b.key },
+        keyCell(b.key),
+        el('td', { class: 'num' }, b.remaining),
+        el('td', { class: 'num' }, b.length),
+        el('td', null, el('button', { type: 'button', class: 'small lift', onclick: () => lift(b.key) }, 'Lift'))))));
+  }
+
+  function renderOverrides(list) {
+    $('#overrides').replaceChildren(list.overrides.length === 0 ? emptyRow('No overrides.') : head('Key value', 'Limits', 'Source', 'Expires', 'Set by', ''),
+      el('tbody', null, list.overrides.map((o) => el('tr', { 'data-key': o.key, 'data-source': o.source },
+        keyCell(o.key),
+        el('td', { class: 'limits' }, Object.keys(o.limits).sort().map((n) => el('span', { 'data-limit': n }, n + ' ', el('b', null, o.limits[n])))),
+        el('td', null, o.source),
+        el('td', null, o.expires || 'never'),
+        el('td', null, o.setBy || (o.object ? 'object ' + o.object : '')),
+        el('td', null, o.source === 'Runtime'
+          ? el('button', { type: 'button', class: 'small delete', onclick: () => deleteOverride(o.key) }, 'Delete')
+          : el('span', { class: 'muted small', title: 'declared in a RateLimitOverrides file: change it there' }, 'from a file'))))));
+  }
+
+  // act makes a change through the admin API and says how it went: what
+  // was done, or the server's message as it is.
+  async function act(method, resource, query, body, done) {
+    const p = operating;
+    if (!p) return;
+    try {
+      setOpsResult(done(await adminCall(method, adminPath(p, resource, query), body)), 'ok');
+    } catch (e) {
+      setOpsResult(e.message, 'error');
+    }
+    await refreshOps();
+  }
+
+  function resetKey(key, limit) {
+    return act('DELETE', 'keys', limit ? { key, limit } : { key }, null,
+      (j) => 'Reset ' + j.limits.join(', ') + ' of key value ' + j.key + '.');
+  }
+
+  function lift(key) {
+    return act('DELETE', 'bans', { key }, null, (j) => 'Lifted the ban of key value ' + j.key + '.');
+  }
+
+  function deleteOverride(key) {
+    return act('DELETE', 'overrides', { key }, null, (j) => 'Deleted the override of key value ' + j.key + '.');
+  }
+
+  function setOverride(ev) {
+    ev.preventDefault();
+    const f = $('#override-form').elements;
+    const limits = {};
+    for (const pair of f.limits.value.split(/[\s,]+/).filter(Boolean)) {
+      const m = /^([^=]+)=(\d+)$/.exec(pair);
+      if (!m) {
+        setOpsResult('"' + pair + '" is not limit=number (a whole number), such as burst=50', 'error');
+        return;
+      }
+      limits[m[1]] = Number(m[2]);
+    }
+    const body = { limits };
+    const expiresIn = f.expiresIn.value.trim();
+    if (expiresIn) body.expiresIn = expiresIn;
+    act('PUT', 'overrides', { key: f.key.value }, body, (j) => 'Override set for key value ' + j.key + ': ' +
+      Object.keys(j.limits).sort().map((n) => n + '=' + j.limits[n]).join(' ') + (j.expires ? ', until ' + j.expires : '') + '.');
+  }
+
+  function submitReset(ev) {
+    ev.preventDefault();
+    const f = $('#reset-form').elements;
+    resetKey(f.key.value, f.limit.value);
   }
 
   // ---- trying a request ----
@@ -508,8 +689,13 @@
     $('#edit-revert').addEventListener('click', revertEdit);
     $('#edit-close').addEventListener('click', () => { editing = null; $('#edit-section').hidden = true; });
     $('#try-form').elements.namespace.addEventListener('input', renderPolicyOptions);
+    $('#override-form').addEventListener('submit', setOverride);
+    $('#reset-form').addEventListener('submit', submitReset);
+    $('#ops-close').addEventListener('click', closeOps);
     const loop = async () => {
       await refresh();
+      if (state && !state.admin) closeOps();
+      await refreshOps();
       setTimeout(loop, 1000);
     };
     loop();
