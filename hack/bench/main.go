@@ -282,6 +282,7 @@ func run(args []string) error {
 		}
 		report += section
 	}
+	report += fmt.Sprintf("\nLoad average at the end: %s.\n", loadAverage())
 	return writeReport(report, o.save, o.only)
 }
 

@@ -58,6 +58,9 @@ type overridesCost struct {
 	applied time.Duration
 	// redisBytes is the declared overrides' hash in Redis.
 	redisBytes int64
+	// redisLongest is the longest command Redis ran while they were
+	// written and read (its slow log): the time it answered no one else.
+	redisLongest time.Duration
 }
 
 // declareOverrides warms c (a Sluice configuration with policy name and
@@ -72,6 +75,10 @@ func declareOverrides(dir string, c *config, name string, rdb *redis.Client, war
 	}
 	var err error
 	if cost.rssBefore, err = residentMemory(c.pid); err != nil {
+		return cost, err
+	}
+	ctx := context.Background()
+	if err := rdb.SlowLogReset(ctx).Err(); err != nil {
 		return cost, err
 	}
 	start := time.Now()
@@ -99,12 +106,50 @@ func declareOverrides(dir string, c *config, name string, rdb *redis.Client, war
 		}
 	}
 	cost.applied = time.Since(start)
+	// Each poll of the folder that saw some of the files wrote the
+	// overrides anew, in a script call of up to 100,000 entries that
+	// holds Redis meanwhile, and every process reloads them after: wait
+	// for the last write, so that none falls into the warm-up or the
+	// rounds.
+	if err := waitQuiet(rdb, overrides.RedisRevisionKey, 3*time.Second, deadline); err != nil {
+		return cost, err
+	}
 	if cost.rssLoaded, err = residentMemory(c.pid); err != nil {
 		return cost, err
 	}
+	slow, err := rdb.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		return cost, err
+	}
+	for _, l := range slow {
+		cost.redisLongest = max(cost.redisLongest, l.Duration)
+	}
 	_, declared := overrides.RedisHashKeys(overrides.PolicyID{Namespace: "bench", Name: name})
-	cost.redisBytes, err = rdb.MemoryUsage(context.Background(), declared, 0).Result()
+	cost.redisBytes, err = rdb.MemoryUsage(ctx, declared, 0).Result()
 	return cost, err
+}
+
+// waitQuiet waits until the value of key (or the error reading it) has
+// stayed the same for quiet, or fails at deadline.
+func waitQuiet(rdb *redis.Client, key string, quiet time.Duration, deadline time.Time) error {
+	read := func() string {
+		v, err := rdb.Get(context.Background(), key).Result()
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return v
+	}
+	last, since := read(), time.Now()
+	for time.Since(since) < quiet {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still changing (%s) at the deadline", key, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+		if v := read(); v != last {
+			last, since = v, time.Now()
+		}
+	}
+	return nil
 }
 
 // writeAtomically writes data to a hidden file beside name and renames it
