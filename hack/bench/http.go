@@ -56,7 +56,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 		hotExact:   &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
 		hotLeased:  &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
 		penalty:    &config{name: "Sluice, token bucket with a penalty box, allowing", path: "/check/bench", policies: allowPenalty},
-		overridden: &config{name: "Sluice, token bucket with 100,000 overrides (half the clients overridden), allowing", path: "/check/bench", policies: allowOverridden},
+		overridden: &config{name: "Sluice, token bucket with 100,000 overrides (half the clients overridden), allowing", path: "/check/bench", policies: allowOverridden, redisDB: 1},
 		traced:     &config{name: "Sluice, token bucket, allowing, every check traced (OTLP/gRPC)", path: "/check/bench", policies: allowOne},
 	}
 	endpoint, err := ps.startOTLPSink()
@@ -67,7 +67,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
 	}
-	overridden, err := declareOverrides(ps.dir, h.overridden, overriddenPolicy, rdb, 2*time.Second)
+	overridden, err := declareOverrides(ps.dir, h.overridden, overriddenPolicy, redisAddr, 2*time.Second)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", h.overridden.name, err)
 	}

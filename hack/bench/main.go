@@ -81,7 +81,11 @@ type config struct {
 	// memoryStore: Sluice on its memory store, without a cap on keys,
 	// rather than on the run's Redis.
 	memoryStore bool
-	pprof       string // Sluice's profiler address
+	// redisDB is the Redis database a Sluice configuration keeps its
+	// data in: the overrides one has its own, so that the other processes
+	// neither load nor hold its overrides.
+	redisDB int
+	pprof   string // Sluice's profiler address
 	// env is added to Sluice's environment (the OTEL_* variables of a
 	// traced configuration).
 	env []string

@@ -64,12 +64,15 @@ type overridesCost struct {
 }
 
 // declareOverrides warms c (a Sluice configuration with policy name and
-// its limit "burst") up with wrk, reads its resident memory, then writes
-// overrides.MaxPerPolicy overrides of the policy into its policies folder
-// and waits until a dry run answers the overridden quota for a key with
-// an override and the policy's own for a key without.
-func declareOverrides(dir string, c *config, name string, rdb *redis.Client, warm time.Duration) (overridesCost, error) {
+// its limit "burst", on the Redis at redisAddr) up with wrk, reads its
+// resident memory, then writes overrides.MaxPerPolicy overrides of the
+// policy into its policies folder and waits until a dry run answers the
+// overridden quota for a key with an override and the policy's own for a
+// key without.
+func declareOverrides(dir string, c *config, name, redisAddr string, warm time.Duration) (overridesCost, error) {
 	var cost overridesCost
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, DB: c.redisDB})
+	defer rdb.Close()
 	if _, err := runWrk(dir, c.url, 2, 50, warm); err != nil {
 		return cost, err
 	}

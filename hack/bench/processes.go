@@ -87,7 +87,7 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 			if c.memoryStore {
 				args = append(args, "--memory-max-keys", "0")
 			} else {
-				args = append(args, "--redis-url", "redis://"+redisAddr)
+				args = append(args, "--redis-url", fmt.Sprintf("redis://%s/%d", redisAddr, c.redisDB))
 			}
 			cmd, err = ps.startEnv(append(os.Environ(), c.env...), manager, args...)
 		default:
