@@ -90,7 +90,7 @@ run: build ## Local mode: serve config/samples on $(LISTEN) (loopback) with the 
 BENCH_ROUNDS ?= 3
 BENCH_DURATION ?= 5s
 .PHONY: bench
-bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); BENCH_ONLY=http|rls runs one part; BENCH_SAVE=1 writes bench/<date>.md; BENCH_PROFILE=DIR adds CPU profiles of Sluice under load (saved in DIR).
+bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); then memory under a flood of distinct keys; BENCH_ONLY=http|rls|memory runs one part; BENCH_SAVE=1 writes bench/<date>.md; BENCH_PROFILE=DIR adds CPU profiles of Sluice under load (saved in DIR).
 	hack/install-deps.sh wrk=wrk redis-server=redis-server
 	hack/install-bench-tools.sh $(BIN)
 	$(GO) build -o $(BIN)/bench ./hack/bench

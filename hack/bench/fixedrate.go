@@ -97,11 +97,23 @@ const loadClients = 10_000
 func authURLRequests(u *url.URL) [][]byte {
 	requests := make([][]byte, loadClients)
 	for i := range requests {
-		ip := fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
-		requests[i] = fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n"+
-			"X-Original-Method: GET\r\nX-Real-IP: %s\r\nX-Forwarded-For: %s\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n", u.RequestURI(), u.Host, ip, ip)
+		requests[i] = appendAuthURLRequest(nil, u, i)
 	}
 	return requests
+}
+
+// clientIP is the i-th client address of the loads (10.0.0.0 on), as
+// wrkScript numbers them.
+func clientIP(i int) string {
+	return fmt.Sprintf("10.%d.%d.%d", i/65536%256, i/256%256, i%256)
+}
+
+// appendAuthURLRequest appends to dst the ingress-nginx auth-url request
+// to u from the i-th client IP, as raw HTTP/1.1.
+func appendAuthURLRequest(dst []byte, u *url.URL, i int) []byte {
+	ip := clientIP(i)
+	return fmt.Appendf(dst, "GET %s HTTP/1.1\r\nHost: %s\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n"+
+		"X-Original-Method: GET\r\nX-Real-IP: %s\r\nX-Forwarded-For: %s\r\nX-Sent-From: nginx-ingress-controller\r\n\r\n", u.RequestURI(), u.Host, ip, ip)
 }
 
 // halfLoad is the latency at half the allowing throughput, measured two

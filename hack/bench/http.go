@@ -29,6 +29,9 @@ type httpConfigs struct {
 	hotExact, hotLeased *config
 	// Sluice allowing with the one limit of allow and a penalty box.
 	penalty *config
+	// Sluice allowing with the one limit of allow and overrides.MaxPerPolicy
+	// declared overrides, half of the load's client IPs among them.
+	overridden *config
 	// Sluice allowing as allow does, every check traced (sampled) and
 	// exported over OTLP/gRPC to a sink.
 	traced *config
@@ -36,24 +39,25 @@ type httpConfigs struct {
 
 // all is every configuration in the order of the rounds and the table.
 func (h httpConfigs) all() []*config {
-	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased, h.penalty, h.traced}
+	return []*config{h.bare, h.bareFast, h.naive, h.allow, h.calendar, h.deny, h.three, h.hotExact, h.hotLeased, h.penalty, h.overridden, h.traced}
 }
 
 // runHTTP is the HTTP part: the check endpoint loaded with wrk round by
 // round, then at half load, and Redis's memory.
 func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redis.Client) (string, error) {
 	h := httpConfigs{
-		bare:      &config{name: "bare net/http 200 (ceiling)", path: "/", serve: "serve-bare"},
-		bareFast:  &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
-		naive:     &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
-		allow:     &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
-		calendar:  &config{name: "Sluice, calendar month in Europe/Berlin, allowing", path: "/check/bench", policies: allowCalendar},
-		deny:      &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
-		three:     &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
-		hotExact:  &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
-		hotLeased: &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
-		penalty:   &config{name: "Sluice, token bucket with a penalty box, allowing", path: "/check/bench", policies: allowPenalty},
-		traced:    &config{name: "Sluice, token bucket, allowing, every check traced (OTLP/gRPC)", path: "/check/bench", policies: allowOne},
+		bare:       &config{name: "bare net/http 200 (ceiling)", path: "/", serve: "serve-bare"},
+		bareFast:   &config{name: "bare fasthttp 200 (ceiling)", path: "/", serve: "serve-bare-fasthttp"},
+		naive:      &config{name: "naive EVALSHA per request (baseline)", path: "/", serve: "serve-naive"},
+		allow:      &config{name: "Sluice, token bucket, allowing", path: "/check/bench", policies: allowOne},
+		calendar:   &config{name: "Sluice, calendar month in Europe/Berlin, allowing", path: "/check/bench", policies: allowCalendar},
+		deny:       &config{name: "Sluice, denying every request", path: "/check/bench", policies: denyAll},
+		three:      &config{name: "Sluice, three limits, allowing", path: "/check/bench", policies: allowThree},
+		hotExact:   &config{name: "Sluice, one hot global key, exact", path: "/check/bench", policies: hotExact},
+		hotLeased:  &config{name: "Sluice, one hot global key, leased (1,000 units)", path: "/check/bench", policies: hotLeased},
+		penalty:    &config{name: "Sluice, token bucket with a penalty box, allowing", path: "/check/bench", policies: allowPenalty},
+		overridden: &config{name: "Sluice, token bucket with 100,000 overrides (half the clients overridden), allowing", path: "/check/bench", policies: allowOverridden, redisDB: 1},
+		traced:     &config{name: "Sluice, token bucket, allowing, every check traced (OTLP/gRPC)", path: "/check/bench", policies: allowOne},
 	}
 	endpoint, err := ps.startOTLPSink()
 	if err != nil {
@@ -63,10 +67,17 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 	if err := ps.startServers(h.all(), o.manager, redisAddr); err != nil {
 		return "", err
 	}
+	overridden, err := declareOverrides(ps.dir, h.overridden, overriddenPolicy, redisAddr, 2*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", h.overridden.name, err)
+	}
 	if err := warmUp(h); err != nil {
 		return "", err
 	}
 	if err := measureRounds(ps.dir, h.all(), redisPid, rdb, o); err != nil {
+		return "", err
+	}
+	if overridden.rssAfter, err = residentMemory(h.overridden.pid); err != nil {
 		return "", err
 	}
 
@@ -95,7 +106,7 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 			profiles = append(profiles, top)
 		}
 	}
-	return renderReport(h, half, mem, profiles, o.rounds, o.duration), nil
+	return renderReport(h, half, mem, overridden, profiles, o.rounds, o.duration), nil
 }
 
 // warmUp sends every client IP twice to the denying configuration, so
@@ -107,12 +118,12 @@ func runHTTP(ps *processes, o options, redisAddr string, redisPid int, rdb *redi
 // otherwise measures nothing.
 func warmUp(h httpConfigs) error {
 	fmt.Fprintf(os.Stderr, "bench: HTTP warm-up, %d requests to %q\n", 2*loadClients, h.deny.name)
-	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased, h.penalty, h.traced} {
+	for _, c := range []*config{h.allow, h.calendar, h.three, h.hotExact, h.hotLeased, h.penalty, h.overridden, h.traced} {
 		u, err := url.Parse(c.url)
 		if err != nil {
 			return err
 		}
-		if err := exchangeAll(u.Host, authURLRequests(u)[:1], http.StatusOK); err != nil {
+		if err := exchangeAll(u.Host, 0, 1, authURL(u), http.StatusOK); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
 	}
@@ -120,21 +131,27 @@ func warmUp(h httpConfigs) error {
 	if err != nil {
 		return err
 	}
-	reqs := authURLRequests(u)
-	if err := exchangeAll(u.Host, reqs, http.StatusOK); err != nil {
+	if err := exchangeAll(u.Host, 0, loadClients, authURL(u), http.StatusOK); err != nil {
 		return fmt.Errorf("%s, first requests: %w", h.deny.name, err)
 	}
 	// ingress-nginx's profile denies with 403 (nginx turns a 429 into 500).
-	if err := exchangeAll(u.Host, reqs, http.StatusForbidden); err != nil {
+	if err := exchangeAll(u.Host, 0, loadClients, authURL(u), http.StatusForbidden); err != nil {
 		return fmt.Errorf("%s, second requests: %w", h.deny.name, err)
 	}
 	return nil
 }
 
-// exchangeAll sends reqs to addr over a few connections at once and wants
-// each answered with status want.
-func exchangeAll(addr string, reqs [][]byte, want int) error {
-	const conns = 8
+// authURL renders the auth-url requests to u (appendAuthURLRequest) for
+// exchangeAll.
+func authURL(u *url.URL) func(dst []byte, i int) []byte {
+	return func(dst []byte, i int) []byte { return appendAuthURLRequest(dst, u, i) }
+}
+
+// exchangeAll sends the requests from..to-1 that render appends to addr
+// over several connections at once and wants each answered with status
+// want.
+func exchangeAll(addr string, from, to int, render func(dst []byte, i int) []byte, want int) error {
+	const conns = 16
 	errs := make([]error, conns)
 	var wg sync.WaitGroup
 	for k := range conns {
@@ -146,9 +163,11 @@ func exchangeAll(addr string, reqs [][]byte, want int) error {
 			}
 			defer c.Close()
 			r := bufio.NewReader(c)
-			for i := k; i < len(reqs); i += conns {
+			var req []byte
+			for i := from + k; i < to; i += conns {
 				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				status, err := exchange(c, r, reqs[i])
+				req = render(req[:0], i)
+				status, err := exchange(c, r, req)
 				if err == nil && status != want {
 					err = fmt.Errorf("request %d answered %d, want %d", i, status, want)
 				}

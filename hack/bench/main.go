@@ -5,11 +5,12 @@
 // configurations, interleaved over several rounds so that a noisy machine
 // affects all alike; then Envoy's Rate Limit Service over gRPC the same
 // way: a bare gRPC server (the ceiling), envoyproxy/ratelimit (the peer)
-// and Sluice, loaded with ghz (rls.go). It reports medians and ratios,
-// never absolute targets alone. `make bench` runs it (after
+// and Sluice, loaded with ghz (rls.go); then the memory of a check
+// process and of Redis under a flood of distinct keys (keyflood.go). It
+// reports medians and ratios, never absolute targets alone. `make bench` runs it (after
 // hack/install-bench-tools.sh); BENCH_SAVE=1 writes bench/<date>.md.
 //
-//	bench -manager bin/manager [-only http|rls] [-rounds 3] [-duration 5s] [-save bench]
+//	bench -manager bin/manager [-only http|rls|memory] [-flood-keys 1000000] [-rounds 3] [-duration 5s] [-save bench]
 //	      [-ghz bin/ghz] [-ratelimit bin/service_cmd] [-rls-lean=true] [-rls-profile FILE]
 //	bench serve-bare | serve-bare-fasthttp | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
 //	bench serve-otlp-sink                                                      (the OTLP receiver a traced Sluice exports to)
@@ -74,7 +75,17 @@ type config struct {
 	url      string
 	rounds   []sample
 	policies string // YAML for Sluice configurations
-	pprof    string // Sluice's profiler address
+	// policiesDir is the folder a Sluice configuration reads its policies
+	// (and overrides) from.
+	policiesDir string
+	// memoryStore: Sluice on its memory store, without a cap on keys,
+	// rather than on the run's Redis.
+	memoryStore bool
+	// redisDB is the Redis database a Sluice configuration keeps its
+	// data in: the overrides one has its own, so that the other processes
+	// neither load nor hold its overrides.
+	redisDB int
+	pprof   string // Sluice's profiler address
 	// env is added to Sluice's environment (the OTEL_* variables of a
 	// traced configuration).
 	env []string
@@ -151,10 +162,16 @@ spec:
 var allowPenalty = strings.Replace(allowOne, "{name: allow,", "{name: penalty,", 1) + `  penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}
 `
 
+// overriddenPolicy is allowOne under a name of its own, the policy the
+// HTTP part declares overrides.MaxPerPolicy overrides of.
+const overriddenPolicy = "overrides"
+
+var allowOverridden = strings.Replace(allowOne, "{name: allow,", "{name: "+overriddenPolicy+",", 1)
+
 // options are the flags of a whole run.
 type options struct {
 	manager  string
-	only     string // "", "http" or "rls"
+	only     string // "", "http", "rls" or "memory"
 	rounds   int
 	duration time.Duration
 	save     string
@@ -165,6 +182,9 @@ type options struct {
 	httpProfile string
 	// rlsLean also loads every RLS configuration with the lean generator.
 	rlsLean bool
+	// floodKeys is how many distinct keys the memory part sends each
+	// configuration.
+	floodKeys int
 }
 
 func parseOptions(args []string) (options, error) {
@@ -174,22 +194,29 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (medians are reported)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "wrk duration per configuration per round")
 	fs.StringVar(&o.save, "save", "", "folder to write <date>.md into (<date>-http.md or <date>-rls.md with -only)")
-	fs.StringVar(&o.only, "only", "", "run one part: http (wrk on the check endpoint) or rls (ghz on Envoy's rate limit service); empty: both")
+	fs.StringVar(&o.only, "only", "", "run one part: http (wrk on the check endpoint), rls (ghz on Envoy's rate limit service) or memory (a flood of distinct keys); empty: all three")
 	fs.StringVar(&o.ghz, "ghz", "bin/ghz", "the ghz binary (RLS part)")
 	fs.StringVar(&o.peer, "ratelimit", "bin/service_cmd", "envoyproxy/ratelimit's service_cmd binary (RLS part)")
 	fs.BoolVar(&o.rlsLean, "rls-lean", true, "in each RLS round, also load every configuration with a lean grpc-go generator (bench grpc-load), to separate the servers' cost from ghz's")
+	fs.IntVar(&o.floodKeys, "flood-keys", 1_000_000, "distinct keys the memory part sends each configuration (memory is read at a tenth of them and at all)")
 	fs.StringVar(&o.httpProfile, "http-profile", "", "after the HTTP rounds, save a CPU profile of Sluice allowing with one limit and with three under wrk's load to FILE-<configuration>.pprof and report their tops")
 	fs.StringVar(&o.rlsProfile, "rls-profile", "", "after the RLS rounds, save a CPU profile of Sluice under each scenario's load (lean generator) to FILE-<scenario>.pprof and report their tops")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	switch o.only {
-	case "", "http", "rls":
+	case "", "http", "rls", "memory":
 	default:
-		return o, fmt.Errorf("-only %q: want http or rls", o.only)
+		return o, fmt.Errorf("-only %q: want http, rls or memory", o.only)
+	}
+	if o.floodKeys < 10 {
+		return o, fmt.Errorf("-flood-keys %d: want at least 10", o.floodKeys)
 	}
 	return o, nil
 }
+
+// runs reports whether the run has the part named (-only empty: all).
+func (o options) runs(part string) bool { return o.only == "" || o.only == part }
 
 // runProtoset is `bench protoset -o FILE`.
 func runProtoset(args []string) error {
@@ -201,18 +228,18 @@ func runProtoset(args []string) error {
 	return writeProtoset(*out)
 }
 
-// run starts Redis, then runs the HTTP part and the RLS part (or the one
-// -only names) on it, and reports.
+// run starts Redis, then runs the HTTP part, the RLS part and the memory
+// part (or the one -only names) on it, and reports.
 func run(args []string) error {
 	o, err := parseOptions(args)
 	if err != nil {
 		return err
 	}
 	need := []string{"redis-server"}
-	if o.only != "rls" {
+	if o.runs("http") {
 		need = append(need, "wrk")
 	}
-	if o.only != "http" {
+	if o.runs("rls") {
 		need = append(need, o.ghz, o.peer)
 	}
 	for _, bin := range need {
@@ -238,20 +265,28 @@ func run(args []string) error {
 		return fmt.Errorf("redis-server did not start: %w", err)
 	}
 	report := reportHeader()
-	if o.only != "rls" {
+	if o.runs("http") {
 		section, err := runHTTP(ps, o, redisAddr, redisPid, rdb)
 		if err != nil {
 			return err
 		}
 		report += section
 	}
-	if o.only != "http" {
+	if o.runs("rls") {
 		res, err := runRLS(ps, o, redisAddr, redisPid, rdb)
 		if err != nil {
 			return err
 		}
 		report += renderRLS(res, o.rounds, o.duration)
 	}
+	if o.runs("memory") {
+		section, err := runKeyFlood(ps, o, redisAddr, rdb)
+		if err != nil {
+			return err
+		}
+		report += section
+	}
+	report += fmt.Sprintf("\nLoad average at the end: %s.\n", loadAverage())
 	return writeReport(report, o.save, o.only)
 }
 

@@ -82,8 +82,14 @@ func (ps *processes) startServers(configs []*config, manager, redisAddr string) 
 			if err := os.WriteFile(filepath.Join(pdir, "policy.yaml"), []byte(c.policies), 0o644); err != nil {
 				return err
 			}
-			c.pprof = freeAddr()
-			cmd, err = ps.startEnv(append(os.Environ(), c.env...), manager, "local", "--policies", pdir, "--listen", addr, "--redis-url", "redis://"+redisAddr, "--pprof-listen", c.pprof)
+			c.policiesDir, c.pprof = pdir, freeAddr()
+			args := []string{"local", "--policies", pdir, "--listen", addr, "--pprof-listen", c.pprof}
+			if c.memoryStore {
+				args = append(args, "--memory-max-keys", "0")
+			} else {
+				args = append(args, "--redis-url", fmt.Sprintf("redis://%s/%d", redisAddr, c.redisDB))
+			}
+			cmd, err = ps.startEnv(append(os.Environ(), c.env...), manager, args...)
 		default:
 			cmd, err = ps.start(self, c.serve, "--listen", addr)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -121,11 +123,21 @@ func usedMemory(c redis.UniversalClient) (int64, error) {
 // reportHeader is the report's title and the machine.
 func reportHeader() string {
 	redisVersion, _ := exec.Command("redis-server", "--version").Output()
-	return fmt.Sprintf("# Sluice check-path benchmark, %s\n\nMachine: %d CPUs, %s, %s; the load generator, the servers and Redis share the CPUs.\n",
-		time.Now().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)))
+	return fmt.Sprintf("# Sluice check-path benchmark, %s\n\nMachine: %d CPUs, %s, %s; the load generator, the servers and Redis share the CPUs. Load average at the start: %s.\n",
+		time.Now().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), runtime.Version(), strings.TrimSpace(string(redisVersion)), loadAverage())
 }
 
-func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []string, rounds int, d time.Duration) string {
+// loadAverage is the machine's load average over 1, 5 and 15 minutes,
+// which says how much other work shared the CPUs with a run.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if fields := strings.Fields(string(b)); err == nil && len(fields) >= 3 {
+		return strings.Join(fields[:3], ", ")
+	}
+	return "unknown"
+}
+
+func renderReport(h httpConfigs, half halfLoad, mem memoryResult, ov overridesCost, profiles []string, rounds int, d time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## HTTP check endpoint (ingress-nginx auth-url)\n\nLoad: wrk -t2 -c50, %s per configuration, %d interleaved rounds (medians), ingress-nginx auth-url headers, 10,000 client IPs. "+
 		"Two ceilings: bare net/http and bare fasthttp servers answering 200 with their default options (Sluice's check routes are fasthttp handlers).\n\n", d, rounds)
@@ -181,6 +193,12 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []str
 	penalty := medianRPS(h.penalty)
 	fmt.Fprintf(&b, "- Penalty box, allowing ≥ 0.9 × the token bucket alone: %.2f × — %s (Redis CPU per decision %.1f µs vs %.1f µs)\n",
 		penalty/allow, verdict(penalty >= 0.9*allow), redisCPUPerRequest(h.penalty), cpuOne)
+	overridden := medianRPS(h.overridden)
+	fmt.Fprintf(&b, "- %s declared overrides (%d RateLimitOverrides files, half the 10,000 client IPs overridden), allowing ≥ 0.9 × the token bucket alone: %.2f × — %s (server CPU per decision %.1f µs vs %.1f µs)\n",
+		thousands(overrides.MaxPerPolicy), overrides.MaxPerPolicy/overridesPerObject, overridden/allow, verdict(overridden >= 0.9*allow), serverCPUPerRequest(h.overridden), serverCPUPerRequest(h.allow))
+	fmt.Fprintf(&b, "  - Their memory: the check process's resident set %s with the policy alone (after a warm-up load), %s once the overrides were in force (%.1f s after the files were written), %s after the rounds: %.0f bytes per override; Redis holds them in %s (%.0f bytes each), and its longest command while they were written and read took %s\n",
+		mib(ov.rssBefore), mib(ov.rssLoaded), ov.applied.Seconds(), mib(ov.rssAfter), float64(ov.rssAfter-ov.rssBefore)/overrides.MaxPerPolicy,
+		mib(ov.redisBytes), float64(ov.redisBytes)/overrides.MaxPerPolicy, round(ov.redisLongest))
 	traced := medianRPS(h.traced)
 	fmt.Fprintf(&b, "- Every check traced (sampled, exported over OTLP/gRPC), allowing: %.2f × the untraced token bucket, server CPU per decision %.1f µs vs %.1f µs (the cost; tracing off is the token bucket's row)\n",
 		traced/allow, serverCPUPerRequest(h.traced), serverCPUPerRequest(h.allow))
@@ -192,6 +210,18 @@ func renderReport(h httpConfigs, half halfLoad, mem memoryResult, profiles []str
 	}
 	return b.String()
 }
+
+// thousands renders n with commas between its thousands.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// mib renders a number of bytes in MiB.
+func mib(bytes int64) string { return fmt.Sprintf("%.1f MiB", float64(bytes)/(1<<20)) }
 
 // verdict is a target's word in the report.
 func verdict(ok bool) string {
