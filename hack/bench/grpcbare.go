@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/sluice-dev/sluice/internal/grpcserver"
 )
 
 // rlsMethod is the RPC every RLS run calls, as ghz names it.
@@ -36,15 +38,18 @@ func (bareRLS) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: statuses}, nil
 }
 
-// serveBareGRPC is `bench serve-bare-grpc`: bareRLS with grpc-go's
-// default server options.
+// serveBareGRPC is `bench serve-bare-grpc`: bareRLS with the server
+// options that carry Sluice's calls (grpcserver.TransportOptions), so the
+// ceiling differs from Sluice by the service's work alone.
 func serveBareGRPC(args []string) error {
-	return serveGRPC("serve-bare-grpc", args, func(srv *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(srv, bareRLS{}) })
+	return serveGRPC("serve-bare-grpc", args, func(srv *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(srv, bareRLS{}) },
+		grpcserver.TransportOptions()...)
 }
 
 // serveGRPC is a `bench serve-*` subcommand named name: a gRPC server with
-// grpc-go's default options and the services register adds, on --listen.
-func serveGRPC(name string, args []string, register func(*grpc.Server)) error {
+// opts (none: grpc-go's defaults) and the services register adds, on
+// --listen.
+func serveGRPC(name string, args []string, register func(*grpc.Server), opts ...grpc.ServerOption) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "address")
 	if err := fs.Parse(args); err != nil {
@@ -54,7 +59,7 @@ func serveGRPC(name string, args []string, register func(*grpc.Server)) error {
 	if err != nil {
 		return err
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	register(srv)
 	return srv.Serve(ln)
 }

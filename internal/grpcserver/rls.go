@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -39,6 +40,9 @@ type rls struct {
 	ratelimitv3.UnimplementedRateLimitServiceServer
 	s     *Server
 	state sync.Pool
+	// answers are responses done with: each is reused once gRPC has
+	// written it (serveShouldRateLimit).
+	answers sync.Pool
 
 	// unbound remembers the unbound domains already logged, so a
 	// misconfigured proxy is reported once per domain, not per request.
@@ -62,25 +66,72 @@ type rlsState struct {
 	headers checkhttp.HeaderScratch
 }
 
-func registerRLS(s *Server) {
+func newRLS(s *Server) *rls {
 	r := &rls{s: s, unbound: map[string]bool{}}
 	r.state.New = func() any { return &rlsState{} }
-	ratelimitv3.RegisterRateLimitServiceServer(s.grpc, r)
+	r.answers.New = func() any { return new(rlsAnswer) }
+	return r
 }
 
-// ShouldRateLimit implements the rate limit service. An unreadable request
+func registerRLS(s *Server) {
+	s.grpc.RegisterService(&rlsServiceDesc, newRLS(s))
+}
+
+// rlsServiceDesc is ratelimitv3.RateLimitService_ServiceDesc with
+// ShouldRateLimit served by serveShouldRateLimit: a unary call, as grpc-go
+// serves every unary method (one message each way, the same checks of
+// cardinality), whose handler sees its response written and so can reuse
+// its memory.
+var rlsServiceDesc = grpc.ServiceDesc{
+	ServiceName: ratelimitv3.RateLimitService_ServiceDesc.ServiceName,
+	HandlerType: ratelimitv3.RateLimitService_ServiceDesc.HandlerType,
+	Streams: []grpc.StreamDesc{{
+		StreamName: "ShouldRateLimit",
+		Handler:    func(srv any, stream grpc.ServerStream) error { return srv.(*rls).serveShouldRateLimit(stream) },
+	}},
+	Metadata: ratelimitv3.RateLimitService_ServiceDesc.Metadata,
+}
+
+// serveShouldRateLimit is ShouldRateLimit on the wire: it reads the
+// request, answers it, and reuses the response's memory once written.
+func (r *rls) serveShouldRateLimit(stream grpc.ServerStream) error {
+	req := new(ratelimitv3.RateLimitRequest)
+	if err := stream.RecvMsg(req); err != nil {
+		return err
+	}
+	a := r.answers.Get().(*rlsAnswer)
+	err := r.answer(stream.Context(), req, a)
+	if err == nil {
+		err = stream.SendMsg(&a.resp)
+	}
+	a.reset()
+	r.answers.Put(a)
+	return err
+}
+
+// ShouldRateLimit implements the rate limit service for a caller in
+// process; the server's calls take serveShouldRateLimit.
+func (r *rls) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+	a := new(rlsAnswer)
+	if err := r.answer(ctx, req, a); err != nil {
+		return nil, err
+	}
+	return &a.resp, nil
+}
+
+// answer decides req into a and counts the answer. An unreadable request
 // is INVALID_ARGUMENT and a failed check INTERNAL: errors, which the
 // proxy's failure_mode_deny answers. Redis being away is not an error:
 // each matching policy's failureMode answers it.
-func (r *rls) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
-	resp, err := r.decide(ctx, req)
+func (r *rls) answer(ctx context.Context, req *ratelimitv3.RateLimitRequest, a *rlsAnswer) error {
+	err := r.decide(ctx, req, a)
 	r.s.metrics.answered(rlsService, grpcstatus.Code(err))
-	return resp, err
+	return err
 }
 
-func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest, a *rlsAnswer) error {
 	if err := validateRLS(req); err != nil {
-		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
 	namespace, bound := r.s.opts.Domains[req.GetDomain()]
 	if !bound {
@@ -88,7 +139,8 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 		// configuration for with OK; so does Sluice, for a domain the
 		// operator bound to no namespace.
 		r.reportUnbound(req.GetDomain())
-		return okForEach(len(req.GetDescriptors())), nil
+		a.okForEach(len(req.GetDescriptors()))
+		return nil
 	}
 	st := r.state.Get().(*rlsState)
 	defer func() {
@@ -99,17 +151,17 @@ func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*r
 		r.state.Put(st)
 	}()
 	if err := st.read(req, r.ownLimitsOf(namespace)); err != nil {
-		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
 	ctx, span := r.s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLS, namespace)
 	err := r.check(ctx, namespace, st)
 	span.End(&st.out, err)
 	if err != nil {
-		return nil, r.checkFailed(req, err)
+		return r.checkFailed(req, err)
 	}
-	resp := st.response(r.s.opts.Now())
-	resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
-	return resp, nil
+	a.fill(st, r.s.opts.Now())
+	a.resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
+	return nil
 }
 
 // check decides st's descriptors into st.out, after giving back its
@@ -163,14 +215,14 @@ func (r *rls) reportUnbound(domain string) {
 		"domain", intake.Excerpt(domain))
 }
 
-// okForEach is the answer for descriptors no policy can match.
-func okForEach(n int) *ratelimitv3.RateLimitResponse {
-	resp := &ratelimitv3.RateLimitResponse{OverallCode: ratelimitv3.RateLimitResponse_OK,
-		Statuses: make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &ratelimitv3.RateLimitResponse_DescriptorStatus{Code: ratelimitv3.RateLimitResponse_OK}
+// okForEach makes a the answer for n descriptors no policy can match.
+func (a *rlsAnswer) okForEach(n int) {
+	a.resp.OverallCode = ratelimitv3.RateLimitResponse_OK
+	parts := a.partsFor(n)
+	for i := range parts {
+		parts[i].status.Code = ratelimitv3.RateLimitResponse_OK
+		a.resp.Statuses[i] = &parts[i].status
 	}
-	return resp
 }
 
 // read turns each descriptor into a part: its entries, the limit it
@@ -319,41 +371,52 @@ func clampCost(n uint64) int64 {
 	return int64(n)
 }
 
-// response renders the outcome: a status per descriptor from its verdict
-// (check.Outcome.Part), OVER_LIMIT overall when any enforced limit denied (or a failure
-// mode or missing key did), and the answer's rate-limit headers.
-func (st *rlsState) response(now time.Time) *ratelimitv3.RateLimitResponse {
+// fill renders st's outcome into a: a status per descriptor from its
+// verdict (check.Outcome.Part), OVER_LIMIT overall when any enforced limit
+// denied (or a failure mode or missing key did), and the answer's
+// rate-limit headers.
+func (a *rlsAnswer) fill(st *rlsState, now time.Time) {
 	out := &st.out
-	a := new(rlsAnswer)
 	resp := &a.resp
 	resp.OverallCode = ratelimitv3.RateLimitResponse_OK
 	if !out.Allowed {
 		resp.OverallCode = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	parts := a.one[:]
-	if n := len(st.parts); n != 1 {
-		parts = make([]partAnswer, n)
-		resp.Statuses = make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)
-	} else {
-		resp.Statuses = a.onePtr[:]
-	}
+	parts := a.partsFor(len(st.parts))
 	for i := range parts {
 		resp.Statuses[i] = parts[i].fill(out, i)
 	}
 	resp.ResponseHeadersToAdd = a.headerValues(st.headers.RenderStrings(out, now))
-	return resp
 }
 
-// rlsAnswer is the memory of one response, allocated at once (the
-// response outlives the call: gRPC marshals it after the handler returns,
-// so it cannot be pooled): the response, its headers, and the status of a
-// request with one descriptor (the common case; more take one slice).
+// rlsAnswer is the memory of one response, reused from call to call once
+// gRPC has written it: the response, its headers, and the descriptors'
+// statuses.
 type rlsAnswer struct {
 	resp       ratelimitv3.RateLimitResponse
 	headerPtrs [checkhttp.NumHeaders]*corev3.HeaderValue
 	header     [checkhttp.NumHeaders]corev3.HeaderValue
-	onePtr     [1]*ratelimitv3.RateLimitResponse_DescriptorStatus
-	one        [1]partAnswer
+	statuses   []*ratelimitv3.RateLimitResponse_DescriptorStatus
+	parts      []partAnswer
+}
+
+// partsFor makes room for n descriptors' statuses: resp.Statuses of n
+// and the n partAnswers they are to point into, zero.
+func (a *rlsAnswer) partsFor(n int) []partAnswer {
+	if cap(a.parts) < n {
+		a.parts = make([]partAnswer, n)
+		a.statuses = make([]*ratelimitv3.RateLimitResponse_DescriptorStatus, n)
+	}
+	a.resp.Statuses = a.statuses[:n:n]
+	return a.parts[:n]
+}
+
+// reset makes a as new for the next call, keeping its statuses' memory.
+func (a *rlsAnswer) reset() {
+	clear(a.parts)
+	clear(a.statuses)
+	parts, statuses := a.parts, a.statuses
+	*a = rlsAnswer{parts: parts, statuses: statuses}
 }
 
 // partAnswer is one descriptor's status with its limit and time until

@@ -215,12 +215,31 @@ type Server struct {
 	connMetrics *connlimit.Metrics
 }
 
-// New builds the server and registers its services.
 // streamWorkers is how many calls grpc-go serves on long-lived goroutines:
 // about the calls in flight of a busy check process (each waits for its
 // Redis round trip), at a few KiB of stack each while idle.
 const streamWorkers = 64
 
+// TransportOptions are the server options that shape how grpc-go carries
+// each call (streams, headers, the goroutines serving calls), apart from
+// the connections' lifetimes: what a server measured beside this one
+// takes to be compared on the same terms.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(MaxStreams),
+		// A call's HTTP/2 headers are small (Envoy's ext_authz and rate
+		// limit calls carry the request in the message); grpc-go would
+		// take 16 MiB per stream. The HTTP endpoint's header limit.
+		grpc.MaxHeaderListSize(httpserve.MaxHeaderBytes),
+		// Every call is a stream: without workers grpc-go starts a goroutine
+		// per call, whose stack then grows through the handler (morestack
+		// was the largest item of the profile). Workers keep grown stacks;
+		// calls beyond them still get a goroutine of their own.
+		grpc.NumStreamWorkers(streamWorkers),
+	}
+}
+
+// New builds the server and registers its services.
 func New(o Options) (*Server, error) {
 	if o.Checker == nil {
 		return nil, errors.New("grpcserver: a Checker is required")
@@ -253,23 +272,13 @@ func New(o Options) (*Server, error) {
 	if o.IdleTimeout > 0 {
 		idle = o.IdleTimeout
 	}
-	serverOpts := []grpc.ServerOption{
+	serverOpts := append([]grpc.ServerOption{
 		// Envoy's gRPC clients may ping idle connections (connection_keepalive);
 		// the default policy (one ping per 5 min) would answer them with GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}),
 		grpc.ConnectionTimeout(handshake),
-		grpc.MaxConcurrentStreams(MaxStreams),
-		// A call's HTTP/2 headers are small (Envoy's ext_authz and rate
-		// limit calls carry the request in the message); grpc-go would
-		// take 16 MiB per stream. The HTTP endpoint's header limit.
-		grpc.MaxHeaderListSize(httpserve.MaxHeaderBytes),
-		// Every call is a stream: without workers grpc-go starts a goroutine
-		// per call, whose stack then grows through the handler (morestack
-		// was the largest item of the profile). Workers keep grown stacks;
-		// calls beyond them still get a goroutine of their own.
-		grpc.NumStreamWorkers(streamWorkers),
-	}
+	}, TransportOptions()...)
 	if o.TLS != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
