@@ -295,3 +295,109 @@ func TestReplacingNoDeclaredOverridesByNoneChangesNothing(t *testing.T) {
 		t.Fatalf("policies with overrides: %v", members)
 	}
 }
+
+// Declared overrides beyond one batch are staged in batches and swapped in
+// whole; read back (in batches too) they are what was written. The same
+// entries again write and announce nothing; no staging hash is left.
+func TestManyDeclaredOverrides(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := NewRedisStore(srv.Client(), 0)
+	declared := map[string]Entry{}
+	for i := range 2*stageBatch + 500 {
+		key := fmt.Sprintf("tenant-%d", i)
+		declared[key] = Entry{Key: key, Limits: map[string]int64{"burst": int64(i + 1)}, Source: policy.OverrideDeclared, Object: "tenants"}
+	}
+	if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.LoadPolicy(ctx, shop)
+	if err != nil || len(o.Declared) != len(declared) || o.Declared["tenant-2499"].Limits["burst"] != 2500 {
+		t.Fatalf("read back %d declared, %v; want %d", len(o.Declared), err, len(declared))
+	}
+	if rev, _ := s.revision(ctx); rev != 1 {
+		t.Fatalf("revision %d after one replace, want 1", rev)
+	}
+	if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+		t.Fatal(err)
+	}
+	if rev, _ := s.revision(ctx); rev != 1 {
+		t.Fatalf("the same entries again moved the revision to %d", rev)
+	}
+	declared["tenant-7"] = Entry{Key: "tenant-7", Limits: map[string]int64{"burst": 99}, Source: policy.OverrideDeclared, Object: "tenants"}
+	if err := s.ReplaceDeclared(ctx, shop, declared); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := s.LoadPolicy(ctx, shop); o.Declared["tenant-7"].Limits["burst"] != 99 {
+		t.Fatalf("a changed entry: %+v", o.Declared["tenant-7"])
+	}
+	if keys, _ := srv.Client().Keys(ctx, redisPrefix+"staging:*").Result(); len(keys) != 0 {
+		t.Fatalf("staging hashes left: %v", keys)
+	}
+	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := s.LoadPolicy(ctx, shop); len(o.Declared) != 0 {
+		t.Fatalf("%d declared after removing them all", len(o.Declared))
+	}
+	if n, _ := srv.Client().Exists(ctx, redisPrefix+"digest:"+shop.String()).Result(); n != 0 {
+		t.Fatal("the digest outlived its entries")
+	}
+}
+
+// A staging hash that lost entries (it expired before the swap) changes
+// nothing.
+func TestLostStagingChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	s := NewRedisStore(srv.Client(), 0)
+	before := map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}}
+	if err := s.ReplaceDeclared(ctx, shop, before); err != nil {
+		t.Fatal(err)
+	}
+	runtimeKey, declaredKey := RedisHashKeys(shop)
+	staging := redisPrefix + "staging:" + shop.String() + ":lost"
+	srv.Client().HSet(ctx, staging, "beta", "{}")
+	err := replaceDeclaredScript.Run(ctx, srv.Client(), []string{runtimeKey, declaredKey, RedisPoliciesKey, RedisRevisionKey, staging, redisPrefix + "digest:" + shop.String()},
+		RedisChannel, shop.String(), "digest", 2).Err()
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_STAGING_LOST") {
+		t.Fatalf("swap of a short staging hash: %v", err)
+	}
+	if o, _ := s.LoadPolicy(ctx, shop); len(o.Declared) != 1 || o.Declared["acme"].Limits["burst"] != 20 {
+		t.Fatalf("declared after the failed swap: %+v", o.Declared)
+	}
+}
+
+// A change whose reload fails is loaded again: the next poll finds the
+// revision moved.
+func TestFailedReloadIsRetried(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := redistest.Start(t)
+	s := NewRedisStore(srv.Client(), 50*time.Millisecond)
+	changes, reloads := make(chan PolicyID, 10), make(chan struct{}, 10)
+	failNext := false
+	go s.Follow(ctx, func(id PolicyID) error {
+		changes <- id
+		if failNext {
+			failNext = false
+			return errors.New("read failed")
+		}
+		return nil
+	}, func() error {
+		reloads <- struct{}{}
+		return nil
+	})
+	<-reloads // the first load
+	time.Sleep(50 * time.Millisecond)
+	failNext = true
+	if err := s.Put(ctx, shop, Entry{Key: "acme", Limits: map[string]int64{"burst": 1}, Source: policy.OverrideRuntime}); err != nil {
+		t.Fatal(err)
+	}
+	<-changes
+	select {
+	case <-reloads:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a change whose reload failed was not loaded again")
+	}
+}

@@ -2,8 +2,12 @@ package overrides
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -13,11 +17,13 @@ import (
 
 // Redis names of the overrides (one Cluster slot, thanks to the hash tag):
 //
-//	sluice:{overrides}:runtime:<namespace>/<policy>   hash: key value -> JSON Entry
-//	sluice:{overrides}:declared:<namespace>/<policy>  hash: key value -> JSON Entry
-//	sluice:{overrides}:policies                       set: the policies with overrides
-//	sluice:{overrides}:revision                       counter, bumped by every change
-//	sluice:overrides:changed                          pub/sub: "<revision> <namespace>/<policy>"
+//	sluice:{overrides}:runtime:<namespace>/<policy>          hash: key value -> JSON Entry
+//	sluice:{overrides}:declared:<namespace>/<policy>         hash: key value -> JSON Entry
+//	sluice:{overrides}:digest:<namespace>/<policy>           the declared entries' digest
+//	sluice:{overrides}:staging:<namespace>/<policy>:<random>  declared entries being written
+//	sluice:{overrides}:policies                              set: the policies with overrides
+//	sluice:{overrides}:revision                              counter, bumped by every change
+//	sluice:overrides:changed                                 pub/sub: "<revision> <namespace>/<policy>"
 const (
 	redisPrefix      = "sluice:{overrides}:"
 	RedisPoliciesKey = redisPrefix + "policies"
@@ -77,16 +83,34 @@ var deleteScript = redis.NewScript(`
 if redis.call('HDEL', KEYS[1], ARGV[3]) == 0 then return -1 end
 ` + changeEnd)
 
-// replaceDeclaredScript: ARGV key and value pairs. Replacing none by none
-// changes nothing and announces nothing (a policy without
-// RateLimitOverrides, reconciled at each of its changes).
+// replaceDeclaredScript makes the staged hash (KEYS[5], holding ARGV[4]
+// entries; none when 0) the declared one, and keeps its digest (KEYS[6],
+// ARGV[3]). The old hash is freed in the background (UNLINK), so Redis
+// answers checks meanwhile whatever its size. A staged hash that expired
+// before its last write is an error: nothing changes.
 var replaceDeclaredScript = redis.NewScript(`
-if #ARGV == 2 and redis.call('HLEN', KEYS[2]) == 0 then return -1 end
-redis.call('DEL', KEYS[2])
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+local n = tonumber(ARGV[4])
+if n > 0 and redis.call('HLEN', KEYS[5]) ~= n then
+  redis.call('UNLINK', KEYS[5])
+  return redis.error_reply("SLUICE_STAGING_LOST")
+end
+redis.call('UNLINK', KEYS[2])
+if n > 0 then
+  redis.call('RENAME', KEYS[5], KEYS[2])
+  redis.call('PERSIST', KEYS[2])
+  redis.call('SET', KEYS[6], ARGV[3])
+else
+  redis.call('DEL', KEYS[6])
 end
 ` + changeEnd)
+
+// Declared entries are written in batches of stageBatch to a staging hash
+// that lives stageTTL at most, then swapped in: one command of 100,000
+// entries would hold Redis for over a second, and every check with it.
+const (
+	stageBatch = 1000
+	stageTTL   = 10 * time.Minute
+)
 
 func (s *RedisStore) run(ctx context.Context, script *redis.Script, id PolicyID, args ...any) *redis.Cmd {
 	runtime, declared := RedisHashKeys(id)
@@ -118,38 +142,142 @@ func (s *RedisStore) Delete(ctx context.Context, id PolicyID, key string) (bool,
 	return rev >= 0, nil
 }
 
-// ReplaceDeclared implements Store.
+// ReplaceDeclared implements Store. Entries equal to those in force (by
+// their digest: a policy reconciled again, its RateLimitOverrides
+// unchanged) write and announce nothing.
 func (s *RedisStore) ReplaceDeclared(ctx context.Context, id PolicyID, entries map[string]Entry) error {
-	args := make([]any, 0, 2*len(entries))
-	for key, e := range entries {
-		b, err := json.Marshal(e)
+	keys := make([]string, 0, len(entries))
+	for key := range entries {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	digest := sha256.New()
+	values := make([]string, len(keys))
+	for i, key := range keys {
+		b, err := json.Marshal(entries[key])
 		if err != nil {
 			return fmt.Errorf("encode override: %w", err)
 		}
-		args = append(args, key, string(b))
+		values[i] = string(b)
+		fmt.Fprintf(digest, "%d:%s%d:%s", len(key), key, len(b), b)
 	}
-	if err := s.run(ctx, replaceDeclaredScript, id, args...).Err(); err != nil {
+	sum := hex.EncodeToString(digest.Sum(nil))
+	_, declaredKey := RedisHashKeys(id)
+	digestKey := redisPrefix + "digest:" + id.String()
+	if len(keys) == 0 {
+		if n, err := s.client.Exists(ctx, declaredKey, digestKey).Result(); err != nil || n == 0 {
+			return wrapOverrides(err) // none by none: nothing to say
+		}
+	} else if old, err := s.client.Get(ctx, digestKey).Result(); err == nil && old == sum {
+		return nil
+	} else if err != nil && err != redis.Nil {
+		return wrapOverrides(err)
+	}
+	staging := redisPrefix + "staging:" + id.String() + ":" + randomSuffix()
+	for start := 0; start < len(keys); start += stageBatch {
+		end := min(start+stageBatch, len(keys))
+		args := make([]any, 0, 2*(end-start))
+		for i := start; i < end; i++ {
+			args = append(args, keys[i], values[i])
+		}
+		if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, staging, args...)
+			p.PExpire(ctx, staging, stageTTL)
+			return nil
+		}); err != nil {
+			return wrapOverrides(err)
+		}
+	}
+	runtimeKey, _ := RedisHashKeys(id)
+	err := replaceDeclaredScript.Run(ctx, s.client,
+		[]string{runtimeKey, declaredKey, RedisPoliciesKey, RedisRevisionKey, staging, digestKey},
+		RedisChannel, id.String(), sum, len(keys)).Err()
+	return wrapOverrides(err)
+}
+
+func wrapOverrides(err error) error {
+	if err != nil {
 		return fmt.Errorf("overrides: %w", err)
 	}
 	return nil
 }
 
-// LoadPolicy implements Store.
+// randomSuffix names one write's staging hash.
+func randomSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// LoadPolicy implements Store. A policy's hashes are read at once (HGETALL
+// in a transaction) when small, else in batches (HSCAN), so that reading
+// 100,000 overrides does not hold Redis for one huge reply; a batched read
+// that a change overlapped (the revision moved) is made again.
 func (s *RedisStore) LoadPolicy(ctx context.Context, id PolicyID) (Overrides, error) {
 	runtimeKey, declaredKey := RedisHashKeys(id)
-	var runtime, declared *redis.MapStringStringCmd
-	if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		runtime, declared = p.HGetAll(ctx, runtimeKey), p.HGetAll(ctx, declaredKey)
+	var runtimeLen, declaredLen *redis.IntCmd
+	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		runtimeLen, declaredLen = p.HLen(ctx, runtimeKey), p.HLen(ctx, declaredKey)
 		return nil
 	}); err != nil {
 		return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
 	}
+	if runtimeLen.Val()+declaredLen.Val() <= stageBatch {
+		var runtime, declared *redis.MapStringStringCmd
+		if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			runtime, declared = p.HGetAll(ctx, runtimeKey), p.HGetAll(ctx, declaredKey)
+			return nil
+		}); err != nil {
+			return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
+		}
+		return decodeOverrides(id, runtime.Val(), declared.Val())
+	}
+	for range 3 {
+		before, err := s.revision(ctx)
+		if err != nil {
+			return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
+		}
+		runtime, err := s.scanHash(ctx, runtimeKey)
+		if err != nil {
+			return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
+		}
+		declared, err := s.scanHash(ctx, declaredKey)
+		if err != nil {
+			return Overrides{}, fmt.Errorf("overrides of %s: %w", id, err)
+		}
+		if after, err := s.revision(ctx); err != nil || after != before {
+			continue
+		}
+		return decodeOverrides(id, runtime, declared)
+	}
+	return Overrides{}, fmt.Errorf("overrides of %s changed during each of three reads", id)
+}
+
+// scanHash reads a hash in batches of about stageBatch fields.
+func (s *RedisStore) scanHash(ctx context.Context, key string) (map[string]string, error) {
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		kv, next, err := s.client.HScan(ctx, key, cursor, "", stageBatch).Result()
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+func decodeOverrides(id PolicyID, runtime, declared map[string]string) (Overrides, error) {
 	var o Overrides
 	var err error
-	if o.Runtime, err = decodeEntries(id, runtime.Val()); err != nil {
+	if o.Runtime, err = decodeEntries(id, runtime); err != nil {
 		return Overrides{}, err
 	}
-	if o.Declared, err = decodeEntries(id, declared.Val()); err != nil {
+	if o.Declared, err = decodeEntries(id, declared); err != nil {
 		return Overrides{}, err
 	}
 	return o, nil
@@ -189,8 +317,9 @@ func (s *RedisStore) Load(ctx context.Context) (map[PolicyID]Overrides, error) {
 
 // Follow implements Store: a message whose revision follows the last one
 // seen names the one policy that changed; any other gap, and the poll
-// finding the revision moved, reload everything.
-func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID), all func()) {
+// finding the revision moved, reload everything. A change whose reload
+// failed is not seen: the next poll finds the revision moved and reloads.
+func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID) error, all func() error) {
 	sub := s.client.Subscribe(ctx, RedisChannel)
 	defer sub.Close()
 	msgs := sub.ChannelWithSubscriptions()
@@ -202,8 +331,9 @@ func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID), all fun
 		if err != nil {
 			return // the next poll tries again
 		}
-		all()
-		seen = rev
+		if all() == nil {
+			seen = rev
+		}
 	}
 	for {
 		select {
@@ -226,8 +356,9 @@ func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID), all fun
 					reload()
 					continue
 				}
-				changed(PolicyID{ns, name})
-				seen = rev
+				if changed(PolicyID{ns, name}) == nil {
+					seen = rev
+				}
 			}
 		case <-t.C:
 			if rev, err := s.revision(ctx); err == nil && rev != seen {

@@ -25,8 +25,10 @@ type Store interface {
 	Load(ctx context.Context) (map[PolicyID]Overrides, error)
 	// Follow calls changed with each policy whose overrides any process
 	// changed, and all when changes may have been missed (first, and
-	// after a reconnection), until ctx ends. Calls are not concurrent.
-	Follow(ctx context.Context, changed func(PolicyID), all func())
+	// after a reconnection), until ctx ends. Calls are not concurrent. A
+	// call that fails (it could not read the store) is made again: the
+	// change counts as seen only once its call succeeded.
+	Follow(ctx context.Context, changed func(PolicyID) error, all func() error)
 }
 
 // Overrides are one policy's overrides by source, each by key.
@@ -38,20 +40,22 @@ func (o Overrides) empty() bool { return len(o.Runtime) == 0 && len(o.Declared) 
 
 // Follow keeps x's run-time overrides equal to the store's until ctx ends.
 func (x *Index) Follow(ctx context.Context, s Store) {
-	s.Follow(ctx, func(id PolicyID) {
+	s.Follow(ctx, func(id PolicyID) error {
 		o, err := s.LoadPolicy(ctx, id)
 		if err != nil {
 			x.log.Warn("cannot load overrides; the ones in force stay until they load", "policy", id.String(), "err", err)
-			return
+			return err
 		}
 		x.set(id, o)
-	}, func() {
+		return nil
+	}, func() error {
 		all, err := s.Load(ctx)
 		if err != nil {
 			x.log.Warn("cannot load overrides; the ones in force stay until they load", "err", err)
-			return
+			return err
 		}
 		x.replace(all)
+		return nil
 	})
 }
 
@@ -147,7 +151,8 @@ func (m *MemoryStore) Load(_ context.Context) (map[PolicyID]Overrides, error) {
 }
 
 // Follow implements Store.
-func (m *MemoryStore) Follow(ctx context.Context, changed func(PolicyID), all func()) {
+// Its calls read the process's memory and cannot fail.
+func (m *MemoryStore) Follow(ctx context.Context, changed func(PolicyID) error, all func() error) {
 	f := &memoryFollower{pending: map[PolicyID]bool{}, wake: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.followers[f] = true
@@ -157,7 +162,7 @@ func (m *MemoryStore) Follow(ctx context.Context, changed func(PolicyID), all fu
 		delete(m.followers, f)
 		m.mu.Unlock()
 	}()
-	all()
+	_ = all()
 	for {
 		select {
 		case <-ctx.Done():
@@ -168,7 +173,7 @@ func (m *MemoryStore) Follow(ctx context.Context, changed func(PolicyID), all fu
 			f.pending = map[PolicyID]bool{}
 			m.mu.Unlock()
 			for id := range ids {
-				changed(id)
+				_ = changed(id)
 			}
 		}
 	}

@@ -260,6 +260,7 @@ func TestACLRules(t *testing.T) {
 		id := overrides.PolicyID{Namespace: "shop", Name: "api"}
 		runtimeKey, declaredKey := overrides.RedisHashKeys(id)
 		keys := []string{runtimeKey, declaredKey, overrides.RedisPoliciesKey, overrides.RedisRevisionKey}
+		staging, digestKey := "sluice:{overrides}:staging:shop/api:1", "sluice:{overrides}:digest:shop/api"
 		for _, cmd := range scripts {
 			if cmd == "PUBLISH" {
 				allow(controllerUser, "PUBLISH", overrides.RedisChannel, "1 shop/api")
@@ -267,17 +268,28 @@ func TestACLRules(t *testing.T) {
 			}
 			args := map[string][]any{"HEXISTS": {"HEXISTS", runtimeKey, "k"}, "HLEN": {"HLEN", runtimeKey}, "HSET": {"HSET", runtimeKey, "k", "{}"},
 				"HDEL": {"HDEL", runtimeKey, "k"}, "DEL": {"DEL", declaredKey}, "SADD": {"SADD", overrides.RedisPoliciesKey, "shop/api"},
-				"SREM": {"SREM", overrides.RedisPoliciesKey, "shop/api"}, "INCR": {"INCR", overrides.RedisRevisionKey}}[cmd]
+				"SREM": {"SREM", overrides.RedisPoliciesKey, "shop/api"}, "INCR": {"INCR", overrides.RedisRevisionKey},
+				"UNLINK": {"UNLINK", staging}, "RENAME": {"RENAME", staging, declaredKey}, "PERSIST": {"PERSIST", declaredKey},
+				"SET": {"SET", digestKey, "0"}, "GET": {"GET", digestKey}}[cmd]
 			if args == nil {
 				t.Errorf("an overrides script calls %s, which this test does not know: grant it to %s in config/redis/users.acl (on the overrides' keys) and add it here", cmd, controllerUser)
 				continue
 			}
 			allow(controllerUser, args...)
-			refuse(checkUser, args...)
+			if cmd != "HLEN" && cmd != "GET" { // reads, which the check user makes too
+				refuse(checkUser, args...)
+			}
 		}
 		allow(controllerUser, "EVALSHA", strings.Repeat("0", 40), 4, keys[0], keys[1], keys[2], keys[3])
+		// Written in batches outside the scripts: staged, then swapped in.
+		allow(controllerUser, "HSET", staging, "k", "{}")
+		allow(controllerUser, "PEXPIRE", staging, "60000")
+		allow(controllerUser, "EXISTS", declaredKey)
+		refuse(checkUser, "HSET", staging, "k", "{}")
 		allow(checkUser, "HGETALL", runtimeKey)
 		allow(checkUser, "HGETALL", declaredKey)
+		allow(checkUser, "HLEN", declaredKey)
+		allow(checkUser, "HSCAN", declaredKey, "0")
 		allow(checkUser, "SMEMBERS", overrides.RedisPoliciesKey)
 		allow(checkUser, "GET", overrides.RedisRevisionKey)
 		allow(checkUser, "SUBSCRIBE", overrides.RedisChannel)
