@@ -141,31 +141,37 @@ end
 --   first; R_NG[r]: its groups.
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
 --   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
---   value (a string, or false), and E_LW[j], whether a write to it is
---   pending.
+--   value (a string, or false), E_LW[j], whether a write to it is
+--   pending, and LOG_WRITES[j], that write (see log_entry).
 --   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
 --   index in its bucket's read.
---   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_HOLDS[g]:
---   it has a concurrency entry; G_OWN[g]:
---   the group is one log whose key is its own bucket (no hash);
---   G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored expiry (ms,
---   0 when none); G_LOG[g]: it holds a log to write.
---   Pending writes, should the request be allowed: G_W[g][1..G_M[g]], the
---   bucket's fields and values to set, and G_WEXP[g], the latest expiry
---   (µs) of the states written (0: nothing to write); those of entries that
---   charge always, written whatever the decision: G_WA[g][1..G_MA[g]] and
---   G_WEXPA[g].
+--   GROUPS[g]: group g's record (see group).
 local R_HDR, R_G, R_NG = {}, {}, {}
 local E_REC, E_LW, E_LK, E_V, E_HI, E_HF = {}, {}, {}, {}, {}, {}
-local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG, G_HOLDS = {}, {}, {}, {}, {}, {}, {}, {}
-local G_W, G_M, G_WEXP = {}, {}, {}
-local G_WA, G_MA, G_WEXPA = {}, {}, {}
--- A log's pending write: how (W_MODE: REPLACE deletes the key first), the
--- expiry (µs), the score below which entries go (W_A), the new member's
--- time, cumulative cost and cost (W_B, W_C, W_D), and the member it
--- replaces (W_M).
-local W_EXP, W_A, W_B, W_C, W_D, W_M, W_MODE = {}, {}, {}, {}, {}, {}, {}
-local REPLACE, KEEP = 0, 1
+local GROUPS, LOG_WRITES = {}, {}
+
+-- group returns group g's record, cleared of its bucket: key, the bucket;
+-- first..last, its entries; holds, whether it has a concurrency entry;
+-- own, whether it is one log whose key is its own bucket (no hash). Then
+-- evaluate (or refund_group) sets what the bucket read: foreign, the key
+-- holds no hash; stored_exp, its stored expiry (ms, 0 when none); and
+-- what to write, should the request be allowed: log, a log to write;
+-- writes[1..nwrites], the bucket's fields and values to set; writes_exp,
+-- the latest expiry (µs) of the states written (0: nothing to write);
+-- those of entries that charge always, written whatever the decision:
+-- always_writes[1..always_nwrites] and always_exp; and
+-- deletes[1..ndeletes], the hold fields to delete. The record and its
+-- lists are kept from call to call: the hot path creates no tables.
+local function group(g, key, first, own)
+  local grp = GROUPS[g]
+  if not grp then
+    grp = {writes = {}, always_writes = {}, deletes = {}}
+    GROUPS[g] = grp
+  end
+  grp.key, grp.first, grp.last, grp.own, grp.holds = key, first, first, own, false
+  return grp
+end
+
 -- ARGS: the arguments of one HMGET or HSET; OUT: the reply.
 local ARGS = {}
 local OUT = {}
@@ -472,7 +478,11 @@ end
 
 -- log_entry records entry j's pending write to its log: cost logged at
 -- now, or at the time of the log's last entry if that is later (times never
--- decrease), sharing that entry's member when it is of the same µs.
+-- decrease), sharing that entry's member when it is of the same µs. The
+-- record LOG_WRITES[j] holds how (replace: the key is deleted first), the
+-- log's expiry (µs), the score below which members go (cut), the new
+-- member's time, cumulative cost and cost, and the member it replaces
+-- (drop).
 local function log_entry(j, foreign, live, cut, now, cost, window, last_at, last_cum, last_cost, last_member)
   local at = now
   if last_at > at then
@@ -485,8 +495,12 @@ local function log_entry(j, foreign, live, cut, now, cost, window, last_at, last
   if live and at == last_at then
     drop, n = last_member, last_cost + cost
   end
-  W_MODE[j] = foreign and REPLACE or KEEP
-  W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
+  local lw = LOG_WRITES[j]
+  if not lw then
+    lw = {}
+    LOG_WRITES[j] = lw
+  end
+  lw.replace, lw.expires, lw.cut, lw.at, lw.cum, lw.cost, lw.drop = foreign, at + window, cut, at, cum, n, drop
   return at + window - now
 end
 
@@ -606,15 +620,16 @@ end
 
 -- write_log writes entry j's pending log entry to key, and its expiry (ms).
 local function write_log(j, key, ms)
-  if W_MODE[j] == REPLACE then
+  local lw = LOG_WRITES[j]
+  if lw.replace then
     call('DEL', key)
   else
-    call('ZREMRANGEBYSCORE', key, '-inf', format('%d', W_A[j]))
-    if W_M[j] then
-      call('ZREM', key, W_M[j])
+    call('ZREMRANGEBYSCORE', key, '-inf', format('%d', lw.cut))
+    if lw.drop then
+      call('ZREM', key, lw.drop)
     end
   end
-  call('ZADD', key, format('%d', W_B[j]), format('%d:%d', W_C[j], W_D[j]))
+  call('ZADD', key, format('%d', lw.at), format('%d:%d', lw.cum, lw.cost))
   call('PEXPIREAT', key, format('%d', ms))
 end
 
@@ -834,7 +849,7 @@ local function penalty_slot(o, e, c, s, u, l, left, issued, now)
   return exp
 end
 
--- penalty_box applies group g's penalty box (v: the stored ':ban') once
+-- penalty_box applies group grp's penalty box (v: the stored ':ban') once
 -- its limits are evaluated, as the model's ApplyBans and CountDenials do,
 -- and fills its reply values. A ban in force (not shadow) denies every
 -- entry, retry at the ban's end at the earliest, nothing remaining, and
@@ -844,8 +859,8 @@ end
 -- written whatever the request's decision: it goes to both pending
 -- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
 -- and pending writes.
-local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
-  local first, last = G_FIRST[g], G_LAST[g]
+local function penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+  local first, last = grp.first, grp.last
   local e = E_REC[first]
   local c, s, u, l = penalty_read(v)
   local left, issued, hold = 0, 0, 0
@@ -933,7 +948,6 @@ end
 -- field (the limit was edited away and back) and counts for nothing.
 local C_LIVE = {} -- scratch of conc_scan: per live hold {at, cost, mine}
 local C_NLIVE = 0
-local G_DEL, G_ND = {}, {} -- per group: hold fields to delete on commit
 
 local function by_at(x, y)
   return x.at < y.at
@@ -967,12 +981,12 @@ local function conc_hold(hv, since, iv, now)
   return nil
 end
 
--- conc_scan reads every hold of field in group g's bucket: the live ones
+-- conc_scan reads every hold of field in group grp's bucket: the live ones
 -- go to C_LIVE (mine: the hold of holdfield), the others to the group's
 -- deletions. It returns what the live ones hold and the earliest of their
 -- admissions (nil when none).
-local function conc_scan(g, field, holdfield, since, iv, now)
-  local all = call('HGETALL', G_KEY[g])
+local function conc_scan(grp, field, holdfield, since, iv, now)
+  local all = call('HGETALL', grp.key)
   local prefix = ':h' .. field .. ':'
   local np = #prefix
   local held, first = 0, nil
@@ -994,13 +1008,8 @@ local function conc_scan(g, field, holdfield, since, iv, now)
           first = at
         end
       else
-        local d = G_DEL[g]
-        if not d then
-          d = {}
-          G_DEL[g] = d
-        end
-        G_ND[g] = G_ND[g] + 1
-        d[G_ND[g]] = f
+        grp.ndeletes = grp.ndeletes + 1
+        grp.deletes[grp.ndeletes] = f
       end
     end
   end
@@ -1047,17 +1056,17 @@ local function conc_figures(cap, held, last, iv, now)
   return remaining, reset
 end
 
--- concurrency evaluates an entry (record e, hold field hf) of group g: v
+-- concurrency evaluates an entry (record e, hold field hf) of group grp: v
 -- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
 -- o and returns whether it allows; when it holds a cost, also the field's
 -- new value, the state's end (µs) and the hold's value.
-local function concurrency(g, e, hf, v, hv, now, o)
+local function concurrency(grp, e, hf, v, hv, now, o)
   local cap, iv, cost = e.cap, e.iv, e.cost
   local held, since, first, last, current = conc_state(v, now)
   local scanned = false
   if current and held > 0 and first + iv <= now then -- a hold may have ended: sweep
     local f
-    held, f = conc_scan(g, e.field, hf, since, iv, now)
+    held, f = conc_scan(grp, e.field, hf, since, iv, now)
     first, scanned = f or 0, true
   end
   local remaining, reset = conc_figures(cap, held, last, iv, now)
@@ -1079,16 +1088,16 @@ local function concurrency(g, e, hf, v, hv, now, o)
     return true, spack('<Bdddd', CONCURRENCY, held + cost, since, first, at), at + iv, spack('<dd', cost, at)
   end
   if not scanned then
-    held = conc_scan(g, e.field, hf, since, iv, now)
+    held = conc_scan(grp, e.field, hf, since, iv, now)
   end
   return deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
 end
 
--- conc_release frees the hold hf of entry e in group g (v its field, hv
+-- conc_release frees the hold hf of entry e in group grp (v its field, hv
 -- the hold): it fills the figures after at o, retry 0 when it freed
 -- something, else never, and returns the field's new value (nil when
 -- nothing was freed); the hold's field goes to the group's deletions.
-local function conc_release(g, e, hf, v, hv, now, o)
+local function conc_release(grp, e, hf, v, hv, now, o)
   local iv = e.iv
   local held, since, first, last, current = conc_state(v, now)
   local c = current and conc_hold(hv, since, iv, now)
@@ -1096,20 +1105,15 @@ local function conc_release(g, e, hf, v, hv, now, o)
   if c then
     if first + iv <= now then -- a hold may have ended: sweep (this one is live)
       local f
-      held, f = conc_scan(g, e.field, hf, since, iv, now)
+      held, f = conc_scan(grp, e.field, hf, since, iv, now)
       first = f
     end
     held = held - c
-    G_ND[g] = G_ND[g] + 1
-    local d = G_DEL[g]
-    if not d then
-      d = {}
-      G_DEL[g] = d
-    end
-    d[G_ND[g]] = hf
+    grp.ndeletes = grp.ndeletes + 1
+    grp.deletes[grp.ndeletes] = hf
     val = spack('<Bdddd', CONCURRENCY, held, since, first, last)
   elseif current and held > 0 and first + iv <= now then
-    held = conc_scan(g, e.field, hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
+    held = conc_scan(grp, e.field, hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
   end
   local remaining, reset = conc_figures(e.cap, held, last, iv, now)
   OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = NEVER, remaining, reset, reset
@@ -1119,28 +1123,28 @@ local function conc_release(g, e, hf, v, hv, now, o)
   return val
 end
 
--- read_bucket reads group g's bucket once (HMGET of its entries' fields
+-- read_bucket reads group grp's bucket once (HMGET of its entries' fields
 -- and ':exp'; a key that is not a hash counts as empty: foreign). It
 -- returns the fields (false when none were read), whether the key is
 -- foreign, and the bucket's stored expiry (ms, 0 when none).
-local function read_bucket(g)
-  local first, last = G_FIRST[g], G_LAST[g]
+local function read_bucket(grp)
+  local first, last = grp.first, grp.last
   local r, foreign, stored = false, false, 0
-  if G_OWN[g] then
+  if grp.own then
     E_V[first] = false
   else
     local n = last - first + 1
-    if n == 1 and not G_HOLDS[g] then
-      r = pcall_('HMGET', G_KEY[g], E_REC[first].field, EXPIRY)
-    elseif n == 2 and not G_HOLDS[g] then -- a limit and its penalty box, or two limits
-      r = pcall_('HMGET', G_KEY[g], E_REC[first].field, E_REC[first + 1].field, EXPIRY)
+    if n == 1 and not grp.holds then
+      r = pcall_('HMGET', grp.key, E_REC[first].field, EXPIRY)
+    elseif n == 2 and not grp.holds then -- a limit and its penalty box, or two limits
+      r = pcall_('HMGET', grp.key, E_REC[first].field, E_REC[first + 1].field, EXPIRY)
     else
       for x = 1, n do
         ARGS[x] = E_REC[first + x - 1].field
       end
       ARGS[n + 1] = EXPIRY
       local m = n + 1
-      if G_HOLDS[g] then -- each concurrency entry's hold, after the expiry
+      if grp.holds then -- each concurrency entry's hold, after the expiry
         for j = first, last do
           if E_REC[j].alg == CONCURRENCY then
             m = m + 1
@@ -1148,7 +1152,7 @@ local function read_bucket(g)
           end
         end
       end
-      r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, m))
+      r = pcall_('HMGET', grp.key, unpack_(ARGS, 1, m))
     end
     if r.err then
       r, foreign = false, true
@@ -1165,20 +1169,16 @@ local function read_bucket(g)
   return r, foreign, stored
 end
 
--- evaluate reads group g's bucket (read_bucket), runs the algorithm of
+-- evaluate reads group grp's bucket (read_bucket), runs the algorithm of
 -- each of its entries, whose verdicts go to OUT at base + 4*j, and
 -- gathers the group's pending writes. It returns false when a non-shadow
 -- entry denies.
-local function evaluate(g, now, base)
-  local first, last = G_FIRST[g], G_LAST[g]
-  local r, foreign, stored = read_bucket(g)
-  local w, wa = G_W[g], G_WA[g]
-  if not w then
-    w, wa = {}, {}
-    G_W[g], G_WA[g] = w, wa
-  end
+local function evaluate(grp, now, base)
+  local first, last = grp.first, grp.last
+  local r, foreign, stored = read_bucket(grp)
+  local w, wa = grp.writes, grp.always_writes
   local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
-  G_ND[g] = 0
+  grp.ndeletes = 0
   for j = first, last do
     local e = E_REC[j]
     local alg, v, ok, val, exp, hold = e.alg, r and r[j - first + 1]
@@ -1195,14 +1195,14 @@ local function evaluate(g, now, base)
     elseif alg == CALENDAR then
       ok, val, exp = calendar(v, e.cap, e, now, e.cost, base + 4 * j, e.always)
     elseif alg == CONCURRENCY then
-      ok, val, exp, hold = concurrency(g, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
+      ok, val, exp, hold = concurrency(grp, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
     elseif alg == SLIDING_LOG then
       E_V[j] = v
       local pending
-      ok, pending = sliding_log(j, E_LK[j], G_OWN[g] or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
+      ok, pending = sliding_log(j, E_LK[j], grp.own or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
       E_LW[j] = pending
       if pending then
-        log, exp = true, W_EXP[j]
+        log, exp = true, LOG_WRITES[j].expires
         if v ~= LOGMARK then
           val = LOGMARK
         end
@@ -1245,14 +1245,14 @@ local function evaluate(g, now, base)
   if E_REC[first].alg == PENALTY then
     local v = r and r[1]
     if v or denied then
-      allowed, m, wexp, log, ma, wexpa = penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+      allowed, m, wexp, log, ma, wexpa = penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
     else -- never banned nor counting, and nothing to count: the common case
       local o = base + 4 * first
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
     end
   end
-  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
-  G_MA[g], G_WEXPA[g] = ma, wexpa
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, log
+  grp.always_nwrites, grp.always_exp = ma, wexpa
   return allowed
 end
 
@@ -1437,18 +1437,14 @@ local function refund_log(key, current, window, now, n)
   end
 end
 
--- refund_group gives back the costs of group g's entries and gathers its
+-- refund_group gives back the costs of group grp's entries and gathers its
 -- pending writes (a log's are made at once). Each entry's figures are
 -- those of a check of cost 0 after the refund, allowed.
-local function refund_group(g, now, base, release)
-  local first, last = G_FIRST[g], G_LAST[g]
-  local r, foreign, stored = read_bucket(g)
-  G_ND[g] = 0
-  local w = G_W[g]
-  if not w then
-    w = {}
-    G_W[g], G_WA[g] = w, {}
-  end
+local function refund_group(grp, now, base, release)
+  local first, last = grp.first, grp.last
+  local r, foreign, stored = read_bucket(grp)
+  grp.ndeletes = 0
+  local w = grp.writes
   local m, wexp = 0, 0
   for j = first, last do
     local e = E_REC[j]
@@ -1472,9 +1468,9 @@ local function refund_group(g, now, base, release)
       val = give and refund_counter(v, e.iv, now, e.cost)
       sliding_counter(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
     elseif alg == CONCURRENCY then
-      val = conc_release(g, e, E_HF[j], v, r and r[E_HI[j]], now, o)
+      val = conc_release(grp, e, E_HF[j], v, r and r[E_HI[j]], now, o)
     elseif alg == SLIDING_LOG then
-      local current = G_OWN[g] or v == LOGMARK
+      local current = grp.own or v == LOGMARK
       refund_log(E_LK[j], current, e.iv, now, e.cost)
       sliding_log(j, E_LK[j], current, e.cap, e.iv, now, 0, o, false)
     else
@@ -1496,52 +1492,52 @@ local function refund_group(g, now, base, release)
   if m > 0 and wexp < 1 then
     wexp = 1 -- something to write (at time 0 of a test clock)
   end
-  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, false
-  G_MA[g], G_WEXPA[g] = 0, 0
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, false
+  grp.always_nwrites, grp.always_exp = 0, 0
 end
 
--- commit writes group g's pending writes (only those of entries that
+-- commit writes group grp's pending writes (only those of entries that
 -- charge always, for a denied request: always): each log's entry and
 -- expiry, then one HSET of the bucket's changed fields (a log's field only
 -- when it did not hold the log's mark yet) and, when the bucket's expiry
 -- moves later, the new expiry in ':exp' and PEXPIREAT. A foreign key is
 -- deleted first.
-local function commit(g, always)
-  if G_LOG[g] then
-    for j = G_FIRST[g], G_LAST[g] do
+local function commit(grp, always)
+  if grp.log then
+    for j = grp.first, grp.last do
       local e = E_REC[j]
       if e.alg == SLIDING_LOG and E_LW[j] and (e.always or not always) then
-        write_log(j, E_LK[j], ceil(W_EXP[j] / 1000))
+        write_log(j, E_LK[j], ceil(LOG_WRITES[j].expires / 1000))
       end
     end
   end
-  local exp, w, m = G_WEXP[g], G_W[g], G_M[g]
+  local exp, w, m = grp.writes_exp, grp.writes, grp.nwrites
   if always then
-    exp, w, m = G_WEXPA[g], G_WA[g], G_MA[g]
+    exp, w, m = grp.always_exp, grp.always_writes, grp.always_nwrites
   end
-  if exp == 0 or G_OWN[g] then
+  if exp == 0 or grp.own then
     return -- nothing written, or a log that is its own bucket
   end
   exp = ceil(exp / 1000)
-  local later = exp > G_EXP[g]
+  local later = exp > grp.stored_exp
   if later then
     w[m + 1], w[m + 2] = EXPIRY, spack('<d', exp)
     m = m + 2
   elseif m == 0 then
     return -- logs whose field holds their mark, within the bucket's expiry
   end
-  if G_FOREIGN[g] then
-    call('DEL', G_KEY[g])
-  elseif G_ND[g] > 0 and not always then -- ended and released holds
-    call('HDEL', G_KEY[g], unpack_(G_DEL[g], 1, G_ND[g]))
+  if grp.foreign then
+    call('DEL', grp.key)
+  elseif grp.ndeletes > 0 and not always then -- ended and released holds
+    call('HDEL', grp.key, unpack_(grp.deletes, 1, grp.ndeletes))
   end
   if m == 2 then
-    call('HSET', G_KEY[g], w[1], w[2])
+    call('HSET', grp.key, w[1], w[2])
   else
-    call('HSET', G_KEY[g], unpack_(w, 1, m))
+    call('HSET', grp.key, unpack_(w, 1, m))
   end
   if later then
-    call('PEXPIREAT', G_KEY[g], format('%d', exp))
+    call('PEXPIREAT', grp.key, format('%d', exp))
   end
 end
 
@@ -1636,6 +1632,7 @@ local function parse(keys, args)
     return nil, 'want 1..' .. MAXKEYS .. ' keys, got ' .. nk
   end
   local p, j0, k, r, ng, cal = 1, 0, 0, 0, 0, false
+  local grp = nil -- group ng
   while p <= na do
     r = r + 1
     local h = hmemo[args[p]] or header(args[p])
@@ -1674,37 +1671,37 @@ local function parse(keys, args)
       if k > nk then
         return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
       end
-      if b ~= bucket or own or G_OWN[ng] then
+      if b ~= bucket or own or grp.own then
         for g = g0, ng do
-          if G_KEY[g] == b then
+          if GROUPS[g].key == b then
             return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
           end
         end
         ng, bucket = ng + 1, b
-        G_KEY[ng], G_FIRST[ng], G_OWN[ng], G_HOLDS[ng] = b, j, own, false
+        grp = group(ng, b, j, own)
       else
         local f = e.field
-        for x = G_FIRST[ng], j - 1 do
+        for x = grp.first, j - 1 do
           if E_REC[x].field == f then
             return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
           end
         end
       end
-      if alg == PENALTY and (G_FIRST[ng] ~= j or h.refund) then
+      if alg == PENALTY and (grp.first ~= j or h.refund) then
         return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
       end
-      G_LAST[ng], E_REC[j] = j, e
+      grp.last, E_REC[j] = j, e
       if alg == CALENDAR then
         cal = true
       elseif alg == CONCURRENCY then
-        G_HOLDS[ng] = true
+        grp.holds = true
       end
     end
     if logs then -- a log's key is no bucket of the same request
       for j = j0 + 1, j0 + n do
         if E_REC[j].alg == SLIDING_LOG then
           for g = g0, ng do
-            if G_KEY[g] == E_LK[j] and not G_OWN[g] then
+            if GROUPS[g].key == E_LK[j] and not GROUPS[g].own then
               return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
             end
           end
@@ -1720,26 +1717,26 @@ local function parse(keys, args)
   return r, cal
 end
 
--- forget carries out an operator's reset or lift of group g. A reset
+-- forget carries out an operator's reset or lift of group grp. A reset
 -- deletes each entry's state: its field, a log's sorted set, a
 -- concurrency limit's holds; the penalty box stays. A lift deletes the
 -- penalty box (the ban and its count of denials). The bucket's expiry
 -- stays: it only ever covers more than what is left.
-local function forget(g, lift)
-  local key = G_KEY[g]
+local function forget(grp, lift)
+  local key = grp.key
   if lift then
     pcall_('HDEL', key, BAN) -- a key that is no bucket (an error) holds no ban
     return
   end
-  for j = G_FIRST[g], G_LAST[g] do
+  for j = grp.first, grp.last do
     if E_REC[j].alg == SLIDING_LOG then
       call('DEL', E_LK[j])
     end
   end
-  if G_OWN[g] then
+  if grp.own then
     return -- a log that is its own bucket: gone
   end
-  for j = G_FIRST[g], G_LAST[g] do
+  for j = grp.first, grp.last do
     local e = E_REC[j]
     local f = e.field
     local r = pcall_('HDEL', key, f)
@@ -1798,7 +1795,7 @@ local function sluice_check(keys, args)
     if h.reset or h.lift then -- a reset or a lift: allowed, every figure 0
       OUT[d] = 1
       for g = g1, g2 do
-        forget(g, h.lift)
+        forget(GROUPS[g], h.lift)
       end
       for j = j0 + 1, j0 + n do
         local b = base + 4 * j
@@ -1807,8 +1804,8 @@ local function sluice_check(keys, args)
     elseif h.refund then -- a refund (always allowed) or a release (allowed when it freed something): always written
       OUT[d] = 1
       for g = g1, g2 do
-        refund_group(g, now, base, h.release)
-        commit(g, false)
+        refund_group(GROUPS[g], now, base, h.release)
+        commit(GROUPS[g], false)
       end
       if h.release then -- a release: allowed when a concurrency entry freed something
         OUT[d] = 0
@@ -1821,7 +1818,7 @@ local function sluice_check(keys, args)
     else
       local allowed = true
       for g = g1, g2 do
-        if not evaluate(g, now, base) then
+        if not evaluate(GROUPS[g], now, base) then
           allowed = false
         end
       end
@@ -1829,15 +1826,15 @@ local function sluice_check(keys, args)
         OUT[d] = 1
         if not h.dry then
           for g = g1, g2 do
-            commit(g, false)
+            commit(GROUPS[g], false)
           end
         end
       else
         OUT[d] = 0
         if not h.dry then
           for g = g1, g2 do
-            if G_WEXPA[g] > 0 then
-              commit(g, true)
+            if GROUPS[g].always_exp > 0 then
+              commit(GROUPS[g], true)
             end
           end
         end
