@@ -99,9 +99,9 @@
 -- on write.
 --
 -- Cost per call matters (this runs for every request a cluster serves):
--- the hot path creates no closures and no tables (scratch arrays and the
--- reply table are reused from call to call; every slot read is written
--- earlier in the same call), parsed arguments are memoized, globals are
+-- the hot path creates no closures and no tables (scratch arrays, the
+-- groups' records and the reply table are reused from call to call; every
+-- slot read is written earlier in the same call), parsed arguments are memoized, globals are
 -- looked up once, and it makes few Lua calls (each costs about as much as
 -- ten comparisons). Besides the Lua work, what remains is the redis.call
 -- round trips: TIME once per call, then per bucket a read, a write and
