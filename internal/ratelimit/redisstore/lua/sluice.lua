@@ -140,14 +140,13 @@ end
 --   R_HDR[r]: request r's parsed header; R_G[r]: the groups before its
 --   first; R_NG[r]: its groups.
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
---   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
---   value (a string, or false), E_LW[j], whether a write to it is
---   pending, and LOG_WRITES[j], that write (see log_entry).
+--   entry); for a log also E_LK[j], its key, E_LW[j], whether a write
+--   to it is pending, and LOG_WRITES[j], that write (see log_entry).
 --   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
 --   index in its bucket's read.
 --   GROUPS[g]: group g's record (see group).
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_LW, E_LK, E_V, E_HI, E_HF = {}, {}, {}, {}, {}, {}
+local E_REC, E_LW, E_LK, E_HI, E_HF = {}, {}, {}, {}, {}
 local GROUPS, LOG_WRITES = {}, {}
 
 -- group returns group g's record, cleared of its bucket: key, the bucket;
@@ -1130,9 +1129,7 @@ end
 local function read_bucket(grp)
   local first, last = grp.first, grp.last
   local r, foreign, stored = false, false, 0
-  if grp.own then
-    E_V[first] = false
-  else
+  if not grp.own then
     local n = last - first + 1
     if n == 1 and not grp.holds then
       r = pcall_('HMGET', grp.key, E_REC[first].field, EXPIRY)
@@ -1197,7 +1194,6 @@ local function evaluate(grp, now, base)
     elseif alg == CONCURRENCY then
       ok, val, exp, hold = concurrency(grp, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
     elseif alg == SLIDING_LOG then
-      E_V[j] = v
       local pending
       ok, pending = sliding_log(j, E_LK[j], grp.own or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
       E_LW[j] = pending
