@@ -99,9 +99,9 @@
 -- on write.
 --
 -- Cost per call matters (this runs for every request a cluster serves):
--- the hot path creates no closures and no tables (scratch arrays and the
--- reply table are reused from call to call; every slot read is written
--- earlier in the same call), parsed arguments are memoized, globals are
+-- the hot path creates no closures and no tables (scratch arrays, the
+-- groups' records and the reply table are reused from call to call; every
+-- slot read is written earlier in the same call), parsed arguments are memoized, globals are
 -- looked up once, and it makes few Lua calls (each costs about as much as
 -- ten comparisons). Besides the Lua work, what remains is the redis.call
 -- round trips: TIME once per call, then per bucket a read, a write and
@@ -116,6 +116,10 @@ local MAXKEYS = 8192               -- per call
 local EXPIRY = ':exp'              -- a bucket's field holding its expiry (ms)
 local LOGMARK = '\3'               -- a log's field in its bucket
 local BAN = ':ban'                 -- a bucket's field holding its penalty box
+-- The algorithms' ids (ratelimit.Algorithm), in the arguments and as the
+-- first byte of a stored state.
+local TOKEN_BUCKET, FIXED_WINDOW, SLIDING_LOG, SLIDING_COUNTER = 1, 2, 3, 4
+local LEAKY_BUCKET, GCRA, FIXED_WINDOW_CLOCK, CALENDAR, CONCURRENCY = 5, 6, 7, 8, 9
 local PENALTY = 10                 -- the penalty box's id in the arguments
 local MAXPENALTY = 31622400000000  -- µs: bound of a penalty's durations (366 days)
 
@@ -136,32 +140,37 @@ end
 --   R_HDR[r]: request r's parsed header; R_G[r]: the groups before its
 --   first; R_NG[r]: its groups.
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
---   entry); for a log also E_LK[j], its key, E_V[j], its field's stored
---   value (a string, or false), and E_LW[j], whether a write to it is
---   pending.
+--   entry); for a log also E_LK[j], its key, E_LW[j], whether a write
+--   to it is pending, and LOG_WRITES[j], that write (see log_entry).
 --   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
 --   index in its bucket's read.
---   G_KEY[g]: the bucket; G_FIRST[g]..G_LAST[g]: its entries; G_HOLDS[g]:
---   it has a concurrency entry; G_OWN[g]:
---   the group is one log whose key is its own bucket (no hash);
---   G_FOREIGN[g]: the key holds no hash; G_EXP[g]: its stored expiry (ms,
---   0 when none); G_LOG[g]: it holds a log to write.
---   Pending writes, should the request be allowed: G_W[g][1..G_M[g]], the
---   bucket's fields and values to set, and G_WEXP[g], the latest expiry
---   (µs) of the states written (0: nothing to write); those of entries that
---   charge always, written whatever the decision: G_WA[g][1..G_MA[g]] and
---   G_WEXPA[g].
+--   GROUPS[g]: group g's record (see group).
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_LW, E_LK, E_V, E_HI, E_HF = {}, {}, {}, {}, {}, {}
-local G_KEY, G_FIRST, G_LAST, G_OWN, G_FOREIGN, G_EXP, G_LOG, G_HOLDS = {}, {}, {}, {}, {}, {}, {}, {}
-local G_W, G_M, G_WEXP = {}, {}, {}
-local G_WA, G_MA, G_WEXPA = {}, {}, {}
--- A log's pending write: how (W_MODE: REPLACE deletes the key first), the
--- expiry (µs), the score below which entries go (W_A), the new member's
--- time, cumulative cost and cost (W_B, W_C, W_D), and the member it
--- replaces (W_M).
-local W_EXP, W_A, W_B, W_C, W_D, W_M, W_MODE = {}, {}, {}, {}, {}, {}, {}
-local REPLACE, KEEP = 0, 1
+local E_REC, E_LW, E_LK, E_HI, E_HF = {}, {}, {}, {}, {}
+local GROUPS, LOG_WRITES = {}, {}
+
+-- group returns group g's record, cleared of its bucket: key, the bucket;
+-- first..last, its entries; holds, whether it has a concurrency entry;
+-- own, whether it is one log whose key is its own bucket (no hash). Then
+-- evaluate (or refund_group) sets what the bucket read: foreign, the key
+-- holds no hash; stored_exp, its stored expiry (ms, 0 when none); and
+-- what to write, should the request be allowed: log, a log to write;
+-- writes[1..nwrites], the bucket's fields and values to set; writes_exp,
+-- the latest expiry (µs) of the states written (0: nothing to write);
+-- those of entries that charge always, written whatever the decision:
+-- always_writes[1..always_nwrites] and always_exp; and
+-- deletes[1..ndeletes], the hold fields to delete. The record and its
+-- lists are kept from call to call: the hot path creates no tables.
+local function group(g, key, first, own)
+  local grp = GROUPS[g]
+  if not grp then
+    grp = {writes = {}, always_writes = {}, deletes = {}}
+    GROUPS[g] = grp
+  end
+  grp.key, grp.first, grp.last, grp.own, grp.holds = key, first, first, own, false
+  return grp
+end
+
 -- ARGS: the arguments of one HMGET or HSET; OUT: the reply.
 local ARGS = {}
 local OUT = {}
@@ -177,6 +186,17 @@ local function toint(s, lo, hi)
     return nil
   end
   return n
+end
+
+-- limit_entry is the record of a limit's entry, shared by every call that
+-- sends the same argument (see entry): the algorithm's id, its parameters
+-- (capacity, rate, interval in µs), the cost, whether it is shadow or
+-- charges always (flags), and its field in the bucket. A calendar's adds
+-- its window starts w0..w3, a penalty box's has a shape of its own (see
+-- penalty_entry).
+local function limit_entry(alg, cap, rate, iv, cost, flags, field)
+  return {alg = alg, cap = cap, rate = rate, iv = iv, cost = cost, shadow = flags == '1' or flags == '3', field = field,
+    always = flags == '2' or flags == '3'}
 end
 
 -- A verdict occupies OUT[o+1..o+4]: retry-after (0: allowed), remaining,
@@ -220,7 +240,7 @@ local function token_bucket(v, cap, rate, iv, now, cost, o, always)
   if v and #v == 17 then
     a, t, l = sunpack('<Bdd', v)
   end
-  if a == 1 and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+  if a == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
     tokens, last = t, l
     if tokens > cap then
       tokens = cap
@@ -259,7 +279,7 @@ local function token_bucket(v, cap, rate, iv, now, cost, o, always)
     end
     OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, tokens, reset, reset_after
     if cost > 0 then
-      return true, spack('<Bdd', 1, left, last), now + reset_after
+      return true, spack('<Bdd', TOKEN_BUCKET, left, last), now + reset_after
     end
     return true
   else
@@ -274,7 +294,7 @@ local function token_bucket(v, cap, rate, iv, now, cost, o, always)
       OUT[o + 1] = last + ceil((cost - left) / rate) * iv - now
     end
     OUT[o + 4] = last + ceil((cap - left) / rate) * iv - now
-    return false, spack('<Bdd', 1, left, last), now + OUT[o + 4]
+    return false, spack('<Bdd', TOKEN_BUCKET, left, last), now + OUT[o + 4]
   end
   return false
 end
@@ -285,7 +305,7 @@ local function fixed_window(v, limit, _, window, now, cost, o, always)
   if v and #v == 17 then
     a, n, s = sunpack('<Bdd', v)
   end
-  if a == 2 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s + window then
+  if a == FIXED_WINDOW and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s + window then
     count, start = n, s
   end
   local remaining, reset = limit - count, 0
@@ -304,7 +324,7 @@ local function fixed_window(v, limit, _, window, now, cost, o, always)
     end
     OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
     if cost > 0 then
-      return true, spack('<Bdd', 2, count + cost, start), start + window
+      return true, spack('<Bdd', FIXED_WINDOW, count + cost, start), start + window
     end
     return true
   else
@@ -312,7 +332,7 @@ local function fixed_window(v, limit, _, window, now, cost, o, always)
   end
   if always and cost > 0 then -- charged all the same: up to twice the limit
     OUT[o + 4] = start + window - now
-    return false, spack('<Bdd', 2, over(count, cost, limit), start), start + window
+    return false, spack('<Bdd', FIXED_WINDOW, over(count, cost, limit), start), start + window
   end
   return false
 end
@@ -363,33 +383,33 @@ local function fixed_window_clock(v, limit, _, window, now, cost, o, always)
   if v and #v == 17 then
     a, n, s = sunpack('<Bdd', v)
   end
-  if a == 7 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 then
+  if a == FIXED_WINDOW_CLOCK and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 then
     local sk = floor(s / window)
     if sk >= k then
       k, count = sk, n
     end
   end
   local start = k * window
-  return clock_window(7, limit, start, start + window, count, now, cost, o, always)
+  return clock_window(FIXED_WINDOW_CLOCK, limit, start, start + window, count, now, cost, o, always)
 end
 
 -- Calendar ----------------------------------------------------------------
 -- A calendar quota (model/calendar.go): the windows are the periods of a
 -- calendar in an IANA zone. The zone's rules are applied by the caller
 -- (ratelimit.CalendarWindows, in Go), who passes the starts w0..w3 of four
--- consecutive windows around its own clock (e[9]..e[12]); now's window is
+-- consecutive windows around its own clock (its entry's w0..w3); now's window is
 -- the one among them that holds this call's time (calendar_clock checks
 -- that one does before anything is evaluated). State: the count and the
 -- end of the window it counts, which counts until that end.
 
 -- calendar_end is the end of the window that holds now, for entry e.
 local function calendar_end(e, now)
-  if now < e[10] then
-    return e[10]
-  elseif now < e[11] then
-    return e[11]
+  if now < e.w1 then
+    return e.w1
+  elseif now < e.w2 then
+    return e.w2
   end
-  return e[12]
+  return e.w3
 end
 
 local function calendar(v, limit, e, now, cost, o, always)
@@ -398,10 +418,10 @@ local function calendar(v, limit, e, now, cost, o, always)
   if v and #v == 17 then
     a, n, s = sunpack('<Bdd', v)
   end
-  if a == 8 and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s then
+  if a == CALENDAR and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s then
     count, finish = n, s
   end
-  return clock_window(8, limit, finish, finish, count, now, cost, o, always)
+  return clock_window(CALENDAR, limit, finish, finish, count, now, cost, o, always)
 end
 
 -- calendar_clock checks each request's time against the windows its
@@ -412,20 +432,20 @@ local function calendar_clock(nreq, server_now)
   local j0 = 0
   for r = 1, nreq do
     local h = R_HDR[r]
-    local now = h[3] or server_now
-    for j = j0 + 1, j0 + h[1] do
+    local now = h.time or server_now
+    for j = j0 + 1, j0 + h.n do
       local e = E_REC[j]
-      if e[1] == 8 and (now < e[9] or now >= e[12]) then
+      if e.alg == CALENDAR and (now < e.w0 or now >= e.w3) then
         return 'request ' .. r .. ' entry ' .. (j - j0) .. ': time ' .. format('%d', now) ..
-          ' is outside the calendar windows given (' .. format('%d', e[9]) .. '..' .. format('%d', e[12]) .. ')'
+          ' is outside the calendar windows given (' .. format('%d', e.w0) .. '..' .. format('%d', e.w3) .. ')'
       end
     end
-    j0 = j0 + h[1]
+    j0 = j0 + h.n
   end
 end
 
 -- calendar_entry parses "8:capacity:w0:w1:w2:w3:cost:flags:field" into
--- entry()'s record, with w0..w3 at 9..12; nil if malformed.
+-- entry()'s record, with the window starts w0..w3; nil if malformed.
 local function calendar_entry(s)
   local cap, w0, w1, w2, w3, cost, flags, field = match(s, '^8:(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
   cap, cost = toint(cap, 1, MAXCOUNT), toint(cost, 0, MAXCOUNT)
@@ -433,7 +453,9 @@ local function calendar_entry(s)
   if cap == nil or cost == nil or w0 == nil or w1 == nil or w2 == nil or w3 == nil or not (w0 < w1 and w1 < w2 and w2 < w3) then
     return nil
   end
-  return {8, cap, 0, 0, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3', w0, w1, w2, w3}
+  local e = limit_entry(CALENDAR, cap, 0, 0, cost, flags, field)
+  e.w0, e.w1, e.w2, e.w3 = w0, w1, w2, w3
+  return e
 end
 
 -- Sliding window log: a sorted set scored by admission time; the member is
@@ -455,7 +477,11 @@ end
 
 -- log_entry records entry j's pending write to its log: cost logged at
 -- now, or at the time of the log's last entry if that is later (times never
--- decrease), sharing that entry's member when it is of the same µs.
+-- decrease), sharing that entry's member when it is of the same µs. The
+-- record LOG_WRITES[j] holds how (replace: the key is deleted first), the
+-- log's expiry (µs), the score below which members go (cut), the new
+-- member's time, cumulative cost and cost, and the member it replaces
+-- (drop).
 local function log_entry(j, foreign, live, cut, now, cost, window, last_at, last_cum, last_cost, last_member)
   local at = now
   if last_at > at then
@@ -468,8 +494,12 @@ local function log_entry(j, foreign, live, cut, now, cost, window, last_at, last
   if live and at == last_at then
     drop, n = last_member, last_cost + cost
   end
-  W_MODE[j] = foreign and REPLACE or KEEP
-  W_EXP[j], W_A[j], W_B[j], W_C[j], W_D[j], W_M[j] = at + window, cut, at, cum, n, drop
+  local lw = LOG_WRITES[j]
+  if not lw then
+    lw = {}
+    LOG_WRITES[j] = lw
+  end
+  lw.replace, lw.expires, lw.cut, lw.at, lw.cum, lw.cost, lw.drop = foreign, at + window, cut, at, cum, n, drop
   return at + window - now
 end
 
@@ -589,15 +619,16 @@ end
 
 -- write_log writes entry j's pending log entry to key, and its expiry (ms).
 local function write_log(j, key, ms)
-  if W_MODE[j] == REPLACE then
+  local lw = LOG_WRITES[j]
+  if lw.replace then
     call('DEL', key)
   else
-    call('ZREMRANGEBYSCORE', key, '-inf', format('%d', W_A[j]))
-    if W_M[j] then
-      call('ZREM', key, W_M[j])
+    call('ZREMRANGEBYSCORE', key, '-inf', format('%d', lw.cut))
+    if lw.drop then
+      call('ZREM', key, lw.drop)
     end
   end
-  call('ZADD', key, format('%d', W_B[j]), format('%d:%d', W_C[j], W_D[j]))
+  call('ZADD', key, format('%d', lw.at), format('%d:%d', lw.cum, lw.cost))
   call('PEXPIREAT', key, format('%d', ms))
 end
 
@@ -648,7 +679,7 @@ local function sliding_counter_over(o, remaining, reset, retry, always, k, curr,
       OUT[o + 1] = swc_retry_at(limit, window, start, elapsed, c, prev, cost) - now
     end
     OUT[o + 4] = start + 2 * window - now
-    return false, spack('<Bddd', 4, k, c, prev), start + 2 * window
+    return false, spack('<Bddd', SLIDING_COUNTER, k, c, prev), start + 2 * window
   end
   return false
 end
@@ -660,7 +691,7 @@ local function sliding_counter(v, limit, _, window, now, cost, o, always)
   if v and #v == 25 then
     a, sk, sc, sp = sunpack('<Bddd', v)
   end
-  if a == 4 and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+  if a == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
     sp >= 0 and sp <= MAXU and sp % 1 == 0 then
     if k == sk then
       curr, prev = sc, sp
@@ -696,7 +727,7 @@ local function sliding_counter(v, limit, _, window, now, cost, o, always)
     end
     OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, remaining, reset, reset_after
     if cost > 0 then
-      return true, spack('<Bddd', 4, k, curr + cost, prev), start + 2 * window
+      return true, spack('<Bddd', SLIDING_COUNTER, k, curr + cost, prev), start + 2 * window
     end
     return true
   end
@@ -790,7 +821,7 @@ local function penalty_read(v)
   if v and #v == 33 then
     a, c, s, u, l = sunpack('<Bdddd', v)
   end
-  if a == 10 and c >= 0 and c <= MAXCOUNT and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and
+  if a == PENALTY and c >= 0 and c <= MAXCOUNT and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and
     u >= 0 and u <= MAXU and u % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
     return c, s, u, l
   end
@@ -803,10 +834,10 @@ end
 local function penalty_slot(o, e, c, s, u, l, left, issued, now)
   local exp = 0
   if c > 0 then
-    exp = s + e[3]
+    exp = s + e.within
   end
-  if l > 0 and u + e[5] > exp then
-    exp = u + e[5]
+  if l > 0 and u + e.maxban > exp then
+    exp = u + e.maxban
   end
   if exp > now then
     exp = exp - now
@@ -817,7 +848,7 @@ local function penalty_slot(o, e, c, s, u, l, left, issued, now)
   return exp
 end
 
--- penalty_box applies group g's penalty box (v: the stored ':ban') once
+-- penalty_box applies group grp's penalty box (v: the stored ':ban') once
 -- its limits are evaluated, as the model's ApplyBans and CountDenials do,
 -- and fills its reply values. A ban in force (not shadow) denies every
 -- entry, retry at the ban's end at the earliest, nothing remaining, and
@@ -827,32 +858,32 @@ end
 -- written whatever the request's decision: it goes to both pending
 -- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
 -- and pending writes.
-local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
-  local first, last = G_FIRST[g], G_LAST[g]
+local function penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+  local first, last = grp.first, grp.last
   local e = E_REC[first]
   local c, s, u, l = penalty_read(v)
   local left, issued, hold = 0, 0, 0
   if now < u then
     left, hold = u - now, u - now
   elseif denied then
-    if c > 0 and now < s + e[3] then
+    if c > 0 and now < s + e.within then
       c = c + 1
     else
       c, s = 1, now
     end
-    if c >= e[2] then
-      issued = e[4]
-      if l > 0 and now < u + e[5] then
+    if c >= e.denials then
+      issued = e.ban
+      if l > 0 and now < u + e.maxban then
         issued = 2 * l
-        if issued > e[5] then
-          issued = e[5]
+        if issued > e.maxban then
+          issued = e.maxban
         end
       end
       c, s, u, l, hold = 0, 0, now + issued, issued, issued
     end
   end
   local exp = penalty_slot(base + 4 * first, e, c, s, u, l, left, issued, now)
-  if e[6] then
+  if e.shadow then
     hold = 0 -- a shadow box denies nothing
   end
   if hold > 0 then
@@ -875,7 +906,7 @@ local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa
       return false, 0, 0, false, 0, 0
     end
   elseif denied then
-    local val = spack('<Bdddd', 10, c, s, u, l)
+    local val = spack('<Bdddd', PENALTY, c, s, u, l)
     exp = now + exp
     w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = BAN, val, BAN, val
     m, ma = m + 2, ma + 2
@@ -890,15 +921,16 @@ local function penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa
 end
 
 -- penalty_entry parses "10:denials:within:ban:maxban:flags" (flags 0..1:
--- 1 shadow) into an entry record {10, denials, within, ban, maxban,
--- shadow, ':ban', false}; nil if malformed.
+-- 1 shadow) into an entry record of its own shape: {alg = PENALTY,
+-- denials, within, ban, maxban, shadow, field = ':ban', always = false};
+-- nil if malformed.
 local function penalty_entry(s)
   local d, wi, b, mb, flags = match(s, '^10:(%d+):(%d+):(%d+):(%d+):([01])$')
   d, wi, b, mb = toint(d, 1, MAXCOUNT), toint(wi, 1, MAXPENALTY), toint(b, 1, MAXPENALTY), toint(mb, 1, MAXPENALTY)
   if d == nil or wi == nil or b == nil or mb == nil or b > mb then
     return nil
   end
-  return {10, d, wi, b, mb, flags == '1', BAN, false}
+  return {alg = PENALTY, denials = d, within = wi, ban = b, maxban = mb, shadow = flags == '1', field = BAN, always = false}
 end
 
 -- Concurrency (algorithm 9): units held in flight, each hold named by its
@@ -913,12 +945,11 @@ end
 -- first says one may have ended, and a denial reads them all to find its
 -- retry. A hold admitted before since belongs to an earlier state of the
 -- field (the limit was edited away and back) and counts for nothing.
-local C_LIVE = {} -- scratch of conc_scan: {at, cost, mine} per live hold
+local C_LIVE = {} -- scratch of conc_scan: per live hold {at, cost, mine}
 local C_NLIVE = 0
-local G_DEL, G_ND = {}, {} -- per group: hold fields to delete on commit
 
 local function by_at(x, y)
-  return x[1] < y[1]
+  return x.at < y.at
 end
 
 -- conc_state reads a concurrency field: held, since, first, last, and
@@ -929,7 +960,7 @@ local function conc_state(v, now)
   if v and #v == 33 then
     a, held, since, first, last = sunpack('<Bdddd', v)
   end
-  if a == 9 and held >= 0 and held <= MAXU and held % 1 == 0 and since >= 0 and since <= MAXU and since % 1 == 0 and
+  if a == CONCURRENCY and held >= 0 and held <= MAXU and held % 1 == 0 and since >= 0 and since <= MAXU and since % 1 == 0 and
     first >= 0 and first <= MAXU and first % 1 == 0 and last >= 0 and last <= MAXU and last % 1 == 0 then
     return held, since, first, last, true
   end
@@ -949,12 +980,12 @@ local function conc_hold(hv, since, iv, now)
   return nil
 end
 
--- conc_scan reads every hold of field in group g's bucket: the live ones
+-- conc_scan reads every hold of field in group grp's bucket: the live ones
 -- go to C_LIVE (mine: the hold of holdfield), the others to the group's
 -- deletions. It returns what the live ones hold and the earliest of their
 -- admissions (nil when none).
-local function conc_scan(g, field, holdfield, since, iv, now)
-  local all = call('HGETALL', G_KEY[g])
+local function conc_scan(grp, field, holdfield, since, iv, now)
+  local all = call('HGETALL', grp.key)
   local prefix = ':h' .. field .. ':'
   local np = #prefix
   local held, first = 0, nil
@@ -970,19 +1001,14 @@ local function conc_scan(g, field, holdfield, since, iv, now)
           rec = {}
           C_LIVE[C_NLIVE] = rec
         end
-        rec[1], rec[2], rec[3] = at, c, f == holdfield
+        rec.at, rec.cost, rec.mine = at, c, f == holdfield
         held = held + c
         if first == nil or at < first then
           first = at
         end
       else
-        local d = G_DEL[g]
-        if not d then
-          d = {}
-          G_DEL[g] = d
-        end
-        G_ND[g] = G_ND[g] + 1
-        d[G_ND[g]] = f
+        grp.ndeletes = grp.ndeletes + 1
+        grp.deletes[grp.ndeletes] = f
       end
     end
   end
@@ -1000,16 +1026,16 @@ local function conc_retry_at(held, cost, cap, iv, dup, last)
   table.sort(C_LIVE, by_at)
   local i, n = 1, C_NLIVE
   while i <= n do
-    local e = C_LIVE[i][1] + iv
-    while i <= n and C_LIVE[i][1] + iv <= e do
-      held = held - C_LIVE[i][2]
-      if C_LIVE[i][3] then
+    local ends = C_LIVE[i].at + iv
+    while i <= n and C_LIVE[i].at + iv <= ends do
+      held = held - C_LIVE[i].cost
+      if C_LIVE[i].mine then
         dup = false
       end
       i = i + 1
     end
     if not dup and held + cost <= cap then
-      return e
+      return ends
     end
   end
   return last + iv
@@ -1029,17 +1055,17 @@ local function conc_figures(cap, held, last, iv, now)
   return remaining, reset
 end
 
--- concurrency evaluates an entry (record e, hold field hf) of group g: v
+-- concurrency evaluates an entry (record e, hold field hf) of group grp: v
 -- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
 -- o and returns whether it allows; when it holds a cost, also the field's
 -- new value, the state's end (µs) and the hold's value.
-local function concurrency(g, e, hf, v, hv, now, o)
-  local cap, iv, cost = e[2], e[4], e[5]
+local function concurrency(grp, e, hf, v, hv, now, o)
+  local cap, iv, cost = e.cap, e.iv, e.cost
   local held, since, first, last, current = conc_state(v, now)
   local scanned = false
   if current and held > 0 and first + iv <= now then -- a hold may have ended: sweep
     local f
-    held, f = conc_scan(g, e[7], hf, since, iv, now)
+    held, f = conc_scan(grp, e.field, hf, since, iv, now)
     first, scanned = f or 0, true
   end
   local remaining, reset = conc_figures(cap, held, last, iv, now)
@@ -1058,42 +1084,37 @@ local function concurrency(g, e, hf, v, hv, now, o)
       first = at
     end
     allow(o, remaining, reset, at + iv - now)
-    return true, spack('<Bdddd', 9, held + cost, since, first, at), at + iv, spack('<dd', cost, at)
+    return true, spack('<Bdddd', CONCURRENCY, held + cost, since, first, at), at + iv, spack('<dd', cost, at)
   end
   if not scanned then
-    held = conc_scan(g, e[7], hf, since, iv, now)
+    held = conc_scan(grp, e.field, hf, since, iv, now)
   end
   return deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
 end
 
--- conc_release frees the hold hf of entry e in group g (v its field, hv
+-- conc_release frees the hold hf of entry e in group grp (v its field, hv
 -- the hold): it fills the figures after at o, retry 0 when it freed
 -- something, else never, and returns the field's new value (nil when
 -- nothing was freed); the hold's field goes to the group's deletions.
-local function conc_release(g, e, hf, v, hv, now, o)
-  local iv = e[4]
+local function conc_release(grp, e, hf, v, hv, now, o)
+  local iv = e.iv
   local held, since, first, last, current = conc_state(v, now)
   local c = current and conc_hold(hv, since, iv, now)
   local val = nil
   if c then
     if first + iv <= now then -- a hold may have ended: sweep (this one is live)
       local f
-      held, f = conc_scan(g, e[7], hf, since, iv, now)
+      held, f = conc_scan(grp, e.field, hf, since, iv, now)
       first = f
     end
     held = held - c
-    G_ND[g] = G_ND[g] + 1
-    local d = G_DEL[g]
-    if not d then
-      d = {}
-      G_DEL[g] = d
-    end
-    d[G_ND[g]] = hf
-    val = spack('<Bdddd', 9, held, since, first, last)
+    grp.ndeletes = grp.ndeletes + 1
+    grp.deletes[grp.ndeletes] = hf
+    val = spack('<Bdddd', CONCURRENCY, held, since, first, last)
   elseif current and held > 0 and first + iv <= now then
-    held = conc_scan(g, e[7], hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
+    held = conc_scan(grp, e.field, hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
   end
-  local remaining, reset = conc_figures(e[2], held, last, iv, now)
+  local remaining, reset = conc_figures(e.cap, held, last, iv, now)
   OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = NEVER, remaining, reset, reset
   if c then
     OUT[o + 1] = 0
@@ -1101,36 +1122,34 @@ local function conc_release(g, e, hf, v, hv, now, o)
   return val
 end
 
--- read_bucket reads group g's bucket once (HMGET of its entries' fields
+-- read_bucket reads group grp's bucket once (HMGET of its entries' fields
 -- and ':exp'; a key that is not a hash counts as empty: foreign). It
 -- returns the fields (false when none were read), whether the key is
 -- foreign, and the bucket's stored expiry (ms, 0 when none).
-local function read_bucket(g)
-  local first, last = G_FIRST[g], G_LAST[g]
+local function read_bucket(grp)
+  local first, last = grp.first, grp.last
   local r, foreign, stored = false, false, 0
-  if G_OWN[g] then
-    E_V[first] = false
-  else
+  if not grp.own then
     local n = last - first + 1
-    if n == 1 and not G_HOLDS[g] then
-      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], EXPIRY)
-    elseif n == 2 and not G_HOLDS[g] then -- a limit and its penalty box, or two limits
-      r = pcall_('HMGET', G_KEY[g], E_REC[first][7], E_REC[first + 1][7], EXPIRY)
+    if n == 1 and not grp.holds then
+      r = pcall_('HMGET', grp.key, E_REC[first].field, EXPIRY)
+    elseif n == 2 and not grp.holds then -- a limit and its penalty box, or two limits
+      r = pcall_('HMGET', grp.key, E_REC[first].field, E_REC[first + 1].field, EXPIRY)
     else
       for x = 1, n do
-        ARGS[x] = E_REC[first + x - 1][7]
+        ARGS[x] = E_REC[first + x - 1].field
       end
       ARGS[n + 1] = EXPIRY
       local m = n + 1
-      if G_HOLDS[g] then -- each concurrency entry's hold, after the expiry
+      if grp.holds then -- each concurrency entry's hold, after the expiry
         for j = first, last do
-          if E_REC[j][1] == 9 then
+          if E_REC[j].alg == CONCURRENCY then
             m = m + 1
             ARGS[m], E_HI[j] = E_HF[j], m
           end
         end
       end
-      r = pcall_('HMGET', G_KEY[g], unpack_(ARGS, 1, m))
+      r = pcall_('HMGET', grp.key, unpack_(ARGS, 1, m))
     end
     if r.err then
       r, foreign = false, true
@@ -1147,54 +1166,49 @@ local function read_bucket(g)
   return r, foreign, stored
 end
 
--- evaluate reads group g's bucket (read_bucket), runs the algorithm of
+-- evaluate reads group grp's bucket (read_bucket), runs the algorithm of
 -- each of its entries, whose verdicts go to OUT at base + 4*j, and
 -- gathers the group's pending writes. It returns false when a non-shadow
 -- entry denies.
-local function evaluate(g, now, base)
-  local first, last = G_FIRST[g], G_LAST[g]
-  local r, foreign, stored = read_bucket(g)
-  local w, wa = G_W[g], G_WA[g]
-  if not w then
-    w, wa = {}, {}
-    G_W[g], G_WA[g] = w, wa
-  end
+local function evaluate(grp, now, base)
+  local first, last = grp.first, grp.last
+  local r, foreign, stored = read_bucket(grp)
+  local w, wa = grp.writes, grp.always_writes
   local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
-  G_ND[g] = 0
+  grp.ndeletes = 0
   for j = first, last do
     local e = E_REC[j]
-    local alg, v, ok, val, exp, hold = e[1], r and r[j - first + 1]
+    local alg, v, ok, val, exp, hold = e.alg, r and r[j - first + 1]
     if alg == PENALTY then
       ok = true -- its reply values come after the limits' (penalty_box)
-    elseif alg == 1 then
-      ok, val, exp = token_bucket(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
-    elseif alg == 2 then
-      ok, val, exp = fixed_window(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
-    elseif alg == 4 then
-      ok, val, exp = sliding_counter(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
-    elseif alg == 7 then
-      ok, val, exp = fixed_window_clock(v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
-    elseif alg == 8 then
-      ok, val, exp = calendar(v, e[2], e, now, e[5], base + 4 * j, e[8])
-    elseif alg == 9 then
-      ok, val, exp, hold = concurrency(g, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
-    elseif alg == 3 then
-      E_V[j] = v
+    elseif alg == TOKEN_BUCKET then
+      ok, val, exp = token_bucket(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
+    elseif alg == FIXED_WINDOW then
+      ok, val, exp = fixed_window(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
+    elseif alg == SLIDING_COUNTER then
+      ok, val, exp = sliding_counter(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
+    elseif alg == FIXED_WINDOW_CLOCK then
+      ok, val, exp = fixed_window_clock(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
+    elseif alg == CALENDAR then
+      ok, val, exp = calendar(v, e.cap, e, now, e.cost, base + 4 * j, e.always)
+    elseif alg == CONCURRENCY then
+      ok, val, exp, hold = concurrency(grp, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
+    elseif alg == SLIDING_LOG then
       local pending
-      ok, pending = sliding_log(j, E_LK[j], G_OWN[g] or v == LOGMARK, e[2], e[4], now, e[5], base + 4 * j, e[8])
+      ok, pending = sliding_log(j, E_LK[j], grp.own or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
       E_LW[j] = pending
       if pending then
-        log, exp = true, W_EXP[j]
+        log, exp = true, LOG_WRITES[j].expires
         if v ~= LOGMARK then
           val = LOGMARK
         end
       end
     else
-      ok, val, exp = meter(alg, v, e[2], e[3], e[4], now, e[5], base + 4 * j, e[8])
+      ok, val, exp = meter(alg, v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
     end
     if not ok then
       denied = true
-      if not e[6] then
+      if not e.shadow then
         allowed = false
       end
     end
@@ -1203,7 +1217,7 @@ local function evaluate(g, now, base)
     -- is denied.
     if exp then
       if val then
-        w[m + 1], w[m + 2] = e[7], val
+        w[m + 1], w[m + 2] = e.field, val
         m = m + 2
       end
       if hold then
@@ -1213,9 +1227,9 @@ local function evaluate(g, now, base)
       if exp > wexp then
         wexp = exp
       end
-      if e[8] then
+      if e.always then
         if val then
-          wa[ma + 1], wa[ma + 2] = e[7], val
+          wa[ma + 1], wa[ma + 2] = e.field, val
           ma = ma + 2
         end
         if exp > wexpa then
@@ -1224,17 +1238,17 @@ local function evaluate(g, now, base)
       end
     end
   end
-  if E_REC[first][1] == PENALTY then
+  if E_REC[first].alg == PENALTY then
     local v = r and r[1]
     if v or denied then
-      allowed, m, wexp, log, ma, wexpa = penalty_box(g, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+      allowed, m, wexp, log, ma, wexpa = penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
     else -- never banned nor counting, and nothing to count: the common case
       local o = base + 4 * first
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
     end
   end
-  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, log
-  G_MA[g], G_WEXPA[g] = ma, wexpa
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, log
+  grp.always_nwrites, grp.always_exp = ma, wexpa
   return allowed
 end
 
@@ -1252,7 +1266,7 @@ local function refund_tokens(v, cap, rate, iv, now, n)
   if v and #v == 17 then
     a, t, l = sunpack('<Bdd', v)
   end
-  if not (a == 1 and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0) then
+  if not (a == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0) then
     return nil
   end
   local tokens, last = t, l
@@ -1278,7 +1292,7 @@ local function refund_tokens(v, cap, rate, iv, now, n)
   if tokens > cap then
     tokens = cap
   end
-  return spack('<Bdd', 1, tokens, last)
+  return spack('<Bdd', TOKEN_BUCKET, tokens, last)
 end
 
 -- refund_window serves the fixed windows (alg 2, 7 aligned to the clock)
@@ -1292,11 +1306,11 @@ local function refund_window(alg, v, window, now, n)
   if not (a == alg and c > 0 and c <= MAXU and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0) then
     return nil
   end
-  if alg == 2 then
+  if alg == FIXED_WINDOW then
     if now >= s + window then
       return nil
     end
-  elseif alg == 8 then
+  elseif alg == CALENDAR then
     if now >= s then
       return nil
     end
@@ -1319,7 +1333,7 @@ local function refund_counter(v, window, now, n)
   if v and #v == 25 then
     a, sk, sc, sp = sunpack('<Bddd', v)
   end
-  if not (a == 4 and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+  if not (a == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
     sp >= 0 and sp <= MAXU and sp % 1 == 0) then
     return nil
   end
@@ -1346,7 +1360,7 @@ local function refund_counter(v, window, now, n)
   if curr == 0 and prev == 0 then
     k = floor(now / window) -- empty: now's window, as untouched
   end
-  return spack('<Bddd', 4, k, curr, prev)
+  return spack('<Bddd', SLIDING_COUNTER, k, curr, prev)
 end
 
 local function refund_meter(alg, v, rate, iv, now, n)
@@ -1419,55 +1433,51 @@ local function refund_log(key, current, window, now, n)
   end
 end
 
--- refund_group gives back the costs of group g's entries and gathers its
+-- refund_group gives back the costs of group grp's entries and gathers its
 -- pending writes (a log's are made at once). Each entry's figures are
 -- those of a check of cost 0 after the refund, allowed.
-local function refund_group(g, now, base, release)
-  local first, last = G_FIRST[g], G_LAST[g]
-  local r, foreign, stored = read_bucket(g)
-  G_ND[g] = 0
-  local w = G_W[g]
-  if not w then
-    w = {}
-    G_W[g], G_WA[g] = w, {}
-  end
+local function refund_group(grp, now, base, release)
+  local first, last = grp.first, grp.last
+  local r, foreign, stored = read_bucket(grp)
+  grp.ndeletes = 0
+  local w = grp.writes
   local m, wexp = 0, 0
   for j = first, last do
     local e = E_REC[j]
     -- A cost of 0 gives nothing back: the state stays as stored, not
     -- brought to now (a later check at an earlier time reads it as stored).
-    local alg, v, val = e[1], r and r[j - first + 1], nil
-    local o, give = base + 4 * j, e[5] > 0
-    if alg == 1 then
-      val = give and refund_tokens(v, e[2], e[3], e[4], now, e[5])
-      token_bucket(val or v, e[2], e[3], e[4], now, 0, o, false)
-    elseif alg == 2 then
-      val = give and refund_window(2, v, e[4], now, e[5])
-      fixed_window(val or v, e[2], e[3], e[4], now, 0, o, false)
-    elseif alg == 7 then
-      val = give and refund_window(7, v, e[4], now, e[5])
-      fixed_window_clock(val or v, e[2], e[3], e[4], now, 0, o, false)
-    elseif alg == 8 then
-      val = give and refund_window(8, v, 0, now, e[5])
-      calendar(val or v, e[2], e, now, 0, o, false)
-    elseif alg == 4 then
-      val = give and refund_counter(v, e[4], now, e[5])
-      sliding_counter(val or v, e[2], e[3], e[4], now, 0, o, false)
-    elseif alg == 9 then
-      val = conc_release(g, e, E_HF[j], v, r and r[E_HI[j]], now, o)
-    elseif alg == 3 then
-      local current = G_OWN[g] or v == LOGMARK
-      refund_log(E_LK[j], current, e[4], now, e[5])
-      sliding_log(j, E_LK[j], current, e[2], e[4], now, 0, o, false)
+    local alg, v, val = e.alg, r and r[j - first + 1], nil
+    local o, give = base + 4 * j, e.cost > 0
+    if alg == TOKEN_BUCKET then
+      val = give and refund_tokens(v, e.cap, e.rate, e.iv, now, e.cost)
+      token_bucket(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
+    elseif alg == FIXED_WINDOW then
+      val = give and refund_window(FIXED_WINDOW, v, e.iv, now, e.cost)
+      fixed_window(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
+    elseif alg == FIXED_WINDOW_CLOCK then
+      val = give and refund_window(FIXED_WINDOW_CLOCK, v, e.iv, now, e.cost)
+      fixed_window_clock(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
+    elseif alg == CALENDAR then
+      val = give and refund_window(CALENDAR, v, 0, now, e.cost)
+      calendar(val or v, e.cap, e, now, 0, o, false)
+    elseif alg == SLIDING_COUNTER then
+      val = give and refund_counter(v, e.iv, now, e.cost)
+      sliding_counter(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
+    elseif alg == CONCURRENCY then
+      val = conc_release(grp, e, E_HF[j], v, r and r[E_HI[j]], now, o)
+    elseif alg == SLIDING_LOG then
+      local current = grp.own or v == LOGMARK
+      refund_log(E_LK[j], current, e.iv, now, e.cost)
+      sliding_log(j, E_LK[j], current, e.cap, e.iv, now, 0, o, false)
     else
-      val = give and refund_meter(alg, v, e[3], e[4], now, e[5])
-      meter(alg, val or v, e[2], e[3], e[4], now, 0, o, false)
+      val = give and refund_meter(alg, v, e.rate, e.iv, now, e.cost)
+      meter(alg, val or v, e.cap, e.rate, e.iv, now, 0, o, false)
     end
-    if not release or alg ~= 9 then -- a release refunds the other algorithms
+    if not release or alg ~= CONCURRENCY then -- a release refunds the other algorithms
       OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
     end
     if val then
-      w[m + 1], w[m + 2] = e[7], val
+      w[m + 1], w[m + 2] = e.field, val
       m = m + 2
       local exp = now + OUT[o + 3]
       if exp > wexp then
@@ -1478,52 +1488,52 @@ local function refund_group(g, now, base, release)
   if m > 0 and wexp < 1 then
     wexp = 1 -- something to write (at time 0 of a test clock)
   end
-  G_FOREIGN[g], G_EXP[g], G_M[g], G_WEXP[g], G_LOG[g] = foreign, stored, m, wexp, false
-  G_MA[g], G_WEXPA[g] = 0, 0
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, false
+  grp.always_nwrites, grp.always_exp = 0, 0
 end
 
--- commit writes group g's pending writes (only those of entries that
+-- commit writes group grp's pending writes (only those of entries that
 -- charge always, for a denied request: always): each log's entry and
 -- expiry, then one HSET of the bucket's changed fields (a log's field only
 -- when it did not hold the log's mark yet) and, when the bucket's expiry
 -- moves later, the new expiry in ':exp' and PEXPIREAT. A foreign key is
 -- deleted first.
-local function commit(g, always)
-  if G_LOG[g] then
-    for j = G_FIRST[g], G_LAST[g] do
+local function commit(grp, always)
+  if grp.log then
+    for j = grp.first, grp.last do
       local e = E_REC[j]
-      if e[1] == 3 and E_LW[j] and (e[8] or not always) then
-        write_log(j, E_LK[j], ceil(W_EXP[j] / 1000))
+      if e.alg == SLIDING_LOG and E_LW[j] and (e.always or not always) then
+        write_log(j, E_LK[j], ceil(LOG_WRITES[j].expires / 1000))
       end
     end
   end
-  local exp, w, m = G_WEXP[g], G_W[g], G_M[g]
+  local exp, w, m = grp.writes_exp, grp.writes, grp.nwrites
   if always then
-    exp, w, m = G_WEXPA[g], G_WA[g], G_MA[g]
+    exp, w, m = grp.always_exp, grp.always_writes, grp.always_nwrites
   end
-  if exp == 0 or G_OWN[g] then
+  if exp == 0 or grp.own then
     return -- nothing written, or a log that is its own bucket
   end
   exp = ceil(exp / 1000)
-  local later = exp > G_EXP[g]
+  local later = exp > grp.stored_exp
   if later then
     w[m + 1], w[m + 2] = EXPIRY, spack('<d', exp)
     m = m + 2
   elseif m == 0 then
     return -- logs whose field holds their mark, within the bucket's expiry
   end
-  if G_FOREIGN[g] then
-    call('DEL', G_KEY[g])
-  elseif G_ND[g] > 0 and not always then -- ended and released holds
-    call('HDEL', G_KEY[g], unpack_(G_DEL[g], 1, G_ND[g]))
+  if grp.foreign then
+    call('DEL', grp.key)
+  elseif grp.ndeletes > 0 and not always then -- ended and released holds
+    call('HDEL', grp.key, unpack_(grp.deletes, 1, grp.ndeletes))
   end
   if m == 2 then
-    call('HSET', G_KEY[g], w[1], w[2])
+    call('HSET', grp.key, w[1], w[2])
   else
-    call('HSET', G_KEY[g], unpack_(w, 1, m))
+    call('HSET', grp.key, unpack_(w, 1, m))
   end
   if later then
-    call('PEXPIREAT', G_KEY[g], format('%d', exp))
+    call('PEXPIREAT', grp.key, format('%d', exp))
   end
 end
 
@@ -1539,10 +1549,14 @@ end
 local MEMOMAX = 4096
 local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
--- header parses "n:mode:time" into {n, dry, time or false, refund,
--- release, reset, lift}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
+-- header parses "n:mode:time" into {n, dry, time (false: the server's),
+-- refund, release, reset, lift}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
 -- a refund, 3 a release (refund is set too: both give back, without
 -- deciding), 4 a reset, 5 a lift (see forget).
+local function request_header(n, mode, time)
+  return {n = n, dry = mode == '1', time = time, refund = mode == '2' or mode == '3', release = mode == '3', reset = mode == '4', lift = mode == '5'}
+end
+
 local function header(s)
   local rec = hmemo[s]
   if rec then
@@ -1557,7 +1571,7 @@ local function header(s)
     return nil
   end
   if t == '-' then
-    rec = {n, mode == '1', false, mode == '2' or mode == '3', mode == '3', mode == '4', mode == '5'}
+    rec = request_header(n, mode, false)
     if hmemo_n >= MEMOMAX then
       hmemo, hmemo_n = {}, 0
     end
@@ -1568,11 +1582,11 @@ local function header(s)
   if t == nil then
     return nil
   end
-  return {n, mode == '1', t, mode == '2' or mode == '3', mode == '3', mode == '4', mode == '5'} -- an explicit time: not worth remembering
+  return request_header(n, mode, t) -- an explicit time: not worth remembering
 end
 
 -- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
--- {alg, cap, rate, iv, cost, shadow, field, always}; nil if malformed.
+-- a limit_entry record; nil if malformed.
 -- (A concurrency entry's holder is an argument of its own: see parse.)
 local function entry(s)
   local rec = ememo[s]
@@ -1589,13 +1603,13 @@ local function entry(s)
       return nil
     end
   else
-    alg, cap, rate = toint(alg, 1, 9), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+    alg, cap, rate = toint(alg, TOKEN_BUCKET, CONCURRENCY), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
     iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-    if alg == nil or alg == 8 or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == 1 or alg == 5 or alg == 6) and rate < 1) or
-      (alg == 9 and (rate ~= 0 or flags == '2' or flags == '3')) then
+    if alg == nil or alg == CALENDAR or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == TOKEN_BUCKET or alg == LEAKY_BUCKET or alg == GCRA) and rate < 1) or
+      (alg == CONCURRENCY and (rate ~= 0 or flags == '2' or flags == '3')) then
       return nil
     end
-    rec = {alg, cap, rate, iv, cost, flags == '1' or flags == '3', field, flags == '2' or flags == '3'}
+    rec = limit_entry(alg, cap, rate, iv, cost, flags, field)
   end
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
@@ -1614,13 +1628,14 @@ local function parse(keys, args)
     return nil, 'want 1..' .. MAXKEYS .. ' keys, got ' .. nk
   end
   local p, j0, k, r, ng, cal = 1, 0, 0, 0, 0, false
+  local grp = nil -- group ng
   while p <= na do
     r = r + 1
     local h = hmemo[args[p]] or header(args[p])
     if h == nil then
       return nil, 'bad header for request ' .. r
     end
-    local n = h[1]
+    local n = h.n
     if p + n > na then
       return nil, 'request ' .. r .. ' wants ' .. n .. ' entries: too few arguments'
     end
@@ -1633,17 +1648,18 @@ local function parse(keys, args)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
       end
+      local alg = e.alg
       a = a + 1
-      if e[1] == 9 then -- its holder, as its hold's field
+      if alg == CONCURRENCY then -- its holder, as its hold's field
         local holder = args[a]
         if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
           return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
         end
-        E_HF[j], a = ':h' .. e[7] .. ':' .. holder, a + 1
+        E_HF[j], a = ':h' .. e.field .. ':' .. holder, a + 1
       end
       k = k + 1
       local b, own = keys[k], false
-      if e[1] == 3 then
+      if alg == SLIDING_LOG then
         k = k + 1
         own, logs = keys[k] == b, true
         E_LK[j] = keys[k]
@@ -1651,37 +1667,37 @@ local function parse(keys, args)
       if k > nk then
         return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
       end
-      if b ~= bucket or own or G_OWN[ng] then
+      if b ~= bucket or own or grp.own then
         for g = g0, ng do
-          if G_KEY[g] == b then
+          if GROUPS[g].key == b then
             return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
           end
         end
         ng, bucket = ng + 1, b
-        G_KEY[ng], G_FIRST[ng], G_OWN[ng], G_HOLDS[ng] = b, j, own, false
+        grp = group(ng, b, j, own)
       else
-        local f = e[7]
-        for x = G_FIRST[ng], j - 1 do
-          if E_REC[x][7] == f then
+        local f = e.field
+        for x = grp.first, j - 1 do
+          if E_REC[x].field == f then
             return nil, 'duplicate key in request ' .. r .. ' entry ' .. (j - j0)
           end
         end
       end
-      if e[1] == PENALTY and (G_FIRST[ng] ~= j or h[4]) then
+      if alg == PENALTY and (grp.first ~= j or h.refund) then
         return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
       end
-      G_LAST[ng], E_REC[j] = j, e
-      if e[1] == 8 then
+      grp.last, E_REC[j] = j, e
+      if alg == CALENDAR then
         cal = true
-      elseif e[1] == 9 then
-        G_HOLDS[ng] = true
+      elseif alg == CONCURRENCY then
+        grp.holds = true
       end
     end
     if logs then -- a log's key is no bucket of the same request
       for j = j0 + 1, j0 + n do
-        if E_REC[j][1] == 3 then
+        if E_REC[j].alg == SLIDING_LOG then
           for g = g0, ng do
-            if G_KEY[g] == E_LK[j] and not G_OWN[g] then
+            if GROUPS[g].key == E_LK[j] and not GROUPS[g].own then
               return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
             end
           end
@@ -1697,33 +1713,33 @@ local function parse(keys, args)
   return r, cal
 end
 
--- forget carries out an operator's reset or lift of group g. A reset
+-- forget carries out an operator's reset or lift of group grp. A reset
 -- deletes each entry's state: its field, a log's sorted set, a
 -- concurrency limit's holds; the penalty box stays. A lift deletes the
 -- penalty box (the ban and its count of denials). The bucket's expiry
 -- stays: it only ever covers more than what is left.
-local function forget(g, lift)
-  local key = G_KEY[g]
+local function forget(grp, lift)
+  local key = grp.key
   if lift then
     pcall_('HDEL', key, BAN) -- a key that is no bucket (an error) holds no ban
     return
   end
-  for j = G_FIRST[g], G_LAST[g] do
-    if E_REC[j][1] == 3 then
+  for j = grp.first, grp.last do
+    if E_REC[j].alg == SLIDING_LOG then
       call('DEL', E_LK[j])
     end
   end
-  if G_OWN[g] then
+  if grp.own then
     return -- a log that is its own bucket: gone
   end
-  for j = G_FIRST[g], G_LAST[g] do
+  for j = grp.first, grp.last do
     local e = E_REC[j]
-    local f = e[7]
+    local f = e.field
     local r = pcall_('HDEL', key, f)
     if typeof(r) == 'table' and r.err then
       return -- a key that is no bucket: nothing to reset
     end
-    if e[1] == 9 then
+    if e.alg == CONCURRENCY then
       local prefix = ':h' .. f .. ':'
       local all = call('HGETALL', key)
       for x = 1, #all, 2 do
@@ -1760,7 +1776,7 @@ local function sluice_check(keys, args)
   local o, j0 = 0, 0
   for r = 1, nreq do
     local h = R_HDR[r]
-    local n, now = h[1], h[3]
+    local n, now = h.n, h.time
     if not now then
       if not server_now then
         server_now = server_time()
@@ -1772,25 +1788,25 @@ local function sluice_check(keys, args)
     -- entry j's verdict is at d + 4*(j-j0-1): base + 4*j
     local base = d - 4 * (j0 + 1)
     local g1, g2 = R_G[r] + 1, R_G[r] + R_NG[r]
-    if h[6] or h[7] then -- a reset or a lift: allowed, every figure 0
+    if h.reset or h.lift then -- a reset or a lift: allowed, every figure 0
       OUT[d] = 1
       for g = g1, g2 do
-        forget(g, h[7])
+        forget(GROUPS[g], h.lift)
       end
       for j = j0 + 1, j0 + n do
         local b = base + 4 * j
         OUT[b + 1], OUT[b + 2], OUT[b + 3], OUT[b + 4] = 0, 0, 0, 0
       end
-    elseif h[4] then -- a refund (always allowed) or a release (allowed when it freed something): always written
+    elseif h.refund then -- a refund (always allowed) or a release (allowed when it freed something): always written
       OUT[d] = 1
       for g = g1, g2 do
-        refund_group(g, now, base, h[5])
-        commit(g, false)
+        refund_group(GROUPS[g], now, base, h.release)
+        commit(GROUPS[g], false)
       end
-      if h[5] then -- a release: allowed when a concurrency entry freed something
+      if h.release then -- a release: allowed when a concurrency entry freed something
         OUT[d] = 0
         for j = j0 + 1, j0 + n do
-          if E_REC[j][1] == 9 and OUT[base + 4 * j + 1] == 0 then
+          if E_REC[j].alg == CONCURRENCY and OUT[base + 4 * j + 1] == 0 then
             OUT[d] = 1
           end
         end
@@ -1798,23 +1814,23 @@ local function sluice_check(keys, args)
     else
       local allowed = true
       for g = g1, g2 do
-        if not evaluate(g, now, base) then
+        if not evaluate(GROUPS[g], now, base) then
           allowed = false
         end
       end
       if allowed then
         OUT[d] = 1
-        if not h[2] then
+        if not h.dry then
           for g = g1, g2 do
-            commit(g, false)
+            commit(GROUPS[g], false)
           end
         end
       else
         OUT[d] = 0
-        if not h[2] then
+        if not h.dry then
           for g = g1, g2 do
-            if G_WEXPA[g] > 0 then
-              commit(g, true)
+            if GROUPS[g].always_exp > 0 then
+              commit(GROUPS[g], true)
             end
           end
         end
