@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/hack/internal/procs"
 	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 )
 
@@ -120,7 +121,7 @@ func run(o options) error {
 		defer os.RemoveAll(dir)
 	}
 
-	redisAddr, stopRedis, err := startRedis(dir)
+	redisAddr, stopRedis, err := procs.StartRedis(dir)
 	if err != nil {
 		return err
 	}
@@ -143,24 +144,24 @@ func run(o options) error {
 		return err
 	}
 
-	ctlMetrics, checkAddr := freeAddr(), freeAddr()
-	controller, err := startProc(dir, "controller", manager, "controller", "--kubeconfig", kubeconfig, "--redis-url", "redis://"+redisAddr+"/0",
-		"--metrics-bind-address", ctlMetrics, "--health-probe-bind-address", freeAddr())
+	ctlMetrics, checkAddr := procs.FreeAddr(), procs.FreeAddr()
+	controller, err := procs.Start(dir, "controller", manager, "controller", "--kubeconfig", kubeconfig, "--redis-url", "redis://"+redisAddr+"/0",
+		"--metrics-bind-address", ctlMetrics, "--health-probe-bind-address", procs.FreeAddr())
 	if err != nil {
 		return err
 	}
-	defer controller.stop()
-	checker, err := startProc(dir, "check", manager, "check", "--listen", checkAddr, "--redis-url", "redis://"+redisAddr+"/0")
+	defer controller.Stop()
+	checker, err := procs.Start(dir, "check", manager, "check", "--listen", checkAddr, "--redis-url", "redis://"+redisAddr+"/0")
 	if err != nil {
 		return err
 	}
-	defer checker.stop()
+	defer checker.Stop()
 	for _, a := range algorithms {
 		if _, err := waitReady(ctx, k, a.name, 0, 60*time.Second); err != nil {
 			return err
 		}
 	}
-	if err := waitHTTP(ctx, "http://"+checkAddr+"/readyz", 30*time.Second); err != nil {
+	if err := procs.WaitHTTP(ctx, "http://"+checkAddr+"/readyz", 30*time.Second); err != nil {
 		return err
 	}
 	log.Printf("soak: %s at %d checks/s over %d algorithms, %d new key values a second each, a policy edit every %s; samples every %s, warm-up %s",
