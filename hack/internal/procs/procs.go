@@ -33,12 +33,19 @@ type Proc struct {
 // Start starts bin with args, logging into dir/name.log; it is killed
 // if this program dies.
 func Start(dir, name, bin string, args ...string) (*Proc, error) {
+	return StartEnv(dir, name, nil, bin, args...)
+}
+
+// StartEnv is Start with env as the process's environment (nil: this
+// program's).
+func StartEnv(dir, name string, env []string, bin string, args ...string) (*Proc, error) {
 	p := &Proc{Name: name, Log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
 	f, err := os.Create(p.Log)
 	if err != nil {
 		return nil, err
 	}
 	p.Cmd = exec.Command(bin, args...) // #nosec G204 -- a program the caller names, with its own arguments
+	p.Cmd.Env = env
 	p.Cmd.Stdout, p.Cmd.Stderr = f, f
 	p.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.Cmd.Start(); err != nil {
