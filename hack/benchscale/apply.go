@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/hack/internal/procs"
@@ -45,12 +46,12 @@ func applyAll(ctx context.Context, c *cluster, o options) (applied, error) {
 			return applied{}, err
 		}
 	}
-	var list ratelimitv1alpha1.RateLimitPolicyList
-	w, err := c.kube.Watch(ctx, &list)
+	ready := map[string]bool{}
+	w, err := c.watchReady(ctx, ready)
 	if err != nil {
 		return applied{}, err
 	}
-	defer w.Stop()
+	defer func() { w.Stop() }()
 
 	start := time.Now()
 	jobs := make(chan *ratelimitv1alpha1.RateLimitPolicy)
@@ -82,13 +83,15 @@ func applyAll(ctx context.Context, c *cluster, o options) (applied, error) {
 	go func() { wg.Wait(); created <- time.Since(start) }()
 
 	out := applied{count: total}
-	ready := map[string]bool{}
 	timeout := time.After(10 * time.Minute)
 	for len(ready) < total {
 		select {
 		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return out, fmt.Errorf("the watch of the policies ended with %d of %d Ready", len(ready), total)
+			if !ok { // the API server ends watches: list, and watch on from there
+				if w, err = c.watchReady(ctx, ready); err != nil {
+					return out, err
+				}
+				continue
 			}
 			p, isPolicy := ev.Object.(*ratelimitv1alpha1.RateLimitPolicy)
 			if isPolicy && ev.Type != watch.Deleted && systest.IsReady(p) {
@@ -114,6 +117,21 @@ func applyAll(ctx context.Context, c *cluster, o options) (applied, error) {
 	}
 	out.published = time.Since(start)
 	return out, nil
+}
+
+// watchReady records in ready the policies Ready now and watches for
+// more from there.
+func (c *cluster) watchReady(ctx context.Context, ready map[string]bool) (watch.Interface, error) {
+	var list ratelimitv1alpha1.RateLimitPolicyList
+	if err := c.kube.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if p := &list.Items[i]; systest.IsReady(p) {
+			ready[p.Namespace+"/"+p.Name] = true
+		}
+	}
+	return c.kube.Watch(ctx, &ratelimitv1alpha1.RateLimitPolicyList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: list.ResourceVersion}})
 }
 
 // waitRevision waits until every check process holds the policy table at
