@@ -76,22 +76,11 @@ type replica struct {
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	manager, err := filepath.Abs(o.manager)
+	manager, dir, removeDir, err := procs.Prepare(o.manager, "sluice-benchscale-", o.keep)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(manager); err != nil {
-		return fmt.Errorf("the manager binary: %w (make build)", err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-benchscale-")
-	if err != nil {
-		return err
-	}
-	if o.keep {
-		log.Printf("logs in %s", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer removeDir()
 	c, cleanup, err := start(ctx, o, manager, dir)
 	defer cleanup()
 	if err != nil {

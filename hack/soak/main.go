@@ -104,22 +104,11 @@ func main() {
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	manager, err := filepath.Abs(o.manager)
+	manager, dir, removeDir, err := procs.Prepare(o.manager, "sluice-soak-", o.keepTemporary)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(manager); err != nil {
-		return fmt.Errorf("the manager binary: %w (make build)", err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-soak-")
-	if err != nil {
-		return err
-	}
-	if o.keepTemporary {
-		log.Printf("logs and data in %s", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer removeDir()
 
 	redisAddr, stopRedis, err := procs.StartRedis(dir)
 	if err != nil {

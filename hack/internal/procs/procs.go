@@ -189,3 +189,24 @@ func Scrape(url string) map[string]float64 {
 	}
 	return out
 }
+
+// Prepare finds the manager binary at managerPath (its absolute path, or
+// an error that says how to build it) and makes a directory for a run's
+// logs and data. cleanup removes the directory, unless keep: then where
+// it is was logged and it stays.
+func Prepare(managerPath, prefix string, keep bool) (manager, dir string, cleanup func(), err error) {
+	if manager, err = filepath.Abs(managerPath); err != nil {
+		return "", "", nil, err
+	}
+	if _, err := os.Stat(manager); err != nil {
+		return "", "", nil, fmt.Errorf("the manager binary: %w (make build)", err)
+	}
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", nil, err
+	}
+	if keep {
+		log.Printf("logs and data in %s", dir)
+		return manager, dir, func() {}, nil
+	}
+	return manager, dir, func() { _ = os.RemoveAll(dir) }, nil
+}
