@@ -97,6 +97,12 @@ bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALS
 	$(if $(BENCH_PROFILE),mkdir -p $(BENCH_PROFILE))
 	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench) $(if $(BENCH_PROFILE),-http-profile $(BENCH_PROFILE)/sluice-http.pprof -rls-profile $(BENCH_PROFILE)/sluice.pprof)
 
+.PHONY: bench-scale
+bench-scale: build envtest ## The control plane at scale (envtest, redis-server, manager controller, 3 manager check): 10,000 policies applied at once until Ready and served, check memory per thousand policies, a change until every check serves it (p50, p99); then the cost of matching 1,000 policies (Go benchmark).
+	hack/install-deps.sh redis-server=redis-server
+	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) run ./hack/benchscale -manager $(BIN)/manager
+	$(GO) test -run '^$$' -bench BenchmarkMatching -benchmem -count 3 ./internal/check
+
 ##@ Build and test
 
 .PHONY: build

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/hack/internal/procs"
 	"github.com/sluice-dev/sluice/internal/testutil/envtest"
 )
 
@@ -103,24 +104,13 @@ func main() {
 func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	manager, err := filepath.Abs(o.manager)
+	manager, dir, removeDir, err := procs.Prepare(o.manager, "sluice-soak-", o.keepTemporary)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(manager); err != nil {
-		return fmt.Errorf("the manager binary: %w (make build)", err)
-	}
-	dir, err := os.MkdirTemp("", "sluice-soak-")
-	if err != nil {
-		return err
-	}
-	if o.keepTemporary {
-		log.Printf("logs and data in %s", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer removeDir()
 
-	redisAddr, stopRedis, err := startRedis(dir)
+	redisAddr, stopRedis, err := procs.StartRedis(dir)
 	if err != nil {
 		return err
 	}
@@ -143,24 +133,24 @@ func run(o options) error {
 		return err
 	}
 
-	ctlMetrics, checkAddr := freeAddr(), freeAddr()
-	controller, err := startProc(dir, "controller", manager, "controller", "--kubeconfig", kubeconfig, "--redis-url", "redis://"+redisAddr+"/0",
-		"--metrics-bind-address", ctlMetrics, "--health-probe-bind-address", freeAddr())
+	ctlMetrics, checkAddr := procs.FreeAddr(), procs.FreeAddr()
+	controller, err := procs.Start(dir, "controller", manager, "controller", "--kubeconfig", kubeconfig, "--redis-url", "redis://"+redisAddr+"/0",
+		"--metrics-bind-address", ctlMetrics, "--health-probe-bind-address", procs.FreeAddr())
 	if err != nil {
 		return err
 	}
-	defer controller.stop()
-	checker, err := startProc(dir, "check", manager, "check", "--listen", checkAddr, "--redis-url", "redis://"+redisAddr+"/0")
+	defer controller.Stop()
+	checker, err := procs.Start(dir, "check", manager, "check", "--listen", checkAddr, "--redis-url", "redis://"+redisAddr+"/0")
 	if err != nil {
 		return err
 	}
-	defer checker.stop()
+	defer checker.Stop()
 	for _, a := range algorithms {
 		if _, err := waitReady(ctx, k, a.name, 0, 60*time.Second); err != nil {
 			return err
 		}
 	}
-	if err := waitHTTP(ctx, "http://"+checkAddr+"/readyz", 30*time.Second); err != nil {
+	if err := procs.WaitHTTP(ctx, "http://"+checkAddr+"/readyz", 30*time.Second); err != nil {
 		return err
 	}
 	log.Printf("soak: %s at %d checks/s over %d algorithms, %d new key values a second each, a policy edit every %s; samples every %s, warm-up %s",

@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluice-dev/sluice/hack/internal/procs"
 )
 
 // sample is one look at the processes and Redis.
@@ -35,13 +32,13 @@ func (s sample) String() string {
 		mib(s.ctlRSS), s.ctlGo, s.ctlFD, s.ctlTCP, mib(s.redisMem), s.redisClients, s.redisKeys, s.sent, s.errors, s.undecided)
 }
 
-func takeSample(ctx context.Context, at time.Duration, checker, controller *proc, checkMetrics, ctlMetrics string, rdb *redis.Client, ld *load) sample {
+func takeSample(ctx context.Context, at time.Duration, checker, controller *procs.Proc, checkMetrics, ctlMetrics string, rdb *redis.Client, ld *load) sample {
 	s := sample{at: at, sent: ld.sent.Load(), errors: ld.errors.Load(), undecided: ld.undecided.Load()}
-	s.checkRSS, s.checkFD, s.checkTCP = procStats(checker.cmd.Process.Pid)
-	s.ctlRSS, s.ctlFD, s.ctlTCP = procStats(controller.cmd.Process.Pid)
-	m := scrape(checkMetrics)
+	s.checkRSS, s.checkFD, s.checkTCP = procs.Stats(checker.Cmd.Process.Pid)
+	s.ctlRSS, s.ctlFD, s.ctlTCP = procs.Stats(controller.Cmd.Process.Pid)
+	m := procs.Scrape(checkMetrics)
 	s.checkGo, s.checkHTTP = int64(m["go_goroutines"]), int64(m["sluice_http_open_connections"])
-	s.ctlGo = int64(scrape(ctlMetrics)["go_goroutines"])
+	s.ctlGo = int64(procs.Scrape(ctlMetrics)["go_goroutines"])
 	if info, err := rdb.Info(ctx, "memory", "clients").Result(); err == nil {
 		f := parseInfo(info)
 		s.redisMem, _ = strconv.ParseInt(f["used_memory"], 10, 64)
@@ -49,60 +46,6 @@ func takeSample(ctx context.Context, at time.Duration, checker, controller *proc
 	}
 	s.redisKeys, _ = rdb.DBSize(ctx).Result()
 	return s
-}
-
-// procStats reads a process's resident memory, open descriptors and, of
-// those, sockets.
-func procStats(pid int) (rss, fds, sockets int64) {
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				rss = kb << 10
-			}
-		}
-	}
-	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(fdDir)
-	if err != nil {
-		return rss, 0, 0
-	}
-	for _, e := range ents {
-		fds++
-		if target, err := os.Readlink(filepath.Join(fdDir, e.Name())); err == nil && strings.HasPrefix(target, "socket:") {
-			sockets++
-		}
-	}
-	return rss, fds, sockets
-}
-
-// scrape reads the unlabelled (or summed) values of a /metrics page.
-func scrape(url string) map[string]float64 {
-	out := map[string]float64{}
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		name, _, _ := strings.Cut(f[0], "{")
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err == nil {
-			out[name] += v
-		}
-	}
-	return out
 }
 
 func parseInfo(text string) map[string]string {
@@ -117,11 +60,11 @@ func parseInfo(text string) map[string]string {
 
 // report prints the verdict and returns an error when anything grew or
 // any answer was an error.
-func report(o options, samples []sample, ld *load, edits []string, editErr error, procs ...*proc) error {
+func report(o options, samples []sample, ld *load, edits []string, editErr error, processes ...*procs.Proc) error {
 	var problems []string
-	for _, p := range procs {
-		if p.exited() {
-			problems = append(problems, fmt.Sprintf("%s exited (log %s)", p.name, p.log))
+	for _, p := range processes {
+		if p.Exited() {
+			problems = append(problems, fmt.Sprintf("%s exited (log %s)", p.Name, p.Log))
 		}
 	}
 	if editErr != nil {

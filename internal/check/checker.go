@@ -323,6 +323,9 @@ type scratch struct {
 	// zeros are the limits of 0 met, which have no entry (decideZeros).
 	zeros []zeroUse
 	one   [1]*policy.Policy
+	// candidates are the policies of the namespace that one part can
+	// match (policy.Set.AppendCandidates).
+	candidates []*policy.Policy
 	// overrides and now are the checker's overrides and the check's
 	// start, at which an override must still apply.
 	overrides Overrides
@@ -410,14 +413,15 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	start := c.now()
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	candidates, err := c.candidates(in, sc)
+	set := c.currentSet()
+	named, err := named(set, in, sc)
 	if err != nil {
 		return err
 	}
 	sc.reset(in)
 	sc.overrides, sc.now = c.overrides, start
 	out.reset()
-	sc.gather(out, candidates, in)
+	sc.gather(out, set, named, in)
 	return c.evaluate(ctx, sc, out, in, start)
 }
 
@@ -455,11 +459,11 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	return c.decide(ctx, sc, out)
 }
 
-// candidates are the policies of in's namespace, or only in.Policy.
-func (c *Checker) candidates(in Input, sc *scratch) ([]*policy.Policy, error) {
-	set := c.currentSet()
+// named is the one policy in.Policy names, or nil when it names none and
+// each part is checked against its candidates in the namespace.
+func named(set *policy.Set, in Input, sc *scratch) ([]*policy.Policy, error) {
 	if in.Policy == "" {
-		return set.Namespace(in.Namespace), nil
+		return nil, nil
 	}
 	p := set.Get(in.Namespace, in.Policy)
 	if p == nil {
@@ -479,9 +483,10 @@ func (sc *scratch) reset(in Input) {
 	sc.action, sc.holder, sc.noHolder, sc.refund = in.Action, in.Holder, nil, false
 }
 
-// gather records the candidates that match each part of in, and their
-// limits' entries in sc's request.
-func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
+// gather records the policies that match each part of in, and their
+// limits' entries in sc's request: of the named policy when there is
+// one, else of the part's own policies or its candidates in the set.
+func (sc *scratch) gather(out *Outcome, set *policy.Set, named []*policy.Policy, in Input) {
 	parts := in.Parts
 	if len(parts) == 0 {
 		sc.parts[0] = Part{Request: in.Request, Cost: in.Cost, CostSet: in.Cost > 0}
@@ -490,9 +495,13 @@ func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
 	for i := range parts {
 		part := &parts[i]
 		sc.eval.Reset(part.Request)
-		policies := candidates
-		if part.Policies != nil {
+		policies := named
+		switch {
+		case part.Policies != nil:
 			policies = part.Policies
+		case policies == nil:
+			sc.candidates = set.AppendCandidates(sc.candidates[:0], in.Namespace, part.Request)
+			policies = sc.candidates
 		}
 		for _, p := range policies {
 			matched, werr := sc.eval.Match(p)
@@ -505,6 +514,7 @@ func (sc *scratch) gather(out *Outcome, candidates []*policy.Policy, in Input) {
 		}
 	}
 	sc.parts[0] = Part{}
+	clear(sc.candidates[:cap(sc.candidates)]) // the pool keeps no old set alive
 }
 
 // add records the matching policy p for part i: its key's value and its

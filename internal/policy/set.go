@@ -7,6 +7,7 @@ import "sort"
 // so a request is always checked against one consistent version.
 type Set struct {
 	byNamespace map[string][]*Policy
+	indexes     map[string]*namespaceIndex
 	all         []*Policy
 	// Revision identifies the snapshot: the policy-table revision in
 	// Redis, or a counter in local mode. It changes with every new Set.
@@ -27,11 +28,27 @@ func NewSet(revision int64, policies []*Policy) *Set {
 	for _, p := range s.all {
 		s.byNamespace[p.Namespace] = append(s.byNamespace[p.Namespace], p)
 	}
+	s.indexes = make(map[string]*namespaceIndex, len(s.byNamespace))
+	for ns, policies := range s.byNamespace {
+		s.indexes[ns] = newNamespaceIndex(policies)
+	}
 	return s
 }
 
 // Namespace returns the policies of one namespace, ordered by name.
 func (s *Set) Namespace(ns string) []*Policy { return s.byNamespace[ns] }
+
+// AppendCandidates appends to dst the policies of namespace ns that r can
+// match, ordered by name: every policy that matches r is among them, so a
+// caller evaluating them finds what evaluating Namespace(ns) would, with
+// fewer policies to evaluate.
+func (s *Set) AppendCandidates(dst []*Policy, ns string, r *Request) []*Policy {
+	x := s.indexes[ns]
+	if x == nil {
+		return dst
+	}
+	return x.appendCandidates(dst, r)
+}
 
 // Get returns one policy, or nil.
 func (s *Set) Get(ns, name string) *Policy {

@@ -32,6 +32,10 @@ type Reader struct {
 	mu       sync.Mutex
 	problems map[string]string // "ns/name" -> why it is not enforced
 
+	// compiled are the policies of the last load by ID, with the field
+	// each was compiled from (Run's goroutine only).
+	compiled map[string]compiledEntry
+
 	// refunds receives the other processes' refund messages; nil: ignored.
 	refunds *Refunds
 }
@@ -145,7 +149,7 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 			return
 		}
 	}
-	entries, rev, err := r.table.Load(callCtx)
+	fields, rev, err := r.table.loadFields(callCtx)
 	if err != nil {
 		if !r.unreadable.Swap(true) {
 			r.log.Warn("cannot load the policy table; the policies in force stay until it loads again", "err", err)
@@ -168,24 +172,33 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 		return
 	}
 	r.missing.Store(false)
-	policies := make([]*policy.Policy, 0, len(entries))
+	policies := make([]*policy.Policy, 0, len(fields))
 	problems := map[string]string{}
-	for i := range entries {
-		e := &entries[i]
-		p, err := policy.CompileTargeted(e.Namespace, e.Name, &e.Spec, e.Routes)
+	compiled := make(map[string]compiledEntry, len(fields))
+	for id, raw := range fields {
+		if c, ok := r.compiled[id]; ok && !c.kept && c.raw == raw {
+			// Unchanged since the last load: a change recompiles its
+			// policies only, whatever the size of the table.
+			compiled[id] = c
+			policies = append(policies, c.policy)
+			continue
+		}
+		p, err := compileEntry(id, raw)
 		if err != nil {
 			// The controller validated it: only a different version of
 			// Sluice can disagree. Keep what this process enforced before.
-			problems[e.ID()] = err.Error()
-			if old := r.set.Load().Get(e.Namespace, e.Name); old != nil {
-				policies = append(policies, old)
+			problems[id] = err.Error()
+			if old := r.compiled[id]; old.policy != nil {
+				compiled[id] = compiledEntry{raw: raw, policy: old.policy, kept: true}
+				policies = append(policies, old.policy)
 			}
-			r.log.Error("policy in the table does not compile here", "policy", e.ID(), "err", err)
+			r.log.Error("policy in the table does not compile here", "policy", id, "err", err)
 			continue
 		}
-		p.Generation = e.Generation
+		compiled[id] = compiledEntry{raw: raw, policy: p}
 		policies = append(policies, p)
 	}
+	r.compiled = compiled
 	r.mu.Lock()
 	r.problems = problems
 	r.mu.Unlock()
@@ -193,4 +206,27 @@ func (r *Reader) refresh(ctx context.Context, force bool) {
 	r.revision.Store(rev)
 	r.loaded.Store(true)
 	r.log.Info("policy table loaded", "revision", rev, "policies", len(policies))
+}
+
+// compiledEntry is a policy and the table's field it was compiled from,
+// or with kept an older version kept because that field did not compile
+// (compiled again at each load, so its problem stays reported).
+type compiledEntry struct {
+	raw    string
+	policy *policy.Policy
+	kept   bool
+}
+
+// compileEntry decodes and compiles a table's field.
+func compileEntry(id, raw string) (*policy.Policy, error) {
+	e, err := decodeEntry(id, raw)
+	if err != nil {
+		return nil, err
+	}
+	p, err := policy.CompileTargeted(e.Namespace, e.Name, &e.Spec, e.Routes)
+	if err != nil {
+		return nil, err
+	}
+	p.Generation = e.Generation
+	return p, nil
 }

@@ -185,6 +185,23 @@ func runChange(ctx context.Context, s *redis.Script, c redis.UniversalClient, ar
 // Load reads the whole table and its revision at one instant. A missing
 // table has revision 0 and no entries, whatever its revision key says.
 func (t *Table) Load(ctx context.Context) ([]Entry, int64, error) {
+	fields, revision, err := t.loadFields(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	entries := make([]Entry, 0, len(fields))
+	for id, raw := range fields {
+		e, err := decodeEntry(id, raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		entries = append(entries, e)
+	}
+	return entries, revision, nil
+}
+
+// loadFields is Load before decoding: each policy's field as stored, by ID.
+func (t *Table) loadFields(ctx context.Context) (map[string]string, int64, error) {
 	var all *redis.MapStringStringCmd
 	var rev *redis.StringCmd
 	_, err := t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -206,18 +223,16 @@ func (t *Table) Load(ctx context.Context) ([]Entry, int64, error) {
 	}
 	// A hash with policies and no marker was written by a controller from
 	// before the marker: a whole table, which its next sync marks.
-	entries := make([]Entry, 0, len(fields))
-	for id, raw := range fields {
-		if id == MarkerField {
-			continue
-		}
-		var e Entry
-		if err := json.Unmarshal([]byte(raw), &e); err != nil {
-			return nil, 0, fmt.Errorf("policy table: entry %s: %w", id, err)
-		}
-		entries = append(entries, e)
+	delete(fields, MarkerField)
+	return fields, revision, nil
+}
+
+func decodeEntry(id, raw string) (Entry, error) {
+	var e Entry
+	if err := json.Unmarshal([]byte(raw), &e); err != nil {
+		return e, fmt.Errorf("policy table: entry %s: %w", id, err)
 	}
-	return entries, revision, nil
+	return e, nil
 }
 
 // Revision reads the table's revision (0 for an empty, never written table).
