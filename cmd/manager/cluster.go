@@ -81,6 +81,13 @@ func finishControllerFlags(cfg *app.ControllerConfig, kubeconfig string) error {
 	if err != nil {
 		return fmt.Errorf("--kubeconfig: %w", err)
 	}
+	// As ctrl.GetConfig leaves it: no client-side throttle (client-go's
+	// default, 5 requests a second, would pace a namespace of thousands of
+	// policies); the API server's priority and fairness bounds the
+	// controller instead.
+	if rc.QPS == 0 {
+		rc.QPS = -1
+	}
 	cfg.RESTConfig = rc
 	return nil
 }
