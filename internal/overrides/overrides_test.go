@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,35 +370,39 @@ func TestLostStagingChangesNothing(t *testing.T) {
 }
 
 // A change whose reload fails is loaded again: the next poll finds the
-// revision moved.
+// revision moved. (Which call reads the change first, the message's or
+// the poll's, is a race: the first read after the change fails either way.)
 func TestFailedReloadIsRetried(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := redistest.Start(t)
 	s := NewRedisStore(srv.Client(), 50*time.Millisecond)
-	changes, reloads := make(chan PolicyID, 10), make(chan struct{}, 10)
-	failNext := false
-	go s.Follow(ctx, func(id PolicyID) error {
-		changes <- id
-		if failNext {
-			failNext = false
+	var armed, failed atomic.Bool
+	loaded, retried := make(chan struct{}, 1), make(chan struct{}, 1)
+	read := func() error {
+		if armed.CompareAndSwap(true, false) {
+			failed.Store(true)
 			return errors.New("read failed")
 		}
+		signal := loaded
+		if failed.Load() {
+			signal = retried
+		}
+		select {
+		case signal <- struct{}{}:
+		default:
+		}
 		return nil
-	}, func() error {
-		reloads <- struct{}{}
-		return nil
-	})
-	<-reloads // the first load
-	time.Sleep(50 * time.Millisecond)
-	failNext = true
+	}
+	go s.Follow(ctx, func(PolicyID) error { return read() }, read)
+	<-loaded // the first load
+	armed.Store(true)
 	if err := s.Put(ctx, shop, Entry{Key: "acme", Limits: map[string]int64{"burst": 1}, Source: policy.OverrideRuntime}); err != nil {
 		t.Fatal(err)
 	}
-	<-changes
 	select {
-	case <-reloads:
+	case <-retried:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a change whose reload failed was not loaded again")
+		t.Fatalf("a change whose reload failed (failed: %v) was not loaded again", failed.Load())
 	}
 }
