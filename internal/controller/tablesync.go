@@ -48,9 +48,10 @@ func init() {
 	crmetrics.Registry.MustRegister(evictionUnsafe, tableRestored)
 }
 
-// Syncer is the Redis side of the table sync.
+// Syncer is the Redis side of the table sync (policytable.Publisher).
 type Syncer interface {
-	Sync(ctx context.Context, desired func(current map[string]policytable.Entry) map[string]*policytable.Entry) (policytable.SyncResult, error)
+	Mark() policytable.Mark
+	Sync(ctx context.Context, since policytable.Mark, desired func(current map[string]policytable.Entry) map[string]*policytable.Entry) (policytable.SyncResult, error)
 }
 
 // TableSync makes the policy table in Redis equal to the valid policies,
@@ -124,6 +125,11 @@ func (s *TableSync) Start(ctx context.Context) error {
 
 // SyncOnce runs one sync.
 func (s *TableSync) SyncOnce(ctx context.Context) error {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	// Reconciles keep writing while this sync lists and compiles: the
+	// mark keeps what they write after the list from being undone.
+	since := s.Syncer.Mark()
 	var list ratelimitv1alpha1.RateLimitPolicyList
 	if err := s.Client.List(ctx, &list); err != nil {
 		return err
@@ -133,15 +139,11 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 		return err
 	}
 	compileErrs := s.compileErrorsWithRoutes(list.Items, routes)
-	s.stateMu.Lock()
-	defer s.stateMu.Unlock()
 	risk := s.checkMemory(ctx, list.Items)
-	var want map[string]*policytable.Entry
-	var lost []string
-	res, err := s.Syncer.Sync(ctx, func(current map[string]policytable.Entry) map[string]*policytable.Entry {
-		want = desiredEntries(list.Items, routes, compileErrs, current, s.LastGood)
-		lost = lostEntries(s.inTable, current, want)
-		return want
+	var current map[string]policytable.Entry
+	res, err := s.Syncer.Sync(ctx, since, func(cur map[string]policytable.Entry) map[string]*policytable.Entry {
+		current = cur
+		return desiredEntries(list.Items, routes, compileErrs, cur, s.LastGood)
 	})
 	if err != nil {
 		return err
@@ -150,8 +152,9 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 	if res.Written > 0 || res.Removed > 0 {
 		log.Info("policy table synced", "written", res.Written, "removed", res.Removed, "revision", res.Revision)
 	}
-	s.inTable = make(map[string]bool, len(want))
-	for id := range want {
+	lost := lostEntries(s.inTable, current, res.Table)
+	s.inTable = make(map[string]bool, len(res.Table))
+	for id := range res.Table {
 		s.inTable[id] = true
 	}
 	if len(lost) > 0 {

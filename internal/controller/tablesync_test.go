@@ -64,7 +64,10 @@ type fakeSyncer struct {
 	revision int64
 }
 
-func (f *fakeSyncer) Sync(_ context.Context, desired func(map[string]policytable.Entry) map[string]*policytable.Entry) (policytable.SyncResult, error) {
+// Mark is always the same: nothing but the syncs writes this table.
+func (f *fakeSyncer) Mark() policytable.Mark { return 0 }
+
+func (f *fakeSyncer) Sync(_ context.Context, _ policytable.Mark, desired func(map[string]policytable.Entry) map[string]*policytable.Entry) (policytable.SyncResult, error) {
 	current := maps.Clone(f.table)
 	want := desired(current)
 	var res policytable.SyncResult
@@ -83,7 +86,7 @@ func (f *fakeSyncer) Sync(_ context.Context, desired func(map[string]policytable
 	if res.Written+res.Removed > 0 {
 		f.revision++
 	}
-	res.Revision = f.revision
+	res.Revision, res.Table = f.revision, want
 	return res, nil
 }
 

@@ -63,7 +63,10 @@ type Entry struct {
 }
 
 // ID is the entry's field in the hash.
-func (e *Entry) ID() string { return e.Namespace + "/" + e.Name }
+func (e *Entry) ID() string { return EntryID(e.Namespace, e.Name) }
+
+// EntryID is the field in the hash of the policy namespace/name.
+func EntryID(namespace, name string) string { return namespace + "/" + name }
 
 // Table reads and writes the policy table.
 type Table struct {
@@ -147,7 +150,7 @@ func (t *Table) Put(ctx context.Context, e *Entry) (revision int64, changed bool
 
 // Delete removes a policy.
 func (t *Table) Delete(ctx context.Context, namespace, name string) (revision int64, changed bool, err error) {
-	return runChange(ctx, deleteScript, t.client, Channel, namespace+"/"+name)
+	return runChange(ctx, deleteScript, t.client, Channel, EntryID(namespace, name))
 }
 
 // Replace writes puts and removes deletes in one step, and creates a
