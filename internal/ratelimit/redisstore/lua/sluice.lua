@@ -1654,10 +1654,11 @@ local function parse(keys, args)
       end
       a, k = a + 1, k + 1
       local b = keys[k]
-      local alg, own, same = e.alg, false, bucket ~= nil and b == bucket and not grp.own
-      -- The common case, a limit of the bucket before it (not a penalty
-      -- box: a plain entry), has nothing to check but its field.
-      if not (same and e.plain and alg ~= PENALTY) then
+      local same = bucket ~= nil and b == bucket and not grp.own
+      -- The common case, a plain limit of the bucket before it, has nothing
+      -- to check but its field (a penalty box's record is not plain).
+      if not (same and e.plain) then
+        local alg, own = e.alg, false
         if alg == CONCURRENCY then -- its holder, as its hold's field
           local holder = args[a]
           if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
