@@ -19,6 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -90,12 +93,16 @@ func run(o options) error {
 		o.namespaces*o.perNamespace, o.namespaces, o.replicas, loadAverage())
 
 	idle := c.checkRSS()
+	cpuBefore := c.cpu()
 	applied, err := applyAll(ctx, c, o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("apply %d policies at once (%d creates in flight): all created in %s, all Ready in %s, held by every check process in %s (target: 60s)\n",
-		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond), applied.published.Round(time.Millisecond))
+	cpuUsed := c.cpu().since(cpuBefore)
+	fmt.Printf("apply %d policies at once (%d creates in flight): all created in %s, all Ready in %s (%s after the last create), held by every check process in %s (target: 60s)\n",
+		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond),
+		(applied.ready - applied.created).Round(time.Millisecond), applied.published.Round(time.Millisecond))
+	fmt.Printf("CPU time over the apply (%s on %d cores): %s\n", applied.published.Round(time.Millisecond), runtime.NumCPU(), cpuUsed)
 
 	time.Sleep(3 * time.Second) // let the reloads' garbage go
 	full := c.checkRSS()
@@ -180,6 +187,54 @@ func start(ctx context.Context, o options, manager, dir string) (c *cluster, cle
 		return nil, cleanup, errors.New("the controller exited (log " + ctl.Log + ")")
 	}
 	return c, cleanup, nil
+}
+
+// cpuTimes is the processor time used so far by each program of a run.
+type cpuTimes []struct {
+	name string
+	used time.Duration
+}
+
+// cpu reads the processor time of the API server, etcd, Redis, the
+// controller, the check processes together, and this program (the
+// creates and the watch).
+func (c *cluster) cpu() cpuTimes {
+	sum := func(pids []int) time.Duration {
+		var d time.Duration
+		for _, pid := range pids {
+			d += procs.CPU(pid)
+		}
+		return d
+	}
+	var checks []int
+	for _, r := range c.checks {
+		checks = append(checks, r.proc.Cmd.Process.Pid)
+	}
+	return cpuTimes{
+		{"kube-apiserver", sum(procs.Children("kube-apiserver"))},
+		{"etcd", sum(procs.Children("etcd"))},
+		{"redis-server", sum(procs.Children("redis-server"))},
+		{"controller", procs.CPU(c.controller.Cmd.Process.Pid)},
+		{fmt.Sprintf("%d check processes", len(c.checks)), sum(checks)},
+		{"benchscale", procs.CPU(os.Getpid())},
+	}
+}
+
+// since is the processor time used from before to t.
+func (t cpuTimes) since(before cpuTimes) cpuTimes {
+	out := slices.Clone(t)
+	for i := range out {
+		out[i].used -= before[i].used
+	}
+	return out
+}
+
+func (t cpuTimes) String() string {
+	parts := make([]string, len(t))
+	for i, p := range t {
+		parts[i] = fmt.Sprintf("%s %.1fs", p.name, p.used.Seconds())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // checkRSS is each check process's resident memory.
