@@ -18,9 +18,15 @@ type Library interface {
 }
 
 // Publisher is the controller's writer: it puts validated policies into the
-// table, making sure the library is loaded first. Its methods are
+// table, making sure the library is loaded first. Its writes are
 // serialized, so a periodic full sync and a reconcile of a new generation
 // can never interleave their writes and leave an older version behind.
+//
+// Applies that arrive while a write is under way are written together
+// next, in one table write with one revision and one change message (a
+// group commit): thousands of policies applied at once cost the table,
+// and every check process reloading it, one write per batch rather than
+// one per policy.
 type Publisher struct {
 	Table   *Table
 	Library Library
@@ -30,6 +36,18 @@ type Publisher struct {
 	// count at the last write of each entry ID since the last Sync.
 	writes  uint64
 	written map[string]uint64
+
+	// pending are the Applies waiting for the next write.
+	pendingMu sync.Mutex
+	pending   []*pendingApply
+}
+
+// pendingApply is one Apply's entry and, once written, its outcome.
+type pendingApply struct {
+	entry    *Entry
+	written  bool
+	revision int64
+	err      error
 }
 
 // A Mark stands for the writes of Apply and Remove made before it. A full
@@ -53,20 +71,49 @@ func (p *Publisher) wrote(id string) {
 	p.written[id] = p.writes
 }
 
-// Apply loads the library if needed and writes e. When the table was lost
-// it fails with ErrTableMissing: the next Sync writes the table back whole,
-// and the caller retries.
+// Apply loads the library if needed and writes e, with the other Applies
+// waiting at the time. When the table was lost it fails with
+// ErrTableMissing: the next Sync writes the table back whole, and the
+// caller retries.
 func (p *Publisher) Apply(ctx context.Context, e *Entry) (revision int64, err error) {
+	call := &pendingApply{entry: e}
+	p.pendingMu.Lock()
+	p.pending = append(p.pending, call)
+	p.pendingMu.Unlock()
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.Library.EnsureLoaded(ctx); err != nil {
-		return 0, fmt.Errorf("load the rate-limit library: %w", err)
+	if !call.written { // else the write before this one took it
+		p.writePending(ctx)
 	}
-	revision, _, err = p.Table.Put(ctx, e)
-	if err == nil {
-		p.wrote(e.ID())
+	return call.revision, call.err
+}
+
+// writePending writes every pending Apply in one step and gives each its
+// outcome. Called with mu held, by one of the waiting Applies: its ctx
+// bounds the write of them all.
+func (p *Publisher) writePending(ctx context.Context) {
+	p.pendingMu.Lock()
+	batch := p.pending
+	p.pending = nil
+	p.pendingMu.Unlock()
+
+	entries := make([]*Entry, len(batch))
+	for i, call := range batch {
+		entries[i] = call.entry
 	}
-	return revision, err
+	var revision int64
+	err := p.Library.EnsureLoaded(ctx)
+	if err != nil {
+		err = fmt.Errorf("load the rate-limit library: %w", err)
+	} else if revision, _, err = p.Table.PutAll(ctx, entries); err == nil {
+		for _, e := range entries {
+			p.wrote(e.ID())
+		}
+	}
+	for _, call := range batch {
+		call.written, call.revision, call.err = true, revision, err
+	}
 }
 
 // Remove deletes a policy from the table.
