@@ -40,6 +40,17 @@ type Publisher struct {
 	// pending are the Applies waiting for the next write.
 	pendingMu sync.Mutex
 	pending   []*pendingApply
+
+	// decoded holds each entry of the table as the last Sync found it,
+	// with the field it was decoded from: a Sync decodes only the fields
+	// that changed since, not the whole table every time. Guarded by mu.
+	decoded map[string]decodedField
+}
+
+// decodedField is a table's field and the entry it holds.
+type decodedField struct {
+	raw   string
+	entry Entry
 }
 
 // pendingApply is one Apply's entry and, once written, its outcome.
@@ -149,13 +160,9 @@ func (p *Publisher) Sync(ctx context.Context, since Mark, desired func(current m
 	if err := p.Library.EnsureLoaded(ctx); err != nil {
 		return res, fmt.Errorf("load the rate-limit library: %w", err)
 	}
-	entries, _, err := p.Table.Load(ctx)
+	current, err := p.loadDecoded(ctx)
 	if err != nil {
 		return res, err
-	}
-	current := make(map[string]Entry, len(entries))
-	for _, e := range entries {
-		current[e.ID()] = e
 	}
 	want := desired(current)
 	for id, at := range p.written {
@@ -193,4 +200,29 @@ func (p *Publisher) Sync(ctx context.Context, since Mark, desired func(current m
 		res.Written, res.Removed = len(puts), len(deletes)
 	}
 	return res, nil
+}
+
+// loadDecoded reads the table, by entry ID, decoding only the fields that
+// changed since the last call. Called with mu held.
+func (p *Publisher) loadDecoded(ctx context.Context) (map[string]Entry, error) {
+	fields, _, err := p.Table.loadFields(ctx)
+	if err != nil {
+		return nil, err
+	}
+	decoded := make(map[string]decodedField, len(fields))
+	current := make(map[string]Entry, len(fields))
+	for id, raw := range fields {
+		d, ok := p.decoded[id]
+		if !ok || d.raw != raw {
+			e, err := decodeEntry(id, raw)
+			if err != nil {
+				return nil, err
+			}
+			d = decodedField{raw: raw, entry: e}
+		}
+		decoded[id] = d
+		current[d.entry.ID()] = d.entry
+	}
+	p.decoded = decoded
+	return current, nil
 }
