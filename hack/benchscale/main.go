@@ -65,6 +65,7 @@ func main() {
 // the check processes.
 type cluster struct {
 	kube       client.WithWatch
+	kubeConfig *rest.Config
 	rdb        *redis.Client
 	controller *procs.Proc
 	checks     []replica
@@ -94,6 +95,10 @@ func run(o options) error {
 
 	idle := c.checkRSS()
 	cpuBefore := c.cpu()
+	requestsBefore, err := readAPIRequests(ctx, c.kubeConfig)
+	if err != nil {
+		return err
+	}
 	applied, err := applyAll(ctx, c, o)
 	if err != nil {
 		return err
@@ -103,6 +108,11 @@ func run(o options) error {
 		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond),
 		(applied.ready - applied.created).Round(time.Millisecond), applied.published.Round(time.Millisecond))
 	fmt.Printf("CPU time over the apply (%s on %d cores): %s\n", applied.published.Round(time.Millisecond), runtime.NumCPU(), cpuUsed)
+	requests, err := readAPIRequests(ctx, c.kubeConfig)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("API server writes over the apply: %s\n", requests.writesSince(requestsBefore, applied.count))
 
 	time.Sleep(3 * time.Second) // let the reloads' garbage go
 	full := c.checkRSS()
@@ -156,6 +166,7 @@ func start(ctx context.Context, o options, manager, dir string) (c *cluster, cle
 	stops = append(stops, func() { _ = env.Stop() })
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS = -1 // no client-side throttle: the API server's own fairness decides, as for the controller
+	c.kubeConfig = cfg
 	if c.kube, err = client.NewWithWatch(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		return nil, cleanup, err
 	}
