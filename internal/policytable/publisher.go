@@ -55,7 +55,7 @@ type decodedField struct {
 
 // pendingApply is one Apply's entry and, once written, its outcome.
 type pendingApply struct {
-	entry    *Entry
+	field    field
 	written  bool
 	revision int64
 	err      error
@@ -87,7 +87,11 @@ func (p *Publisher) wrote(id string) {
 // ErrTableMissing: the next Sync writes the table back whole, and the
 // caller retries.
 func (p *Publisher) Apply(ctx context.Context, e *Entry) (revision int64, err error) {
-	call := &pendingApply{entry: e}
+	f, err := encodeField(e)
+	if err != nil {
+		return 0, err
+	}
+	call := &pendingApply{field: f}
 	p.pendingMu.Lock()
 	p.pending = append(p.pending, call)
 	p.pendingMu.Unlock()
@@ -109,17 +113,17 @@ func (p *Publisher) writePending(ctx context.Context) {
 	p.pending = nil
 	p.pendingMu.Unlock()
 
-	entries := make([]*Entry, len(batch))
+	fields := make([]field, len(batch))
 	for i, call := range batch {
-		entries[i] = call.entry
+		fields[i] = call.field
 	}
 	var revision int64
 	err := p.Library.EnsureLoaded(ctx)
 	if err != nil {
 		err = fmt.Errorf("load the rate-limit library: %w", err)
-	} else if revision, _, err = p.Table.PutAll(ctx, entries); err == nil {
-		for _, e := range entries {
-			p.wrote(e.ID())
+	} else if revision, _, err = p.Table.putFields(ctx, fields); err == nil {
+		for _, f := range fields {
+			p.wrote(f.id)
 		}
 	}
 	for _, call := range batch {

@@ -147,17 +147,31 @@ if not changed then return {rev, 0} end
 // Put writes e into the table. A write that changes nothing costs no
 // revision. It fails with ErrTableMissing when the table was lost.
 func (t *Table) Put(ctx context.Context, e *Entry) (revision int64, changed bool, err error) {
-	return t.PutAll(ctx, []*Entry{e})
-}
-
-// PutAll writes entries into the table in one step, as Put does one: one
-// revision and one change message for them all.
-func (t *Table) PutAll(ctx context.Context, entries []*Entry) (revision int64, changed bool, err error) {
-	args := make([]any, 0, 2+2*len(entries))
-	args = append(args, Channel, MarkerField)
-	args, err = appendEncoded(args, entries)
+	f, err := encodeField(e)
 	if err != nil {
 		return 0, false, err
+	}
+	return t.putFields(ctx, []field{f})
+}
+
+// field is an entry as the table's hash holds it.
+type field struct{ id, raw string }
+
+func encodeField(e *Entry) (field, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return field{}, fmt.Errorf("encode %s: %w", e.ID(), err)
+	}
+	return field{id: e.ID(), raw: string(b)}, nil
+}
+
+// putFields writes fields into the table in one step, as Put does one
+// entry: one revision and one change message for them all.
+func (t *Table) putFields(ctx context.Context, fields []field) (revision int64, changed bool, err error) {
+	args := make([]any, 0, 2+2*len(fields))
+	args = append(args, Channel, MarkerField)
+	for _, f := range fields {
+		args = append(args, f.id, f.raw)
 	}
 	return runChange(ctx, putScript, t.client, args...)
 }
@@ -172,26 +186,17 @@ func (t *Table) Delete(ctx context.Context, namespace, name string) (revision in
 func (t *Table) Replace(ctx context.Context, puts []*Entry, deletes []string) (revision int64, changed bool, err error) {
 	args := make([]any, 0, 3+2*len(puts)+len(deletes))
 	args = append(args, Channel, MarkerField, len(puts))
-	args, err = appendEncoded(args, puts)
-	if err != nil {
-		return 0, false, err
+	for _, e := range puts {
+		f, err := encodeField(e)
+		if err != nil {
+			return 0, false, err
+		}
+		args = append(args, f.id, f.raw)
 	}
 	for _, id := range deletes {
 		args = append(args, id)
 	}
 	return runChange(ctx, replaceScript, t.client, args...)
-}
-
-// appendEncoded appends each entry's ID and JSON to a script's arguments.
-func appendEncoded(args []any, entries []*Entry) ([]any, error) {
-	for _, e := range entries {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", e.ID(), err)
-		}
-		args = append(args, e.ID(), string(b))
-	}
-	return args, nil
 }
 
 func runChange(ctx context.Context, s *redis.Script, c redis.UniversalClient, args ...any) (int64, bool, error) {
