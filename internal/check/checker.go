@@ -264,6 +264,12 @@ func (pr *PolicyResult) Limits() []policy.Limit {
 	return pr.Policy.Limits
 }
 
+// countedLimit is the limit whose decisions count those of limit i: the
+// policy's own, whichever numbers were in force. An override's limits are
+// copies of the policy's, one set per key value: counting by them would
+// keep a counter's shortcut per key value.
+func (pr *PolicyResult) countedLimit(i int) *policy.Limit { return &pr.Policy.Limits[i] }
+
 // LimitResult is one limit's figures.
 type LimitResult struct {
 	Policy *policy.Policy
@@ -721,7 +727,7 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
 		pr.decided, pr.denied = true, true
-		c.counts.add(p, l, ResultCachedDenied)
+		c.counts.add(p, pr.countedLimit(u.limit), ResultCachedDenied)
 		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
 			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(ResultCachedDenied)).Inc()
@@ -813,7 +819,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	}
 	switch action {
 	case ratelimit.Consume:
-		c.counts.add(p, l, result)
+		c.counts.add(p, pr.countedLimit(limit), result)
 		if c.metrics != nil {
 			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
 		}

@@ -59,6 +59,36 @@ func TestOverrideChangesOneKeysNumbers(t *testing.T) {
 	}
 }
 
+// Decisions under overrides count under the policy's limit: the counts
+// keep one entry for it, however many key values have overrides.
+func TestOverriddenDecisionsCountUnderThePolicysLimit(t *testing.T) {
+	x := overrides.NewIndex(nil)
+	entries := map[string]overrides.Entry{}
+	for i := range 10 {
+		k := fmt.Sprintf("tenant-%d", i)
+		entries[k] = overrides.Entry{Key: k, Limits: map[string]int64{"l": 5}, Source: policy.OverrideRuntime}
+	}
+	x.SetRuntime(overrides.PolicyID{Namespace: "ns", Name: "p"}, entries)
+	c := newChecker(t, Options{Overrides: x},
+		policytest.Compile(t, "ns", "p", "key: '{header:X-Tenant}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
+	for i := range 10 {
+		for range 6 { // 5 allowed, 1 denied, then cached denials
+			if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: tenantRequest(fmt.Sprintf("tenant-%d", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Check(context.Background(), Input{Namespace: "ns", Request: tenantRequest(fmt.Sprintf("tenant-%d", i))})
+	}
+	held := 0
+	c.counts.byPtr.Range(func(_, _ any) bool { held++; return true })
+	if held != 1 {
+		t.Errorf("the counts hold %d limits, want 1 (the policy's)", held)
+	}
+	if got := c.Counts(); len(got) != 1 || got[0].Allowed != 50 || got[0].Denied != 20 {
+		t.Errorf("counts %+v, want 50 allowed and 20 denied under ns/p/l", got)
+	}
+}
+
 // A denial cached under the old numbers is not answered once an override
 // gives the key room.
 func TestOverrideLeavesNoStaleCachedDenial(t *testing.T) {

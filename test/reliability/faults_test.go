@@ -124,7 +124,20 @@ func checkAnswerTimes(t *testing.T, rec *record, mon *stallMonitor, phases []pha
 		t.Logf("environment: %d checks took longer than the deadline + 20ms, each while the process or one of its threads waited for a CPU", excused)
 	}
 	if rec.skipped > 0 {
-		t.Errorf("%d checks were not sent: more than %d in flight", rec.skipped, maxInFlight)
+		// maxInFlight checks in flight: answers had stopped for a while
+		// before the first skip.
+		from, to := rec.load.start.Add(rec.load.firstSkip-time.Second), rec.load.start.Add(rec.load.lastSkip)
+		var stalls []stall
+		if mon != nil {
+			stalls = mon.near(from.Add(to.Sub(from)/2), to.Sub(from)/2)
+		}
+		if len(stalls) > 0 {
+			t.Logf("environment: %d checks were not sent, more than %d in flight, from +%s to +%s while the machine stalled: %v",
+				rec.skipped, maxInFlight, ms(rec.load.firstSkip), ms(rec.load.lastSkip), stalls[:min(len(stalls), 5)])
+		} else {
+			t.Errorf("%d checks were not sent: more than %d in flight (from +%s to +%s), and the machine did not stall",
+				rec.skipped, maxInFlight, ms(rec.load.firstSkip), ms(rec.load.lastSkip))
+		}
 	}
 }
 

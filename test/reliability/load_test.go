@@ -106,6 +106,9 @@ type load struct {
 	sent     int // dispatcher only
 	inFlight atomic.Int64
 	skipped  atomic.Int64
+	// firstSkip and lastSkip are when the first and the last check not
+	// sent were due (dispatcher only).
+	firstSkip, lastSkip time.Duration
 
 	stopc      chan struct{}
 	dispatcher sync.WaitGroup
@@ -147,7 +150,10 @@ func (ld *load) dispatch() {
 		for ; ld.sent < due; ld.sent++ {
 			i := ld.sent
 			if ld.inFlight.Load() >= maxInFlight {
-				ld.skipped.Add(1)
+				if ld.skipped.Add(1) == 1 {
+					ld.firstSkip = ld.since(time.Now())
+				}
+				ld.lastSkip = ld.since(time.Now())
 				continue
 			}
 			ld.inFlight.Add(1)

@@ -3,6 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
 var benchLimits = []ratelimit.Limit{
@@ -247,4 +251,114 @@ func BenchmarkInFlight(b *testing.B) {
 			reportRedisTime(b, srv, cpu)
 		})
 	}
+}
+
+// BenchmarkCheckInstructions counts the instructions a redis-server runs
+// in FCALL per decision (instr/op: the library, the commands it runs, its
+// arguments and reply), under valgrind's callgrind: unlike CPU time, the
+// count does not depend on what else the machine runs, so it compares
+// versions of the library on shared cores. Each iteration is a batch of 5
+// requests merged into one call as flushers merge them (CheckBatch), of
+// hack/bench's policies with one and with three limits, over 100 warm key
+// values. Skipped without valgrind; slow (Redis runs about 50 times slower
+// under it): run it alone, -benchtime 200x is plenty.
+func BenchmarkCheckInstructions(b *testing.B) {
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		b.Skip("valgrind not found")
+	}
+	srv := startCallgrind(b, valgrind)
+	s := loadedStore(b, &redis.UniversalOptions{Addrs: []string{srv.addr}, DisableIdentity: true})
+	const batch = 5
+	for _, n := range []int{1, 3} {
+		b.Run(fmt.Sprintf("policy=%d", n), func(b *testing.B) {
+			reqs := make([]*ratelimit.Request, 100)
+			for i := range reqs {
+				reqs[i] = policyRequest(fmt.Sprint("instr", i), n)
+			}
+			at, decs := make([]int64, batch), make([]ratelimit.Decision, batch)
+			for i := range at {
+				at[i] = -1
+			}
+			ctx := context.Background()
+			check := func(i int) {
+				from := i * batch % len(reqs)
+				if err := s.CheckBatch(ctx, reqs[from:from+batch], at, decs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := range len(reqs) / batch { // every bucket written once: warm
+				check(i)
+			}
+			srv.control(b, "-z")
+			srv.control(b, "-i", "on")
+			i := 0
+			for b.Loop() {
+				check(i)
+				i++
+			}
+			srv.control(b, "-i", "off")
+			b.ReportMetric(srv.instructions(b)/float64(i*batch), "instr/op")
+		})
+	}
+}
+
+// callgrindServer is a redis-server run under callgrind, instrumented only
+// between control(-i on) and control(-i off).
+type callgrindServer struct {
+	addr, dir string
+	cmd       *exec.Cmd
+}
+
+func startCallgrind(b *testing.B, valgrind string) *callgrindServer {
+	port, dir := systest.FreePort(b), b.TempDir()
+	cmd := exec.Command(valgrind, "--tool=callgrind", "--instr-atstart=no", "--toggle-collect=fcallCommand", "--callgrind-out-file="+filepath.Join(dir, "cg.out"),
+		"redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	srv := &callgrindServer{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd}
+	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer func() { _ = c.Close() }()
+	for deadline := time.Now().Add(30 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("redis-server under callgrind did not answer within 30s")
+		}
+	}
+	return srv
+}
+
+// control runs callgrind_control with args on the server.
+func (s *callgrindServer) control(b *testing.B, args ...string) {
+	out, err := exec.Command("callgrind_control", append(args, strconv.Itoa(s.cmd.Process.Pid))...).CombinedOutput()
+	if err != nil {
+		b.Fatalf("callgrind_control %v: %v: %s", args, err, out)
+	}
+}
+
+// instructions dumps the counts since the last zeroing and returns their
+// total.
+func (s *callgrindServer) instructions(b *testing.B) float64 {
+	s.control(b, "-d")
+	files, _ := filepath.Glob(filepath.Join(s.dir, "cg.out*"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		_ = os.Remove(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "totals: "); ok {
+				if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && n > 0 {
+					return n
+				}
+			}
+		}
+	}
+	b.Fatal("no callgrind totals in " + s.dir)
+	return 0
 }

@@ -191,12 +191,14 @@ end
 -- limit_entry is the record of a limit's entry, shared by every call that
 -- sends the same argument (see entry): the algorithm's id, its parameters
 -- (capacity, rate, interval in µs), the cost, whether it is shadow or
--- charges always (flags), and its field in the bucket. A calendar's adds
--- its window starts w0..w3, a penalty box's has a shape of its own (see
--- penalty_entry).
+-- charges always (flags), and its field in the bucket; plain, whether it
+-- is one field's state and nothing else (parse has nothing to check but
+-- its field: not a log, a calendar quota nor a concurrency limit). A
+-- calendar's adds its window starts w0..w3, a penalty box's has a shape of
+-- its own (see penalty_entry).
 local function limit_entry(alg, cap, rate, iv, cost, flags, field)
   return {alg = alg, cap = cap, rate = rate, iv = iv, cost = cost, shadow = flags == '1' or flags == '3', field = field,
-    always = flags == '2' or flags == '3'}
+    always = flags == '2' or flags == '3', plain = alg ~= SLIDING_LOG and alg ~= CALENDAR and alg ~= CONCURRENCY}
 end
 
 -- A verdict occupies OUT[o+1..o+4]: retry-after (0: allowed), remaining,
@@ -1135,6 +1137,8 @@ local function read_bucket(grp)
       r = pcall_('HMGET', grp.key, E_REC[first].field, EXPIRY)
     elseif n == 2 and not grp.holds then -- a limit and its penalty box, or two limits
       r = pcall_('HMGET', grp.key, E_REC[first].field, E_REC[first + 1].field, EXPIRY)
+    elseif n == 3 and not grp.holds then
+      r = pcall_('HMGET', grp.key, E_REC[first].field, E_REC[first + 1].field, E_REC[first + 2].field, EXPIRY)
     else
       for x = 1, n do
         ARGS[x] = E_REC[first + x - 1].field
@@ -1648,34 +1652,47 @@ local function parse(keys, args)
       if e == nil then
         return nil, 'bad arguments for request ' .. r .. ' entry ' .. (j - j0)
       end
-      local alg = e.alg
-      a = a + 1
-      if alg == CONCURRENCY then -- its holder, as its hold's field
-        local holder = args[a]
-        if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
-          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
-        end
-        E_HF[j], a = ':h' .. e.field .. ':' .. holder, a + 1
-      end
-      k = k + 1
-      local b, own = keys[k], false
-      if alg == SLIDING_LOG then
-        k = k + 1
-        own, logs = keys[k] == b, true
-        E_LK[j] = keys[k]
-      end
-      if k > nk then
-        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
-      end
-      if b ~= bucket or own or grp.own then
-        for g = g0, ng do
-          if GROUPS[g].key == b then
-            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
+      a, k = a + 1, k + 1
+      local b = keys[k]
+      local same = bucket ~= nil and b == bucket and not grp.own
+      -- The common case, a plain limit of the bucket before it, has nothing
+      -- to check but its field (a penalty box's record is not plain).
+      if not (same and e.plain) then
+        local alg, own = e.alg, false
+        if alg == CONCURRENCY then -- its holder, as its hold's field
+          local holder = args[a]
+          if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
+            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
           end
+          E_HF[j], a = ':h' .. e.field .. ':' .. holder, a + 1
+        elseif alg == SLIDING_LOG then
+          k = k + 1
+          own, logs = keys[k] == b, true
+          E_LK[j] = keys[k]
+        elseif alg == CALENDAR then
+          cal = true
         end
-        ng, bucket = ng + 1, b
-        grp = group(ng, b, j, own)
-      else
+        if k > nk then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': too few keys'
+        end
+        if not same or own then
+          for g = g0, ng do
+            if GROUPS[g].key == b then
+              return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': the entries of a bucket are not adjacent, or a log and a bucket share a key'
+            end
+          end
+          ng, bucket = ng + 1, b
+          grp = group(ng, b, j, own)
+          same = false
+        end
+        if alg == PENALTY and (grp.first ~= j or h.refund) then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
+        end
+        if alg == CONCURRENCY then
+          grp.holds = true
+        end
+      end
+      if same then
         local f = e.field
         for x = grp.first, j - 1 do
           if E_REC[x].field == f then
@@ -1683,15 +1700,7 @@ local function parse(keys, args)
           end
         end
       end
-      if alg == PENALTY and (grp.first ~= j or h.refund) then
-        return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
-      end
       grp.last, E_REC[j] = j, e
-      if alg == CALENDAR then
-        cal = true
-      elseif alg == CONCURRENCY then
-        grp.holds = true
-      end
     end
     if logs then -- a log's key is no bucket of the same request
       for j = j0 + 1, j0 + n do
