@@ -39,10 +39,44 @@ func readAPIRequests(ctx context.Context, cfg *rest.Config) (apiRequests, error)
 		return nil, fmt.Errorf("the API server's metrics: %s", resp.Status)
 	}
 	out := apiRequests{}
-	sc := bufio.NewScanner(resp.Body)
+	err = eachSample(resp.Body, "apiserver_request_total", func(l map[string]string, n float64) {
+		what := l["resource"]
+		if l["subresource"] != "" {
+			what += "/" + l["subresource"]
+		}
+		out[l["verb"]+" "+what] += n
+	})
+	return out, err
+}
+
+// reconciles reads how many reconciles the controller's policy
+// reconciler ran, from its metrics at addr.
+func reconciles(ctx context.Context, addr string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var total float64
+	err = eachSample(resp.Body, "controller_runtime_reconcile_total", func(l map[string]string, n float64) {
+		if l["controller"] == "ratelimitpolicy" {
+			total += n
+		}
+	})
+	return total, err
+}
+
+// eachSample calls f with the labels and value of each sample of the
+// metric name on a /metrics page.
+func eachSample(page io.Reader, name string, f func(labels map[string]string, value float64)) error {
+	sc := bufio.NewScanner(page)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		labels, ok := strings.CutPrefix(sc.Text(), "apiserver_request_total{")
+		labels, ok := strings.CutPrefix(sc.Text(), name+"{")
 		if !ok {
 			continue
 		}
@@ -50,18 +84,11 @@ func readAPIRequests(ctx context.Context, cfg *rest.Config) (apiRequests, error)
 		if !ok {
 			continue
 		}
-		n, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
+		if n, err := strconv.ParseFloat(value, 64); err == nil {
+			f(parseLabels(labels), n)
 		}
-		l := parseLabels(labels)
-		what := l["resource"]
-		if l["subresource"] != "" {
-			what += "/" + l["subresource"]
-		}
-		out[l["verb"]+" "+what] += n
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // parseLabels reads a Prometheus sample's labels (name="value",...).
