@@ -96,12 +96,7 @@ func run(o options) error {
 		o.namespaces*o.perNamespace, o.namespaces, o.replicas, loadAverage())
 
 	idle := c.checkRSS()
-	cpuBefore := c.cpu()
-	requestsBefore, err := readAPIRequests(ctx, c.kubeConfig)
-	if err != nil {
-		return err
-	}
-	reconcilesBefore, err := reconciles(ctx, c.controllerMetrics)
+	before, err := c.work(ctx)
 	if err != nil {
 		return err
 	}
@@ -109,21 +104,16 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	cpuUsed := c.cpu().since(cpuBefore)
+	after, err := c.work(ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("apply %d policies at once (%d creates in flight): all created in %s, all Ready in %s (%s after the last create), held by every check process in %s (target: 60s)\n",
 		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond),
 		(applied.ready - applied.created).Round(time.Millisecond), applied.published.Round(time.Millisecond))
-	fmt.Printf("CPU time over the apply (%s on %d cores): %s\n", applied.published.Round(time.Millisecond), runtime.NumCPU(), cpuUsed)
-	requests, err := readAPIRequests(ctx, c.kubeConfig)
-	if err != nil {
-		return err
-	}
-	reconcilesAfter, err := reconciles(ctx, c.controllerMetrics)
-	if err != nil {
-		return err
-	}
+	fmt.Printf("CPU time over the apply (%s on %d cores): %s\n", applied.published.Round(time.Millisecond), runtime.NumCPU(), after.cpu.since(before.cpu))
 	fmt.Printf("API server writes over the apply: %s; the controller's reconciles: %.2f a policy\n",
-		requests.writesSince(requestsBefore, applied.count), (reconcilesAfter-reconcilesBefore)/float64(applied.count))
+		after.requests.writesSince(before.requests, applied.count), (after.reconciles-before.reconciles)/float64(applied.count))
 
 	time.Sleep(3 * time.Second) // let the reloads' garbage go
 	full := c.checkRSS()
@@ -210,6 +200,24 @@ func start(ctx context.Context, o options, manager, dir string) (c *cluster, cle
 		return nil, cleanup, errors.New("the controller exited (log " + ctl.Log + ")")
 	}
 	return c, cleanup, nil
+}
+
+// work is what the programs of a run have done so far.
+type work struct {
+	cpu        cpuTimes
+	requests   apiRequests
+	reconciles float64
+}
+
+// work reads the programs' processor time, the API server's requests and
+// the controller's reconciles.
+func (c *cluster) work(ctx context.Context) (w work, err error) {
+	w.cpu = c.cpu()
+	if w.requests, err = readAPIRequests(ctx, c.kubeConfig); err != nil {
+		return w, err
+	}
+	w.reconciles, err = reconciles(ctx, c.controllerMetrics)
+	return w, err
 }
 
 // cpuTimes is the processor time used so far by each program of a run.
