@@ -19,6 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,9 +65,12 @@ func main() {
 // the check processes.
 type cluster struct {
 	kube       client.WithWatch
+	kubeConfig *rest.Config
 	rdb        *redis.Client
 	controller *procs.Proc
-	checks     []replica
+	// controllerMetrics is the controller's /metrics address.
+	controllerMetrics string
+	checks            []replica
 }
 
 // replica is one check process and the address of its endpoint.
@@ -90,12 +96,24 @@ func run(o options) error {
 		o.namespaces*o.perNamespace, o.namespaces, o.replicas, loadAverage())
 
 	idle := c.checkRSS()
+	before, err := c.work(ctx)
+	if err != nil {
+		return err
+	}
 	applied, err := applyAll(ctx, c, o)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("apply %d policies at once (%d creates in flight): all created in %s, all Ready in %s, held by every check process in %s (target: 60s)\n",
-		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond), applied.published.Round(time.Millisecond))
+	after, err := c.work(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("apply %d policies at once (%d creates in flight): all created in %s, all Ready in %s (%s after the last create), held by every check process in %s (target: 60s)\n",
+		applied.count, o.workers, applied.created.Round(time.Millisecond), applied.ready.Round(time.Millisecond),
+		(applied.ready - applied.created).Round(time.Millisecond), applied.published.Round(time.Millisecond))
+	fmt.Printf("CPU time over the apply (%s on %d cores): %s\n", applied.published.Round(time.Millisecond), runtime.NumCPU(), after.cpu.since(before.cpu))
+	fmt.Printf("API server writes over the apply: %s; the controller's reconciles: %.2f a policy\n",
+		after.requests.writesSince(before.requests, applied.count), (after.reconciles-before.reconciles)/float64(applied.count))
 
 	time.Sleep(3 * time.Second) // let the reloads' garbage go
 	full := c.checkRSS()
@@ -149,14 +167,16 @@ func start(ctx context.Context, o options, manager, dir string) (c *cluster, cle
 	stops = append(stops, func() { _ = env.Stop() })
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS = -1 // no client-side throttle: the API server's own fairness decides, as for the controller
+	c.kubeConfig = cfg
 	if c.kube, err = client.NewWithWatch(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		return nil, cleanup, err
 	}
 
 	// The controller reads KUBECONFIG as in a cluster it reads its
 	// service account: through controller-runtime's loader, unthrottled.
+	c.controllerMetrics = procs.FreeAddr()
 	ctl, err := procs.StartEnv(dir, "controller", append(os.Environ(), "KUBECONFIG="+kubeconfig), manager, "controller",
-		"--redis-url", redisURL, "--metrics-bind-address", procs.FreeAddr(), "--health-probe-bind-address", procs.FreeAddr())
+		"--redis-url", redisURL, "--metrics-bind-address", c.controllerMetrics, "--health-probe-bind-address", procs.FreeAddr())
 	if err != nil {
 		return nil, cleanup, err
 	}
@@ -180,6 +200,72 @@ func start(ctx context.Context, o options, manager, dir string) (c *cluster, cle
 		return nil, cleanup, errors.New("the controller exited (log " + ctl.Log + ")")
 	}
 	return c, cleanup, nil
+}
+
+// work is what the programs of a run have done so far.
+type work struct {
+	cpu        cpuTimes
+	requests   apiRequests
+	reconciles float64
+}
+
+// work reads the programs' processor time, the API server's requests and
+// the controller's reconciles.
+func (c *cluster) work(ctx context.Context) (w work, err error) {
+	w.cpu = c.cpu()
+	if w.requests, err = readAPIRequests(ctx, c.kubeConfig); err != nil {
+		return w, err
+	}
+	w.reconciles, err = reconciles(ctx, c.controllerMetrics)
+	return w, err
+}
+
+// cpuTimes is the processor time used so far by each program of a run.
+type cpuTimes []struct {
+	name string
+	used time.Duration
+}
+
+// cpu reads the processor time of the API server, etcd, Redis, the
+// controller, the check processes together, and this program (the
+// creates and the watch).
+func (c *cluster) cpu() cpuTimes {
+	sum := func(pids []int) time.Duration {
+		var d time.Duration
+		for _, pid := range pids {
+			d += procs.CPU(pid)
+		}
+		return d
+	}
+	var checks []int
+	for _, r := range c.checks {
+		checks = append(checks, r.proc.Cmd.Process.Pid)
+	}
+	return cpuTimes{
+		{"kube-apiserver", sum(procs.Children("kube-apiserver"))},
+		{"etcd", sum(procs.Children("etcd"))},
+		{"redis-server", sum(procs.Children("redis-server"))},
+		{"controller", procs.CPU(c.controller.Cmd.Process.Pid)},
+		{fmt.Sprintf("%d check processes", len(c.checks)), sum(checks)},
+		{"benchscale", procs.CPU(os.Getpid())},
+	}
+}
+
+// since is the processor time used from before to t.
+func (t cpuTimes) since(before cpuTimes) cpuTimes {
+	out := slices.Clone(t)
+	for i := range out {
+		out[i].used -= before[i].used
+	}
+	return out
+}
+
+func (t cpuTimes) String() string {
+	parts := make([]string, len(t))
+	for i, p := range t {
+		parts[i] = fmt.Sprintf("%s %.1fs", p.name, p.used.Seconds())
+	}
+	return strings.Join(parts, ", ")
 }
 
 // checkRSS is each check process's resident memory.

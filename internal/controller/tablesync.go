@@ -131,7 +131,9 @@ func (s *TableSync) SyncOnce(ctx context.Context) error {
 	// mark keeps what they write after the list from being undone.
 	since := s.Syncer.Mark()
 	var list ratelimitv1alpha1.RateLimitPolicyList
-	if err := s.Client.List(ctx, &list); err != nil {
+	// Read only, so the cache's own objects rather than copies of every
+	// policy at every sync.
+	if err := s.Client.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	routes, err := s.resolveTargets(ctx, list.Items)

@@ -18,9 +18,15 @@ type Library interface {
 }
 
 // Publisher is the controller's writer: it puts validated policies into the
-// table, making sure the library is loaded first. Its methods are
+// table, making sure the library is loaded first. Its writes are
 // serialized, so a periodic full sync and a reconcile of a new generation
 // can never interleave their writes and leave an older version behind.
+//
+// Applies that arrive while a write is under way are written together
+// next, in one table write with one revision and one change message (a
+// group commit): thousands of policies applied at once cost the table,
+// and every check process reloading it, one write per batch rather than
+// one per policy.
 type Publisher struct {
 	Table   *Table
 	Library Library
@@ -30,6 +36,29 @@ type Publisher struct {
 	// count at the last write of each entry ID since the last Sync.
 	writes  uint64
 	written map[string]uint64
+
+	// pending are the Applies waiting for the next write.
+	pendingMu sync.Mutex
+	pending   []*pendingApply
+
+	// decoded holds each entry of the table as the last Sync found it,
+	// with the field it was decoded from: a Sync decodes only the fields
+	// that changed since, not the whole table every time. Guarded by mu.
+	decoded map[string]decodedField
+}
+
+// decodedField is a table's field and the entry it holds.
+type decodedField struct {
+	raw   string
+	entry Entry
+}
+
+// pendingApply is one Apply's entry and, once written, its outcome.
+type pendingApply struct {
+	field    field
+	written  bool
+	revision int64
+	err      error
 }
 
 // A Mark stands for the writes of Apply and Remove made before it. A full
@@ -53,20 +82,53 @@ func (p *Publisher) wrote(id string) {
 	p.written[id] = p.writes
 }
 
-// Apply loads the library if needed and writes e. When the table was lost
-// it fails with ErrTableMissing: the next Sync writes the table back whole,
-// and the caller retries.
+// Apply loads the library if needed and writes e, with the other Applies
+// waiting at the time. When the table was lost it fails with
+// ErrTableMissing: the next Sync writes the table back whole, and the
+// caller retries.
 func (p *Publisher) Apply(ctx context.Context, e *Entry) (revision int64, err error) {
+	f, err := encodeField(e)
+	if err != nil {
+		return 0, err
+	}
+	call := &pendingApply{field: f}
+	p.pendingMu.Lock()
+	p.pending = append(p.pending, call)
+	p.pendingMu.Unlock()
+
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.Library.EnsureLoaded(ctx); err != nil {
-		return 0, fmt.Errorf("load the rate-limit library: %w", err)
+	if !call.written { // else the write before this one took it
+		p.writePending(ctx)
 	}
-	revision, _, err = p.Table.Put(ctx, e)
-	if err == nil {
-		p.wrote(e.ID())
+	return call.revision, call.err
+}
+
+// writePending writes every pending Apply in one step and gives each its
+// outcome. Called with mu held, by one of the waiting Applies: its ctx
+// bounds the write of them all.
+func (p *Publisher) writePending(ctx context.Context) {
+	p.pendingMu.Lock()
+	batch := p.pending
+	p.pending = nil
+	p.pendingMu.Unlock()
+
+	fields := make([]field, len(batch))
+	for i, call := range batch {
+		fields[i] = call.field
 	}
-	return revision, err
+	var revision int64
+	err := p.Library.EnsureLoaded(ctx)
+	if err != nil {
+		err = fmt.Errorf("load the rate-limit library: %w", err)
+	} else if revision, _, err = p.Table.putFields(ctx, fields); err == nil {
+		for _, f := range fields {
+			p.wrote(f.id)
+		}
+	}
+	for _, call := range batch {
+		call.written, call.revision, call.err = true, revision, err
+	}
 }
 
 // Remove deletes a policy from the table.
@@ -102,13 +164,9 @@ func (p *Publisher) Sync(ctx context.Context, since Mark, desired func(current m
 	if err := p.Library.EnsureLoaded(ctx); err != nil {
 		return res, fmt.Errorf("load the rate-limit library: %w", err)
 	}
-	entries, _, err := p.Table.Load(ctx)
+	current, err := p.loadDecoded(ctx)
 	if err != nil {
 		return res, err
-	}
-	current := make(map[string]Entry, len(entries))
-	for _, e := range entries {
-		current[e.ID()] = e
 	}
 	want := desired(current)
 	for id, at := range p.written {
@@ -146,4 +204,29 @@ func (p *Publisher) Sync(ctx context.Context, since Mark, desired func(current m
 		res.Written, res.Removed = len(puts), len(deletes)
 	}
 	return res, nil
+}
+
+// loadDecoded reads the table, by entry ID, decoding only the fields that
+// changed since the last call. Called with mu held.
+func (p *Publisher) loadDecoded(ctx context.Context) (map[string]Entry, error) {
+	fields, _, err := p.Table.loadFields(ctx)
+	if err != nil {
+		return nil, err
+	}
+	decoded := make(map[string]decodedField, len(fields))
+	current := make(map[string]Entry, len(fields))
+	for id, raw := range fields {
+		d, ok := p.decoded[id]
+		if !ok || d.raw != raw {
+			e, err := decodeEntry(id, raw)
+			if err != nil {
+				return nil, err
+			}
+			d = decodedField{raw: raw, entry: e}
+		}
+		decoded[id] = d
+		current[d.entry.ID()] = d.entry
+	}
+	p.decoded = decoded
+	return current, nil
 }

@@ -2,9 +2,11 @@ package policytable
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
+	"time"
 )
 
 // loadedLibrary is a library that is always there: these tests are about
@@ -78,4 +80,58 @@ func loaded(t *testing.T, table *Table) map[string]int64 {
 		got[e.ID()] = int64(e.Spec.Limits[0].FixedWindow.Limit)
 	}
 	return got
+}
+
+// Applies that arrive while a write is under way are written together
+// next: one table write, one revision, every entry in the table.
+func TestAppliesWaitingForAWriteAreWrittenTogether(t *testing.T) {
+	ctx := context.Background()
+	_, table := newTable(t)
+	p := &Publisher{Table: table, Library: loadedLibrary{}}
+	before, err := table.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 20
+	p.mu.Lock() // a write under way
+	revisions := make(chan int64, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			rev, err := p.Apply(ctx, entry("ns", fmt.Sprintf("p%02d", i), 1))
+			revisions <- rev
+			errs <- err
+		}()
+	}
+	for {
+		p.pendingMu.Lock()
+		waiting := len(p.pending)
+		p.pendingMu.Unlock()
+		if waiting == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.mu.Unlock()
+
+	var first int64
+	for i := range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		rev := <-revisions
+		if i == 0 {
+			first = rev
+		}
+		if rev <= before || rev != first {
+			t.Fatalf("the Applies got revisions %d and %d (table at %d before): want one new revision for all", first, rev, before)
+		}
+	}
+	if got := loaded(t, table); len(got) != n {
+		t.Fatalf("the table holds %d entries, want %d", len(got), n)
+	}
+	if rev, _ := table.Revision(ctx); rev != first {
+		t.Fatalf("the table is at revision %d after the Applies' %d: want one write", rev, first)
+	}
 }

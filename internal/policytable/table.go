@@ -91,17 +91,23 @@ redis.call('PUBLISH', ARGV[1], string.format('%d', rev))
 return {rev, 1}
 `
 
-// putScript sets one field of an existing table unless it already holds
-// the value. ARGV: channel, id, value, the marker field. It returns
-// {revision, changed}.
+// putScript sets fields of an existing table, each unless it already
+// holds the value, with one revision for them all. ARGV: channel, the
+// marker field, then id and value pairs. It returns {revision, changed}.
 var putScript = redis.NewScript(`
 local revs = redis.call('GET', KEYS[2])
-if not revs or not redis.call('HGET', KEYS[1], ARGV[4]) then
+if not revs or not redis.call('HGET', KEYS[1], ARGV[2]) then
   return redis.error_reply("SLUICE_TABLE_MISSING")
 end
 local rev = tonumber(revs)
-if redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[3] then return {rev, 0} end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+local changed = false
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) ~= ARGV[i + 1] then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    changed = true
+  end
+end
+if not changed then return {rev, 0} end
 ` + bumpRevision)
 
 // deleteScript removes a field. ARGV: channel, id.
@@ -141,11 +147,33 @@ if not changed then return {rev, 0} end
 // Put writes e into the table. A write that changes nothing costs no
 // revision. It fails with ErrTableMissing when the table was lost.
 func (t *Table) Put(ctx context.Context, e *Entry) (revision int64, changed bool, err error) {
+	f, err := encodeField(e)
+	if err != nil {
+		return 0, false, err
+	}
+	return t.putFields(ctx, []field{f})
+}
+
+// field is an entry as the table's hash holds it.
+type field struct{ id, raw string }
+
+func encodeField(e *Entry) (field, error) {
 	b, err := json.Marshal(e)
 	if err != nil {
-		return 0, false, fmt.Errorf("encode %s: %w", e.ID(), err)
+		return field{}, fmt.Errorf("encode %s: %w", e.ID(), err)
 	}
-	return runChange(ctx, putScript, t.client, Channel, e.ID(), string(b), MarkerField)
+	return field{id: e.ID(), raw: string(b)}, nil
+}
+
+// putFields writes fields into the table in one step, as Put does one
+// entry: one revision and one change message for them all.
+func (t *Table) putFields(ctx context.Context, fields []field) (revision int64, changed bool, err error) {
+	args := make([]any, 0, 2+2*len(fields))
+	args = append(args, Channel, MarkerField)
+	for _, f := range fields {
+		args = append(args, f.id, f.raw)
+	}
+	return runChange(ctx, putScript, t.client, args...)
 }
 
 // Delete removes a policy.
@@ -159,11 +187,11 @@ func (t *Table) Replace(ctx context.Context, puts []*Entry, deletes []string) (r
 	args := make([]any, 0, 3+2*len(puts)+len(deletes))
 	args = append(args, Channel, MarkerField, len(puts))
 	for _, e := range puts {
-		b, err := json.Marshal(e)
+		f, err := encodeField(e)
 		if err != nil {
-			return 0, false, fmt.Errorf("encode %s: %w", e.ID(), err)
+			return 0, false, err
 		}
-		args = append(args, e.ID(), string(b))
+		args = append(args, f.id, f.raw)
 	}
 	for _, id := range deletes {
 		args = append(args, id)

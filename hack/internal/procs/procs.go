@@ -210,3 +210,62 @@ func Prepare(managerPath, prefix string, keep bool) (manager, dir string, cleanu
 	}
 	return manager, dir, func() { _ = os.RemoveAll(dir) }, nil
 }
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100
+// on every Linux architecture Go supports).
+const clockTicks = 100
+
+// CPU is the processor time (user and system) a process has used so far;
+// 0 when it cannot be read.
+func CPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields after its closing one are space-separated, utime and
+	// stime being the 14th and 15th of the line.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// Children lists the pids of this program's child processes whose command
+// name is name (as /proc/<pid>/comm has it), such as the kube-apiserver and
+// etcd that envtest starts.
+func Children(name string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		head, rest, ok := strings.Cut(string(b), ") ")
+		_, comm, _ := strings.Cut(head, "(")
+		f := strings.Fields(rest)
+		if !ok || comm != name || len(f) < 2 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
