@@ -6,6 +6,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/testutil/checktest"
@@ -13,8 +14,9 @@ import (
 
 // BenchmarkShouldRateLimit measures the service's own work per call (read,
 // decide in the memory store, render into a reused response), without
-// gRPC's transport: one descriptor and three, each allowed, and a denial
-// the cache of denials answers (a flood of an over-limit client).
+// gRPC's transport, with metrics as a server has them: one descriptor and
+// three, each allowed, and a denial the cache of denials answers (a flood
+// of an over-limit client).
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, c := range []struct {
 		name        string
@@ -27,7 +29,8 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"denied", 1, "1", rlsOver},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Checker: checktest.New(b, check.Options{},
+			reg := prometheus.NewRegistry()
+			s, err := New(Options{Domains: DomainBindings{"edge": "ns"}, Registerer: reg, Checker: checktest.New(b, check.Options{Metrics: check.NewMetrics(reg)},
 				compile(b, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: "+c.limit+", window: 1h}}]"),
 				compile(b, "ns", "route", "match: {descriptor: [{key: generic_key}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),
 				compile(b, "ns", "user", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]"),

@@ -125,7 +125,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitReq
 // each matching policy's failureMode answers it.
 func (r *rls) answer(ctx context.Context, req *ratelimitv3.RateLimitRequest, a *rlsAnswer) error {
 	err := r.decide(ctx, req, a)
-	r.s.metrics.answered(rlsService, grpcstatus.Code(err))
+	r.s.metrics.rls.answered(grpcstatus.Code(err))
 	return err
 }
 
@@ -411,9 +411,12 @@ func (a *rlsAnswer) partsFor(n int) []partAnswer {
 	return a.parts[:n]
 }
 
-// reset makes a as new for the next call, keeping its statuses' memory.
+// reset makes a as new for the next call, keeping its statuses' memory
+// and their limits' names.
 func (a *rlsAnswer) reset() {
-	clear(a.parts)
+	for i := range a.parts {
+		a.parts[i] = partAnswer{name: a.parts[i].name}
+	}
 	clear(a.statuses)
 	parts, statuses := a.parts, a.statuses
 	*a = rlsAnswer{parts: parts, statuses: statuses}
@@ -425,6 +428,10 @@ type partAnswer struct {
 	status     ratelimitv3.RateLimitResponse_DescriptorStatus
 	limit      ratelimitv3.RateLimitResponse_RateLimit
 	untilReset durationpb.Duration
+	// name is the last limit name this descriptor's place was answered
+	// with, kept from call to call: mostly the same limit answers it
+	// again, and then the name costs nothing.
+	name string
 }
 
 // fill fills descriptor part's status from the part's verdict and
@@ -446,7 +453,8 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 		// 0 on to the client.
 		return status
 	}
-	if fillLimit(&pa.limit, lr) {
+	if fillLimit(&pa.limit, lr, pa.name) {
+		pa.name = pa.limit.Name
 		status.CurrentLimit = &pa.limit
 	}
 	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
@@ -470,7 +478,8 @@ var units = map[time.Duration]ratelimitv3.RateLimitResponse_RateLimit_Unit{
 // fillLimit describes lr's limit in dst as requests per unit where it is
 // one: a window's limit per window, a bucket's rate per interval, when
 // that span is one of the protocol's units. It reports whether it was.
-func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResult) bool {
+// The limit's name is reused from name when it is that already.
+func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResult, name string) bool {
 	l := lr.Limit.Limit
 	perUnit := l.Capacity
 	if l.Rate > 0 {
@@ -480,10 +489,18 @@ func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResu
 	if !ok || perUnit > 1<<32-1 || l.Algorithm == ratelimit.Concurrency { // in flight is no rate per unit
 		return false
 	}
-	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name
+	dst.Name = limitName(name, lr.Policy.Name, lr.Limit.Name)
 	dst.RequestsPerUnit = uint32(perUnit) //nolint:gosec // checked above
 	dst.Unit = unit
 	return true
+}
+
+// limitName is policy/limit: name itself when it reads so already.
+func limitName(name, policy, limit string) string {
+	if len(name) == len(policy)+1+len(limit) && name[:len(policy)] == policy && name[len(policy)] == '/' && name[len(policy)+1:] == limit {
+		return name
+	}
+	return policy + "/" + limit
 }
 
 // headerValues is the response's headers from RenderStrings' values, in
