@@ -727,10 +727,9 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = d.until.Sub(now)
 		pr.decided, pr.denied = true, true
-		c.counts.add(p, pr.countedLimit(u.limit), ResultCachedDenied)
+		c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
 		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
-			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(ResultCachedDenied)).Inc()
 		}
 		return true
 	}
@@ -819,10 +818,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	}
 	switch action {
 	case ratelimit.Consume:
-		c.counts.add(p, pr.countedLimit(limit), result)
-		if c.metrics != nil {
-			c.metrics.decisions.WithLabelValues(p.Namespace, p.Name, l.Name, string(result)).Inc()
-		}
+		c.countDecision(p, pr.countedLimit(limit), result)
 	case ratelimit.Refund:
 		if c.metrics != nil {
 			c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()

@@ -1,9 +1,12 @@
 package check
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 )
@@ -39,6 +42,30 @@ func (c *counts) forgetLimits() {
 type limitCounter struct {
 	namespace, policy, limit    string
 	allowed, denied, shadowDeny atomic.Int64
+	// decisions are the limit's sluice_decisions_total counters by
+	// result, in resultLabels' order, each looked up by its labels once:
+	// a lookup per decision costs more than the count.
+	decisions [len(resultLabels)]atomic.Pointer[prometheus.Counter]
+}
+
+// resultLabels are the results a decision is counted under.
+var resultLabels = [...]ResultLabel{ResultAllowed, ResultDenied, ResultShadowDenied, ResultCachedDenied}
+
+// decided counts one decision in m's sluice_decisions_total.
+func (lc *limitCounter) decided(m *Metrics, result ResultLabel) {
+	i := slices.Index(resultLabels[:], result)
+	if i < 0 {
+		m.decisions.WithLabelValues(lc.namespace, lc.policy, lc.limit, string(result)).Inc()
+		return
+	}
+	slot := &lc.decisions[i]
+	c := slot.Load()
+	if c == nil {
+		counter := m.decisions.WithLabelValues(lc.namespace, lc.policy, lc.limit, string(result))
+		c = &counter
+		slot.Store(c)
+	}
+	(*c).Inc()
 }
 
 func (c *counts) counter(ns, policy, limit string) *limitCounter {
@@ -50,7 +77,17 @@ func (c *counts) counter(ns, policy, limit string) *limitCounter {
 	return v.(*limitCounter)
 }
 
-func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) {
+// countDecision counts a decision of p's limit l, for the dashboard and
+// in sluice_decisions_total.
+func (c *Checker) countDecision(p *policy.Policy, l *policy.Limit, result ResultLabel) {
+	lc := c.counts.add(p, l, result)
+	if c.metrics != nil {
+		lc.decided(c.metrics, result)
+	}
+}
+
+// add counts a decision of p's limit l, and returns the limit's counter.
+func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) *limitCounter {
 	var lc *limitCounter
 	if v, ok := c.byPtr.Load(l); ok {
 		lc = v.(*limitCounter)
@@ -71,6 +108,7 @@ func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) {
 	default: // ResultDenied, ResultCachedDenied
 		lc.denied.Add(1)
 	}
+	return lc
 }
 
 // Counts returns the decision counts of every limit that has decided,

@@ -61,7 +61,7 @@ func registerAuthz(s *Server) {
 // failure_mode_allow.
 func (a *authz) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	resp, code := a.check(ctx, req)
-	a.s.metrics.answered(authzService, code)
+	a.s.metrics.authz.answered(code)
 	return resp, nil
 }
 

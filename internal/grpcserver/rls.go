@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,8 +57,8 @@ type rls struct {
 
 // rlsState is one call's reusable memory.
 type rlsState struct {
+	in      rlsRequest
 	reqs    []policy.Request
-	entries []policy.DescriptorEntry
 	parts   []check.Part
 	refunds []check.Part // the descriptors with negative hits, to give back
 	out     check.Outcome
@@ -93,14 +92,16 @@ var rlsServiceDesc = grpc.ServiceDesc{
 }
 
 // serveShouldRateLimit is ShouldRateLimit on the wire: it reads the
-// request, answers it, and reuses the response's memory once written.
+// request (parsed by serverCodec), answers it, and reuses the call's and
+// the response's memory once the response is written.
 func (r *rls) serveShouldRateLimit(stream grpc.ServerStream) error {
-	req := new(ratelimitv3.RateLimitRequest)
-	if err := stream.RecvMsg(req); err != nil {
+	st := r.state.Get().(*rlsState)
+	defer r.release(st)
+	if err := stream.RecvMsg(&st.in); err != nil {
 		return err
 	}
 	a := r.answers.Get().(*rlsAnswer)
-	err := r.answer(stream.Context(), req, a)
+	err := r.answer(stream.Context(), st, a)
 	if err == nil {
 		err = stream.SendMsg(&a.resp)
 	}
@@ -112,52 +113,58 @@ func (r *rls) serveShouldRateLimit(stream grpc.ServerStream) error {
 // ShouldRateLimit implements the rate limit service for a caller in
 // process; the server's calls take serveShouldRateLimit.
 func (r *rls) ShouldRateLimit(ctx context.Context, req *ratelimitv3.RateLimitRequest) (*ratelimitv3.RateLimitResponse, error) {
+	st := r.state.Get().(*rlsState)
+	defer r.release(st)
+	st.in.fromMessage(req)
 	a := new(rlsAnswer)
-	if err := r.answer(ctx, req, a); err != nil {
+	if err := r.answer(ctx, st, a); err != nil {
 		return nil, err
 	}
 	return &a.resp, nil
 }
 
-// answer decides req into a and counts the answer. An unreadable request
-// is INVALID_ARGUMENT and a failed check INTERNAL: errors, which the
-// proxy's failure_mode_deny answers. Redis being away is not an error:
-// each matching policy's failureMode answers it.
-func (r *rls) answer(ctx context.Context, req *ratelimitv3.RateLimitRequest, a *rlsAnswer) error {
-	err := r.decide(ctx, req, a)
-	r.s.metrics.answered(rlsService, grpcstatus.Code(err))
+// release returns st to the pool, keeping none of the call's values
+// reachable.
+func (r *rls) release(st *rlsState) {
+	st.in.reset()
+	clear(st.reqs)
+	clear(st.parts)
+	clear(st.refunds)
+	r.state.Put(st)
+}
+
+// answer decides st's request into a and counts the answer. An
+// unreadable request is INVALID_ARGUMENT and a failed check INTERNAL:
+// errors, which the proxy's failure_mode_deny answers. Redis being away
+// is not an error: each matching policy's failureMode answers it.
+func (r *rls) answer(ctx context.Context, st *rlsState, a *rlsAnswer) error {
+	err := r.decide(ctx, st, a)
+	r.s.metrics.rls.answered(grpcstatus.Code(err))
 	return err
 }
 
-func (r *rls) decide(ctx context.Context, req *ratelimitv3.RateLimitRequest, a *rlsAnswer) error {
-	if err := validateRLS(req); err != nil {
+func (r *rls) decide(ctx context.Context, st *rlsState, a *rlsAnswer) error {
+	in := &st.in
+	if err := validateRLS(in); err != nil {
 		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
-	namespace, bound := r.s.opts.Domains[req.GetDomain()]
+	namespace, bound := r.s.opts.Domains[in.domain]
 	if !bound {
 		// Envoy's ratelimit service answers a domain it has no
 		// configuration for with OK; so does Sluice, for a domain the
 		// operator bound to no namespace.
-		r.reportUnbound(req.GetDomain())
-		a.okForEach(len(req.GetDescriptors()))
+		r.reportUnbound(in.domain)
+		a.okForEach(len(in.descriptors))
 		return nil
 	}
-	st := r.state.Get().(*rlsState)
-	defer func() {
-		clear(st.reqs)
-		clear(st.entries)
-		clear(st.parts)
-		clear(st.refunds)
-		r.state.Put(st)
-	}()
-	if err := st.read(req, r.ownLimitsOf(namespace)); err != nil {
+	if err := st.read(r.ownLimitsOf(namespace)); err != nil {
 		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
 	ctx, span := r.s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLS, namespace)
 	err := r.check(ctx, namespace, st)
 	span.End(&st.out, err)
 	if err != nil {
-		return r.checkFailed(req, err)
+		return r.checkFailed(in.domain, err)
 	}
 	a.fill(st, r.s.opts.Now())
 	a.resp.DynamicMetadata = r.s.ruleMetadata(&st.out)
@@ -182,19 +189,19 @@ func (r *rls) check(ctx context.Context, namespace string, st *rlsState) error {
 // check evaluates (Envoy's failure_mode_deny answers it, as any request it
 // cannot have decided), else INTERNAL (a bug: Redis being away is answered
 // by the failure modes).
-func (r *rls) checkFailed(req *ratelimitv3.RateLimitRequest, err error) error {
+func (r *rls) checkFailed(domain string, err error) error {
 	if errors.Is(err, check.ErrTooManyLimits) || errors.Is(err, check.ErrNoRelease) {
 		return grpcstatus.Error(codes.InvalidArgument, err.Error()) // ErrNoRelease: a holder entry with an empty value
 	}
-	r.s.opts.Logger.Error("rate limit check failed", "domain", req.GetDomain(), "err", err)
+	r.s.opts.Logger.Error("rate limit check failed", "domain", domain, "err", err)
 	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
 }
 
 // validateRLS refuses what envoyproxy/ratelimit refuses (no domain, no
 // descriptors) and more descriptors than MaxDescriptors.
-func validateRLS(req *ratelimitv3.RateLimitRequest) error {
-	switch n := len(req.GetDescriptors()); {
-	case req.GetDomain() == "":
+func validateRLS(in *rlsRequest) error {
+	switch n := len(in.descriptors); {
+	case in.domain == "":
 		return fmt.Errorf("domain: must not be empty")
 	case n == 0:
 		return fmt.Errorf("descriptors: must not be empty")
@@ -231,37 +238,30 @@ func (a *rlsAnswer) okForEach(n int) {
 // set (0 checks without counting), else the request's when above 0, else
 // the policies' own cost. A descriptor with is_negative_hits is also a
 // refund of that cost (st.refunds), and checks without counting.
-func (st *rlsState) read(req *ratelimitv3.RateLimitRequest, own ownLimits) error {
-	descriptors := req.GetDescriptors()
-	st.entries = st.entries[:0]
-	for _, d := range descriptors {
-		for _, e := range d.GetEntries() {
-			st.entries = append(st.entries, policy.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
-		}
-	}
+func (st *rlsState) read(own ownLimits) error {
+	in := &st.in
+	descriptors := in.descriptors
 	st.reqs = slices.Grow(st.reqs[:0], len(descriptors))[:len(descriptors)]
 	st.parts = slices.Grow(st.parts[:0], len(descriptors))[:len(descriptors)]
 	st.refunds = st.refunds[:0]
-	at := 0
-	for i, d := range descriptors {
-		n := len(d.GetEntries())
-		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: req.GetDomain(), Descriptor: st.entries[at : at+n : at+n]}
-		at += n
+	for i := range descriptors {
+		d := &descriptors[i]
+		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: in.domain, Descriptor: in.entries[d.from:d.to:d.to]}
 		part := check.Part{Request: &st.reqs[i]}
-		if d.GetLimit() != nil && own.r != nil {
-			policies, err := own.r.ownLimit(own.namespace, i, d.GetLimit())
+		if d.hasLimit && own.r != nil {
+			policies, err := own.r.ownLimit(own.namespace, i, d.limit)
 			if err != nil {
 				return err
 			}
 			part.Policies = policies
 		}
 		switch {
-		case d.GetHitsAddend() != nil:
-			part.Cost, part.CostSet = clampCost(d.GetHitsAddend().GetValue()), true
-		case req.GetHitsAddend() > 0:
-			part.Cost, part.CostSet = clampCost(uint64(req.GetHitsAddend())), true
+		case d.hasHitsAddend:
+			part.Cost, part.CostSet = clampCost(d.hitsAddend), true
+		case in.hitsAddend > 0:
+			part.Cost, part.CostSet = clampCost(uint64(in.hitsAddend)), true
 		}
-		if d.GetIsNegativeHits() {
+		if d.negativeHits {
 			// Given back as much as a check would take; then read only.
 			if !part.CostSet || part.Cost > 0 {
 				st.refunds = append(st.refunds, part)
@@ -327,20 +327,20 @@ func (r *rls) ownLimitsOf(namespace string) ownLimits {
 // unit_multiplier, which Envoy sends from 1.35 on), in a window aligned to
 // the clock. A number above the engine's bound counts as the bound; 0
 // denies every request that counts, as the peer answers it.
-func (r *rls) ownLimit(namespace string, at int, o *ratelimitcommonv3.RateLimitDescriptor_RateLimitOverride) ([]*policy.Policy, error) {
-	unit := ratelimitv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+func (r *rls) ownLimit(namespace string, at int, o ownLimitSpec) ([]*policy.Policy, error) {
+	unit := ratelimitv3.RateLimitResponse_RateLimit_Unit(o.unit)
 	u, ok := ownUnits[unit]
 	if !ok {
-		return nil, fmt.Errorf("descriptors[%d].limit.unit: %d is no unit; want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", at, o.GetUnit())
+		return nil, fmt.Errorf("descriptors[%d].limit.unit: %d is no unit; want SECOND, MINUTE, HOUR, DAY, MONTH or YEAR", at, o.unit)
 	}
 	multiplier := uint32(1)
-	if m := o.GetUnitMultiplier(); m != nil {
-		multiplier = m.GetValue()
+	if o.hasMultiplier {
+		multiplier = o.multiplier
 		if multiplier == 0 || time.Duration(multiplier) > maxOwnWindow/u.length {
 			return nil, fmt.Errorf("descriptors[%d].limit.unit_multiplier: %d; want 1 to %d %s windows (366 days)", at, multiplier, maxOwnWindow/u.length, u.name)
 		}
 	}
-	key := ownLimitKey{namespace: namespace, unit: unit, multiplier: multiplier, perUnit: min(int64(o.GetRequestsPerUnit()), ratelimit.MaxCount)}
+	key := ownLimitKey{namespace: namespace, unit: unit, multiplier: multiplier, perUnit: min(int64(o.requestsPerUnit), ratelimit.MaxCount)}
 	if v, ok := r.ownLimits.Load(key); ok {
 		return v.([]*policy.Policy), nil
 	}
@@ -411,9 +411,12 @@ func (a *rlsAnswer) partsFor(n int) []partAnswer {
 	return a.parts[:n]
 }
 
-// reset makes a as new for the next call, keeping its statuses' memory.
+// reset makes a as new for the next call, keeping its statuses' memory
+// and their limits' names.
 func (a *rlsAnswer) reset() {
-	clear(a.parts)
+	for i := range a.parts {
+		a.parts[i] = partAnswer{name: a.parts[i].name}
+	}
 	clear(a.statuses)
 	parts, statuses := a.parts, a.statuses
 	*a = rlsAnswer{parts: parts, statuses: statuses}
@@ -425,6 +428,10 @@ type partAnswer struct {
 	status     ratelimitv3.RateLimitResponse_DescriptorStatus
 	limit      ratelimitv3.RateLimitResponse_RateLimit
 	untilReset durationpb.Duration
+	// name is the last limit name this descriptor's place was answered
+	// with, kept from call to call: mostly the same limit answers it
+	// again, and then the name costs nothing.
+	name string
 }
 
 // fill fills descriptor part's status from the part's verdict and
@@ -446,7 +453,8 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 		// 0 on to the client.
 		return status
 	}
-	if fillLimit(&pa.limit, lr) {
+	if fillLimit(&pa.limit, lr, pa.name) {
+		pa.name = pa.limit.Name
 		status.CurrentLimit = &pa.limit
 	}
 	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
@@ -470,7 +478,8 @@ var units = map[time.Duration]ratelimitv3.RateLimitResponse_RateLimit_Unit{
 // fillLimit describes lr's limit in dst as requests per unit where it is
 // one: a window's limit per window, a bucket's rate per interval, when
 // that span is one of the protocol's units. It reports whether it was.
-func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResult) bool {
+// The limit's name is reused from name when it is that already.
+func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResult, name string) bool {
 	l := lr.Limit.Limit
 	perUnit := l.Capacity
 	if l.Rate > 0 {
@@ -480,10 +489,18 @@ func fillLimit(dst *ratelimitv3.RateLimitResponse_RateLimit, lr *check.LimitResu
 	if !ok || perUnit > 1<<32-1 || l.Algorithm == ratelimit.Concurrency { // in flight is no rate per unit
 		return false
 	}
-	dst.Name = lr.Policy.Name + "/" + lr.Limit.Name
+	dst.Name = limitName(name, lr.Policy.Name, lr.Limit.Name)
 	dst.RequestsPerUnit = uint32(perUnit) //nolint:gosec // checked above
 	dst.Unit = unit
 	return true
+}
+
+// limitName is policy/limit: name itself when it reads so already.
+func limitName(name, policy, limit string) string {
+	if len(name) == len(policy)+1+len(limit) && name[:len(policy)] == policy && name[len(policy)] == '/' && name[len(policy)+1:] == limit {
+		return name
+	}
+	return policy + "/" + limit
 }
 
 // headerValues is the response's headers from RenderStrings' values, in

@@ -278,6 +278,7 @@ func New(o Options) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: idle}),
 		grpc.ConnectionTimeout(handshake),
+		grpc.ForceServerCodecV2(newServerCodec()),
 	}, TransportOptions()...)
 	if o.TLS != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
