@@ -45,7 +45,9 @@ type Limiter struct {
 type Reason string
 
 const (
-	// ReasonRateLimited: a limit is exhausted.
+	// ReasonRateLimited: a limit is exhausted, or its bucket is banned by
+	// the policy's penalty box (then Limit is empty when the check
+	// endpoint decided remotely).
 	ReasonRateLimited Reason = "RateLimited"
 	// ReasonMissingKey: the request lacks its key's value and the policy's
 	// onMissingKey is Deny.

@@ -164,6 +164,12 @@ func TestInspectResetBansLift(t *testing.T) {
 		if ks.Ban == nil || ks.Ban.Length != "5m0s" {
 			t.Fatalf("no ban after the denials: %+v", ks)
 		}
+		// Explain names the ban, not a limit, as what denies.
+		ex := adminapi.Explanation{}
+		f.call("POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/api/cart", "headers": {"X-Tenant": ["acme"]}}`, &ex)
+		if d := ex.Decision; d.Allowed || d.Reason != "Banned" || d.Policy != "per-tenant" || d.Limit != "" || d.RetryAfter != "5m0s" {
+			t.Fatalf("explain of a banned key: %+v", d)
+		}
 		// A reset keeps the ban.
 		f.call("DELETE", keys+"?key=acme", "", &reset)
 		if ks = f.inspect("acme"); ks.Ban == nil {

@@ -48,9 +48,12 @@ type PolicyExplanation struct {
 
 // Decision is the checker's decision for the request, had it been checked.
 type Decision struct {
-	Allowed    bool   `json:"allowed"`
-	Reason     string `json:"reason"`
-	Policy     string `json:"policy,omitempty"`
+	Allowed bool `json:"allowed"`
+	// Reason is the check's: Allowed, NoPolicyMatched, RateLimited,
+	// Banned (the policy's penalty box), MissingKey or StoreUnavailable.
+	Reason string `json:"reason"`
+	Policy string `json:"policy,omitempty"`
+	// Limit is the limit whose figures the answer reports; none for a ban.
 	Limit      string `json:"limit,omitempty"`
 	RetryAfter string `json:"retryAfter"`
 }

@@ -215,9 +215,13 @@ type Part struct {
 type Reason string
 
 const (
-	ReasonAllowed          Reason = "Allowed"
-	ReasonNoPolicy         Reason = "NoPolicyMatched"
-	ReasonLimited          Reason = "RateLimited"
+	ReasonAllowed  Reason = "Allowed"
+	ReasonNoPolicy Reason = "NoPolicyMatched"
+	ReasonLimited  Reason = "RateLimited"
+	// ReasonBanned: denied, and the limit the answer reports was denied
+	// by its bucket's ban (the policy's penalty box), or its denial issued
+	// the ban: the client waits for the ban's end, not for a refill.
+	ReasonBanned           Reason = "Banned"
 	ReasonMissingKey       Reason = "MissingKey"
 	ReasonStoreUnavailable Reason = "StoreUnavailable"
 )

@@ -56,12 +56,12 @@ func TestPenaltyBox(t *testing.T) {
 	issued := func() float64 { return testutil.ToFloat64(m.bans.WithLabelValues("ns", "p", "Enforce")) }
 	active := func() float64 { return testutil.ToFloat64(m.activeBans.WithLabelValues("ns", "p")) }
 
-	if _, ban := burst(t, c, 3); ban != 0 {
-		t.Fatalf("1 allowed and 2 denied issued a ban of %s", ban)
+	if out, ban := burst(t, c, 3); ban != 0 || out.Reason != ReasonLimited {
+		t.Fatalf("1 allowed and 2 denied issued a ban of %s, reason %s; want none, RateLimited", ban, out.Reason)
 	}
 	out, ban := burst(t, c, 1)
-	if ban != time.Minute || out.Allowed || out.RetryAfter != time.Minute {
-		t.Fatalf("the 3rd denial: ban %s, allowed %v, retry %s; want a 1m ban and retry", ban, out.Allowed, out.RetryAfter)
+	if ban != time.Minute || out.Allowed || out.RetryAfter != time.Minute || out.Reason != ReasonBanned {
+		t.Fatalf("the 3rd denial: ban %s, allowed %v, retry %s, reason %s; want a 1m ban and retry, Banned", ban, out.Allowed, out.RetryAfter, out.Reason)
 	}
 	if issued() != 1 || active() != 1 {
 		t.Fatalf("metrics: %v issued, %v active; want 1 and 1", issued(), active())
@@ -69,8 +69,8 @@ func TestPenaltyBox(t *testing.T) {
 
 	clock.Advance(30 * time.Second) // the limit admits again; the ban holds
 	out, ban = burst(t, c, 5)
-	if l := out.Limits[0]; out.Allowed || !l.Banned || !l.Cached || l.Remaining != 0 || out.RetryAfter != 30*time.Second || ban != 0 {
-		t.Fatalf("banned: allowed %v, limit %+v, retry %s, ban %s; want a cached ban until its end, 0 remaining", out.Allowed, l, out.RetryAfter, ban)
+	if l := out.Limits[0]; out.Allowed || !l.Banned || !l.Cached || l.Remaining != 0 || out.RetryAfter != 30*time.Second || ban != 0 || out.Reason != ReasonBanned {
+		t.Fatalf("banned: allowed %v, reason %s, limit %+v, retry %s, ban %s; want a cached ban until its end, 0 remaining, Banned", out.Allowed, out.Reason, l, out.RetryAfter, ban)
 	}
 
 	// Each ban that follows the last within maxBan doubles, up to maxBan.

@@ -59,8 +59,11 @@ func (o *Outcome) Part(i int) PartVerdict {
 }
 
 // judgeParts records each of the n parts' verdicts once the decision is
-// made.
+// made, and names a denial reported by a banned bucket's limit Banned.
 func (o *Outcome) judgeParts(n int) {
+	if lr := o.Reporting(); lr != nil && o.Reason == ReasonLimited && (lr.Banned || lr.Ban > 0 && !lr.Policy.Shadow) {
+		o.Reason = ReasonBanned // denied by a ban, or by the denial that issued it
+	}
 	o.firstPart = partFacts{}
 	o.moreParts = slices.Grow(o.moreParts[:0], n-1)[:n-1]
 	clear(o.moreParts)

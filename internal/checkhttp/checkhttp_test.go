@@ -53,7 +53,9 @@ func TestAppendDenialMatchesTheEncoder(t *testing.T) {
 	missing.Reason, missing.Tightest, missing.Limits = check.ReasonMissingKey, -1, nil
 	unavailable := denied(p, 0)
 	unavailable.Reason, unavailable.Tightest, unavailable.Limits = check.ReasonStoreUnavailable, -1, nil
-	for _, out := range []*check.Outcome{denied(p, 1500*time.Millisecond), denied(p, ratelimit.Never), denied(p, 0), missing, unavailable} {
+	banned := denied(p, 90*time.Second)
+	banned.Reason, banned.Limits[0].Banned = check.ReasonBanned, true
+	for _, out := range []*check.Outcome{denied(p, 1500*time.Millisecond), denied(p, ratelimit.Never), denied(p, 0), missing, unavailable, banned} {
 		fast := httptest.NewRecorder()
 		AppendDenial(fast, out, 429, []byte("left over"))
 		want := encoded(t, DenialProblem(out, 429))
@@ -67,6 +69,11 @@ func TestAppendDenialMatchesTheEncoder(t *testing.T) {
 	}
 	if d := DenialProblem(denied(p, 1500*time.Millisecond), 429); d.Detail != `limit "burst" of policy shop/api is exhausted; retry in 2s` {
 		t.Errorf("detail %q", d.Detail)
+	}
+	// A ban is the bucket's: the detail says so and names no limit.
+	if d := DenialProblem(banned, 429); d.Detail != `policy shop/api has banned this key after repeated denials (its penalty box); retry in 90s` ||
+		d.Limit != "" || d.Type != ProblemRateLimited || *d.RetryAfter != 90 {
+		t.Errorf("banned: %+v", d)
 	}
 }
 

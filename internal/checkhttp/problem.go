@@ -163,6 +163,14 @@ func describeDenial(out *check.Outcome, status int, policy string, buf []byte) (
 		return p, append(buf, " fails closed and its limits cannot be checked right now"...), retry
 	}
 	p.Type, p.Title = ProblemRateLimited, "Rate limit exceeded"
+	if out.Reason == check.ReasonBanned {
+		// The bucket's ban, not one of its limits, denies: no limit named.
+		buf = append(buf, "policy "...)
+		buf = append(buf, policy...)
+		buf = append(buf, " has banned this key after repeated denials (its penalty box); retry in "...)
+		buf = strconv.AppendInt(buf, max(retry, 0), 10)
+		return p, append(buf, 's'), retry
+	}
 	if lr := out.Reporting(); lr != nil {
 		p.Limit = lr.Limit.Name
 	}

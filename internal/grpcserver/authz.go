@@ -121,7 +121,7 @@ func (a *authz) answer(st *authzState) (*authv3.CheckResponse, codes.Code) {
 	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)
 	st.buf = checkhttp.AppendDenial(&st.w, out, status, st.buf)
 	code := codes.PermissionDenied
-	if out.Reason == check.ReasonLimited {
+	if out.Reason == check.ReasonLimited || out.Reason == check.ReasonBanned {
 		code = codes.ResourceExhausted
 	}
 	return denied(code, string(out.Reason), &st.w), code

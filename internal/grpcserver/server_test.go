@@ -181,6 +181,23 @@ func problem(t testing.TB, body string) map[string]any {
 
 var shop = map[string]string{"namespace": "shop"}
 
+// A penalty box's ban is a rate-limit denial for Envoy (RESOURCE_EXHAUSTED,
+// 429), and its problem says the ban, not a limit, denies.
+func TestBanIsResourceExhausted(t *testing.T) {
+	e := start(t, memstore.New(), Options{}, nil,
+		compile(t, "shop", "signin", "key: '{client_ip}'\nlimits: [{name: burst, fixedWindow: {limit: 1, window: 1m}}]\npenalty: {denials: 2, within: 1m, ban: 5m, maxBan: 1h}"))
+	r := req{host: "shop.example.com", path: "/signin", source: "203.0.113.5", extensions: shop}
+	var a answer
+	for range 4 { // 1 allowed, 2 denials issue the ban, 1 denied by it
+		a = e.check(t, r)
+	}
+	p := problem(t, a.body)
+	if a.code != codes.ResourceExhausted || a.httpStatus != 429 || p["limit"] != nil ||
+		p["detail"] != "policy shop/signin has banned this key after repeated denials (its penalty box); retry in 300s" {
+		t.Fatalf("banned: %v %d, problem %v", a.code, a.httpStatus, p)
+	}
+}
+
 // A limit of 3: three checks are allowed, with the headers for the
 // upstream and the client, then denials with 429, Retry-After and the
 // problem body, as the HTTP endpoint answers them.
