@@ -63,6 +63,11 @@ func TestPenaltyBox(t *testing.T) {
 	if ban != time.Minute || out.Allowed || out.RetryAfter != time.Minute || out.Reason != ReasonBanned {
 		t.Fatalf("the 3rd denial: ban %s, allowed %v, retry %s, reason %s; want a 1m ban and retry, Banned", ban, out.Allowed, out.RetryAfter, out.Reason)
 	}
+	// The limit reports a reset at the ban's end, as while banned: the
+	// headers' reset and Retry-After agree from the ban's first denial.
+	if l := out.Limits[0]; l.Reset != time.Minute {
+		t.Fatalf("the 3rd denial: the limit's reset %s; want the ban's end, 1m", l.Reset)
+	}
 	if issued() != 1 || active() != 1 {
 		t.Fatalf("metrics: %v issued, %v active; want 1 and 1", issued(), active())
 	}

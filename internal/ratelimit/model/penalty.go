@@ -127,8 +127,9 @@ func ApplyBans(bucketOf []int, boxes []Box, verdicts []Verdict, nexts []State, n
 // CountDenials counts a denial (Penalize) in each box whose bucket's own
 // entries denied, for a call that is no refund (a dry run reports what it
 // would count, and writes nothing), and gives every entry of the bucket
-// the ban issued. A ban issued (not shadow) puts the retry of the
-// bucket's denied entries at its end at the earliest.
+// the ban issued. A ban issued (not shadow) puts the retry and the reset
+// of the bucket's denied entries at its end at the earliest, as a banned
+// entry's (Banned): their state is not untouched before the ban ends.
 func CountDenials(bucketOf []int, boxes []Box, verdicts []Verdict, now int64) {
 	for i, g := range bucketOf {
 		b := &boxes[g]
@@ -143,6 +144,7 @@ func CountDenials(bucketOf []int, boxes []Box, verdicts []Verdict, now int64) {
 		v.Ban = b.Ban
 		if b.Ban > 0 && !b.Shadow && !v.Allowed && v.RetryAfter != Never {
 			v.RetryAfter = max(v.RetryAfter, b.Ban)
+			v.Reset, v.ResetAfter = max(v.Reset, b.Ban), max(v.ResetAfter, b.Ban)
 		}
 	}
 }

@@ -856,7 +856,7 @@ end
 -- entry, retry at the ban's end at the earliest, nothing remaining, and
 -- leaves the group nothing to write. Otherwise a denial of the group's own
 -- limits (denied) is counted, and a ban it issues (not shadow) puts the
--- denied entries' retries at its end at the earliest; the new state is
+-- denied entries' retries and resets at its end at the earliest; the new state is
 -- written whatever the request's decision: it goes to both pending
 -- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
 -- and pending writes.
@@ -900,6 +900,14 @@ local function penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, 
           OUT[o + 3] = left
         end
         OUT[o + 2], OUT[o + 4] = 0, OUT[o + 3]
+      elseif retry ~= 0 and retry ~= NEVER then
+        -- a denied entry of the ban just issued: not untouched before its end
+        if OUT[o + 3] < hold then
+          OUT[o + 3] = hold
+        end
+        if OUT[o + 4] < hold then
+          OUT[o + 4] = hold
+        end
       end
     end
   end
