@@ -98,9 +98,7 @@ func TestDescriptorLimitsAsEnvoyRatelimit(t *testing.T) {
 		{"a check of nothing against 0 a minute", []limited{{"generic_key", "unused", 0, typev3.RateLimitUnit_MINUTE, true}}, "oo"},
 	}
 	// Minute windows start on the minute for both: keep the steps in one.
-	if s := time.Now().Second(); s > 40 {
-		time.Sleep(time.Until(time.Now().Truncate(time.Minute).Add(time.Minute + 500*time.Millisecond)))
-	}
+	systest.InOneWindow(t, time.Minute, 20*time.Second)
 	start := time.Now()
 	for i, st := range steps {
 		req := &ratelimitv3.RateLimitRequest{Domain: "edge"}

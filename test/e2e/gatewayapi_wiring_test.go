@@ -105,6 +105,9 @@ type wiring struct {
 	// steps are what the example's policies decide of its client's
 	// requests, in order.
 	steps []wiringStep
+	// clockAligned: the example's windows start on the clock's minute
+	// (alignment: Clock), so its steps must not straddle one.
+	clockAligned bool
 }
 
 // obj is an object of Envoy's configuration.
@@ -315,8 +318,12 @@ func TestGatewayAPIWiring(t *testing.T) {
 		w.steps = extAuthSteps(w.clientHeaders)
 	}
 	egRL.steps, istioRL.steps = envoyGatewayRateLimitSteps, istioRateLimitSteps
+	egRL.clockAligned = true
 	for _, w := range all {
 		t.Run(w.name, func(t *testing.T) {
+			if w.clockAligned {
+				systest.InOneWindow(t, time.Minute, 5*time.Second)
+			}
 			for _, s := range w.steps {
 				w.run(t, app, s)
 			}
