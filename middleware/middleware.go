@@ -46,8 +46,8 @@ type Reason string
 
 const (
 	// ReasonRateLimited: a limit is exhausted, or its bucket is banned by
-	// the policy's penalty box (then Limit is empty when the check
-	// endpoint decided remotely).
+	// the policy's penalty box (then Limit is empty: the ban denies, not
+	// one of the limits).
 	ReasonRateLimited Reason = "RateLimited"
 	// ReasonMissingKey: the request lacks its key's value and the policy's
 	// onMissingKey is Deny.
@@ -66,7 +66,8 @@ type Decision struct {
 	// Policy is the denying policy as "namespace/name" (empty when the
 	// check endpoint could not be asked).
 	Policy string
-	// Limit is the exhausted limit's name (ReasonRateLimited).
+	// Limit is the exhausted limit's name (ReasonRateLimited; empty for
+	// a ban).
 	Limit string
 	// RetryAfter is how long the client should wait; never earlier than
 	// the moment the same request could pass. 0 when no wait will do (a
@@ -329,9 +330,7 @@ func localDecision(out *check.Outcome, status int) Decision {
 	case check.ReasonStoreUnavailable:
 		d.Reason = ReasonUnavailable
 	default:
-		if lr := out.Reporting(); lr != nil {
-			d.Limit = lr.Limit.Name
-		}
+		d.Limit = out.NamedLimit()
 	}
 	return d
 }

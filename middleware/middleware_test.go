@@ -320,6 +320,36 @@ func TestDenyHandler(t *testing.T) {
 	}
 }
 
+// TestDenyHandlerOfABan: a denial by the policy's penalty box reaches the
+// deny handler as RateLimited with no limit named (the ban denies, not a
+// limit) and the ban's wait, decided in-process or by the check endpoint
+// alike; the denial before the ban names its limit.
+func TestDenyHandlerOfABan(t *testing.T) {
+	for _, m := range []mode{memoryMode, remoteMode} {
+		t.Run(m.name, func(t *testing.T) {
+			var got []middleware.Decision
+			deny := middleware.WithDenyHandler(func(w http.ResponseWriter, _ *http.Request, d middleware.Decision) {
+				got = append(got, d)
+				w.WriteHeader(d.Status)
+			})
+			spec := "key: global\nlimits: [{name: hour, fixedWindow: {limit: 1, window: 1h}}]\npenalty: {denials: 2, within: 1m, ban: 5h, maxBan: 10h}"
+			h := m.new(t, []named{{"api", spec}}, deny).Handler(&app{})
+			for range 3 {
+				send(h, "GET", "/", "", nil)
+			}
+			if len(got) != 2 {
+				t.Fatalf("%d denials reached the handler, want 2", len(got))
+			}
+			if d := got[0]; d.Reason != middleware.ReasonRateLimited || d.Limit != "hour" || d.RetryAfter > time.Hour {
+				t.Errorf("the denial before the ban: %+v, want limit hour and a wait within the hour", d)
+			}
+			if d := got[1]; d.Reason != middleware.ReasonRateLimited || d.Limit != "" || d.RetryAfter <= 4*time.Hour || !strings.HasSuffix(d.Policy, "/api") {
+				t.Errorf("the denial that bans: %+v, want no limit named and the ban's 5h wait", d)
+			}
+		})
+	}
+}
+
 // TestConcurrentRequestsAdmitExactlyTheLimit: 200 concurrent requests
 // against a limit of 50 reach the app exactly 50 times, Redis's first
 // calls (which load the library) included.

@@ -93,9 +93,7 @@ func decisionOf(out *check.Outcome) adminapi.Decision {
 	if out.Decider != nil {
 		d.Policy = out.Decider.Name
 	}
-	if lr := out.Reporting(); lr != nil && out.Reason != check.ReasonBanned {
-		d.Limit = lr.Limit.Name // a ban is the bucket's, no limit's
-	}
+	d.Limit = out.NamedLimit()
 	return d
 }
 

@@ -41,6 +41,16 @@ func (o *Outcome) Reporting() *LimitResult {
 	return &o.Limits[o.Tightest]
 }
 
+// NamedLimit is the limit an answer says decided: the reporting limit's
+// name; none for a ban (the bucket's, not one of its limits') or when no
+// limit reports.
+func (o *Outcome) NamedLimit() string {
+	if lr := o.Reporting(); lr != nil && o.Reason != ReasonBanned {
+		return lr.Limit.Name
+	}
+	return ""
+}
+
 // Part is the verdict of part i of the Input (0 for a request without
 // parts); a part out of range neither denied nor reports a limit.
 func (o *Outcome) Part(i int) PartVerdict {

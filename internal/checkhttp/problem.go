@@ -171,9 +171,7 @@ func describeDenial(out *check.Outcome, status int, policy string, buf []byte) (
 		buf = strconv.AppendInt(buf, max(retry, 0), 10)
 		return p, append(buf, 's'), retry
 	}
-	if lr := out.Reporting(); lr != nil {
-		p.Limit = lr.Limit.Name
-	}
+	p.Limit = out.NamedLimit()
 	buf = append(buf, "limit "...)
 	buf = strconv.AppendQuote(buf, p.Limit)
 	buf = append(buf, " of policy "...)
