@@ -36,27 +36,3 @@ func (a *Answer) ErrorBound() string {
 		"and a key value decided more often than that is always listed",
 		Capacity, a.Denied.Bound(), a.Denied.Total, a.Admitted.Bound(), a.Admitted.Total)
 }
-
-// ParseWindow reads a window as the admin API's query gives it ("5m");
-// empty is DefaultWindow.
-func ParseWindow(s string) (time.Duration, error) {
-	if s == "" {
-		return DefaultWindow, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("window %q: not a duration such as 5m", s)
-	}
-	if err := CheckWindow(d); err != nil {
-		return 0, err
-	}
-	return d, nil
-}
-
-// FormatWindow writes whole minutes as "5m", as ParseWindow reads them.
-func FormatWindow(d time.Duration) string {
-	if d%time.Minute == 0 {
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
-}

@@ -2,17 +2,19 @@ package topkeys
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 // DefaultWindow is the window Top covers when none is asked for.
-const DefaultWindow = 5 * time.Minute
+const DefaultWindow = adminapi.DefaultTopWindow
 
-// MaxWindow is the longest window: the minutes each process keeps, and
-// how long a published minute lives in Redis after it ends.
-const MaxWindow = 15 * time.Minute
+// MaxWindow is the longest window the admin API asks for: what the
+// minutes each process keeps, and how long a published minute lives in
+// Redis after it ends, must cover.
+const MaxWindow = adminapi.MaxTopWindow
 
 const ringMinutes = int(MaxWindow / time.Minute)
 
@@ -80,7 +82,7 @@ func (r *Recorder) Record(namespace, policy, key string, denied bool, at time.Ti
 // Top answers from this process's sketches alone (the memory store's
 // process, which no other shares).
 func (r *Recorder) Top(_ context.Context, namespace, policy string, window time.Duration) (*Answer, error) {
-	if err := CheckWindow(window); err != nil {
+	if err := adminapi.CheckTopWindow(window); err != nil {
 		return nil, err
 	}
 	var denied, admitted []Summary
@@ -123,15 +125,6 @@ func (r *Recorder) forgetOld() {
 		}
 		return true
 	})
-}
-
-// CheckWindow refuses a window that is not a whole number of minutes
-// from one minute to MaxWindow.
-func CheckWindow(window time.Duration) error {
-	if window < time.Minute || window > MaxWindow || window%time.Minute != 0 {
-		return fmt.Errorf("window %s: must be whole minutes from 1m to %s", window, FormatWindow(MaxWindow))
-	}
-	return nil
 }
 
 // Run forgets, once a minute until ctx ends, the policies recorded into

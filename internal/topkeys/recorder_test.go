@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 type clock struct{ now time.Time }
@@ -93,13 +95,13 @@ func TestWindowBounds(t *testing.T) {
 		}
 	}
 	for s, want := range map[string]time.Duration{"": DefaultWindow, "1m": time.Minute, "15m": MaxWindow} {
-		if d, err := ParseWindow(s); err != nil || d != want {
-			t.Errorf("ParseWindow(%q) = %s, %v; want %s", s, d, err, want)
+		if d, err := adminapi.ParseTopWindow(s); err != nil || d != want {
+			t.Errorf("ParseTopWindow(%q) = %s, %v; want %s", s, d, err, want)
 		}
 	}
 	for _, s := range []string{"5", "abc", "16m", "-5m", "2m30s"} {
-		if _, err := ParseWindow(s); err == nil {
-			t.Errorf("ParseWindow(%q) took it", s)
+		if _, err := adminapi.ParseTopWindow(s); err == nil {
+			t.Errorf("ParseTopWindow(%q) took it", s)
 		}
 	}
 }
