@@ -16,8 +16,9 @@ type Source interface {
 // Answer is the top of one policy over a window.
 type Answer struct {
 	Namespace, Policy string
-	// Window is how far back the lists reach: the current minute and
-	// the ones before it, Window/time.Minute in all.
+	// Window is how far back the lists reach: every minute that
+	// overlaps the last Window of time (Window/time.Minute + 1 minutes
+	// at most, so up to a minute more than Window).
 	Window time.Duration
 	// Denied and Admitted are the key values the policy denied and
 	// admitted most (at most Capacity each), by count. A shadow policy's

@@ -16,10 +16,12 @@ const DefaultWindow = adminapi.DefaultTopWindow
 // Redis after it ends, must cover.
 const MaxWindow = adminapi.MaxTopWindow
 
-const ringMinutes = int(MaxWindow / time.Minute)
+// ringMinutes are the minutes a ring keeps: every one a MaxWindow
+// window can overlap (windowMinutes).
+const ringMinutes = int(MaxWindow/time.Minute) + 1
 
-// Recorder keeps this process's sketches: per policy, a ring of the last
-// MaxWindow minutes, each with a sketch of the denied and one of the
+// Recorder keeps this process's sketches: per policy, a ring of the
+// minutes a MaxWindow window overlaps, each with a sketch of the denied and one of the
 // admitted key values. It is safe for concurrent use; a check locks only
 // the ring of the policy it records, for a few map and heap steps.
 type Recorder struct {
@@ -101,11 +103,14 @@ func (r *Recorder) Top(_ context.Context, namespace, policy string, window time.
 	return newAnswer(namespace, policy, window, Merge(denied...), Merge(admitted...)), nil
 }
 
-// windowMinutes are the first and last minutes of a window ending at now:
-// the current minute and the ones before it, window/time.Minute in all.
+// windowMinutes are the first and last minutes of the window that ends
+// at now: every minute that overlaps the last window of time, so that
+// the window covers it whole, whatever the clock's second (a decision at
+// :50 is in a 1-minute window at :02 of the next minute). Counts are kept
+// by minute, so the answer also holds up to a minute before the window's
+// start: at most window/time.Minute + 1 minutes in all.
 func windowMinutes(now time.Time, window time.Duration) (first, last int64) {
-	last = now.Unix() / 60
-	return last - int64(window/time.Minute) + 1, last
+	return now.Add(-window).Unix() / 60, now.Unix() / 60
 }
 
 // forgetOld drops the rings whose every minute is out of the longest
