@@ -268,7 +268,7 @@ func TestBadInput(t *testing.T) {
 			{"POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/", "clientIP": "nope"}`, 400, `body field "clientIP"`},
 			{"POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/", "headers": {"a b": ["1"]}}`, 400, `body field "headers"`},
 			{"POST", "/namespaces/other/explain", `{"url": "https://shop.example.com/"}`, 404, `namespace "other" has no policies`},
-			{"POST", "/namespaces/o%0Ather/explain", `{"url": "https://shop.example.com/"}`, 404, `namespace "o\nther" has no policies`},
+			{"POST", "/namespaces/a%0Ab/explain", `{"url": "https://shop.example.com/"}`, 404, `namespace "a\nb" has no policies`},
 		} {
 			code, st := f.call(c.method, c.path, c.body, nil)
 			msg, _ := st["message"].(string)

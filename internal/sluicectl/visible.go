@@ -11,7 +11,7 @@ import (
 // visible is s as it may be shown to a person in a terminal. Key values
 // come from clients' headers and queries, and every string of an answer
 // or a server's message may hold them: a terminal would act on their
-// control bytes (clear the screen, colour, a newline that forges a table
+// control bytes (clear the screen, set colors, a newline that forges a table
 // row), and bidi overrides, invisible characters and invalid UTF-8 would
 // make one value look like another. So a value that prints as itself is
 // shown unchanged, and any other is quoted with Go's escapes

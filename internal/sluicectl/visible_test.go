@@ -89,7 +89,7 @@ func shownSafely(s string) bool {
 	return true
 }
 
-// hostile is a key value a client chose: it clears the screen, colours,
+// hostile is a key value a client chose: it clears the screen, sets colors,
 // forges a row, reverses the line and hides a character. (An answer's
 // JSON holds no invalid UTF-8: a decoder reads it as U+FFFD.)
 const hostile = "evil\x1b[2J\x1b[31m\nacme  4m  5m\r\u202eevil\u200b"
