@@ -10,6 +10,7 @@ package admin
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,7 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case MatchDiscovery:
 		writeJSON(w, http.StatusOK, discoveryOf(h.serves))
 	case MatchNotFound:
-		WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: "+r.URL.Path)
+		WriteStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "no such path: "+strconv.Quote(r.URL.Path))
 	case MatchMethodNotAllowed:
 		WriteMethodNotAllowed(w, allowed)
 	default:

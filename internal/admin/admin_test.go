@@ -243,8 +243,9 @@ func TestBadInput(t *testing.T) {
 			code               int
 			message            string
 		}{
-			{"GET", "/namespaces/shop/ratelimitpolicies/nope/keys?key=acme", "", 404, "policy shop/nope not found (policies in shop: admin-only, per-tenant)"},
-			{"GET", "/namespaces/other/ratelimitpolicies/per-tenant/keys?key=acme", "", 404, "namespace other has no policies"},
+			{"GET", "/namespaces/shop/ratelimitpolicies/nope/keys?key=acme", "", 404, `policy "shop/nope" not found (policies in shop: admin-only, per-tenant)`},
+			{"GET", "/namespaces/other/ratelimitpolicies/per-tenant/keys?key=acme", "", 404, `namespace "other" has no policies`},
+			{"GET", "/namespaces/sh%1Bop/ratelimitpolicies/p%E2%80%AE/keys?key=acme", "", 404, `policy "sh\x1bop/p\u202e" not found: namespace "sh\x1bop" has no policies`},
 			{"GET", keys, "", 400, `query parameter "key" is required`},
 			{"GET", keys + "?key=", "", 400, `query parameter "key" is required`},
 			{"GET", keys + "?key=a&key=b", "", 400, `query parameter "key" is given 2 times`},
@@ -253,11 +254,12 @@ func TestBadInput(t *testing.T) {
 			{"DELETE", keys + "?key=nobody", "", 404, `key "nobody" of policy shop/per-tenant has no state`},
 			{"DELETE", keys, "", 400, `query parameter "key" is required`},
 			{"DELETE", "/namespaces/shop/ratelimitpolicies/per-tenant/bans?key=acme", "", 404, "has no ban in force"},
-			{"DELETE", "/namespaces/shop/ratelimitpolicies/nope/bans?key=acme", "", 404, "policy shop/nope not found"},
-			{"GET", "/namespaces/shop/ratelimitpolicies/nope/bans", "", 404, "policy shop/nope not found"},
+			{"DELETE", "/namespaces/shop/ratelimitpolicies/nope/bans?key=acme", "", 404, `policy "shop/nope" not found`},
+			{"GET", "/namespaces/shop/ratelimitpolicies/nope/bans", "", 404, `policy "shop/nope" not found`},
 			{"PUT", keys + "?key=acme", "", 405, "allowed: GET, DELETE"},
 			{"GET", "/namespaces/shop/explain", "", 405, "allowed: POST"},
 			{"GET", "/namespaces/shop/ratelimitpolicies/per-tenant/nothing", "", 404, "no such path"},
+			{"GET", "/namespaces/shop/ratelimitpolicies/per-tenant/no%1B%5B2Jthing", "", 404, `no such path: "/apis/admin.ratelimit.sluice.dev/v1alpha1/namespaces/shop/ratelimitpolicies/per-tenant/no\x1b[2Jthing"`},
 			{"POST", "/namespaces/shop/explain", `{"url": 1}`, 400, "body: not an explain request"},
 			{"POST", "/namespaces/shop/explain", `{"url": "x", "extra": 1}`, 400, `unknown field "extra"`},
 			{"POST", "/namespaces/shop/explain", `{}`, 400, `body field "url" is required`},
@@ -265,7 +267,8 @@ func TestBadInput(t *testing.T) {
 			{"POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/", "method": "G T"}`, 400, `body field "method"`},
 			{"POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/", "clientIP": "nope"}`, 400, `body field "clientIP"`},
 			{"POST", "/namespaces/shop/explain", `{"url": "https://shop.example.com/", "headers": {"a b": ["1"]}}`, 400, `body field "headers"`},
-			{"POST", "/namespaces/other/explain", `{"url": "https://shop.example.com/"}`, 404, "namespace other has no policies"},
+			{"POST", "/namespaces/other/explain", `{"url": "https://shop.example.com/"}`, 404, `namespace "other" has no policies`},
+			{"POST", "/namespaces/a%0Ab/explain", `{"url": "https://shop.example.com/"}`, 404, `namespace "a\nb" has no policies`},
 		} {
 			code, st := f.call(c.method, c.path, c.body, nil)
 			msg, _ := st["message"].(string)

@@ -27,7 +27,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	ns := r.PathValue("namespace")
 	policies := h.checker.Policies().Namespace(ns)
 	if len(policies) == 0 {
-		notFound(w, "namespace %s has no policies in force", ns)
+		notFound(w, "%s", noPolicies(ns))
 		return
 	}
 	var body adminapi.ExplainRequest

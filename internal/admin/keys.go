@@ -48,15 +48,22 @@ func (h *Handler) target(w http.ResponseWriter, r *http.Request, needKey bool) (
 }
 
 // unknownPolicy says that namespace/name is in force nowhere, and what is.
+// The names are the caller's, quoted (a path segment may hold control
+// bytes); those of the policies in force are names a policy can have.
 func unknownPolicy(set *policy.Set, namespace, name string) string {
 	var names []string
 	for _, p := range set.Namespace(namespace) {
 		names = append(names, p.Name)
 	}
 	if len(names) == 0 {
-		return "policy " + namespace + "/" + name + " not found: namespace " + namespace + " has no policies in force"
+		return fmt.Sprintf("policy %q not found: %s", namespace+"/"+name, noPolicies(namespace))
 	}
-	return "policy " + namespace + "/" + name + " not found (policies in " + namespace + ": " + strings.Join(names, ", ") + ")"
+	return fmt.Sprintf("policy %q not found (policies in %s: %s)", namespace+"/"+name, namespace, strings.Join(names, ", "))
+}
+
+// noPolicies says that the caller's namespace has no policies in force.
+func noPolicies(namespace string) string {
+	return fmt.Sprintf("namespace %q has no policies in force", namespace)
 }
 
 // state inspects the key value of p.

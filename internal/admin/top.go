@@ -12,7 +12,7 @@ func (h *Handler) top(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	window, err := topkeys.ParseWindow(r.URL.Query().Get("window"))
+	window, err := adminapi.ParseTopWindow(r.URL.Query().Get("window"))
 	if err != nil {
 		badRequest(w, "query parameter \"window\": %v", err)
 		return
@@ -28,7 +28,7 @@ func (h *Handler) top(w http.ResponseWriter, r *http.Request) {
 // wireTop is a top answer as the admin API writes it.
 func wireTop(a *topkeys.Answer) adminapi.TopAnswer {
 	return adminapi.TopAnswer{
-		Namespace: a.Namespace, Policy: a.Policy, Window: topkeys.FormatWindow(a.Window),
+		Namespace: a.Namespace, Policy: a.Policy, Window: adminapi.FormatTopWindow(a.Window),
 		Denied: wireTopKeys(a.Denied.Entries), Admitted: wireTopKeys(a.Admitted.Entries),
 		ErrorBound: a.ErrorBound(),
 	}

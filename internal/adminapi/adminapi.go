@@ -7,7 +7,10 @@
 // rate-limit headers count them; "never" is a limit that never allows.
 package adminapi
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ExplainRequest is the request to explain.
 type ExplainRequest struct {
@@ -137,6 +140,50 @@ type TopAnswer struct {
 	Admitted  []TopKey `json:"admitted"`
 	// ErrorBound says in words how far the counts may be from the truth.
 	ErrorBound string `json:"errorBound"`
+}
+
+// The top call's window (the "window" query parameter): whole minutes
+// from one to MaxTopWindow, the minutes each check process keeps;
+// DefaultTopWindow when none is given.
+const (
+	DefaultTopWindow = 5 * time.Minute
+	MaxTopWindow     = 15 * time.Minute
+)
+
+// ParseTopWindow reads a top window as the query gives it ("5m"); empty
+// is DefaultTopWindow. Its error names the window.
+func ParseTopWindow(s string) (time.Duration, error) {
+	if s == "" {
+		return DefaultTopWindow, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("window %q: not a duration such as 5m", s)
+	}
+	if CheckTopWindow(d) != nil {
+		return 0, fmt.Errorf("window %q: %s", s, windowRule)
+	}
+	return d, nil
+}
+
+// CheckTopWindow refuses a window that is not whole minutes from one
+// minute to MaxTopWindow.
+func CheckTopWindow(d time.Duration) error {
+	if d < time.Minute || d > MaxTopWindow || d%time.Minute != 0 {
+		return fmt.Errorf("window %s: %s", d, windowRule)
+	}
+	return nil
+}
+
+var windowRule = fmt.Sprintf("must be whole minutes from 1m to %dm", MaxTopWindow/time.Minute)
+
+// FormatTopWindow writes whole minutes as "5m", as ParseTopWindow reads
+// them.
+func FormatTopWindow(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return fmt.Sprintf("%dm", d/time.Minute)
+	}
+	return d.String()
 }
 
 // TopKey is one key value's count, which exceeds the true number of its

@@ -190,24 +190,16 @@ func traceOf(ctx context.Context, in *check.Input) trace.SpanContext {
 	return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(in.Request.Header)))
 }
 
-// clientOf is the client's address: the request's, or the first part's
-// that has one (a rate limit service request's descriptors carry it only
-// when the proxy sends remote_address).
+// clientOf is the client's address as the intake read it: the request's,
+// or the first part's that has one (a rate limit service request's
+// descriptors carry it only when the proxy sends remote_address).
 func clientOf(in *check.Input) netip.Addr {
 	if in.Request != nil {
 		return in.Request.ClientIP
 	}
 	for _, p := range in.Parts {
-		if p.Request == nil {
-			continue
-		}
-		if p.Request.ClientIP.IsValid() {
+		if p.Request != nil && p.Request.ClientIP.IsValid() {
 			return p.Request.ClientIP
-		}
-		if v, ok := p.Request.Lookup("remote_address"); ok {
-			if a, err := netip.ParseAddr(v); err == nil {
-				return a
-			}
 		}
 	}
 	return netip.Addr{}

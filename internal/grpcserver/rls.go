@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -247,6 +248,7 @@ func (st *rlsState) read(own ownLimits) error {
 	for i := range descriptors {
 		d := &descriptors[i]
 		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: in.domain, Descriptor: in.entries[d.from:d.to:d.to]}
+		st.reqs[i].ClientIP = descriptorClient(&st.reqs[i])
 		part := check.Part{Request: &st.reqs[i]}
 		if d.hasLimit && own.r != nil {
 			policies, err := own.r.ownLimit(own.namespace, i, d.limit)
@@ -271,6 +273,21 @@ func (st *rlsState) read(own ownLimits) error {
 		st.parts[i] = part
 	}
 	return nil
+}
+
+// descriptorClient is the client a descriptor names in its
+// remote_address entry (Envoy's remote_address action), read as every
+// intake reads a client's address (an IPv4 client plain, though a
+// dual-stack listener names it ::ffff:192.0.2.1), so that what reports
+// the client (the decision log) reports it alike for every transport;
+// none when the descriptor names none.
+func descriptorClient(r *policy.Request) netip.Addr {
+	if v, ok := r.Lookup("remote_address"); ok {
+		if a, err := intake.ReadAddress(v); err == nil {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // ownUnit is a unit a descriptor's own limit may name: its limit name

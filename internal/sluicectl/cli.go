@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sluice-dev/sluice/internal/adminapi"
 )
@@ -60,7 +61,7 @@ Flags:
       --client-ip IP          explain: the request's client address
       --header K=V            explain: a request header (repeat for more)
       --limit NAME            reset: only this limit (default: every limit; a ban stays)
-      --window DURATION       top: the span counted (default: the server's, 5m)
+      --window DURATION       top: the last minutes counted, 1m to 15m (default 5m)
       --expires DURATION|TIME override set: expire after a duration (48h) or at an
                               RFC 3339 time (2026-12-31T00:00:00Z); default never
   -h, --help                  this text
@@ -140,6 +141,11 @@ func parse(args []string) (*call, *options, error) {
 		if u, err := url.Parse(o.server); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, nil, usagef("--server %q: want the admin listener's URL, such as http://127.0.0.1:8081", o.server)
 		}
+		for _, flag := range []string{"kubeconfig", "context"} {
+			if fs.Changed(flag) {
+				return nil, nil, usagef("--%s is a flag of the kubeconfig, which --server does not read: give one or the other", flag)
+			}
+		}
 	}
 	pos := fs.Args()
 	if len(pos) == 0 {
@@ -203,6 +209,9 @@ var commands = map[string]func(pos []string, o *options) (*call, error){
 			return nil, err
 		}
 		if o.limit != "" {
+			if !limitName(o.limit) {
+				return nil, usagef("--limit %q: want a limit name of the policy, such as per-minute (%s)", o.limit, dnsLabel)
+			}
 			c.query.Set("limit", o.limit)
 		}
 		return c, nil
@@ -213,8 +222,8 @@ var commands = map[string]func(pos []string, o *options) (*call, error){
 			return nil, err
 		}
 		if o.window != "" {
-			if d, err := time.ParseDuration(o.window); err != nil || d <= 0 {
-				return nil, usagef("--window %q: want a positive duration such as 5m", o.window)
+			if _, err := adminapi.ParseTopWindow(o.window); err != nil {
+				return nil, usagef("--%v", err)
 			}
 			c.query.Set("window", o.window)
 		}
@@ -287,17 +296,27 @@ func keyCommand(verb, sub string, need permission, render renderer) func([]strin
 	}
 }
 
+// Names are checked as Kubernetes and local mode check them (a namespace
+// and a limit name are DNS labels, a policy name a DNS subdomain), so no
+// name the server could not hold is sent, and none that a path would
+// read otherwise (".", "..", "%").
+const dnsLabel = "lower-case letters, digits and '-', starting and ending with a letter or digit"
+
+func namespaceName(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
+func policyName(s string) bool    { return len(validation.IsDNS1123Subdomain(s)) == 0 }
+func limitName(s string) bool     { return len(validation.IsDNS1123Label(s)) == 0 }
+
 func namespaceArg(s string) (string, error) {
-	if s == "" || strings.Contains(s, "/") {
-		return "", usagef("NAMESPACE %q: want a namespace name, such as shop", s)
+	if !namespaceName(s) {
+		return "", usagef("NAMESPACE %q: want a namespace name, such as shop (%s)", s, dnsLabel)
 	}
 	return s, nil
 }
 
 func policyArg(s string) (ns, name string, err error) {
 	ns, name, ok := strings.Cut(s, "/")
-	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		return "", "", usagef("NAMESPACE/POLICY %q: want a namespace and a policy name, such as shop/per-tenant", s)
+	if !ok || !namespaceName(ns) || !policyName(name) {
+		return "", "", usagef("NAMESPACE/POLICY %q: want a namespace and a policy name, such as shop/per-tenant (%s; a policy name may also hold '.')", s, dnsLabel)
 	}
 	return ns, name, nil
 }
@@ -307,6 +326,9 @@ func limitArg(s string) (string, int64, error) {
 	name, num, ok := strings.Cut(s, "=")
 	if !ok || name == "" {
 		return "", 0, usagef("%q: want NAME=NUMBER, such as per-minute=1000", s)
+	}
+	if !limitName(name) {
+		return "", 0, usagef("%q: the limit name %q is not one a policy can have (%s)", s, name, dnsLabel)
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || n < 1 {

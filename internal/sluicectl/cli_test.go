@@ -2,6 +2,7 @@ package sluicectl
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,6 +126,71 @@ func TestParse(t *testing.T) {
 			}
 			if tc.body != "" && r.contentType != "application/json" {
 				t.Errorf("Content-Type %q, want application/json", r.contentType)
+			}
+		})
+	}
+}
+
+// TestRefusedBeforeAnyCall: every argument of every command that cannot
+// name what it must (a namespace, a policy or a limit as Kubernetes names
+// them, a window the server keeps, a kubeconfig or context that is there)
+// is refused with exit code 2 and the argument named, and nothing is
+// called. (What only the server reads, an explained request's method and
+// headers, it refuses with 400: exit code 2 too, TestErrors.)
+func TestRefusedBeforeAnyCall(t *testing.T) {
+	long := strings.Repeat("a", 254)
+	kc := kubeconfig(t, "https://127.0.0.1:1", "https://127.0.0.1:1")
+	for _, tc := range []struct {
+		args []string
+		want string // in the message
+	}{
+		{[]string{"explain", "..", "--url", "https://x/"}, `NAMESPACE ".."`},
+		{[]string{"explain", ".", "--url", "https://x/"}, `NAMESPACE "."`},
+		{[]string{"explain", "sh%op", "--url", "https://x/"}, `NAMESPACE "sh%op"`},
+		{[]string{"explain", "Shop", "--url", "https://x/"}, `NAMESPACE "Shop"`},
+		{[]string{"explain", "shop", "--url", "https://x/", "--context", "nosuch", "--kubeconfig", kc}, `--context "nosuch"`},
+		{[]string{"explain", "shop", "--url", "https://x/", "--kubeconfig", "/nonexistent/config"}, `--kubeconfig "/nonexistent/config"`},
+		{[]string{"inspect", "shop/a%b", "acme"}, `NAMESPACE/POLICY "shop/a%b"`},
+		{[]string{"inspect", "../p", "acme"}, `NAMESPACE/POLICY "../p"`},
+		{[]string{"inspect", "shop/..", "acme"}, `NAMESPACE/POLICY "shop/.."`},
+		{[]string{"inspect", "shop/Per_Tenant", "acme"}, `NAMESPACE/POLICY "shop/Per_Tenant"`},
+		{[]string{"inspect", "shop/" + long, "acme"}, `NAMESPACE/POLICY "shop/` + long},
+		{[]string{"reset", "shop/a%b", "acme"}, `NAMESPACE/POLICY "shop/a%b"`},
+		{[]string{"reset", "shop/p", "acme", "--limit", "per%minute"}, `--limit "per%minute"`},
+		{[]string{"reset", "shop/p", "acme", "--limit", "Per_Minute"}, `--limit "Per_Minute"`},
+		{[]string{"top", "sh%op/p"}, `NAMESPACE/POLICY "sh%op/p"`},
+		{[]string{"top", "shop/p", "--window", "90s"}, `--window "90s"`},
+		{[]string{"top", "shop/p", "--window", "30s"}, `--window "30s"`},
+		{[]string{"top", "shop/p", "--window", "16m"}, `--window "16m"`},
+		{[]string{"top", "shop/p", "--window", "1h"}, `--window "1h"`},
+		{[]string{"bans", "../p"}, `NAMESPACE/POLICY "../p"`},
+		{[]string{"bans", "shop/."}, `NAMESPACE/POLICY "shop/."`},
+		{[]string{"lift", "shop/a%2Fb", "acme"}, `NAMESPACE/POLICY "shop/a%2Fb"`},
+		{[]string{"override", "list", "../p"}, `NAMESPACE/POLICY "../p"`},
+		{[]string{"override", "delete", "shop/a%b", "acme"}, `NAMESPACE/POLICY "shop/a%b"`},
+		{[]string{"override", "set", "shop/a%b", "acme", "m=1"}, `NAMESPACE/POLICY "shop/a%b"`},
+		{[]string{"override", "set", "shop/p", "acme", "per%minute=1"}, `"per%minute=1": the limit name "per%minute"`},
+		{[]string{"override", "set", "shop/p", "acme", "Per_Minute=1"}, `"Per_Minute=1": the limit name "Per_Minute"`},
+		{[]string{"bans", "shop/p", "--server", "http://127.0.0.1:1", "--context", "a"}, "--context is a flag of the kubeconfig"},
+		{[]string{"bans", "shop/p", "--server", "http://127.0.0.1:1", "--kubeconfig", kc}, "--kubeconfig is a flag of the kubeconfig"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f := fakeServer(t, 200, `{}`)
+			args := tc.args
+			if !slices.Contains(args, "--server") && !slices.Contains(args, "--kubeconfig") && !slices.Contains(args, "--context") {
+				args = append([]string{"--server", f.url}, args...)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := Main(args, &stdout, &stderr); code != ExitUsage {
+				t.Errorf("exit code %d, want %d (bad usage); stderr:\n%s", code, ExitUsage, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), "kubectl sluice --help") {
+				t.Errorf("stderr:\n%s\nwant it to say %q and point to --help", stderr.String(), tc.want)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.calls) != 0 {
+				t.Errorf("called the admin API: %+v", f.calls)
 			}
 		})
 	}

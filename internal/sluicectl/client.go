@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,13 +56,24 @@ func connect(o *options) (*target, error) {
 	if o.server != "" {
 		cfg = &rest.Config{Host: o.server}
 	} else {
+		// A --kubeconfig or --context that names nothing is a bad
+		// argument; a kubeconfig that does not work is an error.
+		if o.kubeconfig != "" {
+			if _, err := os.Stat(o.kubeconfig); err != nil {
+				return nil, usagef("--kubeconfig %q: %v", o.kubeconfig, errors.Unwrap(err))
+			}
+		}
 		rules := clientcmd.NewDefaultClientConfigLoadingRules()
 		rules.ExplicitPath = o.kubeconfig
 		overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
+		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+		if raw, err := loader.RawConfig(); err == nil && o.context != "" && raw.Contexts[o.context] == nil {
+			return nil, usagef("--context %q: the kubeconfig has no such context", o.context)
+		}
 		var err error
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("%w\nhint: the plugin reads the kubeconfig as kubectl does (--kubeconfig, KUBECONFIG, ~/.kube/config; --context); for local mode give --server URL", err)
+		if cfg, err = loader.ClientConfig(); err != nil {
+			return nil, &cliError{code: ExitError, err: err,
+				hint: "the plugin reads the kubeconfig as kubectl does (--kubeconfig, KUBECONFIG, ~/.kube/config; --context); for local mode give --server URL"}
 		}
 	}
 	cfg = rest.CopyConfig(cfg)

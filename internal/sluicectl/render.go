@@ -59,43 +59,52 @@ func decode(body []byte, v any) error {
 	return nil
 }
 
-// table writes rows under a header, in aligned columns.
-func table(w io.Writer, header []string, rows [][]string) error {
+// table writes rows under a header, in aligned columns; its cells are
+// shown, made visible (a tab or newline in a value would forge a column
+// or a row).
+func table(w io.Writer, header []shown, rows [][]shown) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	for _, r := range append([][]shown{header}, rows...) {
+		for i, c := range r {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			fmt.Fprint(tw, string(c))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
 
-func limitRows(limits []adminapi.LimitState) [][]string {
-	rows := make([][]string, 0, len(limits))
+func limitRows(limits []adminapi.LimitState) [][]shown {
+	rows := make([][]shown, 0, len(limits))
 	for _, l := range limits {
-		override := "-"
+		override := shown("-")
 		if o := l.Override; o != nil {
-			override = fmt.Sprintf("%s (policy %d)", o.Source, o.PolicyLimit)
+			override = visible(o.Source) + " (policy " + number(o.PolicyLimit) + ")"
 		}
-		rows = append(rows, []string{l.Name, l.Algorithm, strconv.FormatInt(l.Limit, 10),
-			strconv.FormatInt(l.Remaining, 10), l.Reset, yesNo(l.Allowed), l.RetryAfter, override})
+		rows = append(rows, []shown{visible(l.Name), visible(l.Algorithm), number(l.Limit),
+			number(l.Remaining), visible(l.Reset), yesNo(l.Allowed), visible(l.RetryAfter), override})
 	}
 	return rows
 }
 
-var limitHeader = []string{"LIMIT", "ALGORITHM", "QUOTA", "REMAINING", "RESET", "ALLOWED", "RETRY-AFTER", "OVERRIDE"}
+var limitHeader = []shown{"LIMIT", "ALGORITHM", "QUOTA", "REMAINING", "RESET", "ALLOWED", "RETRY-AFTER", "OVERRIDE"}
 
-func yesNo(b bool) string {
+func number(n int64) shown { return shown(strconv.FormatInt(n, 10)) }
+
+func yesNo(b bool) shown {
 	if b {
 		return "yes"
 	}
 	return "no"
 }
 
-func banLine(b *adminapi.Ban) string {
+func writeBan(w io.Writer, b *adminapi.Ban) error {
 	if b == nil {
-		return "ban: none"
+		return writef(w, "ban: none\n")
 	}
-	return fmt.Sprintf("ban: %s left of %s", b.Remaining, b.Length)
+	return writef(w, "ban: %s left of %s\n", b.Remaining, b.Length)
 }
 
 func renderInspect(w io.Writer, _ *call, body []byte) error {
@@ -103,39 +112,40 @@ func renderInspect(w io.Writer, _ *call, body []byte) error {
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	return renderKeyState(w, a.Namespace, a.Policy, a.Key, a.Limits, a.Ban)
+	return renderKeyState(w, a.Namespace, a.Policy, visible(a.Key), a.Limits, a.Ban)
 }
 
 // renderKeyState draws a key value's limits and ban under a policy.
-func renderKeyState(w io.Writer, namespace, policy, key string, limits []adminapi.LimitState, ban *adminapi.Ban) error {
-	fmt.Fprintf(w, "%s/%s key %s\n", namespace, policy, key)
+func renderKeyState(w io.Writer, namespace, policy string, key shown, limits []adminapi.LimitState, ban *adminapi.Ban) error {
+	if err := writef(w, "%s/%s key %s\n", namespace, policy, key); err != nil {
+		return err
+	}
 	if err := table(w, limitHeader, limitRows(limits)); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, banLine(ban))
-	return err
+	return writeBan(w, ban)
 }
+
+// missingKey stands for the key of a request its policy found no value of.
+const missingKey = "(missing)"
 
 func renderExplain(w io.Writer, _ *call, body []byte) error {
 	var a adminapi.Explanation
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	rows := make([][]string, 0, len(a.Policies))
+	rows := make([][]shown, 0, len(a.Policies))
 	for _, p := range a.Policies {
-		key, reason := "-", p.Reason
+		key := shown("-")
 		if p.Matched {
 			key = orDash(p.Key)
 			if p.MissingKey != nil && *p.MissingKey {
-				key = "(missing)"
+				key = missingKey
 			}
 		}
-		if reason == "" {
-			reason = "-"
-		}
-		rows = append(rows, []string{p.Name, yesNo(p.Matched), key, reason})
+		rows = append(rows, []shown{visible(p.Name), yesNo(p.Matched), key, orDash(&p.Reason)})
 	}
-	if err := table(w, []string{"POLICY", "MATCHED", "KEY", "REASON"}, rows); err != nil {
+	if err := table(w, []shown{"POLICY", "MATCHED", "KEY", "REASON"}, rows); err != nil {
 		return err
 	}
 	for _, p := range a.Policies {
@@ -152,18 +162,17 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 	if !d.Allowed {
 		verdict = "denied"
 	}
-	line := fmt.Sprintf("\ndecision: %s (%s)", verdict, d.Reason)
+	line, args := "\ndecision: %s (%s)", []any{shown(verdict), d.Reason}
 	if d.Policy != "" {
-		line += " by " + d.Policy
+		line, args = line+" by %s", append(args, d.Policy)
 		if d.Limit != "" {
-			line += "/" + d.Limit
+			line, args = line+"/%s", append(args, d.Limit)
 		}
 	}
 	if !d.Allowed && d.RetryAfter != "" {
-		line += ", retry after " + d.RetryAfter
+		line, args = line+", retry after %s", append(args, d.RetryAfter)
 	}
-	_, err := fmt.Fprintln(w, line)
-	return err
+	return writef(w, line+"\n", args...)
 }
 
 func renderReset(w io.Writer, _ *call, body []byte) error {
@@ -171,8 +180,11 @@ func renderReset(w io.Writer, _ *call, body []byte) error {
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "reset key %s of %s/%s: %s\n", a.Key, a.Namespace, a.Policy, strings.Join(a.Limits, ", "))
-	return err
+	limits := make([]string, len(a.Limits))
+	for i, l := range a.Limits {
+		limits[i] = string(visible(l))
+	}
+	return writef(w, "reset key %s of %s/%s: %s\n", a.Key, a.Namespace, a.Policy, shown(strings.Join(limits, ", ")))
 }
 
 func renderTop(w io.Writer, _ *call, body []byte) error {
@@ -180,22 +192,24 @@ func renderTop(w io.Writer, _ *call, body []byte) error {
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s/%s, last %s\n", a.Namespace, a.Policy, a.Window)
+	if err := writef(w, "%s/%s, last %s\n", a.Namespace, a.Policy, a.Window); err != nil {
+		return err
+	}
 	for _, part := range []struct {
-		title string
+		title shown
 		keys  []adminapi.TopKey
 	}{{"DENIED", a.Denied}, {"ADMITTED", a.Admitted}} {
-		rows := make([][]string, 0, len(part.keys))
+		rows := make([][]shown, 0, len(part.keys))
 		for _, k := range part.keys {
-			rows = append(rows, []string{k.Key, strconv.FormatInt(k.Count, 10), "+" + strconv.FormatInt(k.Overestimate, 10)})
+			rows = append(rows, []shown{visible(k.Key), number(k.Count), "+" + number(k.Overestimate)})
 		}
 		fmt.Fprintln(w)
-		if err := table(w, []string{part.title, "COUNT", "AT MOST OVER BY"}, rows); err != nil {
+		if err := table(w, []shown{part.title, "COUNT", "AT MOST OVER BY"}, rows); err != nil {
 			return err
 		}
 	}
 	if a.ErrorBound != "" {
-		fmt.Fprintf(w, "\nerror bound: %s\n", a.ErrorBound)
+		return writef(w, "\nerror bound: %s\n", a.ErrorBound)
 	}
 	return nil
 }
@@ -206,18 +220,17 @@ func renderBans(w io.Writer, _ *call, body []byte) error {
 		return err
 	}
 	if len(a.Bans) == 0 {
-		_, err := fmt.Fprintf(w, "no bans in force under %s/%s\n", a.Namespace, a.Policy)
-		return err
+		return writef(w, "no bans in force under %s/%s\n", a.Namespace, a.Policy)
 	}
-	rows := make([][]string, 0, len(a.Bans))
+	rows := make([][]shown, 0, len(a.Bans))
 	for _, b := range a.Bans {
-		rows = append(rows, []string{b.Key, b.Remaining, b.Length})
+		rows = append(rows, []shown{visible(b.Key), visible(b.Remaining), visible(b.Length)})
 	}
-	return table(w, []string{"KEY", "REMAINING", "LENGTH"}, rows)
+	return table(w, []shown{"KEY", "REMAINING", "LENGTH"}, rows)
 }
 
-func overrideRows(list []adminapi.OverrideEntry) [][]string {
-	rows := make([][]string, 0, len(list))
+func overrideRows(list []adminapi.OverrideEntry) [][]shown {
+	rows := make([][]shown, 0, len(list))
 	for _, o := range list {
 		names := make([]string, 0, len(o.Limits))
 		for name := range o.Limits {
@@ -226,24 +239,25 @@ func overrideRows(list []adminapi.OverrideEntry) [][]string {
 		sort.Strings(names)
 		limits := make([]string, len(names))
 		for i, name := range names {
-			limits[i] = fmt.Sprintf("%s=%d", name, o.Limits[name])
+			limits[i] = string(visible(name)) + "=" + strconv.FormatInt(o.Limits[name], 10)
 		}
-		expires := "-"
+		expires := shown("-")
 		if o.Expires != nil {
-			expires = o.Expires.UTC().Format(time.RFC3339)
+			expires = shown(o.Expires.UTC().Format(time.RFC3339))
 		}
-		rows = append(rows, []string{o.Key, strings.Join(limits, ","), o.Source, expires, orDash(&o.SetBy), orDash(&o.Object)})
+		rows = append(rows, []shown{visible(o.Key), shown(strings.Join(limits, ",")), visible(o.Source), expires, orDash(&o.SetBy), orDash(&o.Object)})
 	}
 	return rows
 }
 
-var overrideHeader = []string{"KEY", "LIMITS", "SOURCE", "EXPIRES", "SET BY", "OBJECT"}
+var overrideHeader = []shown{"KEY", "LIMITS", "SOURCE", "EXPIRES", "SET BY", "OBJECT"}
 
-func orDash(s *string) string {
+// orDash shows s, or "-" when there is none.
+func orDash(s *string) shown {
 	if s == nil || *s == "" {
 		return "-"
 	}
-	return *s
+	return visible(*s)
 }
 
 func renderOverrides(w io.Writer, _ *call, body []byte) error {
@@ -252,8 +266,7 @@ func renderOverrides(w io.Writer, _ *call, body []byte) error {
 		return err
 	}
 	if len(a.Overrides) == 0 {
-		_, err := fmt.Fprintf(w, "no overrides under %s/%s\n", a.Namespace, a.Policy)
-		return err
+		return writef(w, "no overrides under %s/%s\n", a.Namespace, a.Policy)
 	}
 	return table(w, overrideHeader, overrideRows(a.Overrides))
 }
@@ -269,7 +282,6 @@ func renderOverride(w io.Writer, _ *call, body []byte) error {
 // renderDone reports a change whose answer tables need not show.
 func renderDone(what string) renderer {
 	return func(w io.Writer, c *call, _ []byte) error {
-		_, err := fmt.Fprintf(w, "%s key %s in %s/%s\n", what, c.key, c.namespace, c.policy)
-		return err
+		return writef(w, what+" key %s in %s/%s\n", c.key, c.namespace, c.policy)
 	}
 }

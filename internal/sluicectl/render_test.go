@@ -12,20 +12,22 @@ const inspectAnswer = `{"namespace":"shop","policy":"per-tenant","key":"acme","l
  {"name":"per-day","algorithm":"TokenBucket","limit":5000,"remaining":0,"reset":"3h","allowed":false,"retryAfter":"17s","override":null}],
  "ban":{"remaining":"4m10s","length":"5m"}}`
 
-// TestTables checks what people see for each answer.
-func TestTables(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		body string
-		want string
-	}{
-		{[]string{"inspect", "shop/per-tenant", "acme"}, inspectAnswer, `shop/per-tenant key acme
+// tableCase is a command line, the answer it gets and the table printed.
+type tableCase struct {
+	args []string
+	body string
+	want string
+}
+
+// tableCases are an answer of every command and what people see of it.
+var tableCases = []tableCase{
+	{[]string{"inspect", "shop/per-tenant", "acme"}, inspectAnswer, `shop/per-tenant key acme
 LIMIT       ALGORITHM    QUOTA  REMAINING  RESET  ALLOWED  RETRY-AFTER  OVERRIDE
 per-minute  FixedWindow  1000   997        41s    yes      0s           Runtime (policy 100)
 per-day     TokenBucket  5000   0          3h     no       17s          -
 ban: 4m10s left of 5m
 `},
-		{[]string{"explain", "shop", "--url", "https://shop.example.com/api/cart"}, `{"namespace":"shop","policies":[
+	{[]string{"explain", "shop", "--url", "https://shop.example.com/api/cart"}, `{"namespace":"shop","policies":[
  {"name":"per-tenant","matched":true,"key":"acme","missingKey":false,"limits":[
   {"name":"per-minute","algorithm":"FixedWindow","limit":100,"remaining":0,"reset":"41s","allowed":false,"retryAfter":"41s","override":null}],"ban":null},
  {"name":"admin-only","matched":false,"reason":"path /api/cart matches none of spec.match.paths"}],
@@ -40,9 +42,9 @@ ban: none
 
 decision: denied (Denied) by per-tenant/per-minute, retry after 41s
 `},
-		{[]string{"reset", "shop/per-tenant", "acme"}, `{"namespace":"shop","policy":"per-tenant","key":"acme","limits":["per-minute","per-day"]}`,
-			"reset key acme of shop/per-tenant: per-minute, per-day\n"},
-		{[]string{"top", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","window":"5m",
+	{[]string{"reset", "shop/per-tenant", "acme"}, `{"namespace":"shop","policy":"per-tenant","key":"acme","limits":["per-minute","per-day"]}`,
+		"reset key acme of shop/per-tenant: per-minute, per-day\n"},
+	{[]string{"top", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","window":"5m",
  "denied":[{"key":"acme","count":1234,"overestimate":12}],
  "admitted":[{"key":"acme","count":5000,"overestimate":12},{"key":"beta","count":40,"overestimate":0}],
  "errorBound":"counts exceed the truth by at most 0.1% of the requests in the window"}`, `shop/per-tenant, last 5m
@@ -56,27 +58,31 @@ beta      40     +0
 
 error bound: counts exceed the truth by at most 0.1% of the requests in the window
 `},
-		{[]string{"bans", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","bans":[{"key":"acme","remaining":"4m","length":"5m"}]}`,
-			"KEY   REMAINING  LENGTH\nacme  4m         5m\n"},
-		{[]string{"bans", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","bans":[]}`,
-			"no bans in force under shop/per-tenant\n"},
-		{[]string{"lift", "shop/per-tenant", "acme"}, `{"kind":"Status","apiVersion":"v1","status":"Success"}`,
-			"lifted the ban of key acme in shop/per-tenant\n"},
-		{[]string{"override", "list", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","overrides":[
+	{[]string{"bans", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","bans":[{"key":"acme","remaining":"4m","length":"5m"}]}`,
+		"KEY   REMAINING  LENGTH\nacme  4m         5m\n"},
+	{[]string{"bans", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","bans":[]}`,
+		"no bans in force under shop/per-tenant\n"},
+	{[]string{"lift", "shop/per-tenant", "acme"}, `{"kind":"Status","apiVersion":"v1","status":"Success"}`,
+		"lifted the ban of key acme in shop/per-tenant\n"},
+	{[]string{"override", "list", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","overrides":[
  {"key":"acme","limits":{"per-minute":1000,"per-day":50000},"source":"Runtime","expires":"2026-12-31T00:00:00Z","setBy":"alice","object":""},
  {"key":"beta","limits":{"per-minute":10},"source":"Declared","expires":null,"setBy":null,"object":"tenants"}]}`,
-			`KEY   LIMITS                         SOURCE    EXPIRES               SET BY  OBJECT
+		`KEY   LIMITS                         SOURCE    EXPIRES               SET BY  OBJECT
 acme  per-day=50000,per-minute=1000  Runtime   2026-12-31T00:00:00Z  alice   -
 beta  per-minute=10                  Declared  -                     -       tenants
 `},
-		{[]string{"override", "list", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","overrides":[]}`,
-			"no overrides under shop/per-tenant\n"},
-		{[]string{"override", "set", "shop/per-tenant", "acme", "per-minute=1000"},
-			`{"key":"acme","limits":{"per-minute":1000},"source":"Runtime","expires":null,"setBy":"local"}`,
-			"KEY   LIMITS           SOURCE   EXPIRES  SET BY  OBJECT\nacme  per-minute=1000  Runtime  -        local   -\n"},
-		{[]string{"override", "delete", "shop/per-tenant", "acme"}, ``,
-			"deleted the run-time override of key acme in shop/per-tenant\n"},
-	} {
+	{[]string{"override", "list", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","overrides":[]}`,
+		"no overrides under shop/per-tenant\n"},
+	{[]string{"override", "set", "shop/per-tenant", "acme", "per-minute=1000"},
+		`{"key":"acme","limits":{"per-minute":1000},"source":"Runtime","expires":null,"setBy":"local"}`,
+		"KEY   LIMITS           SOURCE   EXPIRES  SET BY  OBJECT\nacme  per-minute=1000  Runtime  -        local   -\n"},
+	{[]string{"override", "delete", "shop/per-tenant", "acme"}, ``,
+		"deleted the run-time override of key acme in shop/per-tenant\n"},
+}
+
+// TestTables checks what people see for each answer.
+func TestTables(t *testing.T) {
+	for _, tc := range tableCases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			f := fakeServer(t, 200, tc.body)
 			var stdout, stderr bytes.Buffer

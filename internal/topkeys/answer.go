@@ -16,8 +16,9 @@ type Source interface {
 // Answer is the top of one policy over a window.
 type Answer struct {
 	Namespace, Policy string
-	// Window is how far back the lists reach: the current minute and
-	// the ones before it, Window/time.Minute in all.
+	// Window is how far back the lists reach: every minute that
+	// overlaps the last Window of time (Window/time.Minute + 1 minutes
+	// at most, so up to a minute more than Window).
 	Window time.Duration
 	// Denied and Admitted are the key values the policy denied and
 	// admitted most (at most Capacity each), by count. A shadow policy's
@@ -35,28 +36,4 @@ func (a *Answer) ErrorBound() string {
 		"overestimates are at most 1/%d of the list's decisions in the window (denied: %d of %d, admitted: %d of %d), "+
 		"and a key value decided more often than that is always listed",
 		Capacity, a.Denied.Bound(), a.Denied.Total, a.Admitted.Bound(), a.Admitted.Total)
-}
-
-// ParseWindow reads a window as the admin API's query gives it ("5m");
-// empty is DefaultWindow.
-func ParseWindow(s string) (time.Duration, error) {
-	if s == "" {
-		return DefaultWindow, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("window %q: not a duration such as 5m", s)
-	}
-	if err := CheckWindow(d); err != nil {
-		return 0, err
-	}
-	return d, nil
-}
-
-// FormatWindow writes whole minutes as "5m", as ParseWindow reads them.
-func FormatWindow(d time.Duration) string {
-	if d%time.Minute == 0 {
-		return fmt.Sprintf("%dm", d/time.Minute)
-	}
-	return d.String()
 }

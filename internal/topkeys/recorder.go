@@ -2,22 +2,26 @@ package topkeys
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 // DefaultWindow is the window Top covers when none is asked for.
-const DefaultWindow = 5 * time.Minute
+const DefaultWindow = adminapi.DefaultTopWindow
 
-// MaxWindow is the longest window: the minutes each process keeps, and
-// how long a published minute lives in Redis after it ends.
-const MaxWindow = 15 * time.Minute
+// MaxWindow is the longest window the admin API asks for: what the
+// minutes each process keeps, and how long a published minute lives in
+// Redis after it ends, must cover.
+const MaxWindow = adminapi.MaxTopWindow
 
-const ringMinutes = int(MaxWindow / time.Minute)
+// ringMinutes are the minutes a ring keeps: every one a MaxWindow
+// window can overlap (windowMinutes).
+const ringMinutes = int(MaxWindow/time.Minute) + 1
 
-// Recorder keeps this process's sketches: per policy, a ring of the last
-// MaxWindow minutes, each with a sketch of the denied and one of the
+// Recorder keeps this process's sketches: per policy, a ring of the
+// minutes a MaxWindow window overlaps, each with a sketch of the denied and one of the
 // admitted key values. It is safe for concurrent use; a check locks only
 // the ring of the policy it records, for a few map and heap steps.
 type Recorder struct {
@@ -80,7 +84,7 @@ func (r *Recorder) Record(namespace, policy, key string, denied bool, at time.Ti
 // Top answers from this process's sketches alone (the memory store's
 // process, which no other shares).
 func (r *Recorder) Top(_ context.Context, namespace, policy string, window time.Duration) (*Answer, error) {
-	if err := CheckWindow(window); err != nil {
+	if err := adminapi.CheckTopWindow(window); err != nil {
 		return nil, err
 	}
 	var denied, admitted []Summary
@@ -99,11 +103,14 @@ func (r *Recorder) Top(_ context.Context, namespace, policy string, window time.
 	return newAnswer(namespace, policy, window, Merge(denied...), Merge(admitted...)), nil
 }
 
-// windowMinutes are the first and last minutes of a window ending at now:
-// the current minute and the ones before it, window/time.Minute in all.
+// windowMinutes are the first and last minutes of the window that ends
+// at now: every minute that overlaps the last window of time, so that
+// the window covers it whole, whatever the clock's second (a decision at
+// :50 is in a 1-minute window at :02 of the next minute). Counts are kept
+// by minute, so the answer also holds up to a minute before the window's
+// start: at most window/time.Minute + 1 minutes in all.
 func windowMinutes(now time.Time, window time.Duration) (first, last int64) {
-	last = now.Unix() / 60
-	return last - int64(window/time.Minute) + 1, last
+	return now.Add(-window).Unix() / 60, now.Unix() / 60
 }
 
 // forgetOld drops the rings whose every minute is out of the longest
@@ -123,15 +130,6 @@ func (r *Recorder) forgetOld() {
 		}
 		return true
 	})
-}
-
-// CheckWindow refuses a window that is not a whole number of minutes
-// from one minute to MaxWindow.
-func CheckWindow(window time.Duration) error {
-	if window < time.Minute || window > MaxWindow || window%time.Minute != 0 {
-		return fmt.Errorf("window %s: must be whole minutes from 1m to %s", window, FormatWindow(MaxWindow))
-	}
-	return nil
 }
 
 // Run forgets, once a minute until ctx ends, the policies recorded into

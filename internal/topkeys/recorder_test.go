@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 type clock struct{ now time.Time }
@@ -30,8 +32,8 @@ func counts(l List) map[string]int64 {
 	return m
 }
 
-// A minute counts in a window while it is one of the window's last
-// minutes, the current one included, and ages out after.
+// A minute counts in a window while it overlaps the window's last
+// minutes, and ages out after.
 func TestWindowAgesOut(t *testing.T) {
 	c := &clock{now: time.Unix(1_800_000_000, 0).Truncate(time.Minute)}
 	r := NewRecorder(c.Now)
@@ -53,7 +55,11 @@ func TestWindowAgesOut(t *testing.T) {
 		t.Fatalf("denied in the last minute: %v", got)
 	}
 
-	c.now = c.now.Add(time.Second) // the first minute is now 6 minutes back
+	c.now = c.now.Add(time.Second) // the first minute starts 5 minutes back
+	if got := counts(top(t, r, 5*time.Minute).Denied); got["early"] != 2 || got["late"] != 1 {
+		t.Fatalf("denied in the last 5 minutes, the first minute's start among them: %v", got)
+	}
+	c.now = c.now.Add(time.Minute) // all of the first minute is over 5 minutes back
 	if got := counts(top(t, r, 5*time.Minute).Denied); got["early"] != 0 || got["late"] != 1 {
 		t.Fatalf("denied after the first minute aged out: %v", got)
 	}
@@ -61,28 +67,74 @@ func TestWindowAgesOut(t *testing.T) {
 		t.Fatalf("denied in the last 6 minutes: %v", got)
 	}
 
-	// The ring's slot of a minute MaxWindow later is the first minute's:
-	// it starts empty.
-	c.now = time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(MaxWindow)
+	// The ring's slot of a minute MaxWindow and one minute later is the
+	// first minute's: it starts empty.
+	c.now = time.Unix(1_800_000_000, 0).Truncate(time.Minute).Add(MaxWindow + time.Minute)
 	r.Record("ns", "p", "again", true, c.now)
 	if got := counts(top(t, r, MaxWindow).Denied); got["early"] != 0 || got["again"] != 1 {
-		t.Fatalf("denied %s later: %v", MaxWindow, got)
+		t.Fatalf("denied %s later: %v", MaxWindow+time.Minute, got)
 	}
 	// A decision older than the slot's minute is out of every window.
-	r.Record("ns", "p", "stale", true, c.now.Add(-MaxWindow))
+	r.Record("ns", "p", "stale", true, c.now.Add(-MaxWindow-time.Minute))
 	if got := counts(top(t, r, MaxWindow).Denied); got["stale"] != 0 {
 		t.Fatalf("a stale decision was counted: %v", got)
 	}
 
 	// Once every minute of a policy is out of the longest window, its
 	// ring goes.
-	c.now = c.now.Add(MaxWindow)
+	c.now = c.now.Add(MaxWindow + time.Minute)
 	r.forgetOld()
 	for _, p := range []string{"p", "other"} {
 		if _, ok := r.policies.Load(policyID{"ns", p}); ok {
 			t.Errorf("policy %s kept after its minutes aged out", p)
 		}
 	}
+}
+
+// checkLastMinutes checks that s's window covers the last minutes, not
+// the clock's: decisions recorded at :50 of a minute are in a 1-minute
+// window at :02 of the next, and in every window until all of their
+// minute is older than the window. record records a denial at a time
+// (and publishes it, for a Reader); s reads at c's time.
+func checkLastMinutes(t *testing.T, c *clock, record func(key string, at time.Time), s Source) {
+	t.Helper()
+	base := c.now.Truncate(time.Minute)
+	at := base.Add(50 * time.Second)
+	for range 5 {
+		record("burst", at)
+	}
+	record("older", base.Add(-time.Minute))
+	for _, step := range []struct {
+		now    time.Duration // after base
+		window time.Duration
+		want   int64 // burst's count
+	}{
+		{62 * time.Second, time.Minute, 5},
+		{110 * time.Second, time.Minute, 5}, // exactly a minute after
+		{2 * time.Minute, time.Minute, 0},   // its whole minute is older than the window
+		{2 * time.Minute, 2 * time.Minute, 5},
+		{5*time.Minute + 50*time.Second, 5 * time.Minute, 5},
+		{6 * time.Minute, 5 * time.Minute, 0},
+		{6 * time.Minute, 6 * time.Minute, 5},
+		{15*time.Minute + 50*time.Second, MaxWindow, 5},
+	} {
+		c.now = base.Add(step.now)
+		if got := counts(top(t, s, step.window).Denied)["burst"]; got != step.want {
+			t.Errorf("at base+%s, the last %s: burst (5 at base+50s) counted %d, want %d", step.now, step.window, got, step.want)
+		}
+	}
+	c.now = base.Add(10 * time.Second)
+	if got := counts(top(t, s, time.Minute).Denied); got["older"] != 1 {
+		t.Errorf("at base+10s, the last minute: %v, want older (at base-1m) in it", got)
+	}
+}
+
+// TestWindowIsTheLastMinutes: the memory store's window covers the last
+// minutes.
+func TestWindowIsTheLastMinutes(t *testing.T) {
+	c := &clock{now: time.Unix(1_800_000_000, 0)}
+	r := NewRecorder(c.Now)
+	checkLastMinutes(t, c, func(key string, at time.Time) { r.Record("ns", "p", key, true, at) }, r)
 }
 
 func TestWindowBounds(t *testing.T) {
@@ -93,13 +145,13 @@ func TestWindowBounds(t *testing.T) {
 		}
 	}
 	for s, want := range map[string]time.Duration{"": DefaultWindow, "1m": time.Minute, "15m": MaxWindow} {
-		if d, err := ParseWindow(s); err != nil || d != want {
-			t.Errorf("ParseWindow(%q) = %s, %v; want %s", s, d, err, want)
+		if d, err := adminapi.ParseTopWindow(s); err != nil || d != want {
+			t.Errorf("ParseTopWindow(%q) = %s, %v; want %s", s, d, err, want)
 		}
 	}
 	for _, s := range []string{"5", "abc", "16m", "-5m", "2m30s"} {
-		if _, err := ParseWindow(s); err == nil {
-			t.Errorf("ParseWindow(%q) took it", s)
+		if _, err := adminapi.ParseTopWindow(s); err == nil {
+			t.Errorf("ParseTopWindow(%q) took it", s)
 		}
 	}
 }

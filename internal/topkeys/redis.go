@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/internal/adminapi"
 )
 
 // In Redis, each policy's minute is one hash, a field per check process
@@ -160,7 +162,7 @@ func NewReader(client redis.UniversalClient, now func() time.Time) *Reader {
 // Top merges every process's sketches of the policy's minutes in window.
 // A field that does not decode is left out.
 func (r *Reader) Top(ctx context.Context, namespace, policy string, window time.Duration) (*Answer, error) {
-	if err := CheckWindow(window); err != nil {
+	if err := adminapi.CheckTopWindow(window); err != nil {
 		return nil, err
 	}
 	first, last := windowMinutes(r.now(), window)

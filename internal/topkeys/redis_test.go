@@ -76,6 +76,23 @@ func TestPublishedMinutesMerge(t *testing.T) {
 	}
 }
 
+// TestPublishedWindowIsTheLastMinutes: merged through Redis, the window
+// covers the last minutes as the memory store's does.
+func TestPublishedWindowIsTheLastMinutes(t *testing.T) {
+	ctx := context.Background()
+	client := redistest.Start(t).Client()
+	// Now, so that the minutes published have not expired in Redis.
+	c := &clock{now: time.Now()}
+	r := NewRecorder(c.Now)
+	p := NewPublisher(r, client, nil)
+	checkLastMinutes(t, c, func(key string, at time.Time) {
+		r.Record("ns", "p", key, true, at)
+		if err := p.Publish(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}, NewReader(client, c.Now))
+}
+
 // A publish that fails is sent again by the next one.
 func TestFailedPublishIsRetried(t *testing.T) {
 	ctx := context.Background()
