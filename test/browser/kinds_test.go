@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -48,6 +49,14 @@ spec:
   limits:
   - name: day
     calendar: {limit: 1000, period: Day, timeZone: Europe/Berlin}
+`, "banme.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: banme, namespace: default}
+spec:
+  limits:
+  - name: minute
+    fixedWindow: {limit: 1, window: 1m}
+  penalty: {denials: 1, within: 1m, ban: 5m, maxBan: 1h}
 `, "hot.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
 kind: RateLimitPolicy
 metadata: {name: hot, namespace: default}
@@ -118,6 +127,22 @@ func TestDashboardShowsEveryKind(t *testing.T) {
 	if err != nil || n != 0 {
 		t.Errorf("hot shows %d settings beyond its lease (err %v), want none: it keeps the defaults", n, err)
 	}
+
+	// A banned bucket's limit says so in the answer to a request, beside
+	// the policy's penalty box: one allowed, one denied that bans, one
+	// denied by the ban.
+	pg.step("try banme", chromedp.Click(chromedp.CSS(`tbody[data-policy="default/banme"] button`)),
+		chromedp.SetValue(chromedp.CSS(`#try-form [name=burst]`), "3"),
+		chromedp.Click(chromedp.CSS(`#burst-button`)))
+	pg.waitFor("the burst ends", `document.querySelector('#burst-summary').textContent.includes('1 allowed, 2 denied')`)
+	// "(cached)" when the cache of denials answered.
+	if got := pg.text(`#try-result [data-limit=minute] td.denied`); !strings.HasPrefix(got, "banned") {
+		t.Errorf("the banned limit's decision: %q, want banned", got)
+	}
+	if got := pg.text(`#decision`); !strings.Contains(got, "Banned") {
+		t.Errorf("the decision: %q, want it to name the ban", got)
+	}
+	pg.step("stop watching", chromedp.Click(chromedp.CSS(`#stop-button`)))
 	pg.screenshot("kinds.png")
 	if errs := pg.jsErrors(); len(errs) > 0 {
 		t.Fatalf("JavaScript errors on the page: %q", errs)

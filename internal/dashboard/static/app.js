@@ -525,7 +525,7 @@
           el('tbody', null, p.limits.map((l) => el('tr', { 'data-limit': l.name },
             el('td', null, el('b', null, l.name)),
             el('td', null, l.algorithm),
-            el('td', { class: l.allowed ? 'allowed' : 'denied' }, (l.allowed ? 'allowed' : 'denied') + (l.cached ? ' (cached)' : '')),
+            el('td', { class: l.allowed ? 'allowed' : 'denied' }, (l.allowed ? 'allowed' : l.banned ? 'banned' : 'denied') + (l.cached ? ' (cached)' : '')),
             el('td', { class: 'num remaining' }, l.remaining + ' / ' + l.limit),
             el('td', { class: 'num' }, fmtSeconds(l.resetSeconds)),
             el('td', { class: 'num' }, fmtSeconds(l.retryAfterSeconds)),
