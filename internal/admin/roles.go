@@ -46,7 +46,7 @@ func Rules(role Role) []rbacv1.PolicyRule {
 	return append(needs, own...)
 }
 
-// rules are PolicyRules of one group, resource each.
+// rules are PolicyRules, one per group and resource.
 type rules []rbacv1.PolicyRule
 
 // grant adds verb on resource of group.
