@@ -10,6 +10,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluice-dev/sluice/internal/admin"
 )
 
 // TestControllerRoleIsLeastPrivilege lists what the controller's
@@ -114,44 +116,73 @@ func TestControllerBindings(t *testing.T) {
 	}
 }
 
-// TestAdminUserRoles pins what the admin API's user roles allow in the
-// policies' group: reading keys and overrides (view), and changing them
-// (edit), aggregated into Kubernetes' view and edit.
+// TestAdminUserRoles proves the admin API's user roles equal to what the
+// admin API's table of calls says they make (admin.Rules), in both groups
+// a call is authorized in: admin.ratelimit.sluice.dev (kube-apiserver's
+// check of the call's own resource and verb) and ratelimit.sluice.dev (the
+// front's SubjectAccessReview). A viewer's role grants the reads and
+// nothing else, so `kubectl auth can-i` says no to its reset. Both roles
+// aggregate into Kubernetes' roles: view into view, edit and admin; edit
+// into edit and admin. The chart ships this file (charts/sluice/files links
+// to it), and config/default, the installer, holds config/rbac.
 func TestAdminUserRoles(t *testing.T) {
-	want := map[string]struct {
-		verbs       string
-		aggregateTo []string
-	}{
-		"sluice-admin-view": {"get", []string{"view", "edit", "admin"}},
-		"sluice-admin-edit": {"get,update", []string{"edit", "admin"}},
+	aggregateTo := map[admin.Role][]string{
+		admin.RoleView: {"view", "edit", "admin"},
+		admin.RoleEdit: {"edit", "admin"},
 	}
 	seen := 0
 	for _, u := range render(t, "rbac") {
-		w, ok := want[u.GetName()]
+		name := admin.Role(u.GetName())
+		to, ok := aggregateTo[name]
 		if !ok || kindKey(u) != "rbac.authorization.k8s.io/ClusterRole" {
 			continue
 		}
 		seen++
 		role := typed[rbacv1.ClusterRole](t, u)
-		for _, to := range w.aggregateTo {
-			if role.Labels["rbac.authorization.k8s.io/aggregate-to-"+to] != "true" {
-				t.Errorf("%s does not aggregate into %s", role.Name, to)
+		for _, want := range to {
+			if role.Labels["rbac.authorization.k8s.io/aggregate-to-"+want] != "true" {
+				t.Errorf("%s does not aggregate into %s", role.Name, want)
 			}
 		}
-		for _, rule := range role.Rules {
-			for _, g := range rule.APIGroups {
-				if g != "ratelimit.sluice.dev" {
-					continue // admin.ratelimit.sluice.dev: kube-apiserver's gate before the front
-				}
-				verbs := append([]string(nil), rule.Verbs...)
-				sort.Strings(verbs)
-				if got := strings.Join(verbs, ","); got != w.verbs || !slices.Equal(rule.Resources, []string{"ratelimitpolicies/keys", "ratelimitpolicies/overrides"}) {
-					t.Errorf("%s grants %s on %v in ratelimit.sluice.dev, want %s on ratelimitpolicies/keys and ratelimitpolicies/overrides", role.Name, got, rule.Resources, w.verbs)
+		for label := range role.Labels {
+			if to, ok := strings.CutPrefix(label, "rbac.authorization.k8s.io/aggregate-to-"); ok && !slices.Contains(aggregateTo[name], to) {
+				t.Errorf("%s aggregates into %s too", role.Name, to)
+			}
+		}
+		got, want := grants(t, role.Rules), grants(t, admin.Rules(name))
+		for _, g := range got {
+			if !slices.Contains(want, g) {
+				t.Errorf("%s grants %s, which none of its calls needs", role.Name, g)
+			}
+		}
+		for _, g := range want {
+			if !slices.Contains(got, g) {
+				t.Errorf("%s lacks %s, which one of its calls needs", role.Name, g)
+			}
+		}
+	}
+	if seen != len(admin.Roles) {
+		t.Errorf("found %d of the admin API's user roles, want %d", seen, len(admin.Roles))
+	}
+}
+
+// grants are rules one "group/resource:verb" each, sorted. A rule naming
+// resources or URLs fails the test: the roles name none.
+func grants(t *testing.T, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
+	var out []string
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("unexpected rule %+v", r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out = append(out, g+"/"+res+":"+v)
 				}
 			}
 		}
 	}
-	if seen != len(want) {
-		t.Errorf("found %d of the admin API's user roles, want %d", seen, len(want))
-	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -28,7 +28,8 @@ var (
 )
 
 // call is one method on one path under Base: the table the Handler
-// serves, discovery lists and the front authorizes, so the three agree.
+// serves, discovery lists, the front authorizes and the user roles grant
+// (Rules), so the four agree.
 type call struct {
 	method string
 	// segments of the path; those in braces ("{namespace}") are read

@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,6 +38,8 @@ import (
 const (
 	base           = admin.Base
 	keysPath       = base + "/namespaces/shop/ratelimitpolicies/per-tenant/keys?key=acme"
+	bansPath       = base + "/namespaces/shop/ratelimitpolicies/per-tenant/bans?key=acme"
+	topPath        = base + "/namespaces/shop/ratelimitpolicies/per-tenant/top"
 	overridesPath  = base + "/namespaces/shop/ratelimitpolicies/per-tenant/overrides?key=acme"
 	explainPath    = base + "/namespaces/shop/explain"
 	otherKeysPath  = base + "/namespaces/other/ratelimitpolicies/per-tenant/keys?key=acme"
@@ -106,9 +110,22 @@ func start(t *testing.T) *env {
 		c.MustKubectl("create", "namespace", ns)
 	}
 	c.MustKubectl("apply", "-f", filepath.Join(root, "config", "rbac", "admin_api.yaml"), "-f", filepath.Join(root, "config", "rbac", "admin_user_roles.yaml"))
-	aggregate(t, c.Config, "view", "edit")
-	c.MustKubectl("create", "rolebinding", "viewer", "-n", "shop", "--clusterrole=view", "--user=viewer")
-	c.MustKubectl("create", "rolebinding", "editor", "-n", "shop", "--clusterrole=edit", "--user=editor")
+	aggregate(t, c.Config, "view", "edit", "admin")
+	for user, role := range map[string]string{"viewer": "view", "editor": "edit", "owner": "admin",
+		"sluice-viewer": "sluice-admin-view", "sluice-editor": "sluice-admin-edit", "overgranted": "view"} {
+		c.MustKubectl("create", "rolebinding", user, "-n", "shop", "--clusterrole="+role, "--user="+user)
+	}
+	// overgranted may also make every call of the admin group: another
+	// role's grant, which the front's own check still refuses.
+	if _, err := c.KubectlStdin([]byte(`apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: every-admin-call, namespace: shop}
+rules:
+- {apiGroups: [admin.ratelimit.sluice.dev], resources: ["*"], verbs: ["*"]}
+`), "apply", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	c.MustKubectl("create", "rolebinding", "overgranted-admin-calls", "-n", "shop", "--role=every-admin-call", "--user=overgranted")
 	c.MustKubectl("create", "rolebinding", "stranger", "-n", "other", "--clusterrole=edit", "--user=stranger")
 
 	port := systest.FreePort(t)
@@ -259,26 +276,53 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 	forbidden := func(verb, sub string) string {
 		return fmt.Sprintf("forbidden: you need %s on ratelimitpolicies/%s in namespace shop", verb, sub)
 	}
+	// kube-apiserver refuses a call the user's RBAC in the admin group
+	// does not allow, before the front sees it, with its own message.
+	const byAPIServer = `in API group "admin.ratelimit.sluice.dev"`
 	for _, tc := range []struct {
 		name, user, method, path string
 		want                     answer
-		// kube-apiserver refuses some calls itself, with its own message.
-		anyMessage bool
+		// kube-apiserver refuses some calls itself, with its own message,
+		// which holds this.
+		apiServer string
 	}{
-		{name: "a user without the role is refused", user: "nobody", method: http.MethodGet, path: keysPath, want: answer{code: 403}, anyMessage: true},
+		{name: "a user without the role is refused", user: "nobody", method: http.MethodGet, path: keysPath, want: answer{code: 403}, apiServer: byAPIServer},
 		{name: "a viewer inspects", user: "viewer", method: http.MethodGet, path: keysPath, want: answer{code: 200}},
 		{name: "a viewer explains", user: "viewer", method: http.MethodPost, path: explainPath, want: answer{code: 200}},
+		{name: "a viewer lists bans", user: "viewer", method: http.MethodGet, path: bansPath, want: answer{code: 200}},
+		{name: "a viewer lists top key values", user: "viewer", method: http.MethodGet, path: topPath, want: answer{code: 200}},
 		{name: "a viewer lists overrides", user: "viewer", method: http.MethodGet, path: overridesPath, want: answer{code: 200}},
-		{name: "a viewer cannot reset", user: "viewer", method: http.MethodDelete, path: keysPath, want: answer{403, forbidden("update", "keys")}},
-		{name: "a viewer cannot override", user: "viewer", method: http.MethodPut, path: overridesPath, want: answer{403, forbidden("update", "overrides")}},
+		{name: "a viewer cannot reset", user: "viewer", method: http.MethodDelete, path: keysPath, want: answer{code: 403}, apiServer: byAPIServer},
+		{name: "a viewer cannot lift", user: "viewer", method: http.MethodDelete, path: bansPath, want: answer{code: 403}, apiServer: byAPIServer},
+		{name: "a viewer cannot override", user: "viewer", method: http.MethodPut, path: overridesPath, want: answer{code: 403}, apiServer: byAPIServer},
+		{name: "a viewer cannot delete an override", user: "viewer", method: http.MethodDelete, path: overridesPath, want: answer{code: 403}, apiServer: byAPIServer},
+		{name: "sluice-admin-view alone inspects", user: "sluice-viewer", method: http.MethodGet, path: keysPath, want: answer{code: 200}},
+		{name: "sluice-admin-view alone explains", user: "sluice-viewer", method: http.MethodPost, path: explainPath, want: answer{code: 200}},
+		{name: "sluice-admin-view alone cannot reset", user: "sluice-viewer", method: http.MethodDelete, path: keysPath, want: answer{code: 403}, apiServer: byAPIServer},
+		// The front's check stands whatever else the admin group grants.
+		{name: "a viewer granted every admin call still cannot reset", user: "overgranted", method: http.MethodDelete, path: keysPath, want: answer{403, forbidden("update", "keys")}},
+		{name: "a viewer granted every admin call still cannot lift", user: "overgranted", method: http.MethodDelete, path: bansPath, want: answer{403, forbidden("update", "keys")}},
+		{name: "a viewer granted every admin call still cannot override", user: "overgranted", method: http.MethodPut, path: overridesPath, want: answer{403, forbidden("update", "overrides")}},
+		{name: "a viewer granted every admin call still cannot delete an override", user: "overgranted", method: http.MethodDelete, path: overridesPath, want: answer{403, forbidden("update", "overrides")}},
+		{name: "a viewer granted every admin call inspects", user: "overgranted", method: http.MethodGet, path: keysPath, want: answer{code: 200}},
 		{name: "an editor resets", user: "editor", method: http.MethodDelete, path: keysPath, want: answer{code: 200}},
+		{name: "an editor lifts", user: "editor", method: http.MethodDelete, path: bansPath, want: answer{code: 200}},
 		{name: "an editor overrides", user: "editor", method: http.MethodPut, path: overridesPath, want: answer{code: 200}},
-		{name: "edit in another namespace is refused", user: "stranger", method: http.MethodDelete, path: keysPath, want: answer{code: 403}, anyMessage: true},
+		{name: "an editor deletes an override", user: "editor", method: http.MethodDelete, path: overridesPath, want: answer{code: 200}},
+		{name: "an editor explains", user: "editor", method: http.MethodPost, path: explainPath, want: answer{code: 200}},
+		{name: "an admin resets", user: "owner", method: http.MethodDelete, path: keysPath, want: answer{code: 200}},
+		{name: "an admin inspects", user: "owner", method: http.MethodGet, path: keysPath, want: answer{code: 200}},
+		{name: "sluice-admin-edit alone resets", user: "sluice-editor", method: http.MethodDelete, path: keysPath, want: answer{code: 200}},
+		{name: "sluice-admin-edit alone inspects", user: "sluice-editor", method: http.MethodGet, path: keysPath, want: answer{code: 200}},
+		{name: "edit in another namespace is refused", user: "stranger", method: http.MethodDelete, path: keysPath, want: answer{code: 403}, apiServer: byAPIServer},
 		{name: "edit in another namespace applies there", user: "stranger", method: http.MethodDelete, path: otherKeysPath, want: answer{code: 200}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := e.asUser(t, tc.user, tc.method, tc.path)
-			if tc.anyMessage {
+			if tc.apiServer != "" {
+				if !strings.Contains(got.message, tc.apiServer) {
+					t.Errorf("%s %s as %s: %q, want kube-apiserver's refusal (%s)", tc.method, tc.path, tc.user, got.message, tc.apiServer)
+				}
 				got.message = ""
 			}
 			if got != tc.want {
@@ -305,13 +349,45 @@ func TestAdminAPIThroughKubeAPIServer(t *testing.T) {
 		e.cluster.MustKubectl("get", "rlp", "-n", "shop")
 	})
 	t.Run("kubectl auth can-i", func(t *testing.T) {
-		for user, want := range map[string]string{"viewer": "no", "editor": "yes"} {
-			out, _ := e.cluster.Kubectl("auth", "can-i", "update", "ratelimitpolicies.ratelimit.sluice.dev", "--subresource=keys", "-n", "shop", "--as="+user)
-			if strings.TrimSpace(out) != want {
-				t.Errorf("can %s update ratelimitpolicies/keys in shop: %q, want %s", user, out, want)
+		for _, tc := range []struct {
+			user string
+			args []string
+			want string
+		}{
+			// The front's check, in the policies' group.
+			{"viewer", []string{"update", "ratelimitpolicies.ratelimit.sluice.dev", "--subresource=keys"}, "no"},
+			{"editor", []string{"update", "ratelimitpolicies.ratelimit.sluice.dev", "--subresource=keys"}, "yes"},
+			// explain, a POST that reads, is its own resource.
+			{"viewer", []string{"create", "explain.admin.ratelimit.sluice.dev"}, "yes"},
+			{"nobody", []string{"create", "explain.admin.ratelimit.sluice.dev"}, "no"},
+		} {
+			// can-i exits 1 for "no".
+			out, err := e.cluster.Kubectl(append(append([]string{"auth", "can-i"}, tc.args...), "-n", "shop", "--as="+tc.user)...)
+			if strings.TrimSpace(out) != tc.want {
+				t.Errorf("kubectl auth can-i %s as %s: %q, want %s (%v)", strings.Join(tc.args, " "), tc.user, out, tc.want, err)
+			}
+		}
+		// What each may do in the admin group, as `kubectl auth can-i
+		// --list` (and RBAC audits) read it: the calls of its role, no more.
+		// (kubectl auth can-i cannot name ratelimitpolicies/keys of the
+		// admin group by itself: its discovery lists no kind for them.)
+		for user, role := range map[string]admin.Role{"viewer": admin.RoleView, "sluice-viewer": admin.RoleView,
+			"editor": admin.RoleEdit, "owner": admin.RoleEdit, "sluice-editor": admin.RoleEdit} {
+			got := listed(t, e.cluster, user)
+			want := map[string][]string{}
+			for _, r := range admin.Rules(role) {
+				if r.APIGroups[0] == admin.Group {
+					// As kubectl writes them: ratelimitpolicies.<group>/keys.
+					res, sub, _ := strings.Cut(r.Resources[0], "/")
+					want[strings.TrimSuffix(res+"."+admin.Group+"/"+sub, "/")] = r.Verbs
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("kubectl auth can-i --list as %s, in %s: %v, want %v", user, admin.Group, got, want)
 			}
 		}
 	})
+	t.Run("SubjectAccessReviews of every call", func(t *testing.T) { accessOfEveryCall(t, e.cluster) })
 	if e.rec.leaked {
 		t.Error("the admin API saw X-Remote-* headers")
 	}
@@ -392,4 +468,88 @@ func (e *env) get(t *testing.T, cert *certtest.Pair, user, path string) answer {
 		t.Fatal(err)
 	}
 	return read(t, resp)
+}
+
+// accessOfEveryCall asks the API server, for each user and each call of
+// the admin API, both questions a call is decided by: may the user make
+// the call in the admin group (kube-apiserver's, what `kubectl auth can-i`
+// and RBAC audits answer), and may the user do what the call needs to the
+// policy (the front's). Readers may make the calls that read, and nothing
+// else; editors and admins every call; nobody a verb no call uses.
+func accessOfEveryCall(t *testing.T, c *kubetest.Cluster) {
+	reviews := kubernetes.NewForConfigOrDie(c.Config).AuthorizationV1().SubjectAccessReviews()
+	const (
+		adminGroup    = admin.Group
+		policiesGroup = "ratelimit.sluice.dev"
+	)
+	type access struct{ group, verb, resource, sub string }
+	reads := []access{
+		{adminGroup, "create", "explain", ""},
+		{adminGroup, "get", "ratelimitpolicies", "keys"},
+		{adminGroup, "get", "ratelimitpolicies", "top"},
+		{adminGroup, "get", "ratelimitpolicies", "bans"},
+		{adminGroup, "get", "ratelimitpolicies", "overrides"},
+		{policiesGroup, "get", "ratelimitpolicies", "keys"},
+		{policiesGroup, "get", "ratelimitpolicies", "overrides"},
+	}
+	changes := []access{
+		{adminGroup, "delete", "ratelimitpolicies", "keys"},
+		{adminGroup, "delete", "ratelimitpolicies", "bans"},
+		{adminGroup, "update", "ratelimitpolicies", "overrides"},
+		{adminGroup, "delete", "ratelimitpolicies", "overrides"},
+		{policiesGroup, "update", "ratelimitpolicies", "keys"},
+		{policiesGroup, "update", "ratelimitpolicies", "overrides"},
+	}
+	unused := []access{
+		{adminGroup, "create", "ratelimitpolicies", "keys"},
+		{adminGroup, "update", "ratelimitpolicies", "keys"},
+		{adminGroup, "update", "ratelimitpolicies", "bans"},
+		{adminGroup, "create", "ratelimitpolicies", "overrides"},
+		{adminGroup, "delete", "ratelimitpolicies", "top"},
+		{adminGroup, "get", "explain", ""},
+		{adminGroup, "list", "ratelimitpolicies", ""},
+		{policiesGroup, "delete", "ratelimitpolicies", "keys"},
+	}
+	for user, mayChange := range map[string]bool{"viewer": false, "sluice-viewer": false, "editor": true, "owner": true, "sluice-editor": true} {
+		for _, set := range []struct {
+			accesses []access
+			want     bool
+		}{{reads, true}, {changes, mayChange}, {unused, false}} {
+			for _, a := range set.accesses {
+				review, err := reviews.Create(context.Background(), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+					User: user, Groups: []string{"system:authenticated"},
+					ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "shop", Name: "per-tenant",
+						Group: a.group, Verb: a.verb, Resource: a.resource, Subresource: a.sub},
+				}}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if review.Status.Allowed != set.want {
+					t.Errorf("may %s %s %s/%s in %s: %v, want %v", user, a.verb, a.resource, a.sub, a.group, review.Status.Allowed, set.want)
+				}
+			}
+		}
+	}
+}
+
+// listed is what `kubectl auth can-i --list` says user may do in the admin
+// group in shop: verbs by resource, sorted.
+func listed(t *testing.T, c *kubetest.Cluster, user string) map[string][]string {
+	t.Helper()
+	out := c.MustKubectl("auth", "can-i", "--list", "-n", "shop", "--as="+user)
+	got := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 4 || !strings.Contains(fields[0], "."+admin.Group) {
+			continue
+		}
+		// Resources, Non-Resource URLs, Resource Names, then "[verb verb]".
+		for _, v := range strings.Fields(strings.Trim(strings.Join(fields[3:], " "), "[]")) {
+			if !slices.Contains(got[fields[0]], v) {
+				got[fields[0]] = append(got[fields[0]], v)
+			}
+		}
+		slices.Sort(got[fields[0]])
+	}
+	return got
 }

@@ -446,12 +446,15 @@ func TestFormatDuration(t *testing.T) {
 
 // The JSON the page gets keeps its field names: the script reads them.
 func TestStateJSONNames(t *testing.T) {
-	b, err := json.Marshal(State{Policies: []PolicyView{{Limits: []LimitView{{Params: []ParamView{{Duration: true}}}}}}, Counts: []CountView{{}}})
+	b, err := json.Marshal(State{Policies: []PolicyView{{Charge: "Always", FailureMode: "Closed", DenyStatus: 503, Headers: "IETF",
+		OnMissingKey: "Deny", Cost: 2, Lease: []ParamView{{}}, Penalty: []ParamView{{}},
+		Limits: []LimitView{{Params: []ParamView{{Duration: true}}}}}}, Counts: []CountView{{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{`"mode"`, `"editable"`, `"admin"`, `"notice"`, `"revision"`, `"problems"`, `"policies"`, `"inForce"`,
-		`"ready"`, `"limits"`, `"algorithm"`, `"params"`, `"duration"`, `"counts"`, `"shadowDenied"`} {
+		`"ready"`, `"limits"`, `"algorithm"`, `"params"`, `"duration"`, `"counts"`, `"shadowDenied"`,
+		`"charge"`, `"failureMode"`, `"denyStatus"`, `"headers"`, `"onMissingKey"`, `"cost"`, `"lease"`, `"penalty"`} {
 		if !bytes.Contains(b, []byte(name)) {
 			t.Errorf("state JSON lacks %s: %s", name, b)
 		}
@@ -478,5 +481,124 @@ spec:
 	}
 	if got := files.Policies().Get("default", "clock").Limits[0].Limit; got.Algorithm != ratelimit.FixedWindowClock || got.Capacity != 50 {
 		t.Errorf("after the edit: %v, want FixedWindowClock with limit 50", got)
+	}
+}
+
+// everyKind holds a policy of each kind the API has beyond the windows and
+// buckets: requests in flight (HTTP, and a descriptor policy naming its
+// holder), a penalty box, a calendar quota in a zone, charge Always, mode
+// Shadow, a lease, and the response and failure settings.
+var everyKind = map[string]string{"inflight.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: inflight}
+spec:
+  key: "{header:X-Tenant}"
+  onMissingKey: Deny
+  cost: 2
+  failureMode: Closed
+  response: {denyStatus: 503, headers: IETF}
+  limits:
+  - name: running
+    concurrency: {limit: 4, leaseTimeout: 30s}
+  - name: minute
+    fixedWindow: {limit: 100, window: 1m}
+  penalty: {denials: 3, within: 1m, ban: 5m, maxBan: 1h}
+`, "streams.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: streams}
+spec:
+  match:
+    domain: edge
+    descriptor: [{key: tenant}, {key: request_id}]
+  key: "{descriptor:tenant}"
+  limits:
+  - name: in-flight
+    concurrency: {limit: 2, leaseTimeout: 45s, holder: request_id}
+`, "tokens.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: tokens}
+spec:
+  mode: Shadow
+  charge: Always
+  limits:
+  - name: day
+    calendar: {limit: 1000, period: Day, timeZone: Europe/Berlin}
+`, "hot.yaml": `apiVersion: ratelimit.sluice.dev/v1alpha1
+kind: RateLimitPolicy
+metadata: {name: hot}
+spec:
+  lease: {units: 10, ttl: 2s}
+  limits:
+  - name: second
+    tokenBucket: {capacity: 100, refillRate: 100, refillInterval: 1s}
+`}
+
+// paramsOf writes params as "name=value ..." in their order.
+func paramsOf(params []ParamView) string {
+	var b strings.Builder
+	for i, p := range params {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(p.Name + "=" + p.Value)
+	}
+	return b.String()
+}
+
+// The state names every number and setting that decides a request: a
+// reader of the page sees why a client is denied.
+func TestStateShowsEveryKindAndSetting(t *testing.T) {
+	ts, _ := serveLocal(t, everyKind)
+	st := getState(t, ts.URL)
+	if len(st.Problems) != 0 {
+		t.Fatalf("problems: %q", st.Problems)
+	}
+
+	p := findPolicy(t, st, "default", "inflight")
+	if l := p.Limits[0]; l.Algorithm != "concurrency" || paramsOf(l.Params) != "limit=4 leaseTimeout=30s" {
+		t.Errorf("concurrency limit: %+v, want limit=4 leaseTimeout=30s", l)
+	}
+	if got := paramsOf(p.Penalty); got != "denials=3 within=1m ban=5m maxBan=1h" {
+		t.Errorf("penalty box: %q, want denials=3 within=1m ban=5m maxBan=1h", got)
+	}
+	if p.OnMissingKey != "Deny" || p.Cost != 2 || p.FailureMode != "Closed" || p.Charge != "Admitted" ||
+		p.DenyStatus != 503 || p.Headers != "IETF" || p.Mode != "Enforce" || p.Lease != nil {
+		t.Errorf("inflight's settings: %+v", p)
+	}
+
+	s := findPolicy(t, st, "default", "streams")
+	if l := s.Limits[0]; l.Algorithm != "concurrency (holder: request_id)" || paramsOf(l.Params) != "limit=2 leaseTimeout=45s" {
+		t.Errorf("descriptor concurrency limit: %+v, want its holder named", l)
+	}
+	if s.Penalty != nil || s.DenyStatus != 0 || s.Headers != "Both" {
+		t.Errorf("streams' settings: %+v", s)
+	}
+
+	tk := findPolicy(t, st, "default", "tokens")
+	if l := tk.Limits[0]; l.Algorithm != "calendar (Day, Europe/Berlin)" || paramsOf(l.Params) != "limit=1000" {
+		t.Errorf("calendar limit: %+v", l)
+	}
+	if tk.Charge != "Always" || tk.Mode != "Shadow" {
+		t.Errorf("tokens' charge %q and mode %q, want Always and Shadow", tk.Charge, tk.Mode)
+	}
+
+	h := findPolicy(t, st, "default", "hot")
+	if got := paramsOf(h.Lease); got != "units=10 ttl=2s" {
+		t.Errorf("hot's lease: %q, want units=10 ttl=2s (%s)", got, h.Message)
+	}
+}
+
+// A concurrency limit's numbers are edited as the others' are.
+func TestEditConcurrencyLimit(t *testing.T) {
+	ts, files := serveLocal(t, everyKind)
+	if code, out := edit(t, ts.URL, "inflight", `{"limits":[{"name":"running","params":{"limit":"6","leaseTimeout":"1m"}}]}`); code != http.StatusOK {
+		t.Fatalf("edit: %d %s", code, out)
+	}
+	got := files.Policies().Get("default", "inflight").Limits[0].Limit
+	if got.Algorithm != ratelimit.Concurrency || got.Capacity != 6 || got.Interval != time.Minute {
+		t.Errorf("after the edit: %+v, want Concurrency, limit 6, leaseTimeout 1m", got)
+	}
+	if l := findPolicy(t, getState(t, ts.URL), "default", "inflight").Limits[0]; paramsOf(l.Params) != "limit=6 leaseTimeout=1m" {
+		t.Errorf("the page after the edit: %+v", l)
 	}
 }

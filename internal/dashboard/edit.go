@@ -86,6 +86,9 @@ func limitFields(l *ratelimitv1alpha1.Limit) (string, map[string]target) {
 		return "gcra", map[string]target{"rate": {count: &g.Rate}, "period": {duration: &g.Period}, "burst": {count: &g.Burst}}
 	case l.Calendar != nil:
 		return ratelimitv1alpha1.AlgorithmCalendar, map[string]target{"limit": {count: &l.Calendar.Limit}}
+	case l.Concurrency != nil:
+		c := l.Concurrency
+		return ratelimitv1alpha1.AlgorithmConcurrency, map[string]target{"limit": {count: &c.Limit}, "leaseTimeout": {duration: &c.LeaseTimeout}}
 	}
 	return "", map[string]target{}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -62,14 +63,28 @@ type PolicyView struct {
 	Edited   bool       `json:"edited,omitempty"`
 	EditedAt *time.Time `json:"editedAt,omitempty"`
 	// Editable is set when the numbers of this policy can be edited.
-	Editable     bool        `json:"editable"`
-	Mode         string      `json:"mode,omitempty"`
-	Key          string      `json:"key,omitempty"`
-	OnMissingKey string      `json:"onMissingKey,omitempty"`
-	Cost         int64       `json:"cost,omitempty"`
-	FailureMode  string      `json:"failureMode,omitempty"`
-	Summary      string      `json:"summary,omitempty"`
-	Limits       []LimitView `json:"limits"`
+	Editable     bool   `json:"editable"`
+	Mode         string `json:"mode,omitempty"`
+	Key          string `json:"key,omitempty"`
+	OnMissingKey string `json:"onMissingKey,omitempty"`
+	Cost         int64  `json:"cost,omitempty"`
+	// Charge is spec.charge: Admitted or Always.
+	Charge      string `json:"charge,omitempty"`
+	FailureMode string `json:"failureMode,omitempty"`
+	// DenyStatus is spec.response.denyStatus; 0 when the check
+	// endpoint's profile decides.
+	DenyStatus int `json:"denyStatus,omitempty"`
+	// Headers is spec.response.headers: which rate-limit headers answers
+	// carry.
+	Headers string `json:"headers,omitempty"`
+	// Lease is spec.lease (units, ttl); none when every request is
+	// decided exactly.
+	Lease []ParamView `json:"lease,omitempty"`
+	// Penalty is spec.penalty (denials, within, ban, maxBan), shown as a
+	// limit's numbers are; none without a penalty box.
+	Penalty []ParamView `json:"penalty,omitempty"`
+	Summary string      `json:"summary,omitempty"`
+	Limits  []LimitView `json:"limits"`
 }
 
 // LimitView is one limit: its algorithm by the API's field name and its
@@ -164,16 +179,28 @@ func (d *Dashboard) snapshot() State {
 	return st
 }
 
-// inForce describes a compiled policy.
+// inForce describes a compiled policy: every setting that decides a
+// request, named as the API names it.
 func inForce(p *policy.Policy) PolicyView {
-	v := PolicyView{Namespace: p.Namespace, Name: p.Name, InForce: true, Mode: "Enforce",
-		Key: p.KeyTemplate(), OnMissingKey: string(p.OnMissingKey), Cost: p.Cost, FailureMode: "Open",
+	v := PolicyView{Namespace: p.Namespace, Name: p.Name, InForce: true, Mode: string(ratelimitv1alpha1.ModeEnforce),
+		Key: p.KeyTemplate(), OnMissingKey: string(p.OnMissingKey), Cost: p.Cost,
+		Charge: string(ratelimitv1alpha1.ChargeAdmitted), FailureMode: string(ratelimitv1alpha1.FailureModeOpen),
+		DenyStatus: p.DenyStatus, Headers: string(p.HeaderStyle),
 		Summary: p.Summary, Limits: make([]LimitView, 0, len(p.Limits))}
 	if p.Shadow {
-		v.Mode = "Shadow"
+		v.Mode = string(ratelimitv1alpha1.ModeShadow)
+	}
+	if p.ChargeAlways {
+		v.Charge = string(ratelimitv1alpha1.ChargeAlways)
 	}
 	if p.FailClosed {
-		v.FailureMode = "Closed"
+		v.FailureMode = string(ratelimitv1alpha1.FailureModeClosed)
+	}
+	if p.Lease.Enabled() {
+		v.Lease = []ParamView{count("units", p.Lease.Units), dur("ttl", p.Lease.TTL)}
+	}
+	if b := p.Penalty; b.Enabled() {
+		v.Penalty = []ParamView{count("denials", b.Denials), dur("within", b.Within), dur("ban", b.Ban), dur("maxBan", b.MaxBan)}
 	}
 	for _, l := range p.Limits {
 		v.Limits = append(v.Limits, limitView(l))
@@ -181,13 +208,16 @@ func inForce(p *policy.Policy) PolicyView {
 	return v
 }
 
+// count and dur are a number and a duration as the page shows them.
+func count(name string, n int64) ParamView { return ParamView{Name: name, Value: fmt.Sprint(n)} }
+
+func dur(name string, d time.Duration) ParamView {
+	return ParamView{Name: name, Value: formatDuration(d), Duration: true}
+}
+
 // limitView names a compiled limit's numbers as the API does (see
 // ratelimit.Limit for the mapping).
 func limitView(l policy.Limit) LimitView {
-	count := func(name string, n int64) ParamView { return ParamView{Name: name, Value: fmt.Sprint(n)} }
-	dur := func(name string, d time.Duration) ParamView {
-		return ParamView{Name: name, Value: formatDuration(d), Duration: true}
-	}
 	lim := l.Limit
 	v := LimitView{Name: l.Name}
 	switch lim.Algorithm {
@@ -211,6 +241,13 @@ func limitView(l policy.Limit) LimitView {
 		// The period and zone go with the name: only the limit is edited.
 		v.Algorithm = fmt.Sprintf("calendar (%s, %s)", lim.Period, lim.Zone)
 		v.Params = []ParamView{count("limit", lim.Capacity)}
+	case ratelimit.Concurrency:
+		// The holder, a descriptor entry's name, goes with the name too.
+		v.Algorithm = ratelimitv1alpha1.AlgorithmConcurrency
+		if l.Holder != "" {
+			v.Algorithm += " (holder: " + l.Holder + ")"
+		}
+		v.Params = []ParamView{count("limit", lim.Capacity), dur("leaseTimeout", lim.Interval)}
 	default:
 		v.Algorithm = lim.Algorithm.String()
 		v.Params = []ParamView{}

@@ -151,8 +151,8 @@ func (t *target) explainError(ctx context.Context, c *call, err error) error {
 			hint: "the API server did not accept your credentials; 'kubectl auth whoami' shows whether kubectl's are valid (the plugin uses the same kubeconfig)"}
 	case apierrors.IsForbidden(err) && refusedByAPIServer(status):
 		return &cliError{code: ExitForbidden, err: err,
-			hint: fmt.Sprintf("the API server refused the call before it reached Sluice: your roles grant nothing on API group %s, which Sluice's ClusterRoles (aggregated into view and edit) add beside ratelimitpolicies; ask for them in %s",
-				adminGroupVersion.Group, where)}
+			hint: fmt.Sprintf("the API server refused the call before it reached Sluice: your roles do not grant it in API group %s; %s needs %s on ratelimitpolicies/%s, which Sluice's ClusterRole %s grants in both groups; ask for it in %s",
+				adminGroupVersion.Group, c.command, c.need.verb, c.need.subresource, roleFor(c.need), where)}
 	case apierrors.IsForbidden(err):
 		return &cliError{code: ExitForbidden, err: err,
 			hint: fmt.Sprintf("%s needs %s on ratelimitpolicies/%s in %s; check with 'kubectl auth can-i %s ratelimitpolicies.ratelimit.sluice.dev --subresource=%s -n %s'",
@@ -169,6 +169,16 @@ func (t *target) explainError(ctx context.Context, c *call, err error) error {
 		return &cliError{code: ExitUsage, err: err}
 	}
 	return &cliError{code: ExitError, err: err}
+}
+
+// roleFor names the ClusterRole that grants what a command needs: reading
+// is sluice-admin-view's, changing sluice-admin-edit's
+// (config/rbac/admin_user_roles.yaml).
+func roleFor(need permission) string {
+	if need.verb == "get" {
+		return "sluice-admin-view (aggregated into view, edit and admin)"
+	}
+	return "sluice-admin-edit (aggregated into edit and admin)"
 }
 
 // refusedByAPIServer tells kube-apiserver's own refusal (it authorizes a

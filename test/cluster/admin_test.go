@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,8 +87,23 @@ subjects: [{kind: ServiceAccount, name: editor, namespace: shop}]
 	if err := json.Unmarshal([]byte(out), &state); code != 0 || err != nil || len(state.Limits) != 1 || state.Limits[0].Remaining != 0 || state.Limits[0].Limit != 20 {
 		t.Fatalf("the viewer's inspect of %s: exit %d, %s (%v); want its minute limit of 20 used up", client, code, out, err)
 	}
-	if out, code := c.pluginAs(t, plugin, users["viewer"], "reset", "shop/api-per-client", client); code != sluicectl.ExitForbidden || !strings.Contains(out, "update on ratelimitpolicies/keys in namespace shop") {
-		t.Errorf("the viewer's reset: exit %d, %s; want forbidden (%d), naming the permission", code, out, sluicectl.ExitForbidden)
+	// The API server refuses the viewer's reset itself: view grants no
+	// delete in the admin group.
+	if out, code := c.pluginAs(t, plugin, users["viewer"], "reset", "shop/api-per-client", client); code != sluicectl.ExitForbidden ||
+		!strings.Contains(out, `cannot delete resource "ratelimitpolicies/keys" in API group "admin.ratelimit.sluice.dev"`) || !strings.Contains(out, "sluice-admin-edit") {
+		t.Errorf("the viewer's reset: exit %d, %s; want forbidden (%d) by the API server, naming the role", code, out, sluicectl.ExitForbidden)
+	}
+	// What kube-controller-manager aggregated into view and edit, as
+	// `kubectl auth can-i --list` shows it: a viewer reads, an editor
+	// also changes.
+	for sa, want := range map[string]string{"viewer": "[get]", "editor": "[delete get]"} {
+		out, err := c.asUser(users[sa], "auth", "can-i", "--list", "-n", "shop")
+		if err != nil {
+			t.Fatalf("kubectl auth can-i --list as %s: %v", sa, err)
+		}
+		if got := canIVerbs(out, "ratelimitpolicies.admin.ratelimit.sluice.dev/keys"); got != want {
+			t.Errorf("kubectl auth can-i --list as %s: %s on ratelimitpolicies/keys of the admin group, want %s\n%s", sa, got, want, out)
+		}
 	}
 	if code := askCheck(t, check, "http://shop.example.com/api/items", client).StatusCode; code != http.StatusForbidden {
 		t.Fatalf("before the reset: %d, want the key still denied (403)", code)
@@ -115,6 +131,20 @@ subjects: [{kind: ServiceAccount, name: editor, namespace: shop}]
 		return strings.Contains(policy, "q=100"), policy
 	})
 	t.Logf("the check Service answered with the override's limit %s after it was set", took.Round(time.Millisecond))
+}
+
+// canIVerbs is the verbs `kubectl auth can-i --list` lists for resource
+// sorted ("[delete get]"), "[]" when it lists none.
+func canIVerbs(out, resource string) string {
+	var verbs []string
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) >= 4 && fields[0] == resource {
+			verbs = append(verbs, strings.Fields(strings.Trim(strings.Join(fields[3:], " "), "[]"))...)
+		}
+	}
+	slices.Sort(verbs)
+	return "[" + strings.Join(slices.Compact(verbs), " ") + "]"
 }
 
 // pluginAs runs kubectl sluice with a user's kubeconfig and returns its

@@ -58,6 +58,15 @@ func TestThroughAPIServer(t *testing.T) {
 	bob := c.UserKubeconfig("bob")
 	s.fails(t, sluicectl.ExitForbidden, `User "bob" cannot get resource "ratelimitpolicies/keys" in API group "admin.ratelimit.sluice.dev"`, append(inspect, bob)...)
 	s.fails(t, sluicectl.ExitForbidden, "refused the call before it reached Sluice", append(inspect, bob)...)
+	// alice may read with Sluice's view role, not reset: refused by the API
+	// server, whose refusal the hint turns into the role reset needs.
+	c.MustKubectl("apply", "-f", filepath.Join(kubetest.RepoRoot(t), "config", "rbac", "admin_user_roles.yaml"))
+	c.MustKubectl("create", "namespace", "shop")
+	c.MustKubectl("create", "rolebinding", "alice", "-n", "shop", "--clusterrole=sluice-admin-view", "--user=alice")
+	alice := c.UserKubeconfig("alice")
+	reset := []string{"reset", "shop/per-client", "acme", "--kubeconfig", alice}
+	s.fails(t, sluicectl.ExitForbidden, `User "alice" cannot delete resource "ratelimitpolicies/keys" in API group "admin.ratelimit.sluice.dev"`, reset...)
+	s.fails(t, sluicectl.ExitForbidden, "reset needs update on ratelimitpolicies/keys, which Sluice's ClusterRole sluice-admin-edit (aggregated into edit and admin) grants", reset...)
 	// A token the API server does not know.
 	s.fails(t, sluicectl.ExitUnauthorized, "kubectl auth whoami", append(inspect, tokenKubeconfig(t, c))...)
 

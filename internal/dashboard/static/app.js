@@ -75,10 +75,11 @@
     }
     for (const p of s.policies) {
       const group = el('tbody', { class: 'policy-group', 'data-policy': policyId(p.namespace, p.name) });
-      const limits = p.limits.length ? p.limits : [null];
-      const span = limits.length;
-      limits.forEach((l, i) => {
-        const tr = el('tr');
+      const rows = p.limits.length ? [...p.limits] : [null];
+      if (p.penalty) rows.push(PENALTY);
+      const span = rows.length;
+      rows.forEach((l, i) => {
+        const tr = el('tr', l && l !== PENALTY ? { 'data-limit': l.name } : null);
         if (i === 0) {
           tr.append(
             el('td', { rowspan: span },
@@ -86,20 +87,24 @@
               p.file ? el('div', { class: 'file' }, p.file) : null,
               p.edited ? el('span', { class: 'badge edited', title: 'edited from this page at ' + p.editedAt + '; the file has not changed since' }, 'edited here') : null),
             el('td', { rowspan: span }, readyCell(p)),
-            el('td', { rowspan: span }, p.mode ? el('span', { class: 'badge' + (p.mode === 'Shadow' ? ' shadow' : '') }, p.mode) : ''),
-            el('td', { rowspan: span }, p.key !== undefined ? el('code', null, p.key) : '',
-              p.onMissingKey && p.onMissingKey !== 'Skip' ? el('div', { class: 'small muted' }, 'missing key: ' + p.onMissingKey) : null,
-              p.cost > 1 ? el('div', { class: 'small muted' }, 'cost ' + p.cost) : null));
+            el('td', { rowspan: span }, p.mode ? el('span', { class: 'badge' + (p.mode === 'Shadow' ? ' shadow' : '') }, p.mode) : '',
+              modeSettings(p)),
+            el('td', { rowspan: span }, p.key !== undefined ? el('code', null, p.key) : '', keySettings(p)));
         }
-        if (l) {
+        if (l === PENALTY) {
+          tr.className = 'penalty';
+          tr.append(
+            el('td', { title: 'a bucket denied this many times within the span is banned: every request denied until the ban ends; a ban soon after the last doubles, up to maxBan' }, el('b', null, 'penalty box')),
+            el('td', { class: 'params' }, el('code', null, 'penalty'), ' ', params(p.penalty)),
+            el('td', { colspan: 3 }));
+        } else if (l) {
           const allowed = el('td', { class: 'num' }, '0');
           const denied = el('td', { class: 'num denied-count' }, '0');
           const shadow = el('td', { class: 'num' }, '0');
           countCells.set(limitId(p.namespace, p.name, l.name), { allowed, denied, shadow });
           tr.append(
             el('td', null, el('b', null, l.name)),
-            el('td', { class: 'params' }, el('code', null, l.algorithm), ' ',
-              l.params.map((pa) => el('span', { 'data-param': pa.name }, pa.name + ' ', el('b', null, pa.value)))),
+            el('td', { class: 'params' }, el('code', null, l.algorithm), ' ', params(l.params)),
             allowed, denied, shadow);
         } else {
           tr.append(el('td', { colspan: 5, class: 'muted' }, 'no version in force'));
@@ -121,6 +126,40 @@
       });
       table.append(group);
     }
+  }
+
+  // PENALTY stands for a policy's penalty box among its limits' rows.
+  const PENALTY = {};
+
+  // params shows numbers by their API names: a limit's, a penalty box's, a lease's.
+  function params(list) {
+    return list.map((pa) => el('span', { 'data-param': pa.name }, pa.name + ' ', el('b', null, pa.value)));
+  }
+
+  // setting is one of a policy's settings, shown when it is not the default.
+  function setting(name, ...children) {
+    return el('div', { class: 'small muted setting', 'data-setting': name }, ...children);
+  }
+
+  // modeSettings are what decides beside the limits: what is counted,
+  // what Redis's failure answers, what a denial answers, and a lease.
+  function modeSettings(p) {
+    return [
+      p.charge === 'Always' ? setting('charge', 'charge Always') : null,
+      p.failureMode === 'Closed' ? setting('failureMode', 'failure mode Closed') : null,
+      p.denyStatus ? setting('denyStatus', 'deny status ' + p.denyStatus) : null,
+      p.headers && p.headers !== 'Both' ? setting('headers', 'headers ' + p.headers) : null,
+      p.lease ? el('div', { class: 'small muted setting params', 'data-setting': 'lease' }, 'lease ', params(p.lease)) : null,
+    ];
+  }
+
+  // keySettings are what goes with the key: a request without its value,
+  // and the units a request takes.
+  function keySettings(p) {
+    return [
+      p.onMissingKey && p.onMissingKey !== 'Skip' ? setting('onMissingKey', 'missing key: ' + p.onMissingKey) : null,
+      p.cost > 1 ? setting('cost', 'cost ' + p.cost) : null,
+    ];
   }
 
   function readyCell(p) {
@@ -486,7 +525,7 @@
           el('tbody', null, p.limits.map((l) => el('tr', { 'data-limit': l.name },
             el('td', null, el('b', null, l.name)),
             el('td', null, l.algorithm),
-            el('td', { class: l.allowed ? 'allowed' : 'denied' }, (l.allowed ? 'allowed' : 'denied') + (l.cached ? ' (cached)' : '')),
+            el('td', { class: l.allowed ? 'allowed' : 'denied' }, (l.allowed ? 'allowed' : l.banned ? 'banned' : 'denied') + (l.cached ? ' (cached)' : '')),
             el('td', { class: 'num remaining' }, l.remaining + ' / ' + l.limit),
             el('td', { class: 'num' }, fmtSeconds(l.resetSeconds)),
             el('td', { class: 'num' }, fmtSeconds(l.retryAfterSeconds)),
