@@ -438,7 +438,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 // evaluate decides the entries sc gathered for in into out.
 func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in Input, start time.Time) error {
 	if sc.noHolder != nil {
-		return c.refuseNoRelease(sc.noHolder)
+		return c.refuseNoRelease(sc.noHolder, in.Action == ratelimit.DryRun)
 	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
