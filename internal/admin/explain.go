@@ -1,15 +1,19 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 
 	"github.com/sluice-dev/sluice/internal/adminapi"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/intake"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -42,12 +46,20 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 		badRequest(w, "%s", err)
 		return
 	}
-	out, err := h.checker.Check(r.Context(), check.Input{Namespace: ns, Request: req, Action: ratelimit.DryRun, Holder: explainHolder})
+	if body.Transport == "" {
+		body.Transport = adminapi.TransportHTTP
+	}
+	if !slices.Contains(adminapi.Transports, body.Transport) {
+		badRequest(w, `body field "transport" %q: want one of %s (default %s: the check endpoint's auth hooks); the rate limit service's descriptors are not explained`,
+			intake.Excerpt(body.Transport), strings.Join(adminapi.Transports, ", "), adminapi.TransportHTTP)
+		return
+	}
+	out, decision, err := h.decide(r.Context(), ns, req, body.Transport)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ex := adminapi.Explanation{Namespace: ns, Policies: []adminapi.PolicyExplanation{}, Decision: decisionOf(out)}
+	ex := adminapi.Explanation{Namespace: ns, Policies: []adminapi.PolicyExplanation{}, Decision: decision}
 	var eval policy.Eval
 	eval.Reset(req)
 	for _, p := range policies {
@@ -64,6 +76,36 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, ex)
 }
+
+// decide makes the dry run of req that the transport named would make,
+// and returns its outcome and the decision that transport would answer:
+// one that cannot release (the HTTP auth hooks, ext_authz over gRPC)
+// refuses a concurrency limit (check.ErrNoRelease), which the outcome,
+// decided as a transport that releases would, then shows the figures of.
+func (h *Handler) decide(ctx context.Context, ns string, req *policy.Request, transport string) (*check.Outcome, adminapi.Decision, error) {
+	in := check.Input{Namespace: ns, Request: req, Action: ratelimit.DryRun, Holder: explainHolder}
+	if !adminapi.TransportReleases(transport) {
+		in.Holder = ""
+	}
+	out, err := h.checker.Check(ctx, in)
+	if refusal := err; errors.Is(refusal, check.ErrNoRelease) {
+		in.Holder = explainHolder
+		if out, err = h.checker.Check(ctx, in); err != nil {
+			return nil, adminapi.Decision{}, err
+		}
+		// The problem the HTTP hooks answer; ext_authz's message says the same.
+		detail := checkhttp.CheckFailedProblem(refusal).Detail
+		return out, adminapi.Decision{Reason: reasonNoRelease, RetryAfter: seconds(0), Detail: detail}, nil
+	}
+	if err != nil {
+		return nil, adminapi.Decision{}, err
+	}
+	return out, decisionOf(out), nil
+}
+
+// reasonNoRelease is the reason of a decision that refuses a concurrency
+// limit a transport cannot release (adminapi.Decision).
+const reasonNoRelease = "NoRelease"
 
 // describeMatch fills in what the check did with the matching policy owner.
 func (h *Handler) describeMatch(r *http.Request, pe *adminapi.PolicyExplanation, out *check.Outcome, owner int) {

@@ -104,7 +104,7 @@ func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key 
 		if lr.Policy != p || !lr.Banned {
 			continue
 		}
-		b := &adminapi.Ban{Remaining: seconds(lr.RetryAfter)}
+		b := &adminapi.Ban{Remaining: seconds(lr.BanLeft)}
 		if bans, err := h.checker.Bans(ctx, p.Namespace, p.Name); err == nil {
 			for _, x := range bans {
 				if x.KeyValue == key {

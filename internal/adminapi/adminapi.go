@@ -22,7 +22,34 @@ type ExplainRequest struct {
 	// have read it behind the trusted proxies; none when empty.
 	ClientIP string              `json:"clientIP,omitempty"`
 	Headers  map[string][]string `json:"headers,omitempty"`
+	// Transport is what the request would come through, which decides
+	// what a concurrency limit gets (Transports); default TransportHTTP.
+	Transport string `json:"transport,omitempty"`
 }
+
+// The transports explain answers as (ExplainRequest.Transport).
+const (
+	// TransportHTTP is the check endpoint's auth hooks (ingress-nginx
+	// auth-url, Traefik and Caddy ForwardAuth, Envoy ext_authz over
+	// HTTP): no release follows, so a concurrency limit is refused.
+	TransportHTTP = "http"
+	// TransportExtAuthzGRPC is Envoy's ext_authz over gRPC: no release
+	// either.
+	TransportExtAuthzGRPC = "ext-authz-grpc"
+	// TransportCheckAPI is POST /v1/check, whose answer carries the
+	// release.
+	TransportCheckAPI = "v1-check"
+	// TransportMiddleware is the Go middleware, which releases when the
+	// handler returns.
+	TransportMiddleware = "middleware"
+)
+
+// Transports lists the transports explain answers as, the default first.
+var Transports = []string{TransportHTTP, TransportExtAuthzGRPC, TransportCheckAPI, TransportMiddleware}
+
+// TransportReleases reports whether a request through transport t is
+// released when it ends, so that a concurrency limit can count it.
+func TransportReleases(t string) bool { return t == TransportCheckAPI || t == TransportMiddleware }
 
 // Explanation is the explain answer: every policy of the namespace
 // considered, in evaluation order, and the decision.
@@ -53,12 +80,18 @@ type PolicyExplanation struct {
 type Decision struct {
 	Allowed bool `json:"allowed"`
 	// Reason is the check's: Allowed, NoPolicyMatched, RateLimited,
-	// Banned (the policy's penalty box), MissingKey or StoreUnavailable.
+	// Banned (the policy's penalty box), MissingKey or StoreUnavailable;
+	// or NoRelease: the transport refuses the request, which meets a
+	// concurrency limit it cannot release (the no-release problem).
 	Reason string `json:"reason"`
 	Policy string `json:"policy,omitempty"`
 	// Limit is the limit whose figures the answer reports; none for a ban.
+	// For NoRelease, the concurrency limit refused.
 	Limit      string `json:"limit,omitempty"`
 	RetryAfter string `json:"retryAfter"`
+	// Detail is the refusal's explanation, as the transport answers it;
+	// empty for a decision.
+	Detail string `json:"detail,omitempty"`
 }
 
 // LimitState is one limit's figures for one key value, as a check would

@@ -29,22 +29,42 @@ var ErrUnsupported = errors.New("not supported by this store")
 const inspectHolder = "sluice-inspect"
 
 // Inspect evaluates the limits of the bucket of keyValue of policy
-// namespace/name without counting anything (a dry run of cost 0), as a
-// check of that bucket would see them now.
+// namespace/name without counting anything, as a check of that bucket
+// would see them now: whether the next request of the policy's cost would
+// be admitted (a dry run of that cost: its verdicts, retry times and the
+// ban), with the bucket's figures as they are (what remains now, not what
+// the next request would leave).
 func (c *Checker) Inspect(ctx context.Context, namespace, name, keyValue string) (*Outcome, error) {
 	p, err := c.policyOf(namespace, name)
 	if err != nil {
 		return nil, err
 	}
+	out, err := c.dryRunBucket(ctx, p, keyValue, p.Cost)
+	if err != nil || !out.Allowed {
+		return out, err // a denial's figures are the bucket's as it is
+	}
+	now, err := c.dryRunBucket(ctx, p, keyValue, 0)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out.Limits { // the same entries, in the same order
+		out.Limits[i].Remaining, out.Limits[i].Reset = now.Limits[i].Remaining, now.Limits[i].Reset
+	}
+	return out, nil
+}
+
+// dryRunBucket evaluates the bucket of keyValue of p at cost without
+// counting anything.
+func (c *Checker) dryRunBucket(ctx context.Context, p *policy.Policy, keyValue string, cost int64) (*Outcome, error) {
 	start := c.now()
 	sc := c.scratch.Get().(*scratch)
 	defer c.scratch.Put(sc)
-	in := Input{Namespace: namespace, Policy: name, Action: ratelimit.DryRun, Holder: inspectHolder}
+	in := Input{Namespace: p.Namespace, Policy: p.Name, Action: ratelimit.DryRun, Holder: inspectHolder}
 	sc.reset(in)
 	sc.overrides, sc.now = c.overrides, start
 	out := &Outcome{}
 	out.reset()
-	sc.addKeyed(out, PolicyResult{Policy: p, KeyValue: keyValue}, 0, &Part{}, false)
+	sc.addKeyed(out, PolicyResult{Policy: p, KeyValue: keyValue}, cost, &Part{}, false)
 	if err := c.evaluate(ctx, sc, out, in, start); err != nil {
 		return nil, err
 	}

@@ -438,7 +438,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 // evaluate decides the entries sc gathered for in into out.
 func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in Input, start time.Time) error {
 	if sc.noHolder != nil {
-		return c.refuseNoRelease(sc.noHolder)
+		return c.refuseNoRelease(sc.noHolder, in.Action == ratelimit.DryRun)
 	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
@@ -724,12 +724,14 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		pr := &out.Policies[u.owner]
 		p := pr.Policy
 		l := &pr.Limits()[u.limit]
-		reset := max(d.reset.Sub(now), 0)
-		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Cached: true,
-			Result: ratelimit.Result{Allowed: false, Remaining: 0, Reset: reset, RetryAfter: d.until.Sub(now), Banned: d.banned}})
+		r := ratelimit.Result{Allowed: false, Remaining: 0, Reset: max(d.reset.Sub(now), 0), RetryAfter: d.retry.Sub(now), Banned: d.banned}
+		if d.banned {
+			r.BanLeft = d.until.Sub(now)
+		}
+		out.Limits = append(out.Limits, LimitResult{Policy: p, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Cached: true, Result: r})
 		out.Allowed, out.Reason, out.Decider = false, ReasonLimited, p
 		out.Tightest = len(out.Limits) - 1
-		out.RetryAfter = d.until.Sub(now)
+		out.RetryAfter = r.RetryAfter
 		pr.decided, pr.denied = true, true
 		c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
 		if c.metrics != nil {
@@ -784,21 +786,33 @@ func (c *Checker) applyDecision(sc *scratch, out *Outcome, sent time.Time) {
 				c.recordBan(pr, r.Ban, sent)
 			}
 		}
-		banned := r.Banned || r.Ban > 0
-		// A penalty box counts every denial, so only its bans are cached:
-		// a limit's denials go to the store until the bucket is banned. A
-		// concurrency limit's are not cached either: a release frees its
-		// units before their retry time.
-		if !r.Allowed && !e.Shadow && c.denials != nil && r.RetryAfter > 0 && r.RetryAfter != ratelimit.Never &&
-			(banned || !e.Penalty.Enabled() && e.Limit.Algorithm != ratelimit.Concurrency) {
-			// The store decided at an instant after sent: counting the
-			// retry time from sent can only end the cached denial early.
-			c.denials.store(e.Key, deniedEntry{until: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit, reset: sent.Add(r.Reset), banned: banned}, sent)
+		if sc.req.Action == ratelimit.Consume {
+			c.rememberDenial(e, &r, sent)
 		}
 	}
 	if out.Allowed {
 		out.RetryAfter = 0
 	}
+}
+
+// rememberDenial caches the denial r of entry e, decided by a call sent
+// at sent, until it stops standing (ratelimit.Result.DeniedFor). Only a
+// check's: a dry run (explain, inspect, /v1/check's) is a read, and an
+// operator's read changes nothing that enforcement sees.
+func (c *Checker) rememberDenial(e *ratelimit.Entry, r *ratelimit.Result, sent time.Time) {
+	banned := r.BanLeft > 0
+	// A penalty box counts every denial, so only its bans are cached:
+	// a limit's denials go to the store until the bucket is banned. A
+	// concurrency limit's are not cached either: a release frees its
+	// units before their retry time.
+	if r.Allowed || e.Shadow || c.denials == nil || r.RetryAfter <= 0 || r.RetryAfter == ratelimit.Never ||
+		!banned && (e.Penalty.Enabled() || e.Limit.Algorithm == ratelimit.Concurrency) {
+		return
+	}
+	// The store decided at an instant after sent: counting from sent can
+	// only end the cached denial early.
+	c.denials.store(e.Key, deniedEntry{until: sent.Add(r.DeniedFor()), retry: sent.Add(r.RetryAfter), cost: e.Cost, limit: e.Limit,
+		reset: sent.Add(r.Reset), banned: banned}, sent)
 }
 
 // addLimit records limit of the matching policy owner, decided r by a

@@ -25,7 +25,13 @@ import (
 // denial whose call was sent before the refund (still in flight when it
 // came) is not remembered afterwards. A ban (the bucket's penalty box)
 // is no room a refund can give: it denies every cost until its end, and
-// refunds neither drop it nor keep it from being remembered.
+// refunds neither drop it nor keep it from being remembered. It is
+// remembered until the ban's end and no longer, whatever the retry time
+// of the limit whose denial issued it (a window's end, a concurrency
+// limit's lease timeout): after the ban the bucket's limits decide again,
+// with the room refunds and releases gave them meanwhile. A lift ends a
+// ban: drop forgets it, and a ban whose call was sent before the lift is
+// not remembered afterwards.
 //
 // A FLUSHALL or a lost Redis master resets state in Redis that the cache
 // still remembers: such keys stay denied until their cached retry time.
@@ -39,6 +45,9 @@ type denyCache struct {
 	// refunded one only misses the cache for calls in flight.
 	forgotten    [forgetSlots]atomic.Int64
 	forgottenAll atomic.Int64
+	// lifted is forgotten for lifts (drop): a ban sent no later is not
+	// stored.
+	lifted [forgetSlots]atomic.Int64
 }
 
 const forgetSlots = 4096
@@ -52,10 +61,13 @@ type denyShard struct {
 }
 
 type deniedEntry struct {
-	until time.Time
-	cost  int64
-	limit ratelimit.Limit
-	reset time.Time
+	// until is when the denial stops being answered from the cache (its
+	// ratelimit.Result.DeniedFor); retry is the retry time it reports,
+	// which a ban's may pass (the limit that denied waits longer).
+	until, retry time.Time
+	cost         int64
+	limit        ratelimit.Limit
+	reset        time.Time
 	// banned: the bucket is banned until until, whatever the cost.
 	banned bool
 }
@@ -74,8 +86,9 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-func (c *denyCache) slot(key string) *atomic.Int64 {
-	return &c.forgotten[maphash.String(c.seed, key)/uint64(len(c.shards))%forgetSlots]
+// slot is the index in forgotten and lifted of the slot of key.
+func (c *denyCache) slot(key string) uint64 {
+	return maphash.String(c.seed, key) / uint64(len(c.shards)) % forgetSlots
 }
 
 // lookup returns the cached denial of key for a request of the given cost
@@ -96,11 +109,15 @@ func (c *denyCache) lookup(key string, cost int64, limit ratelimit.Limit, now ti
 }
 
 // store caches a denial decided by a call sent at now, unless the key was
-// forgotten since (see forget). In a full shard it takes the place of the
-// least recently used denial: the cache only ever answers less, never
-// wrongly.
+// forgotten since (see forget), or for a ban lifted since (drop). In a
+// full shard it takes the place of the least recently used denial: the
+// cache only ever answers less, never wrongly.
 func (c *denyCache) store(key string, e deniedEntry, now time.Time) {
-	if sent := now.UnixNano(); !e.banned && (sent <= c.slot(key).Load() || sent <= c.forgottenAll.Load()) {
+	sent, slot := now.UnixNano(), c.slot(key)
+	if e.banned && sent <= c.lifted[slot].Load() {
+		return // the call may have been decided before a lift
+	}
+	if !e.banned && (sent <= c.forgotten[slot].Load() || sent <= c.forgottenAll.Load()) {
 		return // the call may have been decided before a refund
 	}
 	s := c.shard(key)
@@ -124,7 +141,11 @@ func (c *denyCache) drop(keys []string, now time.Time) { c.remove(keys, now, tru
 func (c *denyCache) remove(keys []string, now time.Time, bans bool) {
 	at := now.UnixNano()
 	for _, key := range keys {
-		raise(c.slot(key), at)
+		slot := c.slot(key)
+		raise(&c.forgotten[slot], at)
+		if bans {
+			raise(&c.lifted[slot], at)
+		}
 		s := c.shard(key)
 		s.mu.Lock()
 		if e, ok := s.entries.Peek(key); !ok || bans || !e.banned {

@@ -73,10 +73,11 @@ func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part
 	return true
 }
 
-// refuseNoRelease counts and returns the error for a concurrency limit
-// met without a holder.
-func (c *Checker) refuseNoRelease(r *LimitResult) error {
-	if c.metrics != nil {
+// refuseNoRelease counts (unless it is a dry run's: explain counts
+// nothing) and returns the error for a concurrency limit met without a
+// holder.
+func (c *Checker) refuseNoRelease(r *LimitResult, dryRun bool) error {
+	if c.metrics != nil && !dryRun {
 		c.metrics.releases.WithLabelValues(r.Policy.Namespace, r.Policy.Name, string(ReleaseRefused)).Inc()
 	}
 	return fmt.Errorf("%w: policy %s, limit %s: check it through Envoy's rate limit service (a descriptor holder), the middleware or POST /v1/check, which release when the request ends; or give it a rate limit instead",

@@ -2,11 +2,14 @@ package grpcserver
 
 import (
 	"testing"
+	"time"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
@@ -51,5 +54,35 @@ func TestRLSRefundAdmitsTheNextCharge(t *testing.T) {
 				t.Fatalf("the refunded unit admitted twice: %v", got)
 			}
 		})
+	}
+}
+
+// A ban outlives no refund: a fixed window whose denial issued a 3 s ban,
+// refunded in full during the ban, admits the next charge once the ban
+// is over, though the window (an hour) would still have been full.
+func TestRLSRefundDuringABan(t *testing.T) {
+	clock := ratelimittest.FutureClock()
+	e := startWith(t, check.Options{Store: storetest.Memory(t, clock.Now), Now: clock.Now}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "api", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]\n"+
+			"penalty: {denials: 1, within: 1m, ban: 3s, maxBan: 1m}"))
+	send := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+		return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})
+	}
+	charge := func() ratelimitv3.RateLimitResponse_Code { return send(rlsDescriptor("user", "u")).GetOverallCode() }
+	for i, want := range []ratelimitv3.RateLimitResponse_Code{rlsOK, rlsOver, rlsOver} { // the denial bans
+		if got := charge(); got != want {
+			t.Fatalf("charge %d: %v, want %v", i+1, got, want)
+		}
+	}
+	refund := rlsDescriptor("user", "u")
+	refund.HitsAddend, refund.IsNegativeHits = wrapperspb.UInt64(1), true
+	send(refund)
+	clock.Advance(time.Second)
+	if got := charge(); got != rlsOver {
+		t.Fatalf("during the ban, after the refund: %v, want OVER_LIMIT", got)
+	}
+	clock.Advance(2 * time.Second)
+	if got := charge(); got != rlsOK {
+		t.Fatalf("at the ban's end, the window refunded: %v, want OK", got)
 	}
 }

@@ -161,6 +161,24 @@ type Result struct {
 	// (on every entry of the bucket); for a shadow entry, of the ban it
 	// would have issued. 0 when none.
 	Ban time.Duration
+	// BanLeft is how long the entry's bucket stays banned from this call
+	// on: the ban in force (Banned) or the ban the call issued (Ban), on
+	// every entry of the bucket; 0 when none, and for a shadow entry. A
+	// denial's RetryAfter is the ban's end or later: its own limit may
+	// still deny then.
+	BanLeft time.Duration
+}
+
+// DeniedFor is how long the denial r stands if nothing else happens to
+// its bucket: until the ban's end when the bucket is banned (only a lift
+// ends a ban earlier; after it the bucket's own limits decide again),
+// else until its retry time (which a refund or a release may bring
+// earlier). Never for a denial that stands until the policy changes.
+func (r *Result) DeniedFor() time.Duration {
+	if r.BanLeft > 0 {
+		return min(r.BanLeft, r.RetryAfter)
+	}
+	return r.RetryAfter
 }
 
 // Decision is the outcome of a Request.

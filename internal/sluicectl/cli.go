@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ const (
 const Usage = `kubectl sluice: day-two operations on Sluice rate limits.
 
 Usage:
-  kubectl sluice explain NAMESPACE --url URL [--method M] [--client-ip IP] [--header K=V]...
+  kubectl sluice explain NAMESPACE --url URL [--method M] [--client-ip IP] [--header K=V]... [--transport T]
   kubectl sluice inspect NAMESPACE/POLICY KEY
   kubectl sluice reset NAMESPACE/POLICY KEY [--limit NAME]
   kubectl sluice top NAMESPACE/POLICY [--window DURATION]
@@ -60,6 +61,10 @@ Flags:
       --method M              explain: the request's method (default GET)
       --client-ip IP          explain: the request's client address
       --header K=V            explain: a request header (repeat for more)
+      --transport T           explain: what the request comes through, which decides what a
+                              concurrency limit gets: http (default: the auth hooks of nginx,
+                              ForwardAuth, Envoy ext_authz over HTTP), ext-authz-grpc, v1-check
+                              or middleware
       --limit NAME            reset: only this limit (default: every limit; a ban stays)
       --window DURATION       top: the last minutes counted, 1m to 15m (default 5m)
       --expires DURATION|TIME override set: expire after a duration (48h) or at an
@@ -83,6 +88,7 @@ type options struct {
 
 	url, method, clientIP string
 	headers               []string
+	transport             string
 	limit                 string
 	window                string
 	expires               string
@@ -90,7 +96,7 @@ type options struct {
 
 // commandFlags names the flags only some commands take.
 var commandFlags = map[string][]string{
-	"url": {"explain"}, "method": {"explain"}, "client-ip": {"explain"}, "header": {"explain"},
+	"url": {"explain"}, "method": {"explain"}, "client-ip": {"explain"}, "header": {"explain"}, "transport": {"explain"},
 	"limit": {"reset"}, "window": {"top"}, "expires": {"override set"},
 }
 
@@ -120,6 +126,7 @@ func parse(args []string) (*call, *options, error) {
 	fs.StringVar(&o.method, "method", "", "")
 	fs.StringVar(&o.clientIP, "client-ip", "", "")
 	fs.StringArrayVar(&o.headers, "header", nil, "")
+	fs.StringVar(&o.transport, "transport", "", "")
 	fs.StringVar(&o.limit, "limit", "", "")
 	fs.StringVar(&o.window, "window", "", "")
 	fs.StringVar(&o.expires, "expires", "", "")
@@ -362,7 +369,10 @@ func explainBody(o *options) (adminapi.ExplainRequest, error) {
 	if o.clientIP != "" && net.ParseIP(o.clientIP) == nil {
 		return adminapi.ExplainRequest{}, usagef("--client-ip %q: want an IP address such as 203.0.113.7", o.clientIP)
 	}
-	body := adminapi.ExplainRequest{URL: o.url, Method: o.method, ClientIP: o.clientIP}
+	if o.transport != "" && !slices.Contains(adminapi.Transports, o.transport) {
+		return adminapi.ExplainRequest{}, usagef("--transport %q: want one of %s", o.transport, strings.Join(adminapi.Transports, ", "))
+	}
+	body := adminapi.ExplainRequest{URL: o.url, Method: o.method, ClientIP: o.clientIP, Transport: o.transport}
 	for _, h := range o.headers {
 		k, v, ok := strings.Cut(h, "=")
 		if !ok || k == "" {

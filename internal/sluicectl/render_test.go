@@ -42,6 +42,19 @@ ban: none
 
 decision: denied (Denied) by per-tenant/per-minute, retry after 41s
 `},
+	{[]string{"explain", "shop", "--url", "https://shop.example.com/api/cart"}, `{"namespace":"shop","policies":[
+ {"name":"in-flight","matched":true,"key":"acme","missingKey":false,"limits":[
+  {"name":"in-flight","algorithm":"Concurrency","limit":10,"remaining":9,"reset":"1m","allowed":true,"retryAfter":"0s","override":null}],"ban":null}],
+ "decision":{"allowed":false,"reason":"NoRelease","retryAfter":"0s","detail":"a concurrency limit needs a release this transport cannot send: policy shop/in-flight, limit in-flight"}}`, `POLICY     MATCHED  KEY   REASON
+in-flight  yes      acme  -
+
+shop/in-flight key acme
+LIMIT      ALGORITHM    QUOTA  REMAINING  RESET  ALLOWED  RETRY-AFTER  OVERRIDE
+in-flight  Concurrency  10     9          1m     yes      0s           -
+ban: none
+
+decision: refused (NoRelease): a concurrency limit needs a release this transport cannot send: policy shop/in-flight, limit in-flight
+`},
 	{[]string{"reset", "shop/per-tenant", "acme"}, `{"namespace":"shop","policy":"per-tenant","key":"acme","limits":["per-minute","per-day"]}`,
 		"reset key acme of shop/per-tenant: per-minute, per-day\n"},
 	{[]string{"top", "shop/per-tenant"}, `{"namespace":"shop","policy":"per-tenant","window":"5m",

@@ -102,6 +102,7 @@ func (b *bucket) recallDenial(now time.Time, results []ratelimit.Result) {
 	for i := range results {
 		results[i] = b.denied[i]
 		results[i].Reset = left(b.denied[i].Reset, b.deniedAt, now)
+		results[i].BanLeft = left(b.denied[i].BanLeft, b.deniedAt, now)
 		if !results[i].Allowed && results[i].RetryAfter != ratelimit.Never {
 			results[i].RetryAfter = max(left(b.denied[i].RetryAfter, b.deniedAt, now), time.Microsecond)
 		}

@@ -378,3 +378,27 @@ func TestNodesOfTheWrappedStore(t *testing.T) {
 		t.Fatalf("a store of one node named %v", got)
 	}
 }
+
+// TestRememberedBanEndsWithTheBan: a denial the store answered with a ban
+// is remembered until the ban's end, not until the retry of the limit
+// whose denial issued it: after the ban the store decides (the full
+// window denies again, which counts towards a new ban, twice as long).
+func TestRememberedBanEndsWithTheBan(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(2, time.Minute), 2)
+	e.Penalty = ratelimit.Penalty{Denials: 1, Within: time.Minute, Ban: 5 * time.Second, MaxBan: time.Minute}
+	f.check(t, e)
+	f.check(t, e)
+	if dec := f.check(t, e); dec.Allowed || dec.Results[0].BanLeft != 5*time.Second {
+		t.Fatalf("the third request: %+v; want denied, the bucket banned for 5s", dec.Results[0])
+	}
+	f.clock.Advance(time.Second)
+	if dec := f.check(t, e); dec.Allowed || !dec.Results[0].Banned {
+		t.Fatalf("during the ban: %+v; want banned", dec.Results[0])
+	}
+	f.clock.Advance(4 * time.Second)
+	calls := f.inner.calls.Load()
+	if dec := f.check(t, e); dec.Allowed || f.inner.calls.Load() == calls || dec.Results[0].BanLeft != 10*time.Second {
+		t.Fatalf("at the ban's end: %+v after %d store calls; want the store's denial and a new ban of 10s", dec.Results[0], f.inner.calls.Load()-calls)
+	}
+}

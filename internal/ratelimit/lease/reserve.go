@@ -94,7 +94,7 @@ func (s *Store) renew(ctx context.Context, timeout time.Duration, b *bucket, ent
 		return true, nil
 	}
 	copy(results, dec.Results)
-	if d := retryAfter(dec.Results); d > 0 && sent.After(b.forgotAt) && sent.UnixNano() > s.forgotAll.Load() {
+	if d := deniedFor(dec.Results); d > 0 && sent.After(b.forgotAt) && sent.UnixNano() > s.forgotAll.Load() {
 		// Kept for the checks that wait or arrive meanwhile, so a
 		// denied bucket costs one store call per retry time, not one
 		// per check. Until counts from before the call: it can end
@@ -154,16 +154,18 @@ func (s *Store) take(ctx context.Context, timeout time.Duration, entries []ratel
 	}
 }
 
-// retryAfter is the longest wait among the denying results (the moment all
-// of them admit); 0 when one never will, so such a denial is not kept.
-func retryAfter(results []ratelimit.Result) time.Duration {
+// deniedFor is how long the denial of results stands: the longest of its
+// denying results' (ratelimit.Result.DeniedFor: a ban until its end, a
+// limit until its retry); 0 when one never admits, so such a denial is
+// not kept.
+func deniedFor(results []ratelimit.Result) time.Duration {
 	var d time.Duration
 	for _, r := range results {
 		if !r.Allowed {
 			if r.RetryAfter == ratelimit.Never {
 				return 0
 			}
-			d = max(d, r.RetryAfter)
+			d = max(d, r.DeniedFor())
 		}
 	}
 	return d

@@ -47,7 +47,7 @@ func Writes(allowed bool, e *ratelimit.Entry, v *Verdict, next *State) bool {
 // Result converts v to the caller's Result. consumed (see Consumed) selects
 // the numbers after consumption.
 func (v *Verdict) Result(consumed bool) ratelimit.Result {
-	r := ratelimit.Result{Allowed: v.Allowed, Banned: v.Banned, Ban: ratelimit.MicrosToDuration(v.Ban)}
+	r := ratelimit.Result{Allowed: v.Allowed, Banned: v.Banned, Ban: ratelimit.MicrosToDuration(v.Ban), BanLeft: ratelimit.MicrosToDuration(v.BanLeft)}
 	if consumed {
 		r.Remaining, r.Reset = v.RemainingAfter, ratelimit.MicrosToDuration(v.ResetAfter)
 	} else {

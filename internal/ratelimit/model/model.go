@@ -54,6 +54,10 @@ type Verdict struct {
 	// Ban is the length of the ban the call issued to the entry's bucket
 	// (µs; 0: none); stores set it after the decision.
 	Ban int64
+	// BanLeft is how long the bucket stays banned from the call on (µs):
+	// the ban in force (Banned) or the one issued (Ban); 0 when none and
+	// for a shadow bucket.
+	BanLeft int64
 }
 
 // Check evaluates cost units against state s at time now (µs, >= 0);

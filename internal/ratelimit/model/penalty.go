@@ -78,7 +78,7 @@ func Banned(v *Verdict, left int64) {
 		retry = left
 	}
 	reset := max(v.Reset, left)
-	*v = Verdict{Banned: true, RetryAfter: retry, Reset: reset, ResetAfter: reset}
+	*v = Verdict{Banned: true, RetryAfter: retry, Reset: reset, ResetAfter: reset, BanLeft: left}
 }
 
 // Box is one bucket's penalty box during one call of a store.
@@ -142,6 +142,9 @@ func CountDenials(bucketOf []int, boxes []Box, verdicts []Verdict, now int64) {
 	for i, g := range bucketOf {
 		b, v := &boxes[g], &verdicts[i]
 		v.Ban = b.Ban
+		if b.Ban > 0 && !b.Shadow {
+			v.BanLeft = b.Ban
+		}
 		if b.Ban > 0 && !b.Shadow && !v.Allowed && v.RetryAfter != Never {
 			v.RetryAfter = max(v.RetryAfter, b.Ban)
 			v.Reset, v.ResetAfter = max(v.Reset, b.Ban), max(v.ResetAfter, b.Ban)

@@ -273,7 +273,7 @@ func fmtDecision(d *ratelimit.Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "allowed=%v", d.Allowed)
 	for _, r := range d.Results {
-		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s banned=%v ban=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter, r.Banned, r.Ban)
+		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s banned=%v ban=%s left=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter, r.Banned, r.Ban, r.BanLeft)
 	}
 	return b.String()
 }

@@ -15,8 +15,9 @@ import (
 // the same (its cost did not fit), else remaining; a refund reports the
 // figures after it in all four.
 // A bucket's penalty box has four values of its own before its entries'
-// (see penaltyReply): its ban marks the entries it denied Banned, and the
-// ban the call issued goes to each entry's Ban.
+// (see penaltyReply): its ban marks the entries it denied Banned, the
+// ban the call issued goes to each entry's Ban, and either one's length
+// from the call on to each entry's BanLeft.
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
 func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []int, verdicts []model.Verdict) (bool, error) {
@@ -30,7 +31,7 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 	want, release := true, req.Action == ratelimit.Release
 	freed := false
 	var banned bool
-	var issued int64
+	var issued, banLeft int64
 	k, bucket := 0, ""
 	for q, i := range idx {
 		e := &req.Entries[i]
@@ -40,13 +41,17 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 				return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
 			}
 			banned, issued, k = left > 0 && !box.Shadow, ban, k+1
+			banLeft = 0
+			if !box.Shadow {
+				banLeft = left + ban // one of them is 0 (penaltyReply)
+			}
 		} else if q == 0 || buckets[i] != bucket {
-			banned, issued = false, 0
+			banned, issued, banLeft = false, 0, 0
 		}
 		bucket = buckets[i]
 		f := vals[1+replyValues*k : 1+replyValues*(k+1)]
 		k++
-		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3], Banned: banned, Ban: issued}
+		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3], Banned: banned, Ban: issued, BanLeft: banLeft}
 		switch {
 		case req.Action == ratelimit.Refund:
 			if !v.Allowed {

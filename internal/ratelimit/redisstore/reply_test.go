@@ -76,14 +76,16 @@ func TestParseReplyPenalty(t *testing.T) {
 	if allowed, err := parseReply(banned, req, buckets, idx, verdicts); err != nil || allowed {
 		t.Fatalf("banned reply: %v %v", allowed, err)
 	}
-	if !verdicts[0].Banned || !verdicts[1].Banned || verdicts[2].Banned || verdicts[0].RetryAfter != 700 {
+	if !verdicts[0].Banned || !verdicts[1].Banned || verdicts[2].Banned || verdicts[0].RetryAfter != 700 ||
+		verdicts[0].BanLeft != 700 || verdicts[1].BanLeft != 700 || verdicts[2].BanLeft != 0 {
 		t.Fatalf("verdicts %+v: want the bucket's two entries banned for 700µs", verdicts)
 	}
 	issued := []int64{0, 0, 2_000_000, 0, 60_000_000, 5, 0, 5, 5, 5, 0, 5, 5, 0, 4, 100, 200}
 	if _, err := parseReply(issued, req, buckets, idx, verdicts); err != nil {
 		t.Fatal(err)
 	}
-	if verdicts[0].Banned || verdicts[0].Ban != 2_000_000 || verdicts[1].Ban != 2_000_000 || verdicts[2].Ban != 0 {
+	if verdicts[0].Banned || verdicts[0].Ban != 2_000_000 || verdicts[1].Ban != 2_000_000 || verdicts[2].Ban != 0 ||
+		verdicts[0].BanLeft != 2_000_000 || verdicts[1].BanLeft != 2_000_000 || verdicts[2].BanLeft != 0 {
 		t.Fatalf("verdicts %+v: want the ban issued on the bucket's entries", verdicts)
 	}
 	for name, f := range map[string][]int64{"count at the ban": {0, 0, 0, 3, 0}, "ban beyond maxBan": {0, 0, 60_000_001, 0, 0}, "left and issued": {0, 5, 5, 0, 0}} {
