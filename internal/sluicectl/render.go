@@ -159,8 +159,7 @@ func renderExplain(w io.Writer, _ *call, body []byte) error {
 	}
 	d := a.Decision
 	if d.Detail != "" { // the transport refuses the request
-		_, err := fmt.Fprintf(w, "\ndecision: refused (%s): %s\n", d.Reason, d.Detail)
-		return err
+		return writef(w, "\ndecision: refused (%s): %s\n", d.Reason, visibleText(d.Detail))
 	}
 	verdict := "allowed"
 	if !d.Allowed {
