@@ -708,8 +708,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		return false
 	}
 	for i := range sc.req.Entries {
-		if e := &sc.req.Entries[i]; e.ChargeAlways && e.Cost > 0 {
-			return false // a cost charged whatever the decision must reach the store
+		if e := &sc.req.Entries[i]; e.Cost > 0 && (e.ChargeAlways || e.Limit.Algorithm == ratelimit.Concurrency) {
+			// A cost charged whatever the decision must reach the store;
+			// so must a holder's duplicate, which its hold remembers
+			// whatever the decision (so that its release frees nothing).
+			return false
 		}
 	}
 	for _, u := range sc.uses {
