@@ -224,6 +224,11 @@ const (
 	ReasonBanned           Reason = "Banned"
 	ReasonMissingKey       Reason = "MissingKey"
 	ReasonStoreUnavailable Reason = "StoreUnavailable"
+	// ReasonInvalidHolder: denied by a concurrency limit whose holder, the
+	// descriptor entry it names (Envoy's x-request-id), is empty or longer
+	// than ratelimit.MaxHolderLen: Sluice cannot track what such a request
+	// holds, nor release it.
+	ReasonInvalidHolder Reason = "InvalidHolder"
 )
 
 // ErrUnknownPolicy is returned when Input.Policy names no policy in force.
@@ -330,7 +335,8 @@ type scratch struct {
 	// uses are the limits checked, in order: one per entry, except that
 	// parts whose keys coincide share one entry (with their costs added).
 	uses []use
-	// zeros are the limits of 0 met, which have no entry (decideZeros).
+	// zeros are the limits of 0 met, and the concurrency limits whose
+	// holder cannot be tracked, which have no entry (decideZeros).
 	zeros []zeroUse
 	one   [1]*policy.Policy
 	// candidates are the policies of the namespace that one part can
@@ -444,7 +450,11 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
 	}
-	if len(sc.zeros) > 0 && !givesBack(in.Action) { // a limit of 0 has nothing to give back
+	switch {
+	case len(sc.zeros) == 0:
+	case givesBack(in.Action): // a limit of 0 has nothing to give back, an untracked holder nothing to free
+		c.countUntrackedReleases(sc, out)
+	default:
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
 			return nil
@@ -568,11 +578,12 @@ func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Par
 	kept := before
 	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {
-		if !sc.holds(p, l, &e, part, inFlight) {
+		route := sc.holds(p, l, &e, part, inFlight)
+		if route == notSent {
 			continue
 		}
-		if limits[l].AdmitsNothing() { // no bucket: not for the store
-			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost})
+		if route == untracked || limits[l].AdmitsNothing() { // no bucket: not for the store
+			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost, untracked: route == untracked})
 			continue
 		}
 		sc.req.Entries[kept] = e

@@ -167,3 +167,52 @@ func TestRLSDeniedDuplicateReleaseFreesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A holder Sluice cannot track (an empty request id, or one over 256
+// bytes) fails no call: an error answer would let the request through
+// every limit of the call by Envoy's default failure_mode_deny: false. The
+// request is denied instead, by the concurrency limit (counted so, with
+// the reason InvalidHolder in the answer's metadata), and nothing of the
+// call is charged; its stream-done release frees nothing and is no error.
+func TestRLSUntrackableHolderIsDenied(t *testing.T) {
+	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}, ReportPolicy: true}, nil,
+		compile(t, "ns", "api", inFlightPolicy),
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nkey: '{descriptor:route}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"))
+	for _, id := range []string{"", strings.Repeat("r", ratelimit.MaxHolderLen+1)} {
+		for range 3 {
+			resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+				rlsDescriptor("route", "r"), rlsDescriptor("tenant", "t", "x-request-id", id)}})
+			if got := codesOf(resp); got[0] != rlsOver || got[1] != rlsOK || got[2] != rlsOver {
+				t.Fatalf("holder of %d bytes: %v, want OVER_LIMIT [OK OVER_LIMIT]", len(id), got)
+			}
+			if md := resp.GetDynamicMetadata().GetFields(); md["reason"].GetStringValue() != "InvalidHolder" || md["policy"].GetStringValue() != "ns/api" {
+				t.Fatalf("metadata %v, want reason InvalidHolder of ns/api", md)
+			}
+			release := rlsDescriptor("tenant", "t", "x-request-id", id)
+			release.HitsAddend, release.IsNegativeHits = wrapperspb.UInt64(1), true
+			if got := codesOf(e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{release}})); got[0] != rlsOK {
+				t.Fatalf("its release: %v, want OK", got)
+			}
+		}
+	}
+	// Nothing of the denied calls was charged: the route's hour and the
+	// tenant's limits are whole.
+	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		rlsDescriptor("route", "r"), rlsDescriptor("tenant", "t", "x-request-id", "r1")}})
+	if got := codesOf(resp); got[0] != rlsOK || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Fatalf("a trackable request: %v, route remaining %d; want OK, 4", got, resp.GetStatuses()[0].GetLimitRemaining())
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", map[string]string{"namespace": "ns", "policy": "api", "limit": "inflight", "result": "denied"}, 6},
+		{"sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": "nothing_held"}, 6},
+		{"sluice_grpc_requests_total", map[string]string{"service": "envoy.service.ratelimit.v3.RateLimitService", "code": "OK"}, 13},
+	} {
+		if got := testutil.ToFloat64(counterOf(t, e.reg, c.name, c.labels)); got != c.want {
+			t.Errorf("%s%v: %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
