@@ -262,11 +262,12 @@ func (st *rlsState) read(own ownLimits) error {
 			part.Cost, part.CostSet = clampCost(uint64(in.hitsAddend)), true
 		}
 		if d.negativeHits {
-			// Given back as much as a check would take; then read only.
+			// Given back as much as a check would take; then read only,
+			// which is no decision.
 			if !part.CostSet || part.Cost > 0 {
 				st.refunds = append(st.refunds, part)
 			}
-			part.Cost, part.CostSet = 0, true
+			part.Cost, part.CostSet, part.Refunded = 0, true, true
 		}
 		st.parts[i] = part
 	}
