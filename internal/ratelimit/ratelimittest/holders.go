@@ -61,6 +61,8 @@ func HolderExamples() []HolderExample {
 				release("x", true),
 				admit("z", true),
 				release("x", false), // x freed already
+				release("y", true),
+				release("y", false),
 			},
 		},
 		{
