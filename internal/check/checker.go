@@ -209,6 +209,12 @@ type Part struct {
 	// policies that match it (the limit an Envoy descriptor carries,
 	// which replaces them as it does in envoyproxy/ratelimit).
 	Policies []*policy.Policy
+	// Refunded says that the part gave its cost back (Envoy's negative
+	// hits: a refund or a release, made by a check of its own just before)
+	// and is checked only to read its limits' figures for the answer: a
+	// give-back, no decision, so its limits count no decision and tell the
+	// decision log and the top keys nothing.
+	Refunded bool
 }
 
 // Reason says why a request was answered the way it was.
@@ -224,6 +230,11 @@ const (
 	ReasonBanned           Reason = "Banned"
 	ReasonMissingKey       Reason = "MissingKey"
 	ReasonStoreUnavailable Reason = "StoreUnavailable"
+	// ReasonInvalidHolder: denied by a concurrency limit whose holder, the
+	// descriptor entry it names (Envoy's x-request-id), is empty or longer
+	// than ratelimit.MaxHolderLen: Sluice cannot track what such a request
+	// holds, nor release it.
+	ReasonInvalidHolder Reason = "InvalidHolder"
 )
 
 // ErrUnknownPolicy is returned when Input.Policy names no policy in force.
@@ -257,6 +268,9 @@ type PolicyResult struct {
 	// decided: a limit of the policy was decided (by the store, the cache
 	// of denials or as a limit of 0); denied: one denied.
 	decided, denied bool
+	// givesBack: the policy matched a part that gave its cost back
+	// (Part.Refunded), whose limits count no decision.
+	givesBack bool
 }
 
 // Limits are the limits checked for the policy's key value: its
@@ -321,6 +335,9 @@ type Outcome struct {
 	moreParts []partFacts
 
 	dryRun bool
+	// decides: the check is a decision, which the observers count (see
+	// Input.decides).
+	decides bool
 }
 
 type scratch struct {
@@ -330,7 +347,8 @@ type scratch struct {
 	// uses are the limits checked, in order: one per entry, except that
 	// parts whose keys coincide share one entry (with their costs added).
 	uses []use
-	// zeros are the limits of 0 met, which have no entry (decideZeros).
+	// zeros are the limits of 0 met, and the concurrency limits whose
+	// holder cannot be tracked, which have no entry (decideZeros).
 	zeros []zeroUse
 	one   [1]*policy.Policy
 	// candidates are the policies of the namespace that one part can
@@ -399,13 +417,30 @@ func (c *Checker) CheckInto(ctx context.Context, in Input, out *Outcome) error {
 		return err
 	}
 	out.judgeParts(max(len(in.Parts), 1))
-	if !out.Allowed && c.denialLog != nil && in.Action == ratelimit.Consume {
+	if !out.Allowed && c.denialLog != nil && out.decides {
 		c.logDenial(ctx, in, out)
 	}
-	if c.keys != nil && in.Action == ratelimit.Consume {
+	if c.keys != nil && out.decides {
 		c.recordKeys(out)
 	}
 	return nil
+}
+
+// decides reports whether checking in is a decision, which the observers
+// (metrics, the dashboard's counts, the decision log, the top keys) are
+// told of: it consumes, and not only to read the figures of parts that
+// gave their cost back (Part.Refunded). Dry runs, refunds and releases
+// are no decisions.
+func (in *Input) decides() bool {
+	if in.Action != ratelimit.Consume {
+		return false
+	}
+	for i := range in.Parts {
+		if !in.Parts[i].Refunded {
+			return true
+		}
+	}
+	return len(in.Parts) == 0
 }
 
 // logDenial tells the decision log of a denial. The copy of in it takes
@@ -431,6 +466,7 @@ func (c *Checker) checkInto(ctx context.Context, in Input, out *Outcome) error {
 	sc.reset(in)
 	sc.overrides, sc.now = c.overrides, start
 	out.reset()
+	out.decides = in.decides()
 	sc.gather(out, set, named, in)
 	return c.evaluate(ctx, sc, out, in, start)
 }
@@ -444,7 +480,11 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		return nil
 	}
-	if len(sc.zeros) > 0 && !givesBack(in.Action) { // a limit of 0 has nothing to give back
+	switch {
+	case len(sc.zeros) == 0:
+	case givesBack(in.Action): // a limit of 0 has nothing to give back, an untracked holder nothing to free
+		c.countUntrackedReleases(sc, out)
+	default:
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
 			return nil
@@ -532,7 +572,7 @@ func (sc *scratch) gather(out *Outcome, set *policy.Set, named []*policy.Policy,
 // shared says that another part may have rendered the same key already,
 // whose entry is then charged this part's cost too.
 func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *Part, shared bool) {
-	pr := PolicyResult{Policy: p, Part: i, WhenError: werr}
+	pr := PolicyResult{Policy: p, Part: i, WhenError: werr, givesBack: part.Refunded}
 	value, ok := sc.eval.KeyValue(p)
 	if !ok {
 		pr.MissingKey = true
@@ -568,11 +608,12 @@ func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Par
 	kept := before
 	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {
-		if !sc.holds(p, l, &e, part, inFlight) {
+		route := sc.holds(p, l, &e, part, inFlight)
+		if route == notSent {
 			continue
 		}
-		if limits[l].AdmitsNothing() { // no bucket: not for the store
-			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost})
+		if route == untracked || limits[l].AdmitsNothing() { // no bucket: not for the store
+			sc.zeros = append(sc.zeros, zeroUse{owner: owner, limit: l, key: e.Key, cost: e.Cost, untracked: route == untracked})
 			continue
 		}
 		sc.req.Entries[kept] = e
@@ -708,8 +749,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		return false
 	}
 	for i := range sc.req.Entries {
-		if e := &sc.req.Entries[i]; e.ChargeAlways && e.Cost > 0 {
-			return false // a cost charged whatever the decision must reach the store
+		if e := &sc.req.Entries[i]; e.Cost > 0 && (e.ChargeAlways || e.Limit.Algorithm == ratelimit.Concurrency) {
+			// A cost charged whatever the decision must reach the store;
+			// so must a holder's duplicate, which its hold remembers
+			// whatever the decision (so that its release frees nothing).
+			return false
 		}
 	}
 	for _, u := range sc.uses {
@@ -733,7 +777,9 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = r.RetryAfter
 		pr.decided, pr.denied = true, true
-		c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
+		if !pr.givesBack {
+			c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
+		}
 		if c.metrics != nil {
 			c.metrics.cacheHits.Inc()
 		}
@@ -745,26 +791,31 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 // failureAnswer applies the failure modes: any enforced matching policy
 // with failureMode Closed denies; otherwise the request is allowed. A
 // full store (ratelimit.ErrCapacity) is answered the same way, and
-// counted apart.
+// counted apart. Only a decision is counted (a give-back or a dry run
+// answered so is none).
 func (c *Checker) failureAnswer(out *Outcome, err error) {
 	out.Degraded, out.StoreErr = true, err
 	out.Reason = ReasonStoreUnavailable
-	if c.metrics != nil && errors.Is(err, ratelimit.ErrCapacity) {
-		c.metrics.storeFull.Inc()
+	m := c.metrics
+	if !out.decides {
+		m = nil
+	}
+	if m != nil && errors.Is(err, ratelimit.ErrCapacity) {
+		m.storeFull.Inc()
 	}
 	for _, pr := range out.Policies {
 		if pr.Policy.FailClosed && !pr.Policy.Shadow && !pr.MissingKey {
 			out.Allowed, out.Decider = false, pr.Policy
 			out.RetryAfter = time.Second
-			if c.metrics != nil {
-				c.metrics.failureMode.WithLabelValues("closed").Inc()
+			if m != nil {
+				m.failureMode.WithLabelValues("closed").Inc()
 			}
 			return
 		}
 	}
 	out.Allowed = true
-	if c.metrics != nil {
-		c.metrics.failureMode.WithLabelValues("open").Inc()
+	if m != nil {
+		m.failureMode.WithLabelValues("open").Inc()
 	}
 }
 
@@ -834,10 +885,10 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	case !r.Allowed:
 		result = ResultDenied
 	}
-	switch action {
-	case ratelimit.Consume:
+	switch {
+	case action == ratelimit.Consume && !pr.givesBack:
 		c.countDecision(p, pr.countedLimit(limit), result)
-	case ratelimit.Refund:
+	case action == ratelimit.Refund:
 		if c.metrics != nil {
 			c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
 		}

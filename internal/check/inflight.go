@@ -3,6 +3,7 @@ package check
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -29,7 +30,9 @@ const (
 	// ReleaseFreed: the holder held units, now freed.
 	ReleaseFreed ReleaseOutcome = "freed"
 	// ReleaseNothingHeld: the holder held nothing (its request was denied,
-	// released already, its lease timed out, or it never was admitted).
+	// released already, its lease timed out, or it never was admitted; a
+	// holder Sluice cannot track holds nothing), or the release is a denied
+	// duplicate's.
 	ReleaseNothingHeld ReleaseOutcome = "nothing_held"
 	// ReleaseRefused: a check met the policy's concurrency limit where no
 	// release can follow (ErrNoRelease).
@@ -39,38 +42,79 @@ const (
 // givesBack reports whether action returns units instead of taking them.
 func givesBack(a ratelimit.Action) bool { return a == ratelimit.Refund || a == ratelimit.Release }
 
-// holds says whether entry e, of limit l of the matching policy p
-// (inFlight: p has a concurrency limit), goes to the store, and gives a
-// concurrency entry its holder. A release names only concurrency limits;
-// a refund (Envoy's negative hits) of a policy with one releases it, its
-// other limits keeping what the request was charged. A concurrency limit
-// without a holder is recorded in sc.noHolder.
-func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part, inFlight bool) bool {
+// entryRoute is where holds sends an entry.
+type entryRoute int8
+
+const (
+	// toStore: the entry goes to the store.
+	toStore entryRoute = iota
+	// notSent: the entry is not the action's (a release names only
+	// concurrency limits), or it is refused (sc.noHolder).
+	notSent
+	// untracked: a concurrency limit whose holder, named by the
+	// descriptor, Sluice cannot track (empty, or over
+	// ratelimit.MaxHolderLen): it admits no cost but 0 and frees nothing,
+	// decided without the store as a limit of 0 (decideZeros).
+	untracked
+)
+
+// holds says where entry e, of limit l of the matching policy p
+// (inFlight: p has a concurrency limit), goes, and gives a concurrency
+// entry its holder. A release names only concurrency limits; a refund
+// (Envoy's negative hits) of a policy with one releases it, its other
+// limits keeping what the request was charged. A concurrency limit
+// without a holder is recorded in sc.noHolder when the transport names
+// none (it cannot release), and is untracked when the descriptor's
+// holder is one Sluice cannot track: that request is decided, never an
+// error (an error answer lets it through by the proxy's default).
+func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part, inFlight bool) entryRoute {
 	lim := &p.Limits[l]
 	conc := lim.Limit.Algorithm == ratelimit.Concurrency
 	switch {
 	case sc.action == ratelimit.Release && !conc:
-		return false
+		return notSent
 	case sc.action == ratelimit.Refund && inFlight && !conc:
-		return false
+		return notSent
 	case !conc:
-		return true
+		return toStore
 	}
 	e.Holder = sc.holder
-	if lim.Holder != "" && part.Request != nil { // none: the bucket is named (Inspect)
+	named := lim.Holder != "" && part.Request != nil // none: the bucket is named (Inspect)
+	if named {
 		e.Holder, _ = part.Request.Lookup(lim.Holder)
 	}
 	if e.Holder == "" || len(e.Holder) > ratelimit.MaxHolderLen {
+		if named {
+			return untracked
+		}
 		if sc.noHolder == nil {
 			sc.noHolder = &LimitResult{Policy: p, Limit: lim}
 		}
-		return false
+		return notSent
 	}
 	if sc.action == ratelimit.Refund {
 		sc.req.Action = ratelimit.Release // a refund that releases: see Input.Action
 		sc.refund = true
 	}
-	return true
+	return toStore
+}
+
+// countUntrackedReleases counts the release of each policy whose
+// holder could not be tracked (untracked): nothing held, nothing freed,
+// unless a limit of the policy went to the store (applyRelease counts it).
+func (c *Checker) countUntrackedReleases(sc *scratch, out *Outcome) {
+	if c.metrics == nil {
+		return
+	}
+	counted := -1
+	for _, z := range sc.zeros {
+		if !z.untracked || z.owner == counted || slices.ContainsFunc(sc.uses, func(u use) bool { return u.owner == z.owner }) {
+			continue
+		}
+		p := out.Policies[z.owner].Policy
+		c.metrics.releases.WithLabelValues(p.Namespace, p.Name, string(ReleaseNothingHeld)).Inc()
+		counted = z.owner
+	}
 }
 
 // refuseNoRelease counts (unless it is a dry run's: explain counts

@@ -54,11 +54,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		failureMode: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_failure_mode_decisions_total",
-			Help: "Checks answered by a failure mode because the store could not answer: Redis unavailable, or the store full (mode: open allowed, closed denied).",
+			Help: "Consuming checks (decisions: not refunds, releases or dry runs) answered by a failure mode because the store could not answer: Redis unavailable, or the store full (mode: open allowed, closed denied).",
 		}, []string{"mode"}),
 		storeFull: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_full_total",
-			Help: "Checks answered by a failure mode because the store is full: Redis refused the call for memory (OOM: maxmemory reached with nothing to evict), or a check needs more buckets than the in-memory store holds in all; also counted in sluice_failure_mode_decisions_total, not in sluice_redis_errors_total.",
+			Help: "Consuming checks answered by a failure mode because the store is full: Redis refused the call for memory (OOM: maxmemory reached with nothing to evict), or a check needs more buckets than the in-memory store holds in all; also counted in sluice_failure_mode_decisions_total, not in sluice_redis_errors_total.",
 		}),
 		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_breaker_state",

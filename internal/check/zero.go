@@ -7,11 +7,13 @@ import (
 )
 
 // zeroUse is a limit of 0 (policy.Limit.AdmitsNothing) of the matching
-// policy owner, met with cost.
+// policy owner, met with cost; or (untracked) a concurrency limit whose
+// holder Sluice cannot track, which likewise admits nothing that costs.
 type zeroUse struct {
 	owner, limit int
 	key          string
 	cost         int64
+	untracked    bool
 }
 
 // decideZeros decides the limits of 0 the request met, before the cache
@@ -22,15 +24,21 @@ type zeroUse struct {
 // ever, and as its reset the end of its window on the clock, as
 // envoyproxy/ratelimit reports a limit of 0 (a limit of 0 is always a
 // descriptor's own limit: policy.DescriptorLimit's clock-aligned window).
+// An untracked holder's limit reports no reset, and its denial's reason
+// (InvalidHolder) is the request's.
 func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 	for _, z := range sc.zeros {
 		pr := &out.Policies[z.owner]
 		p := pr.Policy
-		r := ratelimit.Result{Allowed: z.cost == 0, Reset: untilWindowEnds(pr.Limits()[z.limit].Limit.Interval, now)}
+		r := ratelimit.Result{Allowed: z.cost == 0}
+		reason := ReasonInvalidHolder
+		if !z.untracked {
+			r.Reset, reason = untilWindowEnds(pr.Limits()[z.limit].Limit.Interval, now), ReasonLimited
+		}
 		if !r.Allowed {
 			r.RetryAfter = ratelimit.Never
-			if !p.Shadow {
-				out.Allowed, out.Reason = false, ReasonLimited
+			if !p.Shadow && (out.Allowed || z.untracked) {
+				out.Allowed, out.Reason = false, reason
 			}
 		}
 		c.addLimit(out, z.owner, z.limit, z.key, r, sc.req.Action)

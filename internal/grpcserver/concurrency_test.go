@@ -73,6 +73,8 @@ func TestRLSReleaseByHolder(t *testing.T) {
 			step("after r1's release", "r4", rlsOK)
 			step("after the duplicate release freed nothing", "r5", rlsOver)
 			step("a holder in flight admitted again", "r2", rlsOver)
+			release("r2") // the duplicate's: r2 still runs
+			step("after the duplicate's release", "r5", rlsOver)
 			release("r2")
 			release("r4")
 			// Nothing in flight; three admitted of five an hour: the
@@ -83,7 +85,7 @@ func TestRLSReleaseByHolder(t *testing.T) {
 			release("r7")
 			step("sixth this hour", "r8", rlsOver)
 
-			for outcome, want := range map[string]float64{"freed": 5, "nothing_held": 3} {
+			for outcome, want := range map[string]float64{"freed": 5, "nothing_held": 4} {
 				if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": outcome})); got != want {
 					t.Errorf("releases %s: %v, want %v", outcome, got, want)
 				}
@@ -112,5 +114,105 @@ func TestExtAuthzRefusesConcurrency(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "shop", "policy": "api", "outcome": "refused_no_release"})); got != 3 {
 		t.Errorf("refusals counted: %v, want 3", got)
+	}
+}
+
+// A request whose holder already holds is denied, and Envoy then sends
+// that denied request's stream-done release, naming the same holder: it
+// frees nothing (the first request still runs). Only the release that
+// comes last frees the unit, so a client that chooses its request ids
+// cannot run more than the limit by pairing each request with a duplicate.
+func TestRLSDeniedDuplicateReleaseFreesNothing(t *testing.T) {
+	for _, store := range []struct {
+		name string
+		new  func(t *testing.T) ratelimit.Store
+	}{
+		{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
+		{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", inFlightPolicy))
+			send := func(d *ratelimitcommonv3.RateLimitDescriptor) ratelimitv3.RateLimitResponse_Code {
+				return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}}).GetOverallCode()
+			}
+			step := func(what, id string, want ratelimitv3.RateLimitResponse_Code) {
+				t.Helper()
+				if got := send(rlsDescriptor("tenant", "t", "x-request-id", id)); got != want {
+					t.Fatalf("%s (%s): %v, want %v", what, id, got, want)
+				}
+			}
+			release := func(id string) {
+				t.Helper()
+				d := rlsDescriptor("tenant", "t", "x-request-id", id)
+				d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+				if got := send(d); got != rlsOK {
+					t.Fatalf("release of %s: %v, want OK", id, got)
+				}
+			}
+			step("the first request", "x", rlsOK)
+			step("its duplicate", "x", rlsOver)
+			step("another duplicate", "x", rlsOver)
+			release("x") // the first duplicate's release
+			release("x") // the second's
+			step("one more in flight", "y", rlsOK)
+			step("a third while x and y run", "z", rlsOver)
+			release("x") // x itself ends
+			step("after x ended", "z", rlsOK)
+
+			for outcome, want := range map[string]float64{"freed": 1, "nothing_held": 2} {
+				if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": outcome})); got != want {
+					t.Errorf("releases %s: %v, want %v", outcome, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A holder Sluice cannot track (an empty request id, or one over 256
+// bytes) fails no call: an error answer would let the request through
+// every limit of the call by Envoy's default failure_mode_deny: false. The
+// request is denied instead, by the concurrency limit (counted so, with
+// the reason InvalidHolder in the answer's metadata), and nothing of the
+// call is charged; its stream-done release frees nothing and is no error.
+func TestRLSUntrackableHolderIsDenied(t *testing.T) {
+	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}, ReportPolicy: true}, nil,
+		compile(t, "ns", "api", inFlightPolicy),
+		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nkey: '{descriptor:route}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"))
+	for _, id := range []string{"", strings.Repeat("r", ratelimit.MaxHolderLen+1)} {
+		for range 3 {
+			resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+				rlsDescriptor("route", "r"), rlsDescriptor("tenant", "t", "x-request-id", id)}})
+			if got := codesOf(resp); got[0] != rlsOver || got[1] != rlsOK || got[2] != rlsOver {
+				t.Fatalf("holder of %d bytes: %v, want OVER_LIMIT [OK OVER_LIMIT]", len(id), got)
+			}
+			if md := resp.GetDynamicMetadata().GetFields(); md["reason"].GetStringValue() != "InvalidHolder" || md["policy"].GetStringValue() != "ns/api" {
+				t.Fatalf("metadata %v, want reason InvalidHolder of ns/api", md)
+			}
+			release := rlsDescriptor("tenant", "t", "x-request-id", id)
+			release.HitsAddend, release.IsNegativeHits = wrapperspb.UInt64(1), true
+			if got := codesOf(e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{release}})); got[0] != rlsOK {
+				t.Fatalf("its release: %v, want OK", got)
+			}
+		}
+	}
+	// Nothing of the denied calls was charged: the route's hour and the
+	// tenant's limits are whole.
+	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		rlsDescriptor("route", "r"), rlsDescriptor("tenant", "t", "x-request-id", "r1")}})
+	if got := codesOf(resp); got[0] != rlsOK || resp.GetStatuses()[0].GetLimitRemaining() != 4 {
+		t.Fatalf("a trackable request: %v, route remaining %d; want OK, 4", got, resp.GetStatuses()[0].GetLimitRemaining())
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"sluice_decisions_total", map[string]string{"namespace": "ns", "policy": "api", "limit": "inflight", "result": "denied"}, 6},
+		{"sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": "nothing_held"}, 6},
+		{"sluice_grpc_requests_total", map[string]string{"service": "envoy.service.ratelimit.v3.RateLimitService", "code": "OK"}, 13},
+	} {
+		if got := testutil.ToFloat64(counterOf(t, e.reg, c.name, c.labels)); got != c.want {
+			t.Errorf("%s%v: %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }

@@ -1,11 +1,14 @@
 package grpcserver
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-dev/sluice/internal/check"
@@ -84,5 +87,96 @@ func TestRLSRefundDuringABan(t *testing.T) {
 	clock.Advance(2 * time.Second)
 	if got := charge(); got != rlsOK {
 		t.Fatalf("at the ban's end, the window refunded: %v, want OK", got)
+	}
+}
+
+// denialCount counts what the decision log is told.
+type denialCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (d *denialCount) Denied(context.Context, *check.Input, *check.Outcome) {
+	d.mu.Lock()
+	d.n++
+	d.mu.Unlock()
+}
+
+// keyCount counts what the top keys are told.
+type keyCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (k *keyCount) Record(string, string, string, bool, time.Time) {
+	k.mu.Lock()
+	k.n++
+	k.mu.Unlock()
+}
+
+// Give-backs over the rate limit service (a refund's negative hits, the
+// stream-done release of a request in flight, a refund of a banned
+// bucket) are no decisions: they are counted in their own counters, never
+// in sluice_decisions_total, the dashboard's counts, the decision log or
+// the top keys, though the descriptor is read again for the answer.
+func TestRLSGiveBacksAreNoDecisions(t *testing.T) {
+	denials, keys := &denialCount{}, &keyCount{}
+	e := startWith(t, check.Options{Store: storetest.Memory(t, nil), Denials: denials, Keys: keys}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "api", inFlightPolicy),
+		compile(t, "ns", "boxed", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\npenalty: {denials: 1, within: 1h, ban: 1h, maxBan: 1h}\nlimits: [{name: one, fixedWindow: {limit: 1, window: 1h}}]"))
+	send := func(d *ratelimitcommonv3.RateLimitDescriptor) ratelimitv3.RateLimitResponse_Code {
+		return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}}).GetOverallCode()
+	}
+	giveBack := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+		return d
+	}
+	for _, step := range []struct {
+		d    *ratelimitcommonv3.RateLimitDescriptor
+		want ratelimitv3.RateLimitResponse_Code
+	}{
+		{rlsDescriptor("user", "u"), rlsOK},                                   // a decision
+		{giveBack(rlsDescriptor("user", "u")), rlsOK},                         // a refund
+		{rlsDescriptor("tenant", "t", "x-request-id", "r1"), rlsOK},           // a decision
+		{giveBack(rlsDescriptor("tenant", "t", "x-request-id", "r1")), rlsOK}, // a release
+		{rlsDescriptor("client", "c"), rlsOK},                                 // a decision
+		{rlsDescriptor("client", "c"), rlsOver},                               // a decision: denied, and banned
+		{giveBack(rlsDescriptor("client", "c")), rlsOver},                     // a refund; the ban stays
+	} {
+		if got := send(step.d); got != step.want {
+			t.Fatalf("%v: %v, want %v", step.d, got, step.want)
+		}
+	}
+	decisions := func(policy, limit, result string) float64 {
+		return testutil.ToFloat64(counterOf(t, e.reg, "sluice_decisions_total", map[string]string{"namespace": "ns", "policy": policy, "limit": limit, "result": result}))
+	}
+	for _, c := range []struct {
+		policy, limit, result string
+		want                  float64
+	}{
+		{"quota", "hour", "allowed", 1},
+		{"api", "inflight", "allowed", 1},
+		{"api", "hour", "allowed", 1},
+		{"boxed", "one", "allowed", 1},
+		{"boxed", "one", "denied", 1},
+	} {
+		if got := decisions(c.policy, c.limit, c.result); got != c.want {
+			t.Errorf("decisions of %s/%s %s: %v, want %v", c.policy, c.limit, c.result, got, c.want)
+		}
+	}
+	for _, lc := range e.s.opts.Checker.Counts() {
+		if lc.Allowed+lc.Denied+lc.ShadowDenied > 2 || lc.Policy != "boxed" && lc.Allowed+lc.Denied > 1 {
+			t.Errorf("the dashboard's counts of %s/%s: %+v", lc.Policy, lc.Limit, lc)
+		}
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_refunds_total", map[string]string{"namespace": "ns", "policy": "quota", "limit": "hour"})); got != 1 {
+		t.Errorf("refunds: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": "freed"})); got != 1 {
+		t.Errorf("releases: %v, want 1", got)
+	}
+	if denials.n != 1 || keys.n != 4 {
+		t.Errorf("decision log told %d denials (want 1), top keys %d decisions (want 4)", denials.n, keys.n)
 	}
 }

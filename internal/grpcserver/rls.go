@@ -189,10 +189,10 @@ func (r *rls) check(ctx context.Context, namespace string, st *rlsState) error {
 // INVALID_ARGUMENT for one whose descriptors meet more limits than one
 // check evaluates (Envoy's failure_mode_deny answers it, as any request it
 // cannot have decided), else INTERNAL (a bug: Redis being away is answered
-// by the failure modes).
+// by the failure modes, a holder Sluice cannot track by a denial).
 func (r *rls) checkFailed(domain string, err error) error {
-	if errors.Is(err, check.ErrTooManyLimits) || errors.Is(err, check.ErrNoRelease) {
-		return grpcstatus.Error(codes.InvalidArgument, err.Error()) // ErrNoRelease: a holder entry with an empty value
+	if errors.Is(err, check.ErrTooManyLimits) {
+		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
 	r.s.opts.Logger.Error("rate limit check failed", "domain", domain, "err", err)
 	return grpcstatus.Error(codes.Internal, "check failed: "+err.Error())
@@ -264,11 +264,12 @@ func (st *rlsState) read(own ownLimits) error {
 			part.Cost, part.CostSet = clampCost(uint64(in.hitsAddend)), true
 		}
 		if d.negativeHits {
-			// Given back as much as a check would take; then read only.
+			// Given back as much as a check would take; then read only,
+			// which is no decision.
 			if !part.CostSet || part.Cost > 0 {
 				st.refunds = append(st.refunds, part)
 			}
-			part.Cost, part.CostSet = 0, true
+			part.Cost, part.CostSet, part.Refunded = 0, true, true
 		}
 		st.parts[i] = part
 	}

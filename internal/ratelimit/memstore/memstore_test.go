@@ -22,6 +22,10 @@ func TestDocumentedExamples(t *testing.T) {
 	ratelimittest.RunExamples(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store { return newSim(t, clock) })
 }
 
+func TestHolderExamples(t *testing.T) {
+	ratelimittest.RunHolders(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store { return newSim(t, clock) })
+}
+
 func TestDifferential(t *testing.T) {
 	for _, alg := range ratelimit.Algorithms {
 		t.Run(alg.String(), func(t *testing.T) {

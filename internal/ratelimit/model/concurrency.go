@@ -8,10 +8,14 @@ import (
 
 // Hold is what one holder holds in a Concurrency limit: Cost units since
 // At (µs), until it releases them or At+Interval (the lease timeout).
+// Pending counts the admissions of the same holder denied since (its
+// duplicates), whose releases are still to come: each frees nothing, so
+// only the last release of the holder frees its units.
 type Hold struct {
-	Holder string
-	Cost   int64
-	At     int64
+	Holder  string
+	Cost    int64
+	At      int64
+	Pending int64
 }
 
 // concurrency: a cost fits when the live holds (admitted less than
@@ -22,14 +26,22 @@ type Hold struct {
 // of their ends). Remaining is Capacity minus what is held; Reset runs to
 // the end of the latest admission's lease while anything is held (a
 // release does not shorten it: it is the bucket's expiry, which never
-// moves earlier). A cost of 0 holds nothing.
+// moves earlier). A cost of 0 holds nothing. An admission of a holder that
+// holds (a duplicate) is denied, and remembered in its hold whatever the
+// request's decision (next then holds it, while v denies): Envoy sends the
+// duplicate's release too, naming the same holder, and that release must
+// free nothing (see Release).
 func concurrency(p Params, s *State, now, cost int64, holder string) (v Verdict, next State) {
 	live, held, last := liveHolds(p, s, now)
 	v.Remaining = max(p.Capacity-held, 0)
 	if held > 0 {
 		v.Reset = last + p.Interval - now
 	}
-	dup := cost > 0 && holder != "" && holdIndex(live, holder) >= 0
+	mine := -1
+	if cost > 0 && holder != "" {
+		mine = holdIndex(live, holder)
+	}
+	dup := mine >= 0
 	switch {
 	case cost > p.Capacity:
 		deny(&v, Never)
@@ -44,7 +56,19 @@ func concurrency(p Params, s *State, now, cost int64, holder string) (v Verdict,
 	default:
 		deny(&v, holdRetryAt(p, live, held, cost, holder, dup)-now)
 	}
+	if dup {
+		next = withPending(live, last, mine, 1)
+	}
 	return v, next
+}
+
+// withPending is the state of the live holds, the latest admitted at
+// last, with hold i's count of pending duplicates moved by d (at most
+// ratelimit.MaxCount); the holds are copied, not changed.
+func withPending(live []Hold, last int64, i int, d int64) State {
+	holds := append(make([]Hold, 0, len(live)), live...)
+	holds[i].Pending = min(holds[i].Pending+d, ratelimit.MaxCount)
+	return State{Alg: ratelimit.Concurrency, B: last, Holds: holds}
 }
 
 // holdRetryAt is the earliest time cost fits if nothing else arrives: when
@@ -91,11 +115,13 @@ func holdIndex(holds []Hold, holder string) int {
 }
 
 // Release frees what holder holds in the Concurrency limit of state s at
-// time now (ratelimit.Request's Release): its live hold, if it has one.
-// v holds the figures after the release (with the After fields equal to
-// the others), allowed when something was freed, else denied with
-// RetryAfter Never; next is the state to store, with Alg 0 when nothing
-// changed. s is not modified.
+// time now (ratelimit.Request's Release): its live hold, if it has one
+// and no duplicate of it is pending; with one pending, the release is
+// that denied duplicate's, which held nothing: it frees nothing and counts
+// the duplicate off. v holds the figures after the release (with the
+// After fields equal to the others), allowed when something was freed,
+// else denied with RetryAfter Never; next is the state to store, with Alg
+// 0 when nothing changed. s is not modified.
 func Release(p Params, s *State, now int64, holder string) (v Verdict, next State) {
 	var st State
 	if s != nil && s.Alg == p.Alg && p.Alg == ratelimit.Concurrency {
@@ -103,7 +129,14 @@ func Release(p Params, s *State, now int64, holder string) (v Verdict, next Stat
 	}
 	live, held, last := liveHolds(p, &st, now)
 	freed := false
-	if i := holdIndex(live, holder); holder != "" && i >= 0 {
+	i := -1
+	if holder != "" {
+		i = holdIndex(live, holder)
+	}
+	switch {
+	case i >= 0 && live[i].Pending > 0:
+		next = withPending(live, last, i, -1)
+	case i >= 0:
 		freed, held = true, held-live[i].Cost
 		next = State{Alg: ratelimit.Concurrency, B: last, Holds: append(append(make([]Hold, 0, len(live)-1), live[:i]...), live[i+1:]...)}
 	}

@@ -29,11 +29,12 @@ func Decide(req *ratelimit.Request, verdicts []Verdict) bool {
 // same numbers after as before.
 func Consumed(allowed bool, e *ratelimit.Entry) bool { return allowed || e.ChargeAlways }
 
-// Writes reports whether entry e, evaluated to v and next (by Check, or
-// CheckAlways when it charges always) in a request decided allowed or not,
-// writes next: it costs something and is consumed, that is the decision
-// and v allowed, or it charges always and v allowed or charged a state.
-// (Not on a dry run, which writes nothing.)
+// Writes reports whether entry e, evaluated to v and next (by Apply) in a
+// request decided allowed or not, writes next: it costs something and is
+// consumed, that is the decision and v allowed, or it charges always and
+// v allowed or charged a state, or v denies a concurrency limit's
+// duplicate, which its hold remembers whatever the decision. (Not on a
+// dry run, which writes nothing.)
 func Writes(allowed bool, e *ratelimit.Entry, v *Verdict, next *State) bool {
 	switch {
 	case e.Cost == 0:
@@ -41,7 +42,14 @@ func Writes(allowed bool, e *ratelimit.Entry, v *Verdict, next *State) bool {
 	case v.Allowed:
 		return allowed || e.ChargeAlways
 	}
-	return e.ChargeAlways && next.Alg != 0
+	return e.ChargeAlways && next.Alg != 0 || remembersDuplicate(v, next)
+}
+
+// remembersDuplicate reports whether v and next are a concurrency
+// limit's denial of a holder that holds, whose hold counts it (next): the
+// only denial of that algorithm with a state to write.
+func remembersDuplicate(v *Verdict, next *State) bool {
+	return !v.Allowed && next.Alg == ratelimit.Concurrency
 }
 
 // Result converts v to the caller's Result. consumed (see Consumed) selects

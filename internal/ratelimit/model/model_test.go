@@ -12,3 +12,9 @@ func TestDocumentedExamples(t *testing.T) {
 		return ratelimittest.NewReference(clock)
 	})
 }
+
+func TestHolderExamples(t *testing.T) {
+	ratelimittest.RunHolders(t, func(_ *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+		return ratelimittest.NewReference(clock)
+	})
+}

@@ -110,7 +110,9 @@ func (b *Box) Open(e *ratelimit.Entry) bool {
 // ApplyBans denies, by its ban, every entry whose bucket's box (not a
 // shadow one) holds a ban in force at now: the entry's verdict is Banned
 // and its next state is none, so that nothing of it is written, not even
-// a charge that would be made always. bucketOf maps entry i to its box.
+// a charge that would be made always; only a duplicate a concurrency
+// limit remembers (see concurrency) is kept, as it is whatever the
+// decision. bucketOf maps entry i to its box.
 func ApplyBans(bucketOf []int, boxes []Box, verdicts []Verdict, nexts []State, now int64) {
 	for i, g := range bucketOf {
 		b := &boxes[g]
@@ -118,8 +120,10 @@ func ApplyBans(bucketOf []int, boxes []Box, verdicts []Verdict, nexts []State, n
 			continue
 		}
 		if left := b.State.BanLeft(now); left > 0 {
+			if !remembersDuplicate(&verdicts[i], &nexts[i]) {
+				nexts[i] = State{}
+			}
 			Banned(&verdicts[i], left)
-			nexts[i] = State{}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -18,5 +19,29 @@ func TestDocumentedExamples(t *testing.T) {
 				return newStore(t, srv, simOpts(clock, mode))
 			})
 		})
+	}
+}
+
+// TestHolderExamples runs the duplicates' rule of concurrency limits
+// through the Lua library, in both invocation modes; every key written
+// has a TTL.
+func TestHolderExamples(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			ratelimittest.RunHolders(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+				return newStore(t, srv, simOpts(clock, mode))
+			})
+		})
+	}
+	ctx := context.Background()
+	keys, err := srv.Client().Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys %v: %v", keys, err)
+	}
+	for _, k := range keys {
+		if ttl := srv.Client().PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("key %s has PTTL %s", k, ttl)
+		}
 	}
 }

@@ -84,11 +84,13 @@
 -- it is allowed, and its figures are those after the refund, in all four
 -- values (remaining is not reduced by the cost); a concurrency entry's
 -- refund releases its holder. A release frees what each concurrency
--- entry's holder holds (an entry that freed something has retry-after 0,
+-- entry's holder holds, unless a denied duplicate of it is pending (see
+-- Concurrency) (an entry that freed something has retry-after 0,
 -- one that freed nothing -1) and refunds the other entries; it is allowed
 -- when a concurrency entry freed something; the figures are those after.
 -- A denied or dry-run request writes nothing, except that a denied one
--- writes its entries that charge always: those are charged whatever the
+-- writes the duplicates its concurrency entries remember, and its entries
+-- that charge always: those are charged whatever the
 -- decision, and when the cost does not fit the limit goes over (into debt,
 -- up to twice the limit; a token bucket down to -capacity tokens), as
 -- the Go model's CheckAlways documents. Per request, each bucket is
@@ -142,11 +144,12 @@ end
 --   E_REC[j]: entry j's parsed arguments (shared, read-only records: see
 --   entry); for a log also E_LK[j], its key, E_LW[j], whether a write
 --   to it is pending, and LOG_WRITES[j], that write (see log_entry).
---   E_HF[j]: a concurrency entry's hold field (its holder's); E_HI[j]: its
---   index in its bucket's read.
+--   E_HF[j]: a concurrency entry's hold field (its holder's), E_DF[j] its
+--   duplicates' field; E_HI[j]: the hold's index in its bucket's read (the
+--   duplicates' is the next).
 --   GROUPS[g]: group g's record (see group).
 local R_HDR, R_G, R_NG = {}, {}, {}
-local E_REC, E_LW, E_LK, E_HI, E_HF = {}, {}, {}, {}, {}
+local E_REC, E_LW, E_LK, E_HI, E_HF, E_DF = {}, {}, {}, {}, {}, {}
 local GROUPS, LOG_WRITES = {}, {}
 
 -- group returns group g's record, cleared of its bucket: key, the bucket;
@@ -158,13 +161,14 @@ local GROUPS, LOG_WRITES = {}, {}
 -- writes[1..nwrites], the bucket's fields and values to set; writes_exp,
 -- the latest expiry (µs) of the states written (0: nothing to write);
 -- those of entries that charge always, written whatever the decision:
--- always_writes[1..always_nwrites] and always_exp; and
--- deletes[1..ndeletes], the hold fields to delete. The record and its
+-- always_writes[1..always_nwrites] and always_exp (a concurrency limit's
+-- duplicates too, gathered in dups); and deletes[1..ndeletes], the hold
+-- fields to delete. The record and its
 -- lists are kept from call to call: the hot path creates no tables.
 local function group(g, key, first, own)
   local grp = GROUPS[g]
   if not grp then
-    grp = {writes = {}, always_writes = {}, deletes = {}}
+    grp = {writes = {}, always_writes = {}, deletes = {}, dups = {}}
     GROUPS[g] = grp
   end
   grp.key, grp.first, grp.last, grp.own, grp.holds = key, first, first, own, false
@@ -955,6 +959,13 @@ end
 -- first says one may have ended, and a denial reads them all to find its
 -- retry. A hold admitted before since belongs to an earlier state of the
 -- field (the limit was edited away and back) and counts for nothing.
+-- The admissions of a holder denied while it holds (its duplicates) are
+-- counted in ':d<field>:<holder>', '<dd' count, the hold's admission time
+-- (a count of another hold's counts for nothing), whatever the request's
+-- decision: a release of the holder then counts one off and frees
+-- nothing, since it is a duplicate's (Envoy releases denied requests too);
+-- only the last frees the hold. The count goes with its hold (released,
+-- swept, reset), and a library that predates it leaves it be.
 local C_LIVE = {} -- scratch of conc_scan: per live hold {at, cost, mine}
 local C_NLIVE = 0
 
@@ -990,9 +1001,22 @@ local function conc_hold(hv, since, iv, now)
   return nil
 end
 
+-- conc_pending reads a hold's count of duplicates (pv, its field): the
+-- count when it is the hold's admitted at at, else 0.
+local function conc_pending(pv, at)
+  local c, t
+  if pv and #pv == 16 then
+    c, t = sunpack('<dd', pv)
+  end
+  if c and t == at and c >= 0 and c <= MAXCOUNT and c % 1 == 0 then
+    return c
+  end
+  return 0
+end
+
 -- conc_scan reads every hold of field in group grp's bucket: the live ones
 -- go to C_LIVE (mine: the hold of holdfield), the others to the group's
--- deletions. It returns what the live ones hold and the earliest of their
+-- deletions, with their counts of duplicates. It returns what the live ones hold and the earliest of their
 -- admissions (nil when none).
 local function conc_scan(grp, field, holdfield, since, iv, now)
   local all = call('HGETALL', grp.key)
@@ -1017,8 +1041,8 @@ local function conc_scan(grp, field, holdfield, since, iv, now)
           first = at
         end
       else
-        grp.ndeletes = grp.ndeletes + 1
-        grp.deletes[grp.ndeletes] = f
+        grp.ndeletes = grp.ndeletes + 2
+        grp.deletes[grp.ndeletes - 1], grp.deletes[grp.ndeletes] = f, ':d' .. string.sub(f, 3)
       end
     end
   end
@@ -1066,10 +1090,12 @@ local function conc_figures(cap, held, last, iv, now)
 end
 
 -- concurrency evaluates an entry (record e, hold field hf) of group grp: v
--- is its field, hv its holder's hold. Like the other algorithms it fills the verdict at
+-- is its field, hv its holder's hold, pv the hold's count of duplicates. Like the other algorithms it fills the verdict at
 -- o and returns whether it allows; when it holds a cost, also the field's
--- new value, the state's end (µs) and the hold's value.
-local function concurrency(grp, e, hf, v, hv, now, o)
+-- new value, the state's end (µs) and the hold's value; when it denies a
+-- duplicate, three nils, then the hold's new count of duplicates (written
+-- whatever the decision) and the hold's end (µs).
+local function concurrency(grp, e, hf, v, hv, pv, now, o)
   local cap, iv, cost = e.cap, e.iv, e.cost
   local held, since, first, last, current = conc_state(v, now)
   local scanned = false
@@ -1079,8 +1105,22 @@ local function concurrency(grp, e, hf, v, hv, now, o)
     first, scanned = f or 0, true
   end
   local remaining, reset = conc_figures(cap, held, last, iv, now)
-  local dup = cost > 0 and current and conc_hold(hv, since, iv, now) ~= nil
+  local dupc, dupat
+  if cost > 0 and current then
+    dupc, dupat = conc_hold(hv, since, iv, now)
+  end
+  local dup = dupc ~= nil
+  if dup then -- denied below, and remembered
+    local n = conc_pending(pv, dupat) + 1
+    if n > MAXCOUNT then
+      n = MAXCOUNT
+    end
+    pv = spack('<dd', n, dupat)
+  end
   if cost > cap then
+    if dup then
+      return deny(o, remaining, reset, NEVER), nil, nil, nil, pv, dupat + iv
+    end
     return deny(o, remaining, reset, NEVER)
   elseif not dup and held + cost <= cap then
     if cost == 0 then
@@ -1099,27 +1139,43 @@ local function concurrency(grp, e, hf, v, hv, now, o)
   if not scanned then
     held = conc_scan(grp, e.field, hf, since, iv, now)
   end
-  return deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
+  deny(o, remaining, reset, conc_retry_at(held, cost, cap, iv, dup, last) - now)
+  if dup then
+    return false, nil, nil, nil, pv, dupat + iv
+  end
+  return false
 end
 
 -- conc_release frees the hold hf of entry e in group grp (v its field, hv
--- the hold): it fills the figures after at o, retry 0 when it freed
--- something, else never, and returns the field's new value (nil when
--- nothing was freed); the hold's field goes to the group's deletions.
-local function conc_release(grp, e, hf, v, hv, now, o)
+-- the hold, pv its count of duplicates, df that count's field): it fills
+-- the figures after at o, retry 0 when it freed something, else never,
+-- and returns the field's new value (nil when nothing was freed); the
+-- hold's fields go to the group's deletions. A hold with duplicates
+-- pending frees nothing: the release counts one off, and returns nil and
+-- the new count.
+local function conc_release(grp, e, hf, df, v, hv, pv, now, o)
   local iv = e.iv
   local held, since, first, last, current = conc_state(v, now)
-  local c = current and conc_hold(hv, since, iv, now)
-  local val = nil
-  if c then
+  local c, at = false, nil
+  if current then
+    c, at = conc_hold(hv, since, iv, now)
+  end
+  local val, pending = nil, nil
+  if c and conc_pending(pv, at) > 0 then -- a duplicate's release: it held nothing
+    pending = spack('<dd', conc_pending(pv, at) - 1, at)
+    c = false
+    if first + iv <= now then
+      held = conc_scan(grp, e.field, hf, since, iv, now) -- exact figures, as below
+    end
+  elseif c then
     if first + iv <= now then -- a hold may have ended: sweep (this one is live)
       local f
       held, f = conc_scan(grp, e.field, hf, since, iv, now)
       first = f
     end
     held = held - c
-    grp.ndeletes = grp.ndeletes + 1
-    grp.deletes[grp.ndeletes] = hf
+    grp.ndeletes = grp.ndeletes + 2
+    grp.deletes[grp.ndeletes - 1], grp.deletes[grp.ndeletes] = hf, df
     val = spack('<Bdddd', CONCURRENCY, held, since, first, last)
   elseif current and held > 0 and first + iv <= now then
     held = conc_scan(grp, e.field, hf, since, iv, now) -- exact figures (its deletions go with the group's write, if any)
@@ -1129,7 +1185,7 @@ local function conc_release(grp, e, hf, v, hv, now, o)
   if c then
     OUT[o + 1] = 0
   end
-  return val
+  return val, pending
 end
 
 -- read_bucket reads group grp's bucket once (HMGET of its entries' fields
@@ -1153,11 +1209,11 @@ local function read_bucket(grp)
       end
       ARGS[n + 1] = EXPIRY
       local m = n + 1
-      if grp.holds then -- each concurrency entry's hold, after the expiry
+      if grp.holds then -- each concurrency entry's hold and its duplicates, after the expiry
         for j = first, last do
           if E_REC[j].alg == CONCURRENCY then
-            m = m + 1
-            ARGS[m], E_HI[j] = E_HF[j], m
+            ARGS[m + 1], ARGS[m + 2], E_HI[j] = E_HF[j], E_DF[j], m + 1
+            m = m + 2
           end
         end
       end
@@ -1187,10 +1243,11 @@ local function evaluate(grp, now, base)
   local r, foreign, stored = read_bucket(grp)
   local w, wa = grp.writes, grp.always_writes
   local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
+  local dups, nd, dexp = grp.dups, 0, 0
   grp.ndeletes = 0
   for j = first, last do
     local e = E_REC[j]
-    local alg, v, ok, val, exp, hold = e.alg, r and r[j - first + 1]
+    local alg, v, ok, val, exp, hold, dup, dupexp = e.alg, r and r[j - first + 1]
     if alg == PENALTY then
       ok = true -- its reply values come after the limits' (penalty_box)
     elseif alg == TOKEN_BUCKET then
@@ -1204,7 +1261,14 @@ local function evaluate(grp, now, base)
     elseif alg == CALENDAR then
       ok, val, exp = calendar(v, e.cap, e, now, e.cost, base + 4 * j, e.always)
     elseif alg == CONCURRENCY then
-      ok, val, exp, hold = concurrency(grp, e, E_HF[j], v, r and r[E_HI[j]], now, base + 4 * j)
+      local hi = E_HI[j]
+      ok, val, exp, hold, dup, dupexp = concurrency(grp, e, E_HF[j], v, r and r[hi], r and r[hi + 1], now, base + 4 * j)
+      if dup then
+        dups[nd + 1], dups[nd + 2], nd = E_DF[j], dup, nd + 2
+        if dupexp > dexp then
+          dexp = dupexp
+        end
+      end
     elseif alg == SLIDING_LOG then
       local pending
       ok, pending = sliding_log(j, E_LK[j], grp.own or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
@@ -1257,6 +1321,18 @@ local function evaluate(grp, now, base)
     else -- never banned nor counting, and nothing to count: the common case
       local o = base + 4 * first
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
+    end
+  end
+  if nd > 0 then -- duplicates remembered: written whatever the decision, under a ban too
+    for x = 1, nd, 2 do
+      w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = dups[x], dups[x + 1], dups[x], dups[x + 1]
+      m, ma = m + 2, ma + 2
+    end
+    if dexp > wexp then
+      wexp = dexp
+    end
+    if dexp > wexpa then
+      wexpa = dexp
     end
   end
   grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, log
@@ -1458,7 +1534,7 @@ local function refund_group(grp, now, base, release)
     local e = E_REC[j]
     -- A cost of 0 gives nothing back: the state stays as stored, not
     -- brought to now (a later check at an earlier time reads it as stored).
-    local alg, v, val = e.alg, r and r[j - first + 1], nil
+    local alg, v, val, pending = e.alg, r and r[j - first + 1], nil, nil
     local o, give = base + 4 * j, e.cost > 0
     if alg == TOKEN_BUCKET then
       val = give and refund_tokens(v, e.cap, e.rate, e.iv, now, e.cost)
@@ -1476,7 +1552,8 @@ local function refund_group(grp, now, base, release)
       val = give and refund_counter(v, e.iv, now, e.cost)
       sliding_counter(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
     elseif alg == CONCURRENCY then
-      val = conc_release(grp, e, E_HF[j], v, r and r[E_HI[j]], now, o)
+      local hi = E_HI[j]
+      val, pending = conc_release(grp, e, E_HF[j], E_DF[j], v, r and r[hi], r and r[hi + 1], now, o)
     elseif alg == SLIDING_LOG then
       local current = grp.own or v == LOGMARK
       refund_log(E_LK[j], current, e.iv, now, e.cost)
@@ -1488,8 +1565,12 @@ local function refund_group(grp, now, base, release)
     if not release or alg ~= CONCURRENCY then -- a release refunds the other algorithms
       OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
     end
-    if val then
-      w[m + 1], w[m + 2] = e.field, val
+    if val or pending then
+      if val then
+        w[m + 1], w[m + 2] = e.field, val
+      else -- a duplicate's release, counted off
+        w[m + 1], w[m + 2] = E_DF[j], pending
+      end
       m = m + 2
       local exp = now + OUT[o + 3]
       if exp > wexp then
@@ -1672,7 +1753,7 @@ local function parse(keys, args)
           if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
             return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
           end
-          E_HF[j], a = ':h' .. e.field .. ':' .. holder, a + 1
+          E_HF[j], E_DF[j], a = ':h' .. e.field .. ':' .. holder, ':d' .. e.field .. ':' .. holder, a + 1
         elseif alg == SLIDING_LOG then
           k = k + 1
           own, logs = keys[k] == b, true
@@ -1756,11 +1837,12 @@ local function forget(grp, lift)
     if typeof(r) == 'table' and r.err then
       return -- a key that is no bucket: nothing to reset
     end
-    if e.alg == CONCURRENCY then
-      local prefix = ':h' .. f .. ':'
+    if e.alg == CONCURRENCY then -- its holds and their duplicates
+      local holds, dups = ':h' .. f .. ':', ':d' .. f .. ':'
       local all = call('HGETALL', key)
       for x = 1, #all, 2 do
-        if string.sub(all[x], 1, #prefix) == prefix then
+        local p = string.sub(all[x], 1, #holds)
+        if p == holds or p == dups then
           call('HDEL', key, all[x])
         end
       end
