@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -114,6 +115,55 @@ func TestMiddlewareReleasesInFlight(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			})
+		})
+	}
+}
+
+// tenantInFlight allows one request in flight per tenant, read from a
+// header that the key renders and that match requires.
+var tenantInFlight = []named{{"tenant-in-flight", `
+match: {paths: [/work], headers: [{name: X-Tenant}]}
+key: "{header:X-Tenant}"
+limits: [{name: one, concurrency: {limit: 1, leaseTimeout: 1h}}]`}}
+
+// A release frees what the admission took, whatever the handler did to
+// the request it was given: its headers (deleted, rewritten in place,
+// normalised), its URL, a request replaced through WithContext, a panic.
+// Before, the release read the key from the header map the handler had
+// changed, freed nothing, and the tenant stayed locked out for the lease
+// timeout.
+func TestMiddlewareReleasesWhatAdmissionTook(t *testing.T) {
+	edits := map[string]func(r *http.Request){
+		"header deleted":    func(r *http.Request) { r.Header.Del("X-Tenant") },
+		"header normalised": func(r *http.Request) { r.Header.Set("X-Tenant", strings.ToUpper(r.Header.Get("X-Tenant"))) },
+		"value rewritten":   func(r *http.Request) { r.Header["X-Tenant"][0] = "someone-else" },
+		"headers replaced":  func(r *http.Request) { *r = *r.WithContext(context.Background()); r.Header = http.Header{} },
+		"url rewritten":     func(r *http.Request) { r.URL.Path, r.RequestURI, r.Host = "/elsewhere", "/elsewhere", "other.example" },
+		"cleared, panics": func(r *http.Request) {
+			clear(r.Header)
+			panic("handler failed")
+		},
+	}
+	for _, m := range []mode{memoryMode, redisMode} {
+		t.Run(m.name, func(t *testing.T) {
+			for name, edit := range edits {
+				t.Run(name, func(t *testing.T) {
+					h := m.new(t, tenantInFlight).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						edit(r)
+						w.WriteHeader(http.StatusOK)
+					}))
+					tenant := map[string]string{"X-Tenant": "acme"}
+					for n := range 3 {
+						func() {
+							defer func() { _ = recover() }() // the panicking edit's
+							rec := send(h, "GET", "/work", "192.0.2.7:4000", tenant)
+							if rec.Code != http.StatusOK {
+								t.Fatalf("request %d of tenant acme: %d, want 200: the previous one's unit was not released", n+1, rec.Code)
+							}
+						}()
+					}
+				})
+			}
 		})
 	}
 }
