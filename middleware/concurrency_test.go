@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/middleware"
 )
 
 // inFlight allows one request in flight per client address.
@@ -165,5 +167,35 @@ func TestMiddlewareReleasesWhatAdmissionTook(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// The remote mode cannot release, and its check endpoint refuses a
+// request that meets a concurrency limit (the no-release problem). That
+// refusal is the endpoint's answer about the request, relayed as the
+// in-process mode answers a check it cannot make: the handler is not
+// called, whatever RemoteOptions.FailureMode says, and the breaker does
+// not count it (else clients of the policy would switch every policy off
+// for everyone while it is open).
+func TestRemoteRefusesConcurrency(t *testing.T) {
+	ep := newEndpoint(t, "shop", append([]named{{"api", shopPolicy}}, tenantInFlight...))
+	l := newLimiter(t, middleware.WithNamespace("shop"), middleware.WithRemote(middleware.RemoteOptions{URL: ep.URL}))
+	a := &app{}
+	h := l.Handler(a)
+	for n := range 8 {
+		rec := send(h, "GET", "/work", "192.0.2.7:4000", map[string]string{"X-Tenant": "acme"})
+		if rec.Code != http.StatusInternalServerError || a.calls.Load() != 0 {
+			t.Fatalf("request %d in flight: %d, handler called %d times; want 500 and never", n+1, rec.Code, a.calls.Load())
+		}
+		if p := decodeProblem(t, rec); p.Type != "https://sluice.dev/problems/no-release" || !strings.Contains(p.Detail, "tenant-in-flight") {
+			t.Fatalf("request %d in flight: problem %+v, want the no-release problem naming the policy", n+1, p)
+		}
+	}
+	// The breaker stayed closed: the rate limit of another policy still
+	// applies (3 a client, then 429), decided by the endpoint.
+	for n, want := range []int{200, 200, 200, 429} {
+		if rec := send(h, "GET", "/api/items", "192.0.2.8:4000", nil); rec.Code != want {
+			t.Fatalf("request %d to /api: %d, want %d", n+1, rec.Code, want)
+		}
 	}
 }
