@@ -44,8 +44,9 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests under config
 	  output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods.
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods and the embedded time zone database.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	$(GO) generate ./internal/ratelimit/zoneinfo
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
@@ -62,9 +63,9 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned in bin/, configured by .gola
 .PHONY: verify
 verify: manifests generate ## Regenerate code and manifests; fail if that changed the tree.
 	@$(GO) mod tidy
-	@if [[ -n "$$(git status --porcelain -- api config go.mod go.sum)" ]]; then \
+	@if [[ -n "$$(git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo)" ]]; then \
 	  echo "verify: generated files are out of date; run 'make manifests generate' and 'go mod tidy' and commit:"; \
-	  git status --porcelain -- api config go.mod go.sum; git --no-pager diff --stat -- api config go.mod go.sum; exit 1; fi
+	  git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo; git --no-pager diff --stat -- api config go.mod go.sum internal/ratelimit/zoneinfo; exit 1; fi
 	@echo "verify: generated files are up to date"
 
 ##@ Run

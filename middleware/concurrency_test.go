@@ -5,8 +5,11 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/middleware"
 )
 
 // inFlight allows one request in flight per client address.
@@ -115,5 +118,84 @@ func TestMiddlewareReleasesInFlight(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// tenantInFlight allows one request in flight per tenant, read from a
+// header that the key renders and that match requires.
+var tenantInFlight = []named{{"tenant-in-flight", `
+match: {paths: [/work], headers: [{name: X-Tenant}]}
+key: "{header:X-Tenant}"
+limits: [{name: one, concurrency: {limit: 1, leaseTimeout: 1h}}]`}}
+
+// A release frees what the admission took, whatever the handler did to
+// the request it was given: its headers (deleted, rewritten in place,
+// normalised), its URL, a request replaced through WithContext, a panic.
+// Before, the release read the key from the header map the handler had
+// changed, freed nothing, and the tenant stayed locked out for the lease
+// timeout.
+func TestMiddlewareReleasesWhatAdmissionTook(t *testing.T) {
+	edits := map[string]func(r *http.Request){
+		"header deleted":    func(r *http.Request) { r.Header.Del("X-Tenant") },
+		"header normalised": func(r *http.Request) { r.Header.Set("X-Tenant", strings.ToUpper(r.Header.Get("X-Tenant"))) },
+		"value rewritten":   func(r *http.Request) { r.Header["X-Tenant"][0] = "someone-else" },
+		"headers replaced":  func(r *http.Request) { *r = *r.WithContext(context.Background()); r.Header = http.Header{} },
+		"url rewritten":     func(r *http.Request) { r.URL.Path, r.RequestURI, r.Host = "/elsewhere", "/elsewhere", "other.example" },
+		"cleared, panics": func(r *http.Request) {
+			clear(r.Header)
+			panic("handler failed")
+		},
+	}
+	for _, m := range []mode{memoryMode, redisMode} {
+		t.Run(m.name, func(t *testing.T) {
+			for name, edit := range edits {
+				t.Run(name, func(t *testing.T) {
+					h := m.new(t, tenantInFlight).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+						edit(r)
+						w.WriteHeader(http.StatusOK)
+					}))
+					tenant := map[string]string{"X-Tenant": "acme"}
+					for n := range 3 {
+						func() {
+							defer func() { _ = recover() }() // the panicking edit's
+							rec := send(h, "GET", "/work", "192.0.2.7:4000", tenant)
+							if rec.Code != http.StatusOK {
+								t.Fatalf("request %d of tenant acme: %d, want 200: the previous one's unit was not released", n+1, rec.Code)
+							}
+						}()
+					}
+				})
+			}
+		})
+	}
+}
+
+// The remote mode cannot release, and its check endpoint refuses a
+// request that meets a concurrency limit (the no-release problem). That
+// refusal is the endpoint's answer about the request, relayed as the
+// in-process mode answers a check it cannot make: the handler is not
+// called, whatever RemoteOptions.FailureMode says, and the breaker does
+// not count it (else clients of the policy would switch every policy off
+// for everyone while it is open).
+func TestRemoteRefusesConcurrency(t *testing.T) {
+	ep := newEndpoint(t, "shop", append([]named{{"api", shopPolicy}}, tenantInFlight...))
+	l := newLimiter(t, middleware.WithNamespace("shop"), middleware.WithRemote(middleware.RemoteOptions{URL: ep.URL}))
+	a := &app{}
+	h := l.Handler(a)
+	for n := range 8 {
+		rec := send(h, "GET", "/work", "192.0.2.7:4000", map[string]string{"X-Tenant": "acme"})
+		if rec.Code != http.StatusInternalServerError || a.calls.Load() != 0 {
+			t.Fatalf("request %d in flight: %d, handler called %d times; want 500 and never", n+1, rec.Code, a.calls.Load())
+		}
+		if p := decodeProblem(t, rec); p.Type != "https://sluice.dev/problems/no-release" || !strings.Contains(p.Detail, "tenant-in-flight") {
+			t.Fatalf("request %d in flight: problem %+v, want the no-release problem naming the policy", n+1, p)
+		}
+	}
+	// The breaker stayed closed: the rate limit of another policy still
+	// applies (3 a client, then 429), decided by the endpoint.
+	for n, want := range []int{200, 200, 200, 429} {
+		if rec := send(h, "GET", "/api/items", "192.0.2.8:4000", nil); rec.Code != want {
+			t.Fatalf("request %d to /api: %d, want %d", n+1, rec.Code, want)
+		}
 	}
 }

@@ -29,12 +29,23 @@ var (
 
 func nextHolder() string { return holderPrefix + strconv.FormatUint(holderCount.Add(1), 36) }
 
-// release frees what holder holds in the limits of req. It runs after the
-// handler, whatever became of the client, so it does not end with the
-// request's context; the checker's store timeout bounds it. A release that
-// fails leaves the units to their lease timeout.
+// admitted is req as it was admitted, for its release: the header map is
+// the one the handler receives, and a handler that deletes or rewrites a
+// header the key or match reads would otherwise have the release render
+// another key (or match nothing) and free nothing, leaving the units to
+// their lease timeout. Everything else in a policy.Request is a value.
+func admitted(req *policy.Request) *policy.Request {
+	c := *req
+	c.Header = req.Header.Clone()
+	return &c
+}
+
+// release frees what holder holds in the limits of req, the request as
+// admitted. It runs after the handler, whatever became of the client, so
+// ctx does not end with the request's; the checker's store timeout bounds
+// it. A release that fails leaves the units to their lease timeout.
 func (l *Limiter) release(ctx context.Context, req *policy.Request, holder string) {
-	out, err := l.stack.Checker.Check(context.WithoutCancel(ctx), check.Input{Namespace: l.namespace, Request: req, Holder: holder, Action: ratelimit.Release})
+	out, err := l.stack.Checker.Check(ctx, check.Input{Namespace: l.namespace, Request: req, Holder: holder, Action: ratelimit.Release})
 	if err == nil && out.Degraded {
 		err = out.StoreErr
 	}

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -303,7 +304,8 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 	checkhttp.SetHeaders(w.Header(), out, time.Now())
 	if out.Allowed {
 		if out.Holds() {
-			defer l.release(r.Context(), req, holder) // also when next panics, which then goes on
+			// also when next panics, which then goes on
+			defer l.release(context.WithoutCancel(r.Context()), admitted(req), holder)
 		}
 		next.ServeHTTP(w, r)
 		return

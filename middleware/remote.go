@@ -125,6 +125,7 @@ type answer struct {
 	body    []byte      // a denial's problem body, relayed with contentType
 	ctype   string
 	problem checkhttp.Problem
+	refused bool // a problem of refusalTypes, not a denial
 }
 
 // denialTypes are the problem types of a decision to deny; any other
@@ -134,6 +135,13 @@ var denialTypes = map[string]Reason{
 	checkhttp.ProblemMissingKey:  ReasonMissingKey,
 	checkhttp.ProblemUnavailable: ReasonUnavailable,
 }
+
+// refusalTypes are the problem types of an endpoint that cannot check
+// the request as it is (a concurrency limit it cannot release, more limits
+// than one check evaluates): an answer about the request, as the in-process
+// mode gives it, relayed as it is; neither the failure mode's to answer
+// nor a failure of the endpoint for the breaker.
+var refusalTypes = map[string]bool{checkhttp.ProblemNoRelease: true, checkhttp.ProblemTooManyLimits: true}
 
 // ask describes r to the endpoint. The call does not end when the client
 // goes away (only at the timeout), so every call reports to the breaker.
@@ -186,7 +194,8 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == checkhttp.ProblemContentType && json.Unmarshal(body, &a.problem) == nil {
-		if _, ok := denialTypes[a.problem.Type]; ok {
+		_, denial := denialTypes[a.problem.Type]
+		if a.refused = refusalTypes[a.problem.Type]; denial || a.refused {
 			a.ctype = resp.Header.Get("Content-Type")
 			return a, nil
 		}
@@ -230,7 +239,7 @@ func (l *Limiter) serveRemote(w http.ResponseWriter, r *http.Request, next http.
 		next.ServeHTTP(w, r)
 		return
 	}
-	if l.deny != nil {
+	if l.deny != nil && !a.refused {
 		d := Decision{Reason: denialTypes[a.problem.Type], Status: a.status, Policy: a.problem.Policy, Limit: a.problem.Limit}
 		if a.problem.RetryAfter != nil {
 			d.RetryAfter = time.Duration(*a.problem.RetryAfter) * time.Second

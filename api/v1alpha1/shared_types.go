@@ -58,9 +58,11 @@ type HTTPMethod string
 type HeaderName string
 
 // TimeZone is an IANA time zone name such as Europe/Berlin, America/New_York
-// or UTC. The schema checks its shape; whether the zone exists is checked
-// when the policy compiles.
+// or UTC. The schema checks its shape and refuses the names a host has
+// beside the IANA ones; whether the zone exists is checked when the policy
+// compiles, in the zone database compiled into Sluice.
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=64
 // +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$')",message="must be an IANA time zone name such as Europe/Berlin, America/New_York or UTC"
+// +kubebuilder:validation:XValidation:rule="!(self in ['Local', 'localtime']) && !self.startsWith('posix/') && !self.startsWith('right/')",message="must be an IANA time zone name, not the host's own zone (Local, localtime) or a host's copy of the database (posix/..., right/...)"
 type TimeZone string

@@ -20,11 +20,17 @@ type Invalid struct {
 	Message string
 }
 
+// MaxDeclaredKeyLen is the schema's bound on a declared entry's key
+// (Override.Key): an object holds up to 10,000 entries and must fit in
+// etcd. A longer key value takes a run-time override (MaxKeyLen).
+const MaxDeclaredKeyLen = 1024
+
 // Declare checks the entries of objects, the RateLimitOverrides of policy
 // p, and returns the valid ones by key and the others with why. Objects
 // are taken by name; a key already given by an earlier entry, an entry
-// beyond MaxPerPolicy, an expiry that has passed at now or numbers that p
-// cannot take make an entry invalid. The controller and local mode's
+// beyond MaxPerPolicy, an expiry that has passed at now, numbers that p
+// cannot take or a key the schema refuses (for local mode's files) make
+// an entry invalid. The controller and local mode's
 // files share it.
 func Declare(p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, now time.Time) (map[string]Entry, []Invalid) {
 	objects = slices.Clone(objects)
@@ -47,6 +53,10 @@ func Declare(p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, 
 				e.Expires = &t
 			}
 			switch first, dup := from[d.Key]; {
+			case d.Key == "":
+				bad("key is required")
+			case len(d.Key) > MaxDeclaredKeyLen:
+				bad("key is %d bytes long, more than the %d of a declared override: set a run-time override (the admin API, kubectl sluice override set) instead", len(d.Key), MaxDeclaredKeyLen)
 			case dup:
 				bad("key %q is overridden already by %s", d.Key, first)
 			case e.expired(now):

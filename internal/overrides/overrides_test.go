@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
@@ -168,6 +171,60 @@ func TestRuntimeRefusesBadInput(t *testing.T) {
 	}
 	if list, _ := r.List(ctx, shop); len(list) != 0 {
 		t.Fatalf("bad input changed something: %v", list)
+	}
+}
+
+// An override targets any key value a request can render, as a ban or a
+// reset does: a long one (its counters' key is hashed) is set, applied,
+// listed whole and deleted like a short one. Before, over 1,024 bytes it
+// was refused. Beyond the bound (the longest header section a request may
+// carry) it is refused naming the bound.
+func TestRuntimeOverridesALongKey(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			p := tenantPolicy(t)
+			x := NewIndex(nil)
+			s := newStore()
+			follow(t, x, s)
+			r := newRuntime(s, time.Now, p)
+			key := strings.Repeat("tenant-", 4000/7) + "end"
+			if _, err := r.Set(ctx, shop, key, map[string]int64{"per-minute": 1000}, nil, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			waitQuota(t, x, p, key, "per-minute", 1000)
+			waitQuota(t, x, p, key[:len(key)-1], "per-minute", 0)
+			if list, err := r.List(ctx, shop); err != nil || len(list) != 1 || list[0].Key != key {
+				t.Fatalf("list: %d entries, %v", len(list), err)
+			}
+			if err := r.Delete(ctx, shop, key, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			waitQuota(t, x, p, key, "per-minute", 0)
+			tooLong := strings.Repeat("x", MaxKeyLen+1)
+			if _, err := r.Set(ctx, shop, tooLong, map[string]int64{"per-minute": 1000}, nil, "alice"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprint(MaxKeyLen)) {
+				t.Fatalf("a key over the bound: %v", err)
+			}
+		})
+	}
+}
+
+// Declared entries keep the schema's bound on a key (1 to 1,024 bytes,
+// so that an object of many entries fits in etcd), and local mode's files,
+// which no API server saw, are held to it by Declare too.
+func TestDeclaredKeyBound(t *testing.T) {
+	p := tenantPolicy(t)
+	long := strings.Repeat("k", MaxDeclaredKeyLen+1)
+	o := &ratelimitv1alpha1.RateLimitOverrides{ObjectMeta: metav1.ObjectMeta{Name: "tenants", Namespace: shop.Namespace}}
+	for _, key := range []string{"", long, strings.Repeat("k", MaxDeclaredKeyLen)} {
+		o.Spec.Overrides = append(o.Spec.Overrides, ratelimitv1alpha1.Override{Key: key, Limits: []ratelimitv1alpha1.OverrideLimit{{Name: "burst", Limit: 5}}})
+	}
+	valid, invalid := Declare(p, []*ratelimitv1alpha1.RateLimitOverrides{o}, time.Now())
+	if len(valid) != 1 || len(invalid) != 2 {
+		t.Fatalf("%d valid, invalid %v", len(valid), invalid)
+	}
+	if !strings.Contains(invalid[0].Message, "key is required") || !strings.Contains(invalid[1].Message, "1024") || !strings.Contains(invalid[1].Message, "run-time override") {
+		t.Fatalf("invalid: %v", invalid)
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -10,9 +11,9 @@ import (
 )
 
 // compileCalendar: the zone is looked up here, in the zone data compiled
-// into the binary (ratelimit.LoadZone), so a name the schema let through
-// but no zone bears stalls the policy with the field named, and the last
-// good version keeps serving. The period is checked here too, for files
+// into the binary (ratelimit.LoadZone), never the host's, so a name the
+// schema let through but no zone bears stalls the policy with the field
+// named on every host alike, and the last good version keeps serving. The period is checked here too, for files
 // that did not pass through an API server.
 func compileCalendar(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
 	c := l.Calendar
@@ -27,8 +28,11 @@ func compileCalendar(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (rat
 	}
 	zone, err := ratelimit.LoadZone(string(c.TimeZone))
 	if err != nil {
-		n.errs = append(n.errs, field.Invalid(p.Child("timeZone"), c.TimeZone,
-			"must be a time zone of the IANA database, such as Europe/Berlin, America/New_York or UTC"))
+		reason := err.Error()
+		if ze := (*ratelimit.ZoneError)(nil); errors.As(err, &ze) {
+			reason = ze.Reason
+		}
+		n.errs = append(n.errs, field.Invalid(p.Child("timeZone"), c.TimeZone, reason))
 	}
 	return ratelimit.CalendarLimit(capacity, period, zone), fmt.Sprintf("%s(%d/%s,%s)", ratelimitv1alpha1.AlgorithmCalendar, c.Limit, c.Period, zone), true
 }

@@ -46,7 +46,13 @@ func TestCalendarErrorsNameTheField(t *testing.T) {
 		want []string
 	}{
 		{"{limit: 1, period: Month, timeZone: Europe/Atlantis}", []string{"spec.limits[0].calendar.timeZone", `"Europe/Atlantis"`, "IANA"}},
-		{"{limit: 1, period: Month, timeZone: Local}", []string{"spec.limits[0].calendar.timeZone", `"Local"`}},
+		{"{limit: 1, period: Month, timeZone: Local}", []string{"spec.limits[0].calendar.timeZone", `"Local"`, "host"}},
+		// What a Debian host has beside the IANA names: refused on every
+		// host, as in the image, which has none of it.
+		{"{limit: 1, period: Month, timeZone: localtime}", []string{"spec.limits[0].calendar.timeZone", `"localtime"`, "host"}},
+		{"{limit: 1, period: Month, timeZone: posix/Europe/Berlin}", []string{"spec.limits[0].calendar.timeZone", `"posix/Europe/Berlin"`, `without "posix/"`}},
+		{"{limit: 1, period: Month, timeZone: right/UTC}", []string{"spec.limits[0].calendar.timeZone", `"right/UTC"`, `without "right/"`}},
+		{"{limit: 1, period: Month, timeZone: /etc/localtime}", []string{"spec.limits[0].calendar.timeZone", `"/etc/localtime"`, "IANA"}},
 		{"{limit: 1, period: Fortnight}", []string{"spec.limits[0].calendar.period", `Unsupported value: "Fortnight"`, `"Month"`}},
 		{"{limit: 1}", []string{"spec.limits[0].calendar.period"}},
 		{"{limit: 0, period: Day}", []string{"spec.limits[0].calendar.limit"}},

@@ -33,16 +33,18 @@ func compileConcurrency(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (
 // holds per request).
 func checkConcurrency(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limit, key keyTemplate, forDescriptors bool, specPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	first := true // the lease and charge are the policy's: named once
 	for i := range limits {
 		l := &limits[i]
 		if l.Limit.Algorithm != ratelimit.Concurrency {
 			continue
 		}
+		if first {
+			errs = append(errs, checkInFlightPolicy(spec, specPath, specPath.Child("limits").Index(i), l.Name)...)
+			first = false
+		}
 		path := specPath.Child("limits").Index(i).Child(ratelimitv1alpha1.AlgorithmConcurrency, "holder")
 		switch {
-		case spec.Lease != nil || spec.Charge == ratelimitv1alpha1.ChargeAlways:
-			errs = append(errs, field.Invalid(specPath.Child("limits").Index(i), l.Name,
-				"a concurrency limit takes neither a lease nor charge Always: units in flight are held by the request that was admitted, until it releases them"))
 		case !forDescriptors && l.Holder != "":
 			errs = append(errs, field.Invalid(path, l.Holder, "an HTTP policy sets no holder: the middleware and POST /v1/check hold per request"))
 		case forDescriptors && l.Holder == "":
@@ -53,6 +55,26 @@ func checkConcurrency(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limi
 			errs = append(errs, field.Invalid(specPath.Child("key"), key.source,
 				fmt.Sprintf("must leave out the holder %q (no {descriptor}, no {descriptor:%s}): a key of the holder makes a bucket per request, which a concurrency limit never fills", l.Holder, l.Holder)))
 		}
+	}
+	return errs
+}
+
+// checkInFlightPolicy refuses what a policy with a concurrency limit (at
+// limitPath, named name) cannot have, each at its own field, once: units
+// in flight are held by the request that was admitted, so no lease (which
+// would hand them to a process, not a request) and no charge Always (a
+// request never admitted holds nothing to release). The other rules on the
+// lease and on debt (lease.units within each capacity, a debt the engine
+// counts exactly) leave concurrency limits to this one.
+func checkInFlightPolicy(spec *ratelimitv1alpha1.RateLimitPolicySpec, specPath, limitPath *field.Path, name string) field.ErrorList {
+	var errs field.ErrorList
+	if spec.Lease != nil {
+		errs = append(errs, field.Forbidden(specPath.Child("lease"),
+			fmt.Sprintf("a concurrency limit takes no lease (%s, %s): units in flight are held by the request that was admitted, until it releases them", limitPath, name)))
+	}
+	if spec.Charge == ratelimitv1alpha1.ChargeAlways {
+		errs = append(errs, field.Invalid(specPath.Child("charge"), spec.Charge,
+			fmt.Sprintf("must be Admitted with a concurrency limit (%s, %s): units in flight are held by the request that was admitted, until it releases them; a request never admitted holds none", limitPath, name)))
 	}
 	return errs
 }

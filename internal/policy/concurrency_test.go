@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
@@ -42,14 +44,22 @@ func TestConcurrencyErrors(t *testing.T) {
 		{"the holder in the key", descriptors("{descriptor:request_id}", ", holder: request_id"), "spec.key", "must leave out the holder"},
 		{"the whole descriptor as the key", descriptors("{descriptor}", ", holder: request_id"), "spec.key", "must leave out the holder"},
 		{"a holder in an HTTP policy", "limits: [{name: l, concurrency: {limit: 2, holder: x}}]\n", "spec.limits[0].concurrency.holder", "an HTTP policy sets no holder"},
-		{"a lease", "lease: {units: 1}\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.limits[0]", "neither a lease nor charge Always"},
-		{"charge Always", "charge: Always\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.limits[0]", "neither a lease nor charge Always"},
+		{"a lease", "lease: {units: 1}\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.lease", "a concurrency limit takes no lease"},
+		// Not also: lease.units above the concurrency limit's capacity.
+		{"a lease larger than the limit", "lease: {units: 20}\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.lease", "a concurrency limit takes no lease"},
+		// Not also: a debt too large for charge Always, period and capacity.
+		{"charge Always", "charge: Always\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.charge", "must be Admitted with a concurrency limit (spec.limits[0], l)"},
+		{"charge Always, beside a rate", "charge: Always\nlimits: [{name: r, tokenBucket: {capacity: 5, refillRate: 1, refillInterval: 1s}}, {name: l, concurrency: {limit: 2}}]\n", "spec.charge", "(spec.limits[1], l)"},
 		{"a cost above the limit", "cost: 3\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.cost", "must not exceed limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := compileYAML(tc.spec)
 			if err == nil || !strings.Contains(err.Error(), tc.field+":") || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v, want %s: ...%s", err, tc.field, tc.msg)
+			}
+			// One mistake, one error.
+			if agg, ok := err.(utilerrors.Aggregate); ok && len(agg.Errors()) > 1 {
+				t.Fatalf("%d errors for one mistake: %v", len(agg.Errors()), err)
 			}
 		})
 	}

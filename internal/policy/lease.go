@@ -34,6 +34,9 @@ func compileLease(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limit, c
 		errs = append(errs, field.Invalid(path.Child("units"), units, "lease.units must be at least cost: a lease serves whole requests"))
 	}
 	for i := range limits {
+		if limits[i].Limit.Algorithm == ratelimit.Concurrency {
+			continue // takes no lease at all: checkInFlightPolicy
+		}
 		if c := limits[i].Limit.Capacity; units > c {
 			errs = append(errs, field.Invalid(path.Child("units"), units,
 				fmt.Sprintf("lease.units must not exceed any limit's capacity: limit %s holds %d", limits[i].Name, c)))

@@ -57,6 +57,9 @@ func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field
 func checkDebt(limits []Limit, specPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i := range limits {
+		if limits[i].Limit.Algorithm == ratelimit.Concurrency {
+			continue // refused with charge Always: checkInFlightPolicy
+		}
 		if err := limits[i].Limit.ValidateDebt(); err != nil {
 			errs = append(errs, field.Invalid(specPath.Child("limits").Index(i), limits[i].Name,
 				fmt.Sprintf("too large for charge Always (%v): use a shorter period or a smaller capacity, or charge Admitted", err)))

@@ -11,6 +11,12 @@ import (
 	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/overloads"
 	"github.com/google/cel-go/common/types/ref"
+
+	// CEL's timestamp functions that take a zone name (getHours("Europe/Berlin"))
+	// load it with time.LoadLocation: the host's data first, else this
+	// copy, so an image without /usr/share/zoneinfo knows the zones too.
+	// Calendar quotas do not use it: see ratelimit.LoadZone.
+	_ "time/tzdata"
 )
 
 // A `when` expression runs on every check of its namespace, on input the

@@ -22,8 +22,10 @@ type CalendarCase struct {
 // CalendarCases are the windows a calendar quota must count as the
 // calendar has them, the first ones after from: every period in a zone
 // with daylight saving time (Europe/Berlin), one with a 45-minute offset
-// (Asia/Kathmandu) and one with both (Pacific/Chatham); in Berlin and
-// Chatham the days of 23 and 25 hours and the weeks that hold them; months
+// (Asia/Kathmandu), one with both (Pacific/Chatham) and one whose summer
+// time starts at midnight (America/Santiago: that day starts at 01:00 and
+// has 23 hours, the day before keeps its 24); in those with daylight
+// saving time the days of 23 and 25 hours and the weeks that hold them; months
 // of 28 or 29, 30 and 31 days; a year. The dates follow from, so a store
 // whose expiry deadlines are absolute (Redis) can run them in the future.
 func CalendarCases(from time.Time) []CalendarCase {
@@ -34,7 +36,7 @@ func CalendarCases(from time.Time) []CalendarCase {
 		name := fmt.Sprintf("%s/%s/%s-%s", zoneName, period, start.In(zone).Format("2006-01-02"), what)
 		cases = append(cases, CalendarCase{Name: name, Limit: ratelimit.CalendarLimit(2, period, zone), Start: start, End: end, Next: next})
 	}
-	for _, zoneName := range []string{"Europe/Berlin", "Asia/Kathmandu", "Pacific/Chatham"} {
+	for _, zoneName := range []string{"Europe/Berlin", "Asia/Kathmandu", "Pacific/Chatham", "America/Santiago"} {
 		zone := mustZone(zoneName)
 		for _, period := range ratelimit.Periods {
 			start := time.UnixMicro(ratelimit.CalendarWindows(period, zone, from.UnixMicro())[2])
@@ -44,6 +46,7 @@ func CalendarCases(from time.Time) []CalendarCase {
 		for _, hours := range []int{23, 25} {
 			if d, ok := dayOf(day, hours); ok {
 				add(zoneName, ratelimit.Day, fmt.Sprintf("%dh", hours), d)
+				add(zoneName, ratelimit.Day, fmt.Sprintf("before-%dh", hours), firstInstant(d.Year(), d.Month(), d.Day()-1, zone))
 				monday := time.UnixMicro(ratelimit.CalendarWindows(ratelimit.Week, zone, d.UnixMicro())[1])
 				add(zoneName, ratelimit.Week, fmt.Sprintf("%dh", 6*24+hours), monday)
 			}
@@ -75,28 +78,45 @@ func mustZone(name string) *time.Location {
 	return zone
 }
 
+// midnight is the first instant of t's local day.
 func midnight(t time.Time) time.Time {
-	return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, t.Location())
+	return firstInstant(t.Year(), t.Month(), t.Day(), t.Location())
+}
+
+// firstInstant is the first instant of the local day y-m-d, found apart
+// from the code under test: time.Date's midnight, or, where midnight does
+// not exist (time.Date then answers the day before), the first minute
+// whose local date is that day.
+func firstInstant(y int, m time.Month, d int, zone *time.Location) time.Time {
+	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC)
+	t := time.Date(y, m, d, 0, 0, 0, 0, zone)
+	for ty, tm, td := t.Date(); time.Date(ty, tm, td, 0, 0, 0, 0, time.UTC).Before(want); ty, tm, td = t.Date() {
+		t = t.Truncate(time.Minute).Add(time.Minute)
+	}
+	return t
 }
 
 // periodAfter is the start of the period after the one starting at start
-// (local midnight of a day, a Monday, a 1st or a 1 January).
+// (the first instant of a day, a Monday, a 1st or a 1 January).
 func periodAfter(p ratelimit.Period, start time.Time) time.Time {
+	y, m, d := start.Date()
 	switch p {
 	case ratelimit.Day:
-		return start.AddDate(0, 0, 1)
+		d++
 	case ratelimit.Week:
-		return start.AddDate(0, 0, 7)
+		d += 7
 	case ratelimit.Month:
-		return start.AddDate(0, 1, 0)
+		m++
+	default:
+		y++
 	}
-	return start.AddDate(1, 0, 0)
+	return firstInstant(y, m, d, start.Location())
 }
 
 // dayOf is the first local day after from that lasts hours, within two years.
 func dayOf(from time.Time, hours int) (time.Time, bool) {
-	for d := from.AddDate(0, 0, 1); d.Before(from.AddDate(2, 0, 0)); d = d.AddDate(0, 0, 1) {
-		if d.AddDate(0, 0, 1).Sub(d) == time.Duration(hours)*time.Hour {
+	for d := periodAfter(ratelimit.Day, from); d.Before(from.AddDate(2, 0, 0)); d = periodAfter(ratelimit.Day, d) {
+		if periodAfter(ratelimit.Day, d).Sub(d) == time.Duration(hours)*time.Hour {
 			return d, true
 		}
 	}
