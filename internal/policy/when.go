@@ -128,6 +128,9 @@ func checkWhen(expr string) (*cel.Ast, *whenCosts, error) {
 	if ast.OutputType() != cel.BoolType {
 		return nil, nil, fmt.Errorf("must be a boolean expression, not %s", ast.OutputType())
 	}
+	if err := checkWhenZones(ast); err != nil {
+		return nil, nil, err
+	}
 	costs, err := newWhenCosts(ast)
 	if err != nil {
 		return nil, nil, err
