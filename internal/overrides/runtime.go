@@ -12,14 +12,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/policytable"
 )
 
-// MaxKeyLen bounds a run-time override's key value: the longest header
-// section a request may carry (policy.MaxHeaderBytes), so an override
-// reaches the key values a request renders from a header, as bans and
-// resets do. An override is found by the whole key value, and its
-// counters' key is the policy's (ratelimit.Key, hashed when long), so a
-// long one is as exact as a short one; the bound keeps what one entry
-// takes in the store and in every check process's index small.
-const MaxKeyLen = policy.MaxHeaderBytes
+// MaxKeyLen bounds a run-time override's key value: long enough for the
+// key values people target that a declared entry cannot hold (a bearer
+// token, a signed header), as bans and resets do. An override is found by
+// the whole key value, and its counters' key is the policy's
+// (ratelimit.Key, hashed when long), so a long one is as exact as a short
+// one. The bound keeps what MaxPerPolicy entries take in the store and in
+// every check process's index within 100,000 × 4 KiB.
+const MaxKeyLen = 4 << 10
 
 // Runtime sets, lists and deletes run-time overrides: the Go API behind
 // the admin API's overrides. Every change is logged with who made it.
