@@ -36,9 +36,24 @@ type call struct {
 	render    renderer
 }
 
-// permission is what the cluster authorizes a call against: a verb on a
-// subresource of ratelimitpolicies.
+// permission is what Sluice authorizes a call against: a verb on a
+// subresource of ratelimitpolicies in ratelimit.sluice.dev (the admin
+// API's call table holds the same; TestPermissionsAreTheCallTable).
 type permission struct{ verb, subresource string }
+
+// ownResource is the call's resource in the admin API's group, which
+// kube-apiserver authorizes before it hands the call on.
+func (c *call) ownResource() string {
+	if c.policy == "" {
+		return c.sub
+	}
+	return "ratelimitpolicies/" + c.sub
+}
+
+// ownVerb is the verb kube-apiserver authorizes the call's method as.
+func (c *call) ownVerb() string {
+	return map[string]string{"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete"}[c.verb]
+}
 
 // target is where calls go: the REST client and whether it reaches a
 // cluster (through the API server) or local mode's admin listener.
@@ -151,8 +166,8 @@ func (t *target) explainError(ctx context.Context, c *call, err error) error {
 			hint: "the API server did not accept your credentials; 'kubectl auth whoami' shows whether kubectl's are valid (the plugin uses the same kubeconfig)"}
 	case apierrors.IsForbidden(err) && refusedByAPIServer(status):
 		return &cliError{code: ExitForbidden, err: err,
-			hint: fmt.Sprintf("the API server refused the call before it reached Sluice: your roles do not grant it in API group %s; %s needs %s on ratelimitpolicies/%s, which Sluice's ClusterRole %s grants in both groups; ask for it in %s",
-				adminGroupVersion.Group, c.command, c.need.verb, c.need.subresource, roleFor(c.need), where)}
+			hint: fmt.Sprintf("the API server refused the call before it reached Sluice: %s needs %s on %s in API group %s (and %s on ratelimitpolicies/%s in ratelimit.sluice.dev, which Sluice checks next); Sluice's ClusterRole %s grants both; ask for it in %s",
+				c.command, c.ownVerb(), c.ownResource(), adminGroupVersion.Group, c.need.verb, c.need.subresource, roleFor(c.need), where)}
 	case apierrors.IsForbidden(err):
 		return &cliError{code: ExitForbidden, err: err,
 			hint: fmt.Sprintf("%s needs %s on ratelimitpolicies/%s in %s; check with 'kubectl auth can-i %s ratelimitpolicies.ratelimit.sluice.dev --subresource=%s -n %s'",

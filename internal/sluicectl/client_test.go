@@ -38,13 +38,16 @@ func TestErrors(t *testing.T) {
 			`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
 				`"message":"ratelimitpolicies.admin.ratelimit.sluice.dev \"per-tenant\" is forbidden: User \"bob\" cannot delete resource \"ratelimitpolicies/keys\" in API group \"admin.ratelimit.sluice.dev\" in the namespace \"shop\"",` +
 				`"details":{"name":"per-tenant","group":"admin.ratelimit.sluice.dev","kind":"ratelimitpolicies"}}`, true, ExitForbidden,
-			[]string{`User "bob" cannot delete resource`, "refused the call before it reached Sluice", "API group admin.ratelimit.sluice.dev",
-				"reset needs update on ratelimitpolicies/keys", "sluice-admin-edit (aggregated into edit and admin)"}},
+			[]string{`User "bob" cannot delete resource`, "refused the call before it reached Sluice",
+				"reset needs delete on ratelimitpolicies/keys in API group admin.ratelimit.sluice.dev (and update on ratelimitpolicies/keys in ratelimit.sluice.dev",
+				"sluice-admin-edit (aggregated into edit and admin)"}},
 		{"reading forbidden by the API server", []string{"bans", "shop/per-tenant"}, 403,
 			`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403,` +
 				`"message":"ratelimitpolicies.admin.ratelimit.sluice.dev \"per-tenant\" is forbidden: User \"bob\" cannot get resource \"ratelimitpolicies/bans\" in API group \"admin.ratelimit.sluice.dev\" in the namespace \"shop\"",` +
 				`"details":{"name":"per-tenant","group":"admin.ratelimit.sluice.dev","kind":"ratelimitpolicies"}}`, true, ExitForbidden,
-			[]string{"refused the call before it reached Sluice", "bans needs get on ratelimitpolicies/keys", "sluice-admin-view (aggregated into view, edit and admin)"}},
+			[]string{"refused the call before it reached Sluice",
+				"bans needs get on ratelimitpolicies/bans in API group admin.ratelimit.sluice.dev (and get on ratelimitpolicies/keys in ratelimit.sluice.dev",
+				"sluice-admin-view (aggregated into view, edit and admin)"}},
 		{"unauthorized", []string{"bans", "shop/per-tenant"}, 401,
 			status(401, "Unauthorized", "Unauthorized"), true, ExitUnauthorized, []string{"kubectl auth whoami"}},
 		{"policy not found", []string{"inspect", "shop/nope", "acme"}, 404,

@@ -66,7 +66,7 @@ func TestThroughAPIServer(t *testing.T) {
 	alice := c.UserKubeconfig("alice")
 	reset := []string{"reset", "shop/per-client", "acme", "--kubeconfig", alice}
 	s.fails(t, sluicectl.ExitForbidden, `User "alice" cannot delete resource "ratelimitpolicies/keys" in API group "admin.ratelimit.sluice.dev"`, reset...)
-	s.fails(t, sluicectl.ExitForbidden, "reset needs update on ratelimitpolicies/keys, which Sluice's ClusterRole sluice-admin-edit (aggregated into edit and admin) grants", reset...)
+	s.fails(t, sluicectl.ExitForbidden, "reset needs delete on ratelimitpolicies/keys in API group admin.ratelimit.sluice.dev (and update on ratelimitpolicies/keys in ratelimit.sluice.dev, which Sluice checks next); Sluice's ClusterRole sluice-admin-edit (aggregated into edit and admin) grants both", reset...)
 	// A token the API server does not know.
 	s.fails(t, sluicectl.ExitUnauthorized, "kubectl auth whoami", append(inspect, tokenKubeconfig(t, c))...)
 
