@@ -478,6 +478,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
+		c.noteDuplicates(ctx, sc)
 		return nil
 	}
 	switch {
@@ -487,6 +488,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	default:
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
+			c.noteDuplicates(ctx, sc)
 			return nil
 		}
 	}

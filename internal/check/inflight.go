@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -97,6 +98,56 @@ func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part
 		sc.refund = true
 	}
 	return toStore
+}
+
+// noteDuplicates tells the store of a consuming check denied before it (a
+// missing key, a limit of 0, an untrackable holder) the admissions its
+// concurrency limits met, so that the hold of a holder that holds
+// remembers the duplicate, as a denial by the store would: its release,
+// which names the same holder, is to come and must free nothing. The
+// store takes nothing (see duplicatesOnly) and the answer stays the one
+// decided. With the breaker open, or the store failing, nothing is
+// remembered (the README's caveat).
+func (c *Checker) noteDuplicates(ctx context.Context, sc *scratch) {
+	if sc.req.Action != ratelimit.Consume || !sc.duplicatesOnly() {
+		return
+	}
+	if c.breaker.allow(ctx, &sc.req, &sc.route) != nil {
+		return
+	}
+	err := c.store.Check(ctx, c.timeout, &sc.req, &sc.dec)
+	switch {
+	case err == nil, errors.Is(err, ratelimit.ErrCapacity): // answered
+		sc.route.success()
+	case errors.Is(err, ratelimit.ErrInvalidRequest):
+		sc.route.release()
+	default:
+		sc.route.failure(err)
+	}
+}
+
+// duplicatesOnly rewrites sc's request, decided already, into the one
+// that remembers its duplicates and takes nothing: its concurrency
+// entries that cost something, each at a cost above its limit's
+// capacity, which the store denies whatever the limit holds while the
+// hold of a holder that holds counts the duplicate all the same (see
+// ratelimit.Entry.Cost and Holder); without their penalty box, which
+// counts no such denial, and out of shadow mode. A limit of
+// ratelimit.MaxCount has no such cost and is left out: no client holds a
+// billion requests in flight. It reports whether an entry is left.
+func (sc *scratch) duplicatesOnly() bool {
+	kept := 0
+	for _, e := range sc.req.Entries {
+		if e.Limit.Algorithm != ratelimit.Concurrency || e.Cost == 0 || e.Limit.Capacity >= ratelimit.MaxCount {
+			continue
+		}
+		e.Cost, e.Penalty, e.Shadow = e.Limit.Capacity+1, ratelimit.Penalty{}, false
+		sc.req.Entries[kept] = e
+		kept++
+	}
+	clear(sc.req.Entries[kept:])
+	sc.req.Entries = sc.req.Entries[:kept]
+	return kept > 0
 }
 
 // countUntrackedReleases counts the release of each policy whose
