@@ -779,11 +779,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = r.RetryAfter
 		pr.decided, pr.denied = true, true
-		if !pr.givesBack {
+		if !pr.givesBack { // a give-back part's read is no decision
 			c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
-		}
-		if c.metrics != nil {
-			c.metrics.cacheHits.Inc()
+			if c.metrics != nil {
+				c.metrics.cacheHits.Inc()
+			}
 		}
 		return true
 	}
