@@ -868,6 +868,13 @@ func (c *Checker) rememberDenial(e *ratelimit.Entry, r *ratelimit.Result, sent t
 		reset: sent.Add(r.Reset), banned: banned}, sent)
 }
 
+// countRefund counts a refund of limit l of policy p.
+func (c *Checker) countRefund(p *policy.Policy, l *policy.Limit) {
+	if c.metrics != nil {
+		c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
+	}
+}
+
 // addLimit records limit of the matching policy owner, decided r by a
 // call doing action, in out and in what counts it (a decision when it
 // consumes, a refund when it gives units back; a dry run counts nothing,
@@ -891,9 +898,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	case action == ratelimit.Consume && !pr.givesBack:
 		c.countDecision(p, pr.countedLimit(limit), result)
 	case action == ratelimit.Refund:
-		if c.metrics != nil {
-			c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
-		}
+		c.countRefund(p, l)
 	}
 	switch {
 	case p.Shadow:

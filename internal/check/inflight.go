@@ -180,8 +180,10 @@ func (c *Checker) refuseNoRelease(r *LimitResult, dryRun bool) error {
 }
 
 // applyRelease copies a release's figures into out and counts, per
-// policy, whether it freed something. A release is allowed when it freed
-// something; a refund that released is allowed, as every refund.
+// policy, whether it freed something; and each limit of another
+// algorithm (a refund's, which the release made: see holds) as a refund.
+// A release is allowed when it freed something; a refund that released
+// is allowed, as every refund.
 func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 	out.Allowed = sc.dec.Allowed || sc.refund
 	out.Reason = ReasonAllowed
@@ -190,8 +192,13 @@ func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
 		pr := &out.Policies[u.owner]
-		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: &pr.Limits()[u.limit], Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
-		if e.Limit.Algorithm != ratelimit.Concurrency || c.metrics == nil || u.owner == counted {
+		l := &pr.Limits()[u.limit]
+		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
+		if e.Limit.Algorithm != ratelimit.Concurrency {
+			c.countRefund(pr.Policy, l)
+			continue
+		}
+		if c.metrics == nil || u.owner == counted {
 			continue
 		}
 		// One outcome per policy: freed when any of its limits freed.

@@ -224,3 +224,36 @@ func TestRLSMixedCallRecordsItsChargesOnly(t *testing.T) {
 		t.Errorf("top keys told %q of the call answered by the give-back part's ban", keys.seen[told:])
 	}
 }
+
+// A refund call whose descriptors include a request in flight is made as
+// one release, which gives the other descriptors' costs back too: each
+// give-back is counted in its own counter, the release in
+// sluice_releases_total and the refund in sluice_refunds_total.
+func TestRLSRefundBesideAReleaseIsCounted(t *testing.T) {
+	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "api", inFlightPolicy))
+	send := func(what string, ds ...*ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+		t.Helper()
+		resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+		if resp.GetOverallCode() != rlsOK {
+			t.Fatalf("%s: %v", what, resp.GetOverallCode())
+		}
+		return resp
+	}
+	giveBack := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+		return d
+	}
+	send("admitted", rlsDescriptor("user", "u"), rlsDescriptor("tenant", "t", "x-request-id", "r1"))
+	resp := send("given back", giveBack(rlsDescriptor("user", "u")), giveBack(rlsDescriptor("tenant", "t", "x-request-id", "r1")))
+	if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 5 {
+		t.Fatalf("the user's remaining after the refund: %d, want 5", got)
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_refunds_total", map[string]string{"namespace": "ns", "policy": "quota", "limit": "hour"})); got != 1 {
+		t.Errorf("refunds of quota/hour: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": "freed"})); got != 1 {
+		t.Errorf("releases freed: %v, want 1", got)
+	}
+}
