@@ -126,7 +126,7 @@ type Beside struct {
 	Others int
 }
 
-// Besides are the neighbours RunHolders runs every example with.
+// Besides are the other limits RunHolders runs every example beside.
 var Besides = []Beside{{Name: "alone"}, {Name: "beside-another-slot", Others: 1}, {Name: "over-several-calls", Others: ratelimit.MaxCallEntries}}
 
 // RunHolders runs every HolderExample against a store built by newStore,
