@@ -478,6 +478,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
+		c.noteDuplicates(ctx, sc)
 		return nil
 	}
 	switch {
@@ -487,6 +488,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	default:
 		out.Reason = ReasonAllowed
 		if c.decideZeros(sc, out, start) { // denied: consume nothing anywhere
+			c.noteDuplicates(ctx, sc)
 			return nil
 		}
 	}
@@ -777,11 +779,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		out.Tightest = len(out.Limits) - 1
 		out.RetryAfter = r.RetryAfter
 		pr.decided, pr.denied = true, true
-		if !pr.givesBack {
+		if !pr.givesBack { // a give-back part's read is no decision
 			c.countDecision(p, pr.countedLimit(u.limit), ResultCachedDenied)
-		}
-		if c.metrics != nil {
-			c.metrics.cacheHits.Inc()
+			if c.metrics != nil {
+				c.metrics.cacheHits.Inc()
+			}
 		}
 		return true
 	}
@@ -866,6 +868,13 @@ func (c *Checker) rememberDenial(e *ratelimit.Entry, r *ratelimit.Result, sent t
 		reset: sent.Add(r.Reset), banned: banned}, sent)
 }
 
+// countRefund counts a refund of limit l of policy p.
+func (c *Checker) countRefund(p *policy.Policy, l *policy.Limit) {
+	if c.metrics != nil {
+		c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
+	}
+}
+
 // addLimit records limit of the matching policy owner, decided r by a
 // call doing action, in out and in what counts it (a decision when it
 // consumes, a refund when it gives units back; a dry run counts nothing,
@@ -889,9 +898,7 @@ func (c *Checker) addLimit(out *Outcome, owner, limit int, key string, r ratelim
 	case action == ratelimit.Consume && !pr.givesBack:
 		c.countDecision(p, pr.countedLimit(limit), result)
 	case action == ratelimit.Refund:
-		if c.metrics != nil {
-			c.metrics.refunds.WithLabelValues(p.Namespace, p.Name, l.Name).Inc()
-		}
+		c.countRefund(p, l)
 	}
 	switch {
 	case p.Shadow:

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,6 +100,56 @@ func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part
 	return toStore
 }
 
+// noteDuplicates tells the store of a consuming check denied before it (a
+// missing key, a limit of 0, an untrackable holder) the admissions its
+// concurrency limits met, so that the hold of a holder that holds
+// remembers the duplicate, as a denial by the store would: its release,
+// which names the same holder, is to come and must free nothing. The
+// store takes nothing (see duplicatesOnly) and the answer stays the one
+// decided. With the breaker open, or the store failing, nothing is
+// remembered (the README's caveat).
+func (c *Checker) noteDuplicates(ctx context.Context, sc *scratch) {
+	if sc.req.Action != ratelimit.Consume || !sc.duplicatesOnly() {
+		return
+	}
+	if c.breaker.allow(ctx, &sc.req, &sc.route) != nil {
+		return
+	}
+	err := c.store.Check(ctx, c.timeout, &sc.req, &sc.dec)
+	switch {
+	case err == nil, errors.Is(err, ratelimit.ErrCapacity): // answered
+		sc.route.success()
+	case errors.Is(err, ratelimit.ErrInvalidRequest):
+		sc.route.release()
+	default:
+		sc.route.failure(err)
+	}
+}
+
+// duplicatesOnly rewrites sc's request, decided already, into the one
+// that remembers its duplicates and takes nothing: its concurrency
+// entries that cost something, each at a cost above its limit's
+// capacity, which the store denies whatever the limit holds while the
+// hold of a holder that holds counts the duplicate all the same (see
+// ratelimit.Entry.Cost and Holder); without their penalty box, which
+// counts no such denial, and out of shadow mode. A limit of
+// ratelimit.MaxCount has no such cost and is left out: no client holds a
+// billion requests in flight. It reports whether an entry is left.
+func (sc *scratch) duplicatesOnly() bool {
+	kept := 0
+	for _, e := range sc.req.Entries {
+		if e.Limit.Algorithm != ratelimit.Concurrency || e.Cost == 0 || e.Limit.Capacity >= ratelimit.MaxCount {
+			continue
+		}
+		e.Cost, e.Penalty, e.Shadow = e.Limit.Capacity+1, ratelimit.Penalty{}, false
+		sc.req.Entries[kept] = e
+		kept++
+	}
+	clear(sc.req.Entries[kept:])
+	sc.req.Entries = sc.req.Entries[:kept]
+	return kept > 0
+}
+
 // countUntrackedReleases counts the release of each policy whose
 // holder could not be tracked (untracked): nothing held, nothing freed,
 // unless a limit of the policy went to the store (applyRelease counts it).
@@ -129,8 +180,10 @@ func (c *Checker) refuseNoRelease(r *LimitResult, dryRun bool) error {
 }
 
 // applyRelease copies a release's figures into out and counts, per
-// policy, whether it freed something. A release is allowed when it freed
-// something; a refund that released is allowed, as every refund.
+// policy, whether it freed something; and each limit of another
+// algorithm (a refund's, which the release made: see holds) as a refund.
+// A release is allowed when it freed something; a refund that released
+// is allowed, as every refund.
 func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 	out.Allowed = sc.dec.Allowed || sc.refund
 	out.Reason = ReasonAllowed
@@ -139,8 +192,13 @@ func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
 		pr := &out.Policies[u.owner]
-		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: &pr.Limits()[u.limit], Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
-		if e.Limit.Algorithm != ratelimit.Concurrency || c.metrics == nil || u.owner == counted {
+		l := &pr.Limits()[u.limit]
+		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
+		if e.Limit.Algorithm != ratelimit.Concurrency {
+			c.countRefund(pr.Policy, l)
+			continue
+		}
+		if c.metrics == nil || u.owner == counted {
 			continue
 		}
 		// One outcome per policy: freed when any of its limits freed.

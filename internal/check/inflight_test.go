@@ -83,3 +83,57 @@ func TestGiveBacksCountNoFailureModeDecision(t *testing.T) {
 		t.Fatalf("failure mode decisions: %v, want 1 (the consuming check)", got)
 	}
 }
+
+// A duplicate denied before the store (here by another policy's missing
+// key with onMissingKey Deny; over RLS by a limit of 0 or an untrackable
+// holder: TestRLSDuplicateDeniedBeforeTheStore) is remembered on the hold all the same:
+// the request reaches the store for that alone, taking nothing, so that
+// its release frees nothing while the first request runs. Denied without
+// the store, the duplicate's release freed x's unit: two in flight under
+// a limit of 1.
+func TestDuplicateDeniedBeforeTheStoreIsRemembered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		deny func(in *Input) // makes in's request denied before the store
+	}{
+		{"a missing key", func(in *Input) { in.Request.Header.Del("X-Plan") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+			c := newChecker(t, Options{Now: clock.Now},
+				policytest.Compile(t, "ns", "inflight", "key: global\nlimits: [{name: c, concurrency: {limit: 1, leaseTimeout: 1h}}]"),
+				policytest.Compile(t, "ns", "plan", "key: '{header:X-Plan}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
+			ctx := context.Background()
+			in := func(holder string, action ratelimit.Action) Input {
+				r := request()
+				r.Header.Set("X-Plan", "gold")
+				return Input{Namespace: "ns", Request: r, Holder: holder, Action: action}
+			}
+			check := func(in Input) bool {
+				t.Helper()
+				out, err := c.Check(ctx, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out.Allowed
+			}
+			if !check(in("x", ratelimit.Consume)) {
+				t.Fatal("x: denied")
+			}
+			dup := in("x", ratelimit.Consume)
+			tc.deny(&dup)
+			if check(dup) {
+				t.Fatal("x's duplicate: admitted")
+			}
+			if check(in("x", ratelimit.Release)) {
+				t.Fatal("the duplicate's release freed x's unit")
+			}
+			if check(in("y", ratelimit.Consume)) {
+				t.Fatal("y admitted while x runs: two in flight under a limit of 1")
+			}
+			if !check(in("x", ratelimit.Release)) || !check(in("y", ratelimit.Consume)) {
+				t.Fatal("x's own release freed nothing")
+			}
+		})
+	}
+}

@@ -14,11 +14,12 @@ type KeyRecorder interface {
 // allowed. A policy whose limits allowed a request another denied admitted
 // nothing (nothing was consumed) and denied nothing, and is not told; nor
 // is one that decided nothing (a missing key, the failure mode, another
-// policy's cached denial answered first).
+// policy's cached denial answered first), nor one of a part that gave its
+// cost back, read for the answer only (Part.Refunded).
 func (c *Checker) recordKeys(out *Outcome) {
 	now := c.now()
 	for i := range out.Policies {
-		if pr := &out.Policies[i]; pr.decided && (pr.denied || out.Allowed) {
+		if pr := &out.Policies[i]; pr.decided && !pr.givesBack && (pr.denied || out.Allowed) {
 			c.keys.Record(pr.Policy.Namespace, pr.Policy.Name, pr.KeyValue, pr.denied, now)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -213,6 +214,66 @@ func TestRLSUntrackableHolderIsDenied(t *testing.T) {
 	} {
 		if got := testutil.ToFloat64(counterOf(t, e.reg, c.name, c.labels)); got != c.want {
 			t.Errorf("%s%v: %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// A duplicate denied before the store, by a limit of 0 in the same call
+// or by another policy's holder that Sluice cannot track (InvalidHolder),
+// is remembered on the hold all the same: its stream-done release frees
+// nothing while the first request runs. Denied without the store, that
+// release freed x's unit, and a third request ran under a limit of 2.
+func TestRLSDuplicateDeniedBeforeTheStore(t *testing.T) {
+	const policies = `match: {descriptor: [{key: tenant}, {key: x-request-id}, {key: session}]}
+key: '{descriptor:tenant}'
+limits:
+- {name: inflight, concurrency: {limit: 2, leaseTimeout: 1h, holder: x-request-id}}`
+	const sessions = `match: {descriptor: [{key: tenant}, {key: x-request-id}, {key: session}]}
+key: '{descriptor:tenant}'
+limits:
+- {name: inflight, concurrency: {limit: 100, leaseTimeout: 1h, holder: session}}`
+	request := func(id, session string) *ratelimitcommonv3.RateLimitDescriptor {
+		return rlsDescriptor("tenant", "t", "x-request-id", id, "session", session)
+	}
+	for _, tc := range []struct {
+		name string
+		dup  func() []*ratelimitcommonv3.RateLimitDescriptor // x's duplicate's descriptors
+	}{
+		{"a limit of 0", func() []*ratelimitcommonv3.RateLimitDescriptor {
+			return []*ratelimitcommonv3.RateLimitDescriptor{request("x", "s2"), withLimit(rlsDescriptor("path", "/z"), 0, typev3.RateLimitUnit_MINUTE)}
+		}},
+		{"an untrackable holder", func() []*ratelimitcommonv3.RateLimitDescriptor {
+			return []*ratelimitcommonv3.RateLimitDescriptor{request("x", strings.Repeat("s", 300))}
+		}},
+	} {
+		for _, store := range []struct {
+			name string
+			new  func(t *testing.T) ratelimit.Store
+		}{
+			{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
+			{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+		} {
+			t.Run(tc.name+"/"+store.name, func(t *testing.T) {
+				e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", policies), compile(t, "ns", "sessions", sessions))
+				send := func(what string, want ratelimitv3.RateLimitResponse_Code, ds ...*ratelimitcommonv3.RateLimitDescriptor) {
+					t.Helper()
+					if got := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds}).GetOverallCode(); got != want {
+						t.Fatalf("%s: %v, want %v", what, got, want)
+					}
+				}
+				release := func(what string, ds ...*ratelimitcommonv3.RateLimitDescriptor) {
+					t.Helper()
+					for _, d := range ds {
+						d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+					}
+					send(what, rlsOK, ds...)
+				}
+				send("x", rlsOK, request("x", "s1"))
+				send("x's duplicate", rlsOver, tc.dup()...)
+				release("the duplicate's release", tc.dup()...)
+				send("y while x runs", rlsOK, request("y", "s3"))
+				send("z while x and y run", rlsOver, request("z", "s4"))
+			})
 		}
 	}
 }

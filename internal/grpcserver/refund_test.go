@@ -2,6 +2,7 @@ package grpcserver
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -102,15 +103,17 @@ func (d *denialCount) Denied(context.Context, *check.Input, *check.Outcome) {
 	d.mu.Unlock()
 }
 
-// keyCount counts what the top keys are told.
+// keyCount counts what the top keys are told, and keeps the key values.
 type keyCount struct {
-	mu sync.Mutex
-	n  int
+	mu   sync.Mutex
+	n    int
+	seen []string
 }
 
-func (k *keyCount) Record(string, string, string, bool, time.Time) {
+func (k *keyCount) Record(_, _, key string, _ bool, _ time.Time) {
 	k.mu.Lock()
 	k.n++
+	k.seen = append(k.seen, key)
 	k.mu.Unlock()
 }
 
@@ -178,5 +181,79 @@ func TestRLSGiveBacksAreNoDecisions(t *testing.T) {
 	}
 	if denials.n != 1 || keys.n != 4 {
 		t.Errorf("decision log told %d denials (want 1), top keys %d decisions (want 4)", denials.n, keys.n)
+	}
+}
+
+// In a call that charges one descriptor and gives another's cost back
+// (its negative hits), the give-back part is read for the answer only:
+// the top keys hear of the charged key value alone, and a denial the cache
+// of denials answers by the give-back part's ban is no cache hit of a
+// decision. The call as a whole is a decision; its give-back parts were
+// told to the top keys, and counted in sluice_deny_cache_hits_total.
+func TestRLSMixedCallRecordsItsChargesOnly(t *testing.T) {
+	keys := &keyCount{}
+	e := startWith(t, check.Options{Store: storetest.Memory(t, nil), Keys: keys}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "boxed", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\npenalty: {denials: 1, within: 1h, ban: 1h, maxBan: 1h}\nlimits: [{name: one, fixedWindow: {limit: 1, window: 1h}}]"))
+	send := func(what string, want ratelimitv3.RateLimitResponse_Code, ds ...*ratelimitcommonv3.RateLimitDescriptor) {
+		t.Helper()
+		if got := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds}).GetOverallCode(); got != want {
+			t.Fatalf("%s: %v, want %v", what, got, want)
+		}
+	}
+	giveBack := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+		return d
+	}
+	send("v charged", rlsOK, rlsDescriptor("user", "v"))
+	send("u charged, v refunded", rlsOK, rlsDescriptor("user", "u"), giveBack(rlsDescriptor("user", "v")))
+	if want := []string{"v", "u"}; !slices.Equal(keys.seen, want) {
+		t.Fatalf("top keys told %q, want %q", keys.seen, want)
+	}
+	send("c charged", rlsOK, rlsDescriptor("client", "c"))
+	send("c denied and banned", rlsOver, rlsDescriptor("client", "c"))
+	hits := func() float64 {
+		return testutil.ToFloat64(counterOf(t, e.reg, "sluice_deny_cache_hits_total", nil))
+	}
+	before, told := hits(), len(keys.seen)
+	send("u charged, c refunded under its ban", rlsOver, rlsDescriptor("user", "u"), giveBack(rlsDescriptor("client", "c")))
+	if got := hits() - before; got != 0 {
+		t.Errorf("cache hits of the give-back part: %v, want 0", got)
+	}
+	if len(keys.seen) != told {
+		t.Errorf("top keys told %q of the call answered by the give-back part's ban", keys.seen[told:])
+	}
+}
+
+// A refund call whose descriptors include a request in flight is made as
+// one release, which gives the other descriptors' costs back too: each
+// give-back is counted in its own counter, the release in
+// sluice_releases_total and the refund in sluice_refunds_total.
+func TestRLSRefundBesideAReleaseIsCounted(t *testing.T) {
+	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
+		compile(t, "ns", "api", inFlightPolicy))
+	send := func(what string, ds ...*ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
+		t.Helper()
+		resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: ds})
+		if resp.GetOverallCode() != rlsOK {
+			t.Fatalf("%s: %v", what, resp.GetOverallCode())
+		}
+		return resp
+	}
+	giveBack := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitcommonv3.RateLimitDescriptor {
+		d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(1), true
+		return d
+	}
+	send("admitted", rlsDescriptor("user", "u"), rlsDescriptor("tenant", "t", "x-request-id", "r1"))
+	resp := send("given back", giveBack(rlsDescriptor("user", "u")), giveBack(rlsDescriptor("tenant", "t", "x-request-id", "r1")))
+	if got := resp.GetStatuses()[0].GetLimitRemaining(); got != 5 {
+		t.Fatalf("the user's remaining after the refund: %d, want 5", got)
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_refunds_total", map[string]string{"namespace": "ns", "policy": "quota", "limit": "hour"})); got != 1 {
+		t.Errorf("refunds of quota/hour: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_releases_total", map[string]string{"namespace": "ns", "policy": "api", "outcome": "freed"})); got != 1 {
+		t.Errorf("releases freed: %v, want 1", got)
 	}
 }

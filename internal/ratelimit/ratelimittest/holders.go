@@ -114,26 +114,67 @@ func HolderExamples() []HolderExample {
 	}
 }
 
+// Beside is what else a HolderExample's requests meet besides its
+// concurrency limit: Others entries of another policy's limit (a window
+// that admits every step), each on a key value of its own, in a Cluster
+// slot other than the concurrency limit's. With one, a Redis Cluster
+// store decides each admission over two slots (a dry run first); with
+// ratelimit.MaxCallEntries, every Redis store splits it into calls. The
+// decisions are the example's alone.
+type Beside struct {
+	Name   string
+	Others int
+}
+
+// Besides are the other limits RunHolders runs every example beside.
+var Besides = []Beside{{Name: "alone"}, {Name: "beside-another-slot", Others: 1}, {Name: "over-several-calls", Others: ratelimit.MaxCallEntries}}
+
 // RunHolders runs every HolderExample against a store built by newStore,
-// each on a fresh key and a clock aligned to an hour.
+// each on a fresh key and a clock aligned to an hour, alone and beside
+// the limits of another policy (Besides).
 func RunHolders(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelimit.Store) {
-	for i, ex := range HolderExamples() {
-		t.Run(ex.Name, func(t *testing.T) {
-			clock := FutureClock()
-			store := newStore(t, clock)
-			key := ratelimit.Key("holders", "seed", fmt.Sprint(time.Now().UnixNano()), fmt.Sprint(i))
-			var dec ratelimit.Decision
-			for n, st := range ex.Steps {
-				clock.Advance(st.Advance)
-				cost := max(st.Cost, 1)
-				req := ratelimit.Request{Action: st.Action, Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: cost, Holder: st.Holder, Penalty: ex.Penalty, Shadow: ex.Shadow}}}
-				if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
-					t.Fatalf("step %d: %v", n, err)
-				}
-				if dec.Allowed != st.Allowed {
-					t.Fatalf("step %d (%v %s cost %d): allowed %v, want %v (%+v)", n, st.Action, st.Holder, cost, dec.Allowed, st.Allowed, dec.Results[0])
-				}
+	for _, beside := range Besides {
+		t.Run(beside.Name, func(t *testing.T) {
+			for i, ex := range HolderExamples() {
+				t.Run(ex.Name, func(t *testing.T) { runHolder(t, newStore, ex, i, beside) })
 			}
 		})
 	}
+}
+
+func runHolder(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelimit.Store, ex HolderExample, i int, beside Beside) {
+	clock := FutureClock()
+	store := newStore(t, clock)
+	run := fmt.Sprint(time.Now().UnixNano())
+	key := ratelimit.Key("holders", "seed", run, fmt.Sprint(i))
+	others := besideKeys(key, run, beside.Others)
+	window := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1000, Interval: time.Hour}
+	var dec ratelimit.Decision
+	for n, st := range ex.Steps {
+		clock.Advance(st.Advance)
+		cost := max(st.Cost, 1)
+		req := ratelimit.Request{Action: st.Action, Entries: []ratelimit.Entry{{Key: key, Limit: ex.Limit, Cost: cost, Holder: st.Holder, Penalty: ex.Penalty, Shadow: ex.Shadow}}}
+		for _, k := range others {
+			req.Entries = append(req.Entries, ratelimit.Entry{Key: k, Limit: window, Cost: 1})
+		}
+		if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
+			t.Fatalf("step %d: %v", n, err)
+		}
+		if dec.Allowed != st.Allowed {
+			t.Fatalf("step %d (%v %s cost %d): allowed %v, want %v (%+v)", n, st.Action, st.Holder, cost, dec.Allowed, st.Allowed, dec.Results[0])
+		}
+	}
+}
+
+// besideKeys are n keys of another policy, each of a key value of its
+// own, none in key's Cluster slot.
+func besideKeys(key, run string, n int) []string {
+	keys := make([]string, 0, n)
+	for v := 0; len(keys) < n; v++ {
+		k := ratelimit.Key("holders", "beside", fmt.Sprint(run, "-", v), "window")
+		if ratelimit.HashSlot(k) != ratelimit.HashSlot(key) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }

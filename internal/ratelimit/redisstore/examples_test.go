@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
+	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
@@ -44,4 +45,16 @@ func TestHolderExamples(t *testing.T) {
 			t.Errorf("key %s has PTTL %s", k, ttl)
 		}
 	}
+}
+
+// TestHolderExamplesCluster runs the duplicates' rule on a Redis Cluster,
+// where a request beside another policy's limits spans slots: the dry run
+// that denies a duplicate writes nothing, so the real round that follows
+// must remember it.
+func TestHolderExamplesCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	client := newClient(t, cl.Addrs()...)
+	ratelimittest.RunHolders(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+		return storeOver(t, client, simOpts(clock, redisstore.ModeFunctions))
+	})
 }

@@ -311,11 +311,14 @@ func (s *Store) giveBack(ctx context.Context, req *ratelimit.Request, cs *checkS
 
 // chargeAlways is the real round of a denied request that spans slots,
 // for its entries that charge always (and cost something): those are
-// charged whatever the decision; and for the buckets whose penalty box
+// charged whatever the decision; for the buckets whose penalty box
 // counts a denial (their own limits denied, and no ban did), so that the
-// box counts it. Their verdicts replace the dry run's. A call of that
-// round that is allowed after all (a concurrent refund made room) is
-// given back, as the request is denied.
+// box counts it; and for the concurrency entries the dry run denied (and
+// that cost something), so that a holder's duplicate is remembered on its
+// hold, as it is whatever the decision (the dry run wrote nothing). Their
+// verdicts replace the dry run's. A call of that round that is allowed
+// after all (a concurrent refund or release made room) is given back, as
+// the request is denied.
 func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *checkState) error {
 	var charged [][]int
 	for _, idx := range cs.groups {
@@ -327,7 +330,7 @@ func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *ch
 			} else if q > 0 && cs.buckets[idx[q-1]] != cs.buckets[i] {
 				counting = false
 			}
-			if e := &req.Entries[i]; counting || e.ChargeAlways && e.Cost > 0 {
+			if e := &req.Entries[i]; counting || e.Cost > 0 && (e.ChargeAlways || mayDuplicate(e, &cs.verdicts[i])) {
 				keep = append(keep, i) // in order: a bucket's entries stay adjacent
 			}
 		}
@@ -346,6 +349,13 @@ func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *ch
 	}
 	cs.groups, cs.consumed = groups, consumed
 	return err
+}
+
+// mayDuplicate reports whether e, denied v by a dry run, is a
+// concurrency entry whose holder may already hold: a denied one (the
+// verdict does not say whether its holder held).
+func mayDuplicate(e *ratelimit.Entry, v *model.Verdict) bool {
+	return e.Limit.Algorithm == ratelimit.Concurrency && !v.Allowed
 }
 
 // countsDenial reports whether the bucket whose entries start idx had an
