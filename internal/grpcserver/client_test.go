@@ -2,9 +2,8 @@ package grpcserver
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
-	"sync"
+	"strings"
 	"testing"
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -13,27 +12,14 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
+	"github.com/sluice-dev/sluice/internal/testutil/syncbuf"
 )
 
-// lockedBuffer is a buffer the decision log's writer and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// clients are the client fields of the decision log's lines.
-func (l *lockedBuffer) clients(t *testing.T) []any {
+// clients are the client fields of the decision log's lines in buf.
+func clients(t *testing.T, buf *syncbuf.Buffer) []any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []any
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(buf.String()))
 	for sc.Scan() {
 		var line map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
@@ -50,7 +36,7 @@ func (l *lockedBuffer) clients(t *testing.T) []any {
 // service denial (its remote_address entry) and of an ext_authz one (its
 // source address).
 func TestClientAddressIsPlain(t *testing.T) {
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	log := decisionlog.New(&buf, 100, nil)
 	e := startWith(t, check.Options{Store: memstore.New(), Denials: log}, Options{Domains: DomainBindings{"edge": "shop"}}, nil,
 		compile(t, "shop", "per-address", "match: {domain: edge, descriptor: [{key: remote_address}]}\nkey: '{descriptor:remote_address}'\nlimits: [{name: minute, fixedWindow: {limit: 1, window: 1m}}]"),
@@ -70,7 +56,7 @@ func TestClientAddressIsPlain(t *testing.T) {
 	if err := log.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := buf.clients(t); len(got) != 2 || got[0] != "192.0.2.1" || got[1] != "192.0.2.2" {
+	if got := clients(t, &buf); len(got) != 2 || got[0] != "192.0.2.1" || got[1] != "192.0.2.2" {
 		t.Errorf("the decision log's clients: %v, want 192.0.2.1 (rate limit service) and 192.0.2.2 (ext_authz)", got)
 	}
 }
