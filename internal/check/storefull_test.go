@@ -141,6 +141,25 @@ func TestRedisOutOfMemoryIsStoreFull(t *testing.T) {
 		}
 	}
 
+	// Memory Redis counts moves a little (client buffers), so a server
+	// that has just refused one call can accept the next. Lower its
+	// maxmemory well below what it uses: from here it refuses them all.
+	used, err := fill.MemoryUsage(ctx, "filler:0").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := fill.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usedMemory int64
+	if _, err := fmt.Sscan(info["Memory"]["used_memory"], &usedMemory); err != nil {
+		t.Fatalf("used_memory %q: %v", info["Memory"]["used_memory"], err)
+	}
+	if err := fill.ConfigSet(ctx, "maxmemory", fmt.Sprint(usedMemory-8*used)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
 	const full = 20
 	for i := range full {
 		o := check("open", clientIP)
@@ -164,6 +183,9 @@ func TestRedisOutOfMemoryIsStoreFull(t *testing.T) {
 	}
 
 	// Room again: the store decides, and the log says so once.
+	if err := fill.ConfigSet(ctx, "maxmemory", "2mb").Err(); err != nil {
+		t.Fatal(err)
+	}
 	for i := range filled {
 		if err := fill.Del(ctx, fmt.Sprint("filler:", i)).Err(); err != nil {
 			t.Fatal(err)
