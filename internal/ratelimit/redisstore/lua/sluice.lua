@@ -235,9 +235,9 @@ end
 -- Each algorithm takes one record, its arguments (CHECK_ARGS: evaluate and
 -- refund_group fill it for each entry in turn, so the hot path creates no
 -- tables): e, the entry's record (its parameters e.cap, e.rate, e.iv in
--- µs: see limit_entry); v, its stored field (a string, or false); now
--- (µs); cost, what to charge (a refund's figures: 0); always, whether it
--- charges always; o, where its verdict goes in OUT; and for the algorithms
+-- µs, its cost and whether it charges always: see limit_entry; a refund's
+-- figures pass zero_cost's twin); v, its stored field (a string, or
+-- false); now (µs); o, where its verdict goes in OUT; and for the algorithms
 -- that read more of the bucket, j (the entry's index), grp (its group) and
 -- r (the bucket's read, see read_bucket). Each hash algorithm fills the
 -- verdict at o and returns whether it allows; when it allows a cost, also
@@ -252,7 +252,7 @@ local CHECK_ARGS = {}
 
 local function token_bucket(a)
   local e = a.e
-  local v, cap, rate, iv, now, cost, o, always = a.v, e.cap, e.rate, e.iv, a.now, a.cost, a.o, a.always
+  local v, cap, rate, iv, now, cost, o, always = a.v, e.cap, e.rate, e.iv, a.now, e.cost, a.o, e.always
   local tokens, last = cap, now
   local id, t, l
   if v and #v == 17 then
@@ -319,7 +319,7 @@ end
 
 local function fixed_window(a)
   local e = a.e
-  local v, limit, window, now, cost, o, always = a.v, e.cap, e.iv, a.now, a.cost, a.o, a.always
+  local v, limit, window, now, cost, o, always = a.v, e.cap, e.iv, a.now, e.cost, a.o, e.always
   local count, start = 0, now
   local id, n, s
   if v and #v == 17 then
@@ -364,7 +364,7 @@ end
 -- again (7 its start, 8 its end).
 local function clock_window(a, mark, finish, count)
   local e = a.e
-  local alg, limit, now, cost, o, always = e.alg, e.cap, a.now, a.cost, a.o, a.always
+  local alg, limit, now, cost, o, always = e.alg, e.cap, a.now, e.cost, a.o, e.always
   local remaining, reset = limit - count, 0
   if remaining < 0 then
     remaining = 0
@@ -550,7 +550,7 @@ end
 local function sliding_log(a)
   local e, j = a.e, a.j
   local key, current, limit, window = E_LK[j], a.grp.own or a.v == LOGMARK, e.cap, e.iv
-  local now, cost, o, always = a.now, a.cost, a.o, a.always
+  local now, cost, o, always = a.now, e.cost, a.o, e.always
   local cut = now - window
   local foreign, live = not current, false
   local total, base, last_at, last_cum, last_cost, last_member = 0, 0, 0, nil, 0, nil
@@ -700,7 +700,8 @@ end
 -- retry counting that; the state is untouched at the end of the next
 -- window.
 local function sliding_counter_over(a, remaining, reset, retry, k, curr, prev, start, elapsed)
-  local limit, window, now, cost, o, always = a.e.cap, a.e.iv, a.now, a.cost, a.o, a.always
+  local e = a.e
+  local limit, window, now, cost, o, always = e.cap, e.iv, a.now, e.cost, a.o, e.always
   deny(o, remaining, reset, retry)
   if always and cost > 0 then
     local c = over(curr, cost, limit)
@@ -715,7 +716,7 @@ end
 
 local function sliding_counter(a)
   local e = a.e
-  local v, limit, window, now, cost, o = a.v, e.cap, e.iv, a.now, a.cost, a.o
+  local v, limit, window, now, cost, o = a.v, e.cap, e.iv, a.now, e.cost, a.o
   local k = floor(now / window)
   local curr, prev = 0, 0
   local id, sk, sc, sp
@@ -772,7 +773,7 @@ end
 -- their gcd). GCRA's TAT is time + level/rate.
 local function meter(a)
   local e = a.e
-  local alg, v, cap, rate, iv, now, cost, o, always = e.alg, a.v, e.cap, e.rate, e.iv, a.now, a.cost, a.o, a.always
+  local alg, v, cap, rate, iv, now, cost, o, always = e.alg, a.v, e.cap, e.rate, e.iv, a.now, e.cost, a.o, e.always
   local level, at = 0, now
   local id, sv, st
   if v and #v == 17 then
@@ -1351,7 +1352,7 @@ local function evaluate(grp, now, base)
   grp.ndeletes, grp.log = 0, false
   for j = first, last do
     local e = E_REC[j]
-    a.e, a.j, a.v, a.o, a.cost, a.always = e, j, r and r[j - first + 1], base + 4 * j, e.cost, e.always
+    a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
     local ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
     if not ok then
       denied = true
@@ -1424,8 +1425,8 @@ end
 -- Refunds (a request whose header's mode is 2) give each entry's cost
 -- back to its limit, as model.Refund does: the state is brought to now as
 -- a check would, then loses the units it holds, never below untouched.
--- Each refund_* takes the entry's check arguments (CHECK_ARGS: the cost
--- is what goes back) and returns the field's new value, or nil when
+-- Each refund_* takes the entry's check arguments (CHECK_ARGS: the
+-- entry's cost is what goes back) and returns the field's new value, or nil when
 -- nothing changes (an untouched state, another algorithm's, a value out of
 -- range).
 -- Each repeats its algorithm's read and catch-up to now inline, as the Go
@@ -1434,7 +1435,7 @@ end
 
 local function refund_tokens(a)
   local e = a.e
-  local v, cap, rate, iv, now, n = a.v, e.cap, e.rate, e.iv, a.now, a.cost
+  local v, cap, rate, iv, now, n = a.v, e.cap, e.rate, e.iv, a.now, e.cost
   local id, t, l
   if v and #v == 17 then
     id, t, l = sunpack('<Bdd', v)
@@ -1473,7 +1474,7 @@ end
 -- goes down while its window lasts.
 local function refund_window(a)
   local e = a.e
-  local alg, v, window, now, n = e.alg, a.v, e.iv, a.now, a.cost
+  local alg, v, window, now, n = e.alg, a.v, e.iv, a.now, e.cost
   local id, c, s
   if v and #v == 17 then
     id, c, s = sunpack('<Bdd', v)
@@ -1504,7 +1505,7 @@ local function refund_window(a)
 end
 
 local function refund_counter(a)
-  local v, window, now, n = a.v, a.e.iv, a.now, a.cost
+  local v, window, now, n = a.v, a.e.iv, a.now, a.e.cost
   local id, sk, sc, sp
   if v and #v == 25 then
     id, sk, sc, sp = sunpack('<Bddd', v)
@@ -1541,7 +1542,7 @@ end
 
 local function refund_meter(a)
   local e = a.e
-  local alg, v, rate, iv, now, n = e.alg, a.v, e.rate, e.iv, a.now, a.cost
+  local alg, v, rate, iv, now, n = e.alg, a.v, e.rate, e.iv, a.now, e.cost
   local id, sv, st
   if v and #v == 17 then
     id, sv, st = sunpack('<Bdd', v)
@@ -1623,6 +1624,18 @@ local REFUND = {
   [CALENDAR] = refund_window,
 }
 
+-- zero_cost is entry e's twin of cost 0 that does not charge always (kept
+-- with e, as e is): a refund's figures are those of such a check.
+local function zero_cost(e)
+  local z = e.zero
+  if not z then
+    z = {alg = e.alg, cap = e.cap, rate = e.rate, iv = e.iv, cost = 0, shadow = e.shadow, field = e.field, always = false,
+      plain = e.plain, w0 = e.w0, w1 = e.w1, w2 = e.w2, w3 = e.w3}
+    e.zero = z
+  end
+  return z
+end
+
 -- refund_entry gives back the cost of the entry of arguments a and fills
 -- its figures at a.o: the field's new value (nil: unchanged), and for a
 -- concurrency entry's release of a duplicate, its new count.
@@ -1637,14 +1650,14 @@ local function refund_entry(a)
   local give = e.cost > 0
   if alg == SLIDING_LOG then
     refund_log(E_LK[a.j], a.grp.own or a.v == LOGMARK, e.iv, a.now, e.cost)
-    a.cost = 0
+    a.e = zero_cost(e)
     sliding_log(a)
     return nil
   end
   -- A cost of 0 gives nothing back: the state stays as stored, not
   -- brought to now (a later check at an earlier time reads it as stored).
   local val = give and REFUND[alg](a)
-  a.v, a.cost = val or a.v, 0
+  a.v, a.e = val or a.v, zero_cost(e)
   CHECK[alg](a)
   return val or nil
 end
@@ -1663,7 +1676,7 @@ local function refund_group(grp, now, base, release)
   for j = first, last do
     local e = E_REC[j]
     local o = base + 4 * j
-    a.e, a.j, a.v, a.o, a.cost, a.always = e, j, r and r[j - first + 1], o, e.cost, false
+    a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], o
     local val, pending = refund_entry(a)
     if not release or e.alg ~= CONCURRENCY then -- a release refunds the other algorithms
       OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
