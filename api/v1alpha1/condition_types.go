@@ -59,9 +59,16 @@ const (
 	// one check evaluates.
 	ReasonDescriptorPoliciesOverBound = "DescriptorPoliciesOverBound"
 
-	// ReasonPartiallyApplied: a RateLimitOverrides object's valid entries
-	// are in force, and status.invalid lists the others.
+	// ReasonPartiallyApplied: a RateLimitOverrides object's entries are in
+	// force but those whose expiry has passed, which status.invalid lists.
 	ReasonPartiallyApplied = "PartiallyApplied"
+
+	// ReasonInvalidOverrides: an entry of a RateLimitOverrides object
+	// cannot work as written (a limit the policy does not have, a number
+	// it cannot take, a key another entry gives already); the message
+	// names the field, status.invalid lists every such entry. None of the
+	// object's new entries applies, and the entries it had in force stay.
+	ReasonInvalidOverrides = "InvalidOverrides"
 
 	// ReasonPolicyNotFound: a RateLimitOverrides object names a policy
 	// that does not exist in its namespace; its entries apply once it does.

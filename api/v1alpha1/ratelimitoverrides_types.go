@@ -82,9 +82,12 @@ type RateLimitOverridesStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration"`
 
 	// conditions: Ready, Reconciling and Stalled, following kstatus.
-	// Ready is True when the valid entries are in force (reason Applied,
-	// or PartiallyApplied when some entries are invalid), False when the
-	// policy does not exist (PolicyNotFound) or Redis is unavailable.
+	// Ready is True when the entries are in force (reason Applied, or
+	// PartiallyApplied when some have expired), False when the policy
+	// does not exist (PolicyNotFound), while Redis is unavailable
+	// (Reconciling), or when an entry cannot work as written (Stalled,
+	// reason InvalidOverrides, naming the field; the entries in force
+	// before stay).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -96,8 +99,9 @@ type RateLimitOverridesStatus struct {
 	Applied int32 `json:"applied,omitempty"`
 
 	// invalid are the entries that are not applied (the first 100), each
-	// with why: a limit the policy does not have, a number it cannot take,
-	// an expiry that has passed.
+	// with the field at fault and why: a limit the policy does not have, a
+	// number it cannot take, a key another entry gives, an expiry that has
+	// passed.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=100

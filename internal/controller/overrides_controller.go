@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -110,12 +109,58 @@ func (r *OverridesReconciler) policy(ctx context.Context, key types.NamespacedNa
 	return p, "", nil
 }
 
-// apply writes the valid entries to the store and sets each object's
+// declaration is what applies of a policy's RateLimitOverrides objects:
+// the entries to declare, each object's entries not applied (invalid), the
+// objects whose new spec cannot work (stalled) and how many of their last
+// good entries stay in force (kept).
+type declaration struct {
+	entries map[string]overrides.Entry
+	invalid map[string][]overrides.Invalid
+	stalled map[string]bool
+	kept    map[string]int32
+}
+
+// declare checks objects against p. An object with an entry that cannot
+// work (anything but an expiry that has passed) stalls: none of its new
+// entries applies nor claims a key, and its entries in force stay.
+func (r *OverridesReconciler) declare(ctx context.Context, id overrides.PolicyID, p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, now time.Time) (declaration, error) {
+	valid, invalid := overrides.Declare(p, objects, now)
+	d := declaration{entries: valid, invalid: map[string][]overrides.Invalid{}, stalled: map[string]bool{}}
+	for _, bad := range invalid {
+		d.invalid[bad.Object] = append(d.invalid[bad.Object], bad)
+		if !bad.Expired {
+			d.stalled[bad.Object] = true
+		}
+	}
+	if len(d.stalled) == 0 {
+		return d, nil
+	}
+	var others []*ratelimitv1alpha1.RateLimitOverrides
+	for _, o := range objects {
+		if !d.stalled[o.Name] {
+			others = append(others, o)
+			delete(d.invalid, o.Name)
+		}
+	}
+	d.entries, invalid = overrides.Declare(p, others, now)
+	for _, bad := range invalid {
+		d.invalid[bad.Object] = append(d.invalid[bad.Object], bad)
+	}
+	inForce, err := r.Store.LoadPolicy(ctx, id)
+	if err != nil {
+		return d, fmt.Errorf("read the overrides in force of %s: %w", id, err)
+	}
+	d.kept = overrides.KeepInForce(p, d.entries, inForce.Declared, d.stalled, now)
+	return d, nil
+}
+
+// apply writes the entries in force to the store and sets each object's
 // status; an entry that expires later is reconciled again at its expiry.
 func (r *OverridesReconciler) apply(ctx context.Context, id overrides.PolicyID, p *policy.Policy, missing string, objects []*ratelimitv1alpha1.RateLimitOverrides) (ctrl.Result, error) {
 	if p == nil {
 		for _, o := range objects {
-			r.report(o, 0, nil, metav1.ConditionFalse, ratelimitv1alpha1.ReasonPolicyNotFound, missing)
+			report(o, 0, nil)
+			markWaiting(o, &o.Status.ObservedGeneration, ratelimitv1alpha1.ReasonPolicyNotFound, missing)
 		}
 		if err := r.Store.ReplaceDeclared(ctx, id, nil); err != nil {
 			return ctrl.Result{}, fmt.Errorf("remove the declared overrides of %s: %w", id, err)
@@ -123,54 +168,66 @@ func (r *OverridesReconciler) apply(ctx context.Context, id overrides.PolicyID, 
 		return ctrl.Result{}, nil
 	}
 	now := r.now()
-	valid, invalid := overrides.Declare(p, objects, now)
-	if err := r.Store.ReplaceDeclared(ctx, id, valid); err != nil {
+	d, err := r.declare(ctx, id, p, objects, now)
+	if err == nil {
+		err = r.Store.ReplaceDeclared(ctx, id, d.entries)
+	}
+	if err != nil {
 		for _, o := range objects {
-			setCondition(o, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonRedisUnavailable, truncate(err.Error(), 30000))
-			setCondition(o, ratelimitv1alpha1.ConditionReconciling, metav1.ConditionTrue, ratelimitv1alpha1.ReasonRedisUnavailable, "waiting for Redis")
+			markReconciling(o, ratelimitv1alpha1.ReasonRedisUnavailable, "Redis: "+err.Error()+"; retrying")
 		}
 		return ctrl.Result{}, err
 	}
 	var next time.Time
 	applied := map[string]int32{}
-	for _, e := range valid {
+	for _, e := range d.entries {
 		applied[e.Object]++
 		if e.Expires != nil && (next.IsZero() || e.Expires.Before(next)) {
 			next = *e.Expires
 		}
 	}
 	for _, o := range objects {
-		var mine []overrides.Invalid
-		for _, bad := range invalid {
-			if bad.Object == o.Name {
-				mine = append(mine, bad)
-			}
-		}
-		reason, msg := ratelimitv1alpha1.ReasonApplied, fmt.Sprintf("%d entries in force", applied[o.Name])
-		if len(mine) > 0 {
-			reason, msg = ratelimitv1alpha1.ReasonPartiallyApplied, fmt.Sprintf("%d entries in force; %d invalid (status.invalid)", applied[o.Name], len(mine))
-		}
-		r.report(o, applied[o.Name], mine, metav1.ConditionTrue, reason, msg)
+		report(o, applied[o.Name], d.invalid[o.Name])
+		setOverridesConditions(o, applied[o.Name], d.invalid[o.Name], d.stalled[o.Name])
 	}
-	logf.FromContext(ctx).V(1).Info("declared overrides applied", "policy", id.String(), "valid", len(valid), "invalid", len(invalid))
+	logf.FromContext(ctx).V(1).Info("declared overrides applied", "policy", id.String(), "entries", len(d.entries), "stalled", len(d.stalled))
 	if next.IsZero() {
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: next.Sub(now) + time.Second}, nil
 }
 
-// report sets o's status: what applies, what does not, and Ready.
-func (r *OverridesReconciler) report(o *ratelimitv1alpha1.RateLimitOverrides, applied int32, invalid []overrides.Invalid, ready metav1.ConditionStatus, reason, msg string) {
-	o.Status.ObservedGeneration = o.Generation
+// setOverridesConditions sets o's conditions: Stalled, naming the first
+// field at fault, when its spec cannot work; else Ready, partially when
+// some entries have expired.
+func setOverridesConditions(o *ratelimitv1alpha1.RateLimitOverrides, applied int32, invalid []overrides.Invalid, stalled bool) {
+	if stalled {
+		first := invalid[slices.IndexFunc(invalid, func(bad overrides.Invalid) bool { return !bad.Expired })]
+		msg := fmt.Sprintf("%s: %s; %d entries cannot work as written (status.invalid)", first.Field, first.Message, len(invalid))
+		if applied > 0 {
+			msg += fmt.Sprintf("; the last good entries stay in force (%d)", applied)
+		}
+		markStalled(o, &o.Status.ObservedGeneration, ratelimitv1alpha1.ReasonInvalidOverrides, msg)
+		return
+	}
+	if len(invalid) > 0 {
+		markReady(o, &o.Status.ObservedGeneration, ratelimitv1alpha1.ReasonPartiallyApplied,
+			fmt.Sprintf("%d entries in force; %d expired (status.invalid)", applied, len(invalid)))
+		return
+	}
+	markReady(o, &o.Status.ObservedGeneration, ratelimitv1alpha1.ReasonApplied, fmt.Sprintf("%d entries in force", applied))
+}
+
+// report sets what of o applies and what does not, each entry not applied
+// with its field.
+func report(o *ratelimitv1alpha1.RateLimitOverrides, applied int32, invalid []overrides.Invalid) {
 	o.Status.Applied = applied
 	o.Status.InvalidCount = int32(len(invalid)) //nolint:gosec // at most the schema's 10,000 entries
 	o.Status.Invalid = nil
 	for _, bad := range invalid[:min(len(invalid), maxInvalidReported)] {
 		o.Status.Invalid = append(o.Status.Invalid, ratelimitv1alpha1.InvalidOverride{
-			Index: int32(bad.Index), Key: bad.Key, Message: truncate(bad.Message, 1024)}) //nolint:gosec // an index of at most 10,000 entries
+			Index: int32(bad.Index), Key: bad.Key, Message: truncate(bad.Field+": "+bad.Message, 1024)}) //nolint:gosec // an index of at most 10,000 entries
 	}
-	setCondition(o, ratelimitv1alpha1.ConditionReady, ready, reason, truncate(msg, 30000))
-	apimeta.RemoveStatusCondition(&o.Status.Conditions, ratelimitv1alpha1.ConditionReconciling)
 }
 
 // patchStatuses patches the status of each object that changed.

@@ -285,8 +285,8 @@ func mergeAncestors(old, fresh []gatewayv1.PolicyAncestorStatus, generation int6
 // targetsMissing: what was found is in force, but a target is not: Ready
 // is False until it exists, naming it.
 func (r *Reconciler) targetsMissing(p *ratelimitv1alpha1.RateLimitPolicy, missing []string) {
-	msg := truncate(strings.Join(missing, "; ")+"; the policy applies to the targets that exist", 30000)
-	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonTargetNotFound, msg)
+	msg := truncate(strings.Join(missing, "; ")+"; the policy applies to the targets that exist", maxConditionMessage)
+	markWaiting(p, &p.Status.ObservedGeneration, ratelimitv1alpha1.ReasonTargetNotFound, msg)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonTargetNotFound, "Resolve", "%s", msg)
 	}
@@ -304,14 +304,10 @@ func (r *Reconciler) removed(ctx context.Context, key types.NamespacedName) erro
 // applied: Ready=True for this generation; no Reconciling, no Stalled.
 func (r *Reconciler) applied(p *ratelimitv1alpha1.RateLimitPolicy, compiled *policy.Policy, revision int64) {
 	wasReady := p.Status.ObservedGeneration == p.Generation && apimeta.IsStatusConditionTrue(p.Status.Conditions, ratelimitv1alpha1.ConditionReady)
-	p.Status.ObservedGeneration = p.Generation
 	p.Status.Limits = truncate(compiled.Summary, 1024)
 	p.Status.LibraryVersion = r.LibraryVersion
 	p.Status.TableRevision = revision
-	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionTrue, ratelimitv1alpha1.ReasonApplied,
-		fmt.Sprintf("In force: policy table revision %d", revision))
-	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionReconciling)
-	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionStalled)
+	markReady(p, &p.Status.ObservedGeneration, ratelimitv1alpha1.ReasonApplied, fmt.Sprintf("In force: policy table revision %d", revision))
 	if !wasReady && r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ratelimitv1alpha1.ReasonApplied, "Apply",
 			"Generation %d is in force (policy table revision %d)", p.Generation, revision)
@@ -321,14 +317,11 @@ func (r *Reconciler) applied(p *ratelimitv1alpha1.RateLimitPolicy, compiled *pol
 // stalled: a person must fix the spec. Ready=False and Stalled=True, for
 // this generation; the previous valid version stays in the table.
 func (r *Reconciler) stalled(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
-	msg := truncate(err.Error(), 30000)
+	msg := truncate(err.Error(), maxConditionMessage)
 	if p.Status.TableRevision > 0 {
 		msg += "; the last good version stays in force"
 	}
-	p.Status.ObservedGeneration = p.Generation
-	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonInvalidSpec, msg)
-	setCondition(p, ratelimitv1alpha1.ConditionStalled, metav1.ConditionTrue, ratelimitv1alpha1.ReasonInvalidSpec, msg)
-	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionReconciling)
+	markStalled(p, &p.Status.ObservedGeneration, ratelimitv1alpha1.ReasonInvalidSpec, msg)
 	if r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonInvalidSpec, "Compile", "%s", msg)
 	}
@@ -340,33 +333,9 @@ func (r *Reconciler) stalled(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
 func (r *Reconciler) redisUnavailable(p *ratelimitv1alpha1.RateLimitPolicy, err error) {
 	ready := apimeta.FindStatusCondition(p.Status.Conditions, ratelimitv1alpha1.ConditionReady)
 	alreadyReported := ready != nil && ready.Reason == ratelimitv1alpha1.ReasonRedisUnavailable
-	msg := truncate("Redis: "+err.Error()+"; retrying", 30000)
-	setCondition(p, ratelimitv1alpha1.ConditionReady, metav1.ConditionFalse, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
-	setCondition(p, ratelimitv1alpha1.ConditionReconciling, metav1.ConditionTrue, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
-	apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionStalled)
+	msg := truncate("Redis: "+err.Error()+"; retrying", maxConditionMessage)
+	markReconciling(p, ratelimitv1alpha1.ReasonRedisUnavailable, msg)
 	if r.Recorder != nil && !alreadyReported {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ratelimitv1alpha1.ReasonRedisUnavailable, "Apply", "%s", msg)
 	}
-}
-
-// conditioned is an object of the API group with status conditions.
-type conditioned interface {
-	GetGeneration() int64
-	GetConditions() []metav1.Condition
-	SetConditions([]metav1.Condition)
-}
-
-func setCondition(o conditioned, typ string, status metav1.ConditionStatus, reason, msg string) {
-	conds := o.GetConditions()
-	apimeta.SetStatusCondition(&conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: o.GetGeneration(),
-	})
-	o.SetConditions(conds)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }

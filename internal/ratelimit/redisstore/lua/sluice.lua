@@ -163,12 +163,13 @@ local GROUPS, LOG_WRITES = {}, {}
 -- those of entries that charge always, written whatever the decision:
 -- always_writes[1..always_nwrites] and always_exp (a concurrency limit's
 -- duplicates too, gathered in dups); and deletes[1..ndeletes], the hold
--- fields to delete. The record and its
+-- fields to delete. box is its penalty box's state, as penalty_read reads
+-- it. The record and its
 -- lists are kept from call to call: the hot path creates no tables.
 local function group(g, key, first, own)
   local grp = GROUPS[g]
   if not grp then
-    grp = {writes = {}, always_writes = {}, deletes = {}, dups = {}}
+    grp = {writes = {}, always_writes = {}, deletes = {}, dups = {}, box = {}}
     GROUPS[g] = grp
   end
   grp.key, grp.first, grp.last, grp.own, grp.holds = key, first, first, own, false
@@ -231,22 +232,33 @@ local function over(n, cost, limit)
   return c
 end
 
--- Each hash algorithm: (v, capacity, rate, interval, now, cost, o), v
--- being the stored field (a string, or false), fills the verdict at o and
--- returns whether it allows; when it allows a cost, also the field's new
--- value and when that state is untouched again (µs). A field that is not
+-- Each algorithm takes one record, its arguments (CHECK_ARGS: evaluate and
+-- refund_group fill it for each entry in turn, so the hot path creates no
+-- tables): e, the entry's record (its parameters e.cap, e.rate, e.iv in
+-- µs, its cost and whether it charges always: see limit_entry; a refund's
+-- figures pass zero_cost's twin); v, its stored field (a string, or
+-- false); now (µs); o, where its verdict goes in OUT; and for the algorithms
+-- that read more of the bucket, j (the entry's index), grp (its group) and
+-- r (the bucket's read, see read_bucket). Each hash algorithm fills the
+-- verdict at o and returns whether it allows; when it allows a cost, also
+-- the field's new value and when that state is untouched again (µs). A
+-- field that is not
 -- this algorithm's state (its size and first byte), or holds a value out
 -- of range, is untouched. Stored values are checked inline, not by a
 -- helper: a Lua call costs more than the comparisons (as floor(n) == n
 -- would; n % 1 == 0 is the same test).
 
-local function token_bucket(v, cap, rate, iv, now, cost, o, always)
+local CHECK_ARGS = {}
+
+local function token_bucket(a)
+  local e = a.e
+  local v, cap, rate, iv, now, cost, o, always = a.v, e.cap, e.rate, e.iv, a.now, e.cost, a.o, e.always
   local tokens, last = cap, now
-  local a, t, l
+  local id, t, l
   if v and #v == 17 then
-    a, t, l = sunpack('<Bdd', v)
+    id, t, l = sunpack('<Bdd', v)
   end
-  if a == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
+  if id == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
     tokens, last = t, l
     if tokens > cap then
       tokens = cap
@@ -305,13 +317,15 @@ local function token_bucket(v, cap, rate, iv, now, cost, o, always)
   return false
 end
 
-local function fixed_window(v, limit, _, window, now, cost, o, always)
+local function fixed_window(a)
+  local e = a.e
+  local v, limit, window, now, cost, o, always = a.v, e.cap, e.iv, a.now, e.cost, a.o, e.always
   local count, start = 0, now
-  local a, n, s
+  local id, n, s
   if v and #v == 17 then
-    a, n, s = sunpack('<Bdd', v)
+    id, n, s = sunpack('<Bdd', v)
   end
-  if a == FIXED_WINDOW and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s + window then
+  if id == FIXED_WINDOW and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s + window then
     count, start = n, s
   end
   local remaining, reset = limit - count, 0
@@ -344,10 +358,13 @@ local function fixed_window(v, limit, _, window, now, cost, o, always)
 end
 
 -- clock_window decides a window on the clock, the same for every key
--- (FixedWindowClock 7, Calendar 8), that ends at finish and holds count
--- units; the state written is alg's (count, mark), mark being what alg
--- keeps to find the window again (7 its start, 8 its end).
-local function clock_window(alg, limit, mark, finish, count, now, cost, o, always)
+-- (FixedWindowClock 7, Calendar 8), for the entry of arguments a: one that
+-- ends at finish and holds count units; the state written is the entry's
+-- algorithm's (count, mark), mark being what it keeps to find the window
+-- again (7 its start, 8 its end).
+local function clock_window(a, mark, finish, count)
+  local e = a.e
+  local alg, limit, now, cost, o, always = e.alg, e.cap, a.now, e.cost, a.o, e.always
   local remaining, reset = limit - count, 0
   if remaining < 0 then
     remaining = 0
@@ -383,20 +400,21 @@ end
 -- stepped back) stays the window; the stored start is read through its
 -- window index, so a state written under another window length still ends
 -- on a boundary of this one.
-local function fixed_window_clock(v, limit, _, window, now, cost, o, always)
+local function fixed_window_clock(a)
+  local v, window, now = a.v, a.e.iv, a.now
   local k, count = floor(now / window), 0
-  local a, n, s
+  local id, n, s
   if v and #v == 17 then
-    a, n, s = sunpack('<Bdd', v)
+    id, n, s = sunpack('<Bdd', v)
   end
-  if a == FIXED_WINDOW_CLOCK and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 then
+  if id == FIXED_WINDOW_CLOCK and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 then
     local sk = floor(s / window)
     if sk >= k then
       k, count = sk, n
     end
   end
   local start = k * window
-  return clock_window(FIXED_WINDOW_CLOCK, limit, start, start + window, count, now, cost, o, always)
+  return clock_window(a, start, start + window, count)
 end
 
 -- Calendar ----------------------------------------------------------------
@@ -418,16 +436,17 @@ local function calendar_end(e, now)
   return e.w3
 end
 
-local function calendar(v, limit, e, now, cost, o, always)
-  local finish, count = calendar_end(e, now), 0
-  local a, n, s
+local function calendar(a)
+  local v, now = a.v, a.now
+  local finish, count = calendar_end(a.e, now), 0
+  local id, n, s
   if v and #v == 17 then
-    a, n, s = sunpack('<Bdd', v)
+    id, n, s = sunpack('<Bdd', v)
   end
-  if a == CALENDAR and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s then
+  if id == CALENDAR and n > 0 and n <= MAXU and n % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and now < s then
     count, finish = n, s
   end
-  return clock_window(CALENDAR, limit, finish, finish, count, now, cost, o, always)
+  return clock_window(a, finish, finish, count)
 end
 
 -- calendar_clock checks each request's time against the windows its
@@ -523,12 +542,15 @@ local function log_charge(always, cost, limit, total)
   return room
 end
 
--- sliding_log: current says whether the log at key is the limit's state
--- (its field in the bucket says so, or the key is its own bucket);
+-- sliding_log: the log at the entry's key E_LK[j] is the limit's state
+-- when its field in the bucket says so, or the key is its own bucket;
 -- otherwise it is untouched without being read, and replaced on write. It
 -- returns whether the entry allows, and whether it has a write pending
 -- (see log_entry).
-local function sliding_log(j, key, current, limit, window, now, cost, o, always)
+local function sliding_log(a)
+  local e, j = a.e, a.j
+  local key, current, limit, window = E_LK[j], a.grp.own or a.v == LOGMARK, e.cap, e.iv
+  local now, cost, o, always = a.now, e.cost, a.o, e.always
   local cut = now - window
   local foreign, live = not current, false
   local total, base, last_at, last_cum, last_cost, last_member = 0, 0, 0, nil, 0, nil
@@ -677,7 +699,9 @@ end
 -- charges the current window all the same (up to twice the limit), the
 -- retry counting that; the state is untouched at the end of the next
 -- window.
-local function sliding_counter_over(o, remaining, reset, retry, always, k, curr, prev, cost, limit, window, start, elapsed, now)
+local function sliding_counter_over(a, remaining, reset, retry, k, curr, prev, start, elapsed)
+  local e = a.e
+  local limit, window, now, cost, o, always = e.cap, e.iv, a.now, e.cost, a.o, e.always
   deny(o, remaining, reset, retry)
   if always and cost > 0 then
     local c = over(curr, cost, limit)
@@ -690,14 +714,16 @@ local function sliding_counter_over(o, remaining, reset, retry, always, k, curr,
   return false
 end
 
-local function sliding_counter(v, limit, _, window, now, cost, o, always)
+local function sliding_counter(a)
+  local e = a.e
+  local v, limit, window, now, cost, o = a.v, e.cap, e.iv, a.now, e.cost, a.o
   local k = floor(now / window)
   local curr, prev = 0, 0
-  local a, sk, sc, sp
+  local id, sk, sc, sp
   if v and #v == 25 then
-    a, sk, sc, sp = sunpack('<Bddd', v)
+    id, sk, sc, sp = sunpack('<Bddd', v)
   end
-  if a == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+  if id == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
     sp >= 0 and sp <= MAXU and sp % 1 == 0 then
     if k == sk then
       curr, prev = sc, sp
@@ -723,7 +749,7 @@ local function sliding_counter(v, limit, _, window, now, cost, o, always)
     reset = start + window - now
   end
   if cost > limit then
-    return sliding_counter_over(o, remaining, reset, NEVER, always, k, curr, prev, cost, limit, window, start, elapsed, now)
+    return sliding_counter_over(a, remaining, reset, NEVER, k, curr, prev, start, elapsed)
   elseif est + cost <= limit then
     local reset_after = 0
     if curr + cost > 0 then
@@ -737,21 +763,23 @@ local function sliding_counter(v, limit, _, window, now, cost, o, always)
     end
     return true
   end
-  return sliding_counter_over(o, remaining, reset, swc_retry_at(limit, window, start, elapsed, curr, prev, cost) - now,
-    always, k, curr, prev, cost, limit, window, start, elapsed, now)
+  return sliding_counter_over(a, remaining, reset, swc_retry_at(limit, window, start, elapsed, curr, prev, cost) - now,
+    k, curr, prev, start, elapsed)
 end
 
 -- Leaky bucket (policing) and GCRA: one meter, told apart by the state's
--- algorithm alg. The level is in scaled units: a unit of cost is `iv` of
--- them and `rate` drain per µs (rate and iv are already divided by their
--- gcd). GCRA's TAT is time + level/rate.
-local function meter(alg, v, cap, rate, iv, now, cost, o, always)
+-- algorithm, the entry's alg. The level is in scaled units: a unit of cost is
+-- `iv` of them and `rate` drain per µs (rate and iv are already divided by
+-- their gcd). GCRA's TAT is time + level/rate.
+local function meter(a)
+  local e = a.e
+  local alg, v, cap, rate, iv, now, cost, o, always = e.alg, a.v, e.cap, e.rate, e.iv, a.now, e.cost, a.o, e.always
   local level, at = 0, now
-  local a, sv, st
+  local id, sv, st
   if v and #v == 17 then
-    a, sv, st = sunpack('<Bdd', v)
+    id, sv, st = sunpack('<Bdd', v)
   end
-  if a == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0 then
+  if id == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0 then
     level, at = sv, st
     if now > at then
       local elapsed = now - at
@@ -822,116 +850,141 @@ end
 -- reference. State, the field ':ban' ('<Bdddd'): 10, the denials counted,
 -- the start of their count, the last ban's end and its length.
 
-local function penalty_read(v)
-  local a, c, s, u, l
+-- penalty_read reads the stored ':ban' v into box, a group's record of
+-- its penalty box (the model's PenaltyState): count denials counted since
+-- start, the last ban's end ban_end and its length ban_len (µs); all 0,
+-- untouched, when v is no penalty box's state.
+local function penalty_read(box, v)
+  local id, count, start, ban_end, ban_len
   if v and #v == 33 then
-    a, c, s, u, l = sunpack('<Bdddd', v)
+    id, count, start, ban_end, ban_len = sunpack('<Bdddd', v)
   end
-  if a == PENALTY and c >= 0 and c <= MAXCOUNT and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0 and
-    u >= 0 and u <= MAXU and u % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0 then
-    return c, s, u, l
+  if id == PENALTY and count >= 0 and count <= MAXCOUNT and count % 1 == 0 and start >= 0 and start <= MAXU and
+    start % 1 == 0 and ban_end >= 0 and ban_end <= MAXU and ban_end % 1 == 0 and ban_len >= 0 and ban_len <= MAXU and
+    ban_len % 1 == 0 then
+    box.count, box.start, box.ban_end, box.ban_len = count, start, ban_end, ban_len
+  else
+    box.count, box.start, box.ban_end, box.ban_len = 0, 0, 0, 0
   end
-  return 0, 0, 0, 0
 end
 
--- penalty_slot fills the penalty's reply values at o: the ban left at the
--- call's start, the ban the call issued, the denials counted and the time
--- until the state is untouched (all µs but the count).
-local function penalty_slot(o, e, c, s, u, l, left, issued, now)
+-- penalty_slot fills the penalty's reply values at o, for entry e and its
+-- state box: the ban left at the call's start, the ban the call issued,
+-- the denials counted and the time until the state is untouched (all µs
+-- but the count), which it returns.
+local function penalty_slot(o, e, box, left, issued, now)
   local exp = 0
-  if c > 0 then
-    exp = s + e.within
+  if box.count > 0 then
+    exp = box.start + e.within
   end
-  if l > 0 and u + e.maxban > exp then
-    exp = u + e.maxban
+  if box.ban_len > 0 and box.ban_end + e.maxban > exp then
+    exp = box.ban_end + e.maxban
   end
   if exp > now then
     exp = exp - now
   else
     exp = 0
   end
-  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = left, issued, c, exp
+  OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = left, issued, box.count, exp
   return exp
+end
+
+-- penalty_count counts a denial at now in box, the state of entry e's
+-- box, as the model's Penalize does, and returns the ban it issues (µs, 0:
+-- none).
+local function penalty_count(e, box, now)
+  if box.count > 0 and now < box.start + e.within then
+    box.count = box.count + 1
+  else
+    box.count, box.start = 1, now
+  end
+  if box.count < e.denials then
+    return 0
+  end
+  local issued = e.ban
+  if box.ban_len > 0 and now < box.ban_end + e.maxban then
+    issued = 2 * box.ban_len
+    if issued > e.maxban then
+      issued = e.maxban
+    end
+  end
+  box.count, box.start, box.ban_end, box.ban_len = 0, 0, now + issued, issued
+  return issued
+end
+
+-- penalty_hold puts the verdicts of group grp's limits (after its box, at
+-- base + 4*j) under a ban of hold µs: left, the ban in force at the
+-- call's start (0: the ban was just issued, and holds only its denied
+-- entries).
+local function penalty_hold(grp, base, left, hold)
+  for j = grp.first + 1, grp.last do
+    local o = base + 4 * j
+    local retry = OUT[o + 1]
+    if (left > 0 or retry ~= 0) and retry ~= NEVER and retry < hold then
+      OUT[o + 1] = hold
+    end
+    if left > 0 then
+      if OUT[o + 3] < left then
+        OUT[o + 3] = left
+      end
+      OUT[o + 2], OUT[o + 4] = 0, OUT[o + 3]
+    elseif retry ~= 0 and retry ~= NEVER then
+      -- a denied entry of the ban just issued: not untouched before its end
+      if OUT[o + 3] < hold then
+        OUT[o + 3] = hold
+      end
+      if OUT[o + 4] < hold then
+        OUT[o + 4] = hold
+      end
+    end
+  end
 end
 
 -- penalty_box applies group grp's penalty box (v: the stored ':ban') once
 -- its limits are evaluated, as the model's ApplyBans and CountDenials do,
--- and fills its reply values. A ban in force (not shadow) denies every
--- entry, retry at the ban's end at the earliest, nothing remaining, and
--- leaves the group nothing to write. Otherwise a denial of the group's own
--- limits (denied) is counted, and a ban it issues (not shadow) puts the
--- denied entries' retries and resets at its end at the earliest; the new state is
--- written whatever the request's decision: it goes to both pending
--- writes, w (m, wexp) and wa (ma, wexpa). It returns the group's verdict
--- and pending writes.
-local function penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
-  local first, last = grp.first, grp.last
-  local e = E_REC[first]
-  local c, s, u, l = penalty_read(v)
+-- and fills its reply values; denied says whether the group's own limits
+-- denied. A ban in force (not shadow) denies every entry, retry at the
+-- ban's end at the earliest, nothing remaining, and leaves the group
+-- nothing to write: penalty_box then returns true. Otherwise a denial is
+-- counted, and a ban it issues (not shadow) puts the denied entries'
+-- retries and resets at its end at the earliest; the new state is written
+-- whatever the request's decision: it goes to both of the group's pending
+-- writes (writes and always_writes).
+local function penalty_box(grp, v, denied, now, base)
+  local e, box = E_REC[grp.first], grp.box
+  penalty_read(box, v)
   local left, issued, hold = 0, 0, 0
-  if now < u then
-    left, hold = u - now, u - now
+  if now < box.ban_end then
+    left, hold = box.ban_end - now, box.ban_end - now
   elseif denied then
-    if c > 0 and now < s + e.within then
-      c = c + 1
-    else
-      c, s = 1, now
-    end
-    if c >= e.denials then
-      issued = e.ban
-      if l > 0 and now < u + e.maxban then
-        issued = 2 * l
-        if issued > e.maxban then
-          issued = e.maxban
-        end
-      end
-      c, s, u, l, hold = 0, 0, now + issued, issued, issued
-    end
+    issued = penalty_count(e, box, now)
+    hold = issued
   end
-  local exp = penalty_slot(base + 4 * first, e, c, s, u, l, left, issued, now)
+  local exp = penalty_slot(base + 4 * grp.first, e, box, left, issued, now)
   if e.shadow then
     hold = 0 -- a shadow box denies nothing
   end
   if hold > 0 then
-    for j = first + 1, last do
-      local o = base + 4 * j
-      local retry = OUT[o + 1]
-      if (left > 0 or retry ~= 0) and retry ~= NEVER and retry < hold then
-        OUT[o + 1] = hold
-      end
-      if left > 0 then
-        if OUT[o + 3] < left then
-          OUT[o + 3] = left
-        end
-        OUT[o + 2], OUT[o + 4] = 0, OUT[o + 3]
-      elseif retry ~= 0 and retry ~= NEVER then
-        -- a denied entry of the ban just issued: not untouched before its end
-        if OUT[o + 3] < hold then
-          OUT[o + 3] = hold
-        end
-        if OUT[o + 4] < hold then
-          OUT[o + 4] = hold
-        end
-      end
-    end
+    penalty_hold(grp, base, left, hold)
   end
   if left > 0 then
     if hold > 0 then
-      return false, 0, 0, false, 0, 0
+      grp.nwrites, grp.writes_exp, grp.log, grp.always_nwrites, grp.always_exp = 0, 0, false, 0, 0
+      return true
     end
   elseif denied then
-    local val = spack('<Bdddd', PENALTY, c, s, u, l)
+    local val, m, ma = spack('<Bdddd', PENALTY, box.count, box.start, box.ban_end, box.ban_len), grp.nwrites, grp.always_nwrites
+    grp.writes[m + 1], grp.writes[m + 2], grp.always_writes[ma + 1], grp.always_writes[ma + 2] = BAN, val, BAN, val
+    grp.nwrites, grp.always_nwrites = m + 2, ma + 2
     exp = now + exp
-    w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = BAN, val, BAN, val
-    m, ma = m + 2, ma + 2
-    if exp > wexp then
-      wexp = exp
+    if exp > grp.writes_exp then
+      grp.writes_exp = exp
     end
-    if exp > wexpa then
-      wexpa = exp
+    if exp > grp.always_exp then
+      grp.always_exp = exp
     end
   end
-  return allowed, m, wexp, log, ma, wexpa
+  return false
 end
 
 -- penalty_entry parses "10:denials:within:ban:maxban:flags" (flags 0..1:
@@ -1234,6 +1287,56 @@ local function read_bucket(grp)
   return r, foreign, stored
 end
 
+-- concurrency_check runs a concurrency entry (see concurrency) with its
+-- hold and its duplicates' count as the bucket's read holds them.
+local function concurrency_check(a)
+  local j, r = a.j, a.r
+  local hi = E_HI[j]
+  return concurrency(a.grp, a.e, E_HF[j], a.v, r and r[hi], r and r[hi + 1], a.now, a.o)
+end
+
+-- log_check runs a sliding window log's entry as the hash algorithms run:
+-- a write pending to its log (E_LW[j]) marks the group's log to write, and
+-- the limit's field in the bucket, if it does not yet, to hold the log's
+-- mark.
+local function log_check(a)
+  local j = a.j
+  local ok, pending = sliding_log(a)
+  E_LW[j] = pending
+  if not pending then
+    return ok
+  end
+  a.grp.log = true
+  if a.v ~= LOGMARK then
+    return ok, LOGMARK, LOG_WRITES[j].expires
+  end
+  return ok, false, LOG_WRITES[j].expires
+end
+
+-- penalty_first: a penalty box leads its bucket's entries but is applied
+-- after its limits (penalty_box), its reply values too.
+local function penalty_first()
+  return true
+end
+
+-- CHECK is each algorithm's check by its id. Each takes its arguments
+-- (CHECK_ARGS) and returns whether the entry allows, then what the entry
+-- has to write: the field's new value (false or nil: none), when that
+-- state is untouched again (µs; nil: nothing to write), a concurrency
+-- entry's hold value, and a duplicate's new count with its end (µs).
+local CHECK = {
+  [TOKEN_BUCKET] = token_bucket,
+  [FIXED_WINDOW] = fixed_window,
+  [SLIDING_LOG] = log_check,
+  [SLIDING_COUNTER] = sliding_counter,
+  [LEAKY_BUCKET] = meter,
+  [GCRA] = meter,
+  [FIXED_WINDOW_CLOCK] = fixed_window_clock,
+  [CALENDAR] = calendar,
+  [CONCURRENCY] = concurrency_check,
+  [PENALTY] = penalty_first,
+}
+
 -- evaluate reads group grp's bucket (read_bucket), runs the algorithm of
 -- each of its entries, whose verdicts go to OUT at base + 4*j, and
 -- gathers the group's pending writes. It returns false when a non-shadow
@@ -1242,46 +1345,15 @@ local function evaluate(grp, now, base)
   local first, last = grp.first, grp.last
   local r, foreign, stored = read_bucket(grp)
   local w, wa = grp.writes, grp.always_writes
-  local allowed, denied, m, wexp, log, ma, wexpa = true, false, 0, 0, false, 0, 0
+  local allowed, denied, m, wexp, ma, wexpa = true, false, 0, 0, 0, 0
   local dups, nd, dexp = grp.dups, 0, 0
-  grp.ndeletes = 0
+  local a = CHECK_ARGS
+  a.grp, a.r, a.now = grp, r, now
+  grp.ndeletes, grp.log = 0, false
   for j = first, last do
     local e = E_REC[j]
-    local alg, v, ok, val, exp, hold, dup, dupexp = e.alg, r and r[j - first + 1]
-    if alg == PENALTY then
-      ok = true -- its reply values come after the limits' (penalty_box)
-    elseif alg == TOKEN_BUCKET then
-      ok, val, exp = token_bucket(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
-    elseif alg == FIXED_WINDOW then
-      ok, val, exp = fixed_window(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
-    elseif alg == SLIDING_COUNTER then
-      ok, val, exp = sliding_counter(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
-    elseif alg == FIXED_WINDOW_CLOCK then
-      ok, val, exp = fixed_window_clock(v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
-    elseif alg == CALENDAR then
-      ok, val, exp = calendar(v, e.cap, e, now, e.cost, base + 4 * j, e.always)
-    elseif alg == CONCURRENCY then
-      local hi = E_HI[j]
-      ok, val, exp, hold, dup, dupexp = concurrency(grp, e, E_HF[j], v, r and r[hi], r and r[hi + 1], now, base + 4 * j)
-      if dup then
-        dups[nd + 1], dups[nd + 2], nd = E_DF[j], dup, nd + 2
-        if dupexp > dexp then
-          dexp = dupexp
-        end
-      end
-    elseif alg == SLIDING_LOG then
-      local pending
-      ok, pending = sliding_log(j, E_LK[j], grp.own or v == LOGMARK, e.cap, e.iv, now, e.cost, base + 4 * j, e.always)
-      E_LW[j] = pending
-      if pending then
-        log, exp = true, LOG_WRITES[j].expires
-        if v ~= LOGMARK then
-          val = LOGMARK
-        end
-      end
-    else
-      ok, val, exp = meter(alg, v, e.cap, e.rate, e.iv, now, e.cost, base + 4 * j, e.always)
-    end
+    a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
+    local ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
     if not ok then
       denied = true
       if not e.shadow then
@@ -1313,48 +1385,62 @@ local function evaluate(grp, now, base)
         end
       end
     end
+    if dup then
+      dups[nd + 1], dups[nd + 2], nd = E_DF[j], dup, nd + 2
+      if dupexp > dexp then
+        dexp = dupexp
+      end
+    end
   end
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp = foreign, stored, m, wexp
+  grp.always_nwrites, grp.always_exp = ma, wexpa
   if E_REC[first].alg == PENALTY then
     local v = r and r[1]
     if v or denied then
-      allowed, m, wexp, log, ma, wexpa = penalty_box(grp, v, allowed, denied, now, base, w, m, wexp, log, wa, ma, wexpa)
+      if penalty_box(grp, v, denied, now, base) then
+        allowed = false
+      end
     else -- never banned nor counting, and nothing to count: the common case
       local o = base + 4 * first
       OUT[o + 1], OUT[o + 2], OUT[o + 3], OUT[o + 4] = 0, 0, 0, 0
     end
   end
   if nd > 0 then -- duplicates remembered: written whatever the decision, under a ban too
+    m, ma = grp.nwrites, grp.always_nwrites
     for x = 1, nd, 2 do
       w[m + 1], w[m + 2], wa[ma + 1], wa[ma + 2] = dups[x], dups[x + 1], dups[x], dups[x + 1]
       m, ma = m + 2, ma + 2
     end
-    if dexp > wexp then
-      wexp = dexp
+    grp.nwrites, grp.always_nwrites = m, ma
+    if dexp > grp.writes_exp then
+      grp.writes_exp = dexp
     end
-    if dexp > wexpa then
-      wexpa = dexp
+    if dexp > grp.always_exp then
+      grp.always_exp = dexp
     end
   end
-  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp, grp.log = foreign, stored, m, wexp, log
-  grp.always_nwrites, grp.always_exp = ma, wexpa
   return allowed
 end
 
 -- Refunds (a request whose header's mode is 2) give each entry's cost
 -- back to its limit, as model.Refund does: the state is brought to now as
 -- a check would, then loses the units it holds, never below untouched.
--- Each refund_* returns the field's new value, or nil when nothing
--- changes (an untouched state, another algorithm's, a value out of range).
+-- Each refund_* takes the entry's check arguments (CHECK_ARGS: the
+-- entry's cost is what goes back) and returns the field's new value, or nil when
+-- nothing changes (an untouched state, another algorithm's, a value out of
+-- range).
 -- Each repeats its algorithm's read and catch-up to now inline, as the Go
 -- model shares them in helpers: the check functions are the hot path,
 -- where a Lua call costs more than the lines it would save.
 
-local function refund_tokens(v, cap, rate, iv, now, n)
-  local a, t, l
+local function refund_tokens(a)
+  local e = a.e
+  local v, cap, rate, iv, now, n = a.v, e.cap, e.rate, e.iv, a.now, e.cost
+  local id, t, l
   if v and #v == 17 then
-    a, t, l = sunpack('<Bdd', v)
+    id, t, l = sunpack('<Bdd', v)
   end
-  if not (a == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0) then
+  if not (id == TOKEN_BUCKET and t >= -MAXU and t <= MAXU and t % 1 == 0 and l >= 0 and l <= MAXU and l % 1 == 0) then
     return nil
   end
   local tokens, last = t, l
@@ -1386,12 +1472,14 @@ end
 -- refund_window serves the fixed windows (alg 2, 7 aligned to the clock)
 -- and calendar quotas (8, whose state holds its window's end): the count
 -- goes down while its window lasts.
-local function refund_window(alg, v, window, now, n)
-  local a, c, s
+local function refund_window(a)
+  local e = a.e
+  local alg, v, window, now, n = e.alg, a.v, e.iv, a.now, e.cost
+  local id, c, s
   if v and #v == 17 then
-    a, c, s = sunpack('<Bdd', v)
+    id, c, s = sunpack('<Bdd', v)
   end
-  if not (a == alg and c > 0 and c <= MAXU and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0) then
+  if not (id == alg and c > 0 and c <= MAXU and c % 1 == 0 and s >= 0 and s <= MAXU and s % 1 == 0) then
     return nil
   end
   if alg == FIXED_WINDOW then
@@ -1416,12 +1504,13 @@ local function refund_window(alg, v, window, now, n)
   return spack('<Bdd', alg, c, s)
 end
 
-local function refund_counter(v, window, now, n)
-  local a, sk, sc, sp
+local function refund_counter(a)
+  local v, window, now, n = a.v, a.e.iv, a.now, a.e.cost
+  local id, sk, sc, sp
   if v and #v == 25 then
-    a, sk, sc, sp = sunpack('<Bddd', v)
+    id, sk, sc, sp = sunpack('<Bddd', v)
   end
-  if not (a == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
+  if not (id == SLIDING_COUNTER and sk >= 0 and sk <= MAXU and sk % 1 == 0 and sc >= 0 and sc <= MAXU and sc % 1 == 0 and
     sp >= 0 and sp <= MAXU and sp % 1 == 0) then
     return nil
   end
@@ -1451,12 +1540,14 @@ local function refund_counter(v, window, now, n)
   return spack('<Bddd', SLIDING_COUNTER, k, curr, prev)
 end
 
-local function refund_meter(alg, v, rate, iv, now, n)
-  local a, sv, st
+local function refund_meter(a)
+  local e = a.e
+  local alg, v, rate, iv, now, n = e.alg, a.v, e.rate, e.iv, a.now, e.cost
+  local id, sv, st
   if v and #v == 17 then
-    a, sv, st = sunpack('<Bdd', v)
+    id, sv, st = sunpack('<Bdd', v)
   end
-  if not (a == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0) then
+  if not (id == alg and sv >= 0 and sv <= MAXU and sv % 1 == 0 and st >= 0 and st <= MAXU and st % 1 == 0) then
     return nil
   end
   local level, at = sv, st
@@ -1521,6 +1612,56 @@ local function refund_log(key, current, window, now, n)
   end
 end
 
+-- REFUND is each algorithm's refund by its id, for those that keep their
+-- state in their field (see refund_group for the others).
+local REFUND = {
+  [TOKEN_BUCKET] = refund_tokens,
+  [FIXED_WINDOW] = refund_window,
+  [SLIDING_COUNTER] = refund_counter,
+  [LEAKY_BUCKET] = refund_meter,
+  [GCRA] = refund_meter,
+  [FIXED_WINDOW_CLOCK] = refund_window,
+  [CALENDAR] = refund_window,
+}
+
+-- zero_cost is entry e's twin of cost 0 that does not charge always (kept
+-- with e, as e is): a refund's figures are those of such a check.
+local function zero_cost(e)
+  local z = e.zero
+  if not z then
+    z = {alg = e.alg, cap = e.cap, rate = e.rate, iv = e.iv, cost = 0, shadow = e.shadow, field = e.field, always = false,
+      plain = e.plain, w0 = e.w0, w1 = e.w1, w2 = e.w2, w3 = e.w3}
+    e.zero = z
+  end
+  return z
+end
+
+-- refund_entry gives back the cost of the entry of arguments a and fills
+-- its figures at a.o: the field's new value (nil: unchanged), and for a
+-- concurrency entry's release of a duplicate, its new count.
+local function refund_entry(a)
+  local e = a.e
+  local alg = e.alg
+  if alg == CONCURRENCY then
+    local j, r = a.j, a.r
+    local hi = E_HI[j]
+    return conc_release(a.grp, e, E_HF[j], E_DF[j], a.v, r and r[hi], r and r[hi + 1], a.now, a.o)
+  end
+  local give = e.cost > 0
+  if alg == SLIDING_LOG then
+    refund_log(E_LK[a.j], a.grp.own or a.v == LOGMARK, e.iv, a.now, e.cost)
+    a.e = zero_cost(e)
+    sliding_log(a)
+    return nil
+  end
+  -- A cost of 0 gives nothing back: the state stays as stored, not
+  -- brought to now (a later check at an earlier time reads it as stored).
+  local val = give and REFUND[alg](a)
+  a.v, a.e = val or a.v, zero_cost(e)
+  CHECK[alg](a)
+  return val or nil
+end
+
 -- refund_group gives back the costs of group grp's entries and gathers its
 -- pending writes (a log's are made at once). Each entry's figures are
 -- those of a check of cost 0 after the refund, allowed.
@@ -1530,39 +1671,14 @@ local function refund_group(grp, now, base, release)
   grp.ndeletes = 0
   local w = grp.writes
   local m, wexp = 0, 0
+  local a = CHECK_ARGS
+  a.grp, a.r, a.now = grp, r, now
   for j = first, last do
     local e = E_REC[j]
-    -- A cost of 0 gives nothing back: the state stays as stored, not
-    -- brought to now (a later check at an earlier time reads it as stored).
-    local alg, v, val, pending = e.alg, r and r[j - first + 1], nil, nil
-    local o, give = base + 4 * j, e.cost > 0
-    if alg == TOKEN_BUCKET then
-      val = give and refund_tokens(v, e.cap, e.rate, e.iv, now, e.cost)
-      token_bucket(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
-    elseif alg == FIXED_WINDOW then
-      val = give and refund_window(FIXED_WINDOW, v, e.iv, now, e.cost)
-      fixed_window(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
-    elseif alg == FIXED_WINDOW_CLOCK then
-      val = give and refund_window(FIXED_WINDOW_CLOCK, v, e.iv, now, e.cost)
-      fixed_window_clock(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
-    elseif alg == CALENDAR then
-      val = give and refund_window(CALENDAR, v, 0, now, e.cost)
-      calendar(val or v, e.cap, e, now, 0, o, false)
-    elseif alg == SLIDING_COUNTER then
-      val = give and refund_counter(v, e.iv, now, e.cost)
-      sliding_counter(val or v, e.cap, e.rate, e.iv, now, 0, o, false)
-    elseif alg == CONCURRENCY then
-      local hi = E_HI[j]
-      val, pending = conc_release(grp, e, E_HF[j], E_DF[j], v, r and r[hi], r and r[hi + 1], now, o)
-    elseif alg == SLIDING_LOG then
-      local current = grp.own or v == LOGMARK
-      refund_log(E_LK[j], current, e.iv, now, e.cost)
-      sliding_log(j, E_LK[j], current, e.cap, e.iv, now, 0, o, false)
-    else
-      val = give and refund_meter(alg, v, e.rate, e.iv, now, e.cost)
-      meter(alg, val or v, e.cap, e.rate, e.iv, now, 0, o, false)
-    end
-    if not release or alg ~= CONCURRENCY then -- a release refunds the other algorithms
+    local o = base + 4 * j
+    a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], o
+    local val, pending = refund_entry(a)
+    if not release or e.alg ~= CONCURRENCY then -- a release refunds the other algorithms
       OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
     end
     if val or pending then
