@@ -71,7 +71,7 @@ verify: manifests generate ## Regenerate code and manifests; fail if that change
 ##@ Run
 
 # Loopback: local mode has no authentication and its dashboard edits
-# policies. LISTEN=:8080 serves every interface (see the README's Security).
+# policies. LISTEN=:8080 serves every interface (see docs/operations/local-mode-security.md).
 LISTEN ?= 127.0.0.1:8080
 # Where the banner's curls reach it: an every-interface address as localhost.
 RUN_ADDR = $(patsubst :%,localhost:%,$(patsubst 0.0.0.0:%,:%,$(patsubst [::]:%,:%,$(LISTEN))))

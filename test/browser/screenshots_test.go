@@ -152,4 +152,3 @@ func pagePolicy(t *testing.T, page, name string) string {
 	}
 	return strings.TrimSpace(string(m[1])) + "\n"
 }
-

@@ -156,3 +156,32 @@ func scanLines(text string) []string {
 	}
 	return lines
 }
+
+// TestReadmeLinks holds every relative link of README.md to a file of the
+// repository, as the site's strict build holds the pages' links.
+func TestReadmeLinks(t *testing.T) {
+	root := kubetest.RepoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := regexp.MustCompile(`\]\(([^)\s]+)\)`).FindAllStringSubmatch(string(readme), -1)
+	checked := 0
+	for _, m := range links {
+		target := m[1]
+		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+			continue
+		}
+		path, _, _ := strings.Cut(target, "#")
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(path))); err != nil {
+			t.Errorf("README.md links to %s, which is not in the repository", target)
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("README.md has %d relative links; the test reads it wrongly", checked)
+	}
+	if n := len(scanLines(string(readme))); n > 250 {
+		t.Errorf("README.md has %d lines: the docs site is where the rest goes (about 200 at most)", n)
+	}
+}
