@@ -185,3 +185,30 @@ func TestReadmeLinks(t *testing.T) {
 		t.Errorf("README.md has %d lines: the docs site is where the rest goes (about 200 at most)", n)
 	}
 }
+
+// TestPagesAreShort holds every written page to a few screens: a longer
+// one is split. The reference is generated and the layout is one table.
+func TestPagesAreShort(t *testing.T) {
+	root := filepath.Join(kubetest.RepoRoot(t), "docs")
+	const most = 150
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".md") {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if strings.HasPrefix(rel, "reference"+string(filepath.Separator)) || rel == "performance.md" || rel == filepath.Join("development", "layout.md") {
+			return nil
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if n := len(scanLines(string(text))); n > most {
+			t.Errorf("docs/%s has %d lines, more than a few screens (%d): split it", rel, n, most)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
