@@ -63,7 +63,9 @@ func runPage(t *testing.T, p page) {
 		}
 	}
 	addrs := addressMap(t, p)
-	env := []string{"PATH=" + toolPath(t)}
+	path := toolPath(t)
+	env := []string{"PATH=" + path}
+	requireKubectl(t, p, path)
 	if p.server != nil {
 		startServer(t, dir, *p.server, addrs)
 	}
@@ -114,6 +116,24 @@ func toolPath(t *testing.T) string {
 		dirs = append(dirs, assets)
 	}
 	return strings.Join(append(dirs, os.Getenv("PATH")), string(os.PathListSeparator))
+}
+
+// requireKubectl fails, saying how to get it, when a page runs `kubectl
+// sluice` and no kubectl is on path (`make test` sets KUBEBUILDER_ASSETS,
+// whose kubectl runs the plugin).
+func requireKubectl(t *testing.T, p page, path string) {
+	t.Helper()
+	for _, b := range p.consoles {
+		if !strings.Contains(b.body, "kubectl ") {
+			continue
+		}
+		for _, dir := range filepath.SplitList(path) {
+			if fi, err := os.Stat(filepath.Join(dir, "kubectl")); err == nil && !fi.IsDir() {
+				return
+			}
+		}
+		t.Fatalf("%s runs kubectl, which is not on PATH: run `make test`, or set KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.2 after `make envtest`", p.rel)
+	}
 }
 
 // startServer runs the page's one server command (bin/manager ...) with its
