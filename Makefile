@@ -71,7 +71,7 @@ verify: manifests generate ## Regenerate code and manifests; fail if that change
 ##@ Run
 
 # Loopback: local mode has no authentication and its dashboard edits
-# policies. LISTEN=:8080 serves every interface (see the README's Security).
+# policies. LISTEN=:8080 serves every interface (see docs/operations/local-mode-security.md).
 LISTEN ?= 127.0.0.1:8080
 # Where the banner's curls reach it: an every-interface address as localhost.
 RUN_ADDR = $(patsubst :%,localhost:%,$(patsubst 0.0.0.0:%,:%,$(patsubst [::]:%,:%,$(LISTEN))))
@@ -85,6 +85,26 @@ run: build ## Local mode: serve config/samples on $(LISTEN) (loopback) with the 
 	@echo "  curl -s $(RUN_ADDR)/v1/check -H 'Content-Type: application/json' -d '{\"namespace\":\"default\",\"request\":{\"method\":\"GET\",\"path\":\"/api/items\",\"clientIP\":\"192.0.2.1\"},\"dryRun\":true}'"
 	@echo
 	$(BIN)/manager local --policies config/samples --listen $(LISTEN)
+
+##@ Docs
+
+# The site (mkdocs-material, pinned in hack/install-docs.sh, installed into
+# a venv under bin/) is built from docs/ into site/, which is not committed.
+DOCS_SITE ?= site
+DOCS_ADDR ?= 127.0.0.1:8000
+MKDOCS = NO_MKDOCS_2_WARNING=1 $$(hack/install-docs.sh $(BIN))
+.PHONY: docs
+docs: ## Build the docs site from docs/ into site/ with mkdocs build --strict: a broken link or anchor fails.
+	$(MKDOCS) build --strict --site-dir $(DOCS_SITE)
+
+.PHONY: docs-serve
+docs-serve: ## Serve the docs site on $(DOCS_ADDR) (loopback), rebuilt as docs/ changes.
+	$(MKDOCS) serve --strict --dev-addr $(DOCS_ADDR)
+
+.PHONY: docs-screenshots
+docs-screenshots: ## Take the local-mode dashboard's pictures in docs/img again (headless Chromium against manager local).
+	hack/install-deps.sh chromium=chromium
+	SLUICE_UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run TestDocsScreenshots ./test/browser/
 
 ##@ Benchmark
 
@@ -121,7 +141,7 @@ envtest: ## Build the envtest binaries (kube-apiserver, etcd, kubectl) into bin/
 	K8S_VERSION=$(K8S_VERSION) hack/setup-envtest.sh >/dev/null
 
 .PHONY: test
-test: deps envtest lint $(PROMTOOL) ## Install what the tests need, lint, then run every test.
+test: deps envtest lint $(PROMTOOL) docs ## Install what the tests need, lint, build the docs site, then run every test.
 	KUBEBUILDER_ASSETS="$(BIN)/k8s/$(K8S_VERSION)" $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
 .PHONY: test-fast

@@ -4,8 +4,8 @@
 # (ghcr.io/sluice-dev/sluice:latest) replaced by IMG, pinned by digest, and
 # without the two Redis Secrets (sluice-redis-check, sluice-redis-controller):
 # their placeholders would overwrite a user's credentials each time a new
-# release's installer is applied. The user creates them once (the README's
-# install step); the pods start when they exist.
+# release's installer is applied. The user creates them once (docs/getting-started/cluster.md,
+# the install step); the pods start when they exist.
 #
 #   IMG=registry.example/sluice@sha256:<digest> hack/build-installer.sh
 #   IMG=registry.example/sluice:v0.1.0 hack/build-installer.sh   # digest from LAYOUT
