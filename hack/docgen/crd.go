@@ -1,0 +1,306 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The API reference is made from the CRDs controller-gen writes from the Go
+// types and their markers (config/crd/bases): the schema the API server
+// enforces, so the page says what the cluster accepts.
+
+// crd is the part of a CustomResourceDefinition the page reads.
+type crd struct {
+	Spec struct {
+		Group string `json:"group"`
+		Names struct {
+			Kind       string   `json:"kind"`
+			Plural     string   `json:"plural"`
+			ShortNames []string `json:"shortNames"`
+			Categories []string `json:"categories"`
+		} `json:"names"`
+		Scope    string `json:"scope"`
+		Versions []struct {
+			Name    string `json:"name"`
+			Columns []struct {
+				Name     string `json:"name"`
+				JSONPath string `json:"jsonPath"`
+				Type     string `json:"type"`
+			} `json:"additionalPrinterColumns"`
+			Schema struct {
+				OpenAPIV3Schema *schema `json:"openAPIV3Schema"`
+			} `json:"schema"`
+		} `json:"versions"`
+	} `json:"spec"`
+}
+
+// schema is an OpenAPI v3 schema node with Kubernetes' extensions.
+type schema struct {
+	Description string             `json:"description"`
+	Type        string             `json:"type"`
+	Format      string             `json:"format"`
+	Pattern     string             `json:"pattern"`
+	Enum        []any              `json:"enum"`
+	Default     json.RawMessage    `json:"default"`
+	Minimum     *float64           `json:"minimum"`
+	Maximum     *float64           `json:"maximum"`
+	MinLength   *int64             `json:"minLength"`
+	MaxLength   *int64             `json:"maxLength"`
+	MinItems    *int64             `json:"minItems"`
+	MaxItems    *int64             `json:"maxItems"`
+	Required    []string           `json:"required"`
+	Properties  map[string]*schema `json:"properties"`
+	Items       *schema            `json:"items"`
+	ListType    string             `json:"x-kubernetes-list-type"`
+	ListMapKeys []string           `json:"x-kubernetes-list-map-keys"`
+	Rules       []celRule          `json:"x-kubernetes-validations"`
+}
+
+// celRule is a CEL validation rule of the schema.
+type celRule struct {
+	Rule      string `json:"rule"`
+	Message   string `json:"message"`
+	FieldPath string `json:"fieldPath"`
+}
+
+// apiPages are the reference pages of the two kinds.
+func apiPages(root string) ([]page, error) {
+	var pages []page
+	for _, k := range []struct{ file, out, intro string }{
+		{"ratelimit.sluice.dev_ratelimitpolicies.yaml", "docs/reference/policy.md",
+			"A RateLimitPolicy declares which requests it applies to, how they are grouped into buckets (the key) and the limits each bucket has."},
+		{"ratelimit.sluice.dev_ratelimitoverrides.yaml", "docs/reference/overrides.md",
+			"A RateLimitOverrides gives other numbers for the limits of single key values of a RateLimitPolicy in the same namespace."},
+	} {
+		path := filepath.Join("config", "crd", "bases", k.file)
+		raw, err := os.ReadFile(filepath.Join(root, path))
+		if err != nil {
+			return nil, err
+		}
+		var c crd
+		if err := yaml.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		data, err := kindPage(&c, path, k.intro)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		pages = append(pages, page{k.out, data})
+	}
+	return pages, nil
+}
+
+// kindPage is one kind's reference: its names, its printer columns, then
+// every object of its spec and status with a table of fields.
+func kindPage(c *crd, source, intro string) ([]byte, error) {
+	if len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Schema.OpenAPIV3Schema == nil {
+		return nil, fmt.Errorf("want one version with a schema, got %d", len(c.Spec.Versions))
+	}
+	v := c.Spec.Versions[0]
+	n := c.Spec.Names
+	d := newDoc(code(source) + ", which controller-gen writes from the Go types in `api/v1alpha1` and their markers")
+	d.p("# %s", n.Kind)
+	d.p("%s Every field below is the schema the API server enforces: its type, bounds, defaults and validation rules, with each rule's message as `kubectl apply` prints it.", intro)
+	d.table([]string{"", ""}, "--", [][]string{
+		{"API version", code(c.Spec.Group + "/" + v.Name)},
+		{"kind", code(n.Kind)},
+		{"scope", c.Spec.Scope},
+		{"resource", code(n.Plural)},
+		{"short names", joinCodes(n.ShortNames)},
+		{"categories", joinCodes(n.Categories)},
+	})
+	if len(v.Columns) > 0 {
+		d.p("`kubectl get %s` prints:", n.Plural)
+		var rows [][]string
+		for _, col := range v.Columns {
+			rows = append(rows, []string{col.Name, code(col.JSONPath), col.Type})
+		}
+		d.table([]string{"column", "JSON path", "type"}, "---", rows)
+	}
+	top := v.Schema.OpenAPIV3Schema
+	for _, part := range []struct{ name, title, note string }{
+		{"spec", "Spec", ""},
+		{"status", "Status", "Written by the controller; read it, do not set it."},
+	} {
+		s := top.Properties[part.name]
+		if s == nil {
+			continue
+		}
+		d.p("## %s", part.title)
+		if part.note != "" {
+			d.p("%s", part.note)
+		}
+		objectSections(d, part.name, s)
+	}
+	return d.Bytes(), nil
+}
+
+func joinCodes(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = code(n)
+	}
+	return strings.Join(out, ", ")
+}
+
+// objectSections writes the section of object s at path, then those of
+// the objects its fields hold, depth first.
+func objectSections(d *doc, path string, s *schema) {
+	d.p("### `%s`", path)
+	if s.Description != "" {
+		d.p("%s", prose(s.Description))
+	}
+	names := sortedKeys(s.Properties)
+	var rows [][]string
+	for _, name := range names {
+		f := s.Properties[name]
+		rows = append(rows, fieldRow(path, name, f, slices.Contains(s.Required, name)))
+	}
+	d.table([]string{"field", "type", "required", "default", "validation", "description"}, "------", rows)
+	rulesList(d, "Rules on this object", s.Rules)
+	for _, name := range names {
+		if child, childPath := nested(path, name, s.Properties[name]); child != nil {
+			objectSections(d, childPath, child)
+		}
+	}
+}
+
+// nested is the object a field holds, itself or as list items, and its
+// path; nil for a field of scalars.
+func nested(path, name string, f *schema) (*schema, string) {
+	switch {
+	case f.Type == "object" && len(f.Properties) > 0:
+		return f, path + "." + name
+	case f.Type == "array" && f.Items != nil && f.Items.Type == "object" && len(f.Items.Properties) > 0:
+		return f.Items, path + "." + name + "[]"
+	}
+	return nil, ""
+}
+
+func sortedKeys(m map[string]*schema) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// fieldRow is one field's row: its name (a link to its object's section),
+// type, whether required, default, validation and description.
+func fieldRow(path, name string, f *schema, required bool) []string {
+	field := code(name)
+	if _, childPath := nested(path, name, f); childPath != "" {
+		field = fmt.Sprintf("[%s](#%s)", code(name), anchor(childPath))
+	}
+	req := "optional"
+	if required {
+		req = "**required**"
+	}
+	def := ""
+	if len(f.Default) > 0 {
+		def = code(string(f.Default))
+	}
+	return []string{field, typeName(f), req, def, strings.Join(validation(f), "<br>"), prose(f.Description)}
+}
+
+// typeName is a field's type as the page shows it.
+func typeName(f *schema) string {
+	switch {
+	case f.Type == "array" && f.Items != nil:
+		return "[]" + typeName(f.Items)
+	case f.Format != "":
+		return f.Type + " (" + f.Format + ")"
+	}
+	return f.Type
+}
+
+// validation lists what the schema bounds in a field: bounds, lengths,
+// pattern, values, list semantics and the field's own CEL rules.
+func validation(f *schema) []string {
+	var v []string
+	add := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+	if f.Minimum != nil || f.Maximum != nil {
+		add("%s", bounds("", floatPtr(f.Minimum), floatPtr(f.Maximum)))
+	}
+	if f.MinLength != nil || f.MaxLength != nil {
+		add("%s", bounds("length ", intPtr(f.MinLength), intPtr(f.MaxLength)))
+	}
+	if f.MinItems != nil || f.MaxItems != nil {
+		add("%s", bounds("items ", intPtr(f.MinItems), intPtr(f.MaxItems)))
+	}
+	if f.Pattern != "" {
+		add("pattern %s", code(f.Pattern))
+	}
+	if len(f.Enum) > 0 {
+		vals := make([]string, len(f.Enum))
+		for i, e := range f.Enum {
+			vals[i] = code(fmt.Sprint(e))
+		}
+		add("one of %s", strings.Join(vals, ", "))
+	}
+	if f.ListType != "" {
+		s := "list type " + code(f.ListType)
+		if len(f.ListMapKeys) > 0 {
+			s += ", keyed by " + joinCodes(f.ListMapKeys)
+		}
+		add("%s", s)
+	}
+	if f.Type == "array" && f.Items != nil && f.Items.Type != "object" {
+		for _, item := range validation(f.Items) {
+			add("each item: %s", item)
+		}
+	}
+	for _, r := range f.Rules {
+		add("rule: %s", r.Message)
+	}
+	return v
+}
+
+func floatPtr(p *float64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', -1, 64)
+}
+
+func intPtr(p *int64) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+// bounds says "1..8", "≥ 1" or "≤ 8", prefixed with what is bounded.
+func bounds(what, lo, hi string) string {
+	switch {
+	case lo != "" && hi != "":
+		return what + lo + ".." + hi
+	case lo != "":
+		return what + "≥ " + lo
+	}
+	return what + "≤ " + hi
+}
+
+// rulesList writes an object's CEL rules: each message (what a person
+// reads when it refuses), the field it names, and the rule itself.
+func rulesList(d *doc, title string, rules []celRule) {
+	if len(rules) == 0 {
+		return
+	}
+	d.p("%s (CEL; the API server refuses an object that breaks one with its message):", title)
+	for _, r := range rules {
+		at := ""
+		if r.FieldPath != "" {
+			at = " (at " + code(strings.TrimPrefix(r.FieldPath, ".")) + ")"
+		}
+		fmt.Fprintf(d, "- **%s**%s\n\n    ```\n    %s\n    ```\n\n", strings.TrimSpace(r.Message), at, strings.Join(strings.Fields(r.Rule), " "))
+	}
+}
