@@ -45,10 +45,15 @@ func (d *doc) table(head []string, align string, rows [][]string) {
 	d.WriteString("\n")
 }
 
-// cell makes text fit one table cell: one line, pipes escaped.
+// cell makes text fit one table cell: one line, pipes escaped outside
+// code spans (inside them the table reader leaves pipes alone, and an
+// escape would show).
 func cell(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	return strings.ReplaceAll(s, "|", `\|`)
+	parts := strings.Split(strings.Join(strings.Fields(s), " "), "`")
+	for i := 0; i < len(parts); i += 2 {
+		parts[i] = strings.ReplaceAll(parts[i], "|", `\|`)
+	}
+	return strings.Join(parts, "`")
 }
 
 // code is s as inline code, with a fence long enough for the backticks
