@@ -108,14 +108,8 @@ func kindPage(c *crd, source, intro string) ([]byte, error) {
 	d := newDoc(code(source) + ", which controller-gen writes from the Go types in `api/v1alpha1` and their markers")
 	d.p("# %s", n.Kind)
 	d.p("%s Every field below is the schema the API server enforces: its type, bounds, defaults and validation rules, with each rule's message as `kubectl apply` prints it.", intro)
-	d.table([]string{"", ""}, "--", [][]string{
-		{"API version", code(c.Spec.Group + "/" + v.Name)},
-		{"kind", code(n.Kind)},
-		{"scope", c.Spec.Scope},
-		{"resource", code(n.Plural)},
-		{"short names", joinCodes(n.ShortNames)},
-		{"categories", joinCodes(n.Categories)},
-	})
+	fmt.Fprintf(d, "- **API version:** %s\n- **Kind:** %s, %s\n- **Resource:** %s; short names %s; categories %s\n\n",
+		code(c.Spec.Group+"/"+v.Name), code(n.Kind), strings.ToLower(c.Spec.Scope), code(n.Plural), joinCodes(n.ShortNames), joinCodes(n.Categories))
 	if len(v.Columns) > 0 {
 		d.p("`kubectl get %s` prints:", n.Plural)
 		var rows [][]string
@@ -163,7 +157,7 @@ func objectSections(d *doc, path string, s *schema) {
 		f := s.Properties[name]
 		rows = append(rows, fieldRow(path, name, f, slices.Contains(s.Required, name)))
 	}
-	d.table([]string{"field", "type", "required", "default", "validation", "description"}, "------", rows)
+	d.table([]string{"field", "description"}, "--", rows)
 	rulesList(d, "Rules on this object", s.Rules)
 	for _, name := range names {
 		if child, childPath := nested(path, name, s.Properties[name]); child != nil {
@@ -194,21 +188,39 @@ func sortedKeys(m map[string]*schema) []string {
 }
 
 // fieldRow is one field's row: its name (a link to its object's section),
-// type, whether required, default, validation and description.
-func fieldRow(path, name string, f *schema, required bool) []string {
-	field := code(name)
-	if _, childPath := nested(path, name, f); childPath != "" {
-		field = fmt.Sprintf("[%s](#%s)", code(name), anchor(childPath))
+// type and whether it is required; then its description, default and
+// validation. Two columns, so that the description has the page's width.
+func fieldRow(path, field string, f *schema, required bool) []string {
+	cell := name(field)
+	if _, childPath := nested(path, field, f); childPath != "" {
+		cell = fmt.Sprintf("[%s](#%s)", cell, anchor(childPath))
 	}
 	req := "optional"
 	if required {
 		req = "**required**"
 	}
-	def := ""
+	desc := prose(f.Description)
+	var facts []string
 	if len(f.Default) > 0 {
-		def = code(string(f.Default))
+		facts = append(facts, "**Default:** "+code(defaultText(f.Default)))
 	}
-	return []string{field, typeName(f), req, def, strings.Join(validation(f), "<br>"), prose(f.Description)}
+	for _, v := range validation(f) {
+		facts = append(facts, "**"+upperFirst(v.what)+":** "+v.text)
+	}
+	if len(facts) > 0 {
+		desc += "<br><br>" + strings.Join(facts, "<br>")
+	}
+	return []string{cell + "<br>" + typeName(f) + ", " + req, desc}
+}
+
+// defaultText is a default as a person writes it in YAML: a string
+// without its quotes.
+func defaultText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
 }
 
 // typeName is a field's type as the page shows it.
@@ -222,44 +234,47 @@ func typeName(f *schema) string {
 	return f.Type
 }
 
+// fact is one thing the schema says of a field: what, and its text.
+type fact struct{ what, text string }
+
 // validation lists what the schema bounds in a field: bounds, lengths,
 // pattern, values, list semantics and the field's own CEL rules.
-func validation(f *schema) []string {
-	var v []string
-	add := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+func validation(f *schema) []fact {
+	var v []fact
+	add := func(what, text string) { v = append(v, fact{what, text}) }
 	if f.Minimum != nil || f.Maximum != nil {
-		add("%s", bounds("", floatPtr(f.Minimum), floatPtr(f.Maximum)))
+		add("range", bounds("", floatPtr(f.Minimum), floatPtr(f.Maximum)))
 	}
 	if f.MinLength != nil || f.MaxLength != nil {
-		add("%s", bounds("length ", intPtr(f.MinLength), intPtr(f.MaxLength)))
+		add("length", bounds("", intPtr(f.MinLength), intPtr(f.MaxLength)))
 	}
 	if f.MinItems != nil || f.MaxItems != nil {
-		add("%s", bounds("items ", intPtr(f.MinItems), intPtr(f.MaxItems)))
+		add("items", bounds("", intPtr(f.MinItems), intPtr(f.MaxItems)))
 	}
 	if f.Pattern != "" {
-		add("pattern %s", code(f.Pattern))
+		add("pattern", code(f.Pattern))
 	}
 	if len(f.Enum) > 0 {
 		vals := make([]string, len(f.Enum))
 		for i, e := range f.Enum {
 			vals[i] = code(fmt.Sprint(e))
 		}
-		add("one of %s", strings.Join(vals, ", "))
+		add("one of", strings.Join(vals, ", "))
 	}
 	if f.ListType != "" {
-		s := "list type " + code(f.ListType)
+		s := code(f.ListType)
 		if len(f.ListMapKeys) > 0 {
 			s += ", keyed by " + joinCodes(f.ListMapKeys)
 		}
-		add("%s", s)
+		add("list type", s)
 	}
 	if f.Type == "array" && f.Items != nil && f.Items.Type != "object" {
 		for _, item := range validation(f.Items) {
-			add("each item: %s", item)
+			add("each item's "+item.what, item.text)
 		}
 	}
 	for _, r := range f.Rules {
-		add("rule: %s", r.Message)
+		add("rule", text(r.Message))
 	}
 	return v
 }
@@ -268,6 +283,9 @@ func floatPtr(p *float64) string {
 	if p == nil {
 		return ""
 	}
+	if *p == float64(int64(*p)) {
+		return grouped(int64(*p))
+	}
 	return strconv.FormatFloat(*p, 'f', -1, 64)
 }
 
@@ -275,7 +293,21 @@ func intPtr(p *int64) string {
 	if p == nil {
 		return ""
 	}
-	return strconv.FormatInt(*p, 10)
+	return grouped(*p)
+}
+
+// grouped writes n with its thousands grouped (1,000,000).
+func grouped(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }
 
 // bounds says "1..8", "≥ 1" or "≤ 8", prefixed with what is bounded.
@@ -301,6 +333,6 @@ func rulesList(d *doc, title string, rules []celRule) {
 		if r.FieldPath != "" {
 			at = " (at " + code(strings.TrimPrefix(r.FieldPath, ".")) + ")"
 		}
-		fmt.Fprintf(d, "- **%s**%s\n\n    ```\n    %s\n    ```\n\n", strings.TrimSpace(r.Message), at, strings.Join(strings.Fields(r.Rule), " "))
+		fmt.Fprintf(d, "- **%s**%s\n\n    ```\n    %s\n    ```\n\n", text(strings.TrimSpace(r.Message)), at, strings.Join(strings.Fields(r.Rule), " "))
 	}
 }

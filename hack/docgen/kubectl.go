@@ -66,9 +66,9 @@ func (f cliFlag) names() string {
 		n += " " + f.arg
 	}
 	if f.short != "" {
-		return code("-"+f.short) + ", " + code(n)
+		return name("-"+f.short) + ", " + name(n)
 	}
-	return code(n)
+	return name(n)
 }
 
 // kubectlPages is docs/reference/kubectl-sluice.md.
@@ -102,7 +102,7 @@ func kubectlPages(string) ([]page, error) {
 		var rows [][]string
 		for _, f := range flags {
 			if owner, help := f.owner(commands); owner == c {
-				rows = append(rows, []string{f.names(), help})
+				rows = append(rows, []string{f.names(), text(help)})
 			}
 		}
 		if len(rows) > 0 {
@@ -115,7 +115,7 @@ func kubectlPages(string) ([]page, error) {
 	var rows [][]string
 	for _, f := range flags {
 		if owner, help := f.owner(commands); owner == "" {
-			rows = append(rows, []string{f.names(), help})
+			rows = append(rows, []string{f.names(), text(help)})
 		}
 	}
 	d.table([]string{"flag", "description"}, "--", rows)

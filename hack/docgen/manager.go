@@ -88,16 +88,22 @@ func splitDefault(help string) (string, string) {
 	return help[:i], strings.Trim(def, `"`)
 }
 
+// flagTable writes flags in two columns, the name and type, then the
+// description and default, so that the description has the width.
 func flagTable(d *doc, flags []flagDoc) {
 	rows := make([][]string, len(flags))
 	for i, f := range flags {
-		typ := f.typ
-		if typ == "value" {
-			typ = ""
+		flag := name("--" + f.name)
+		if f.typ != "value" {
+			flag += "<br>" + f.typ
 		}
-		rows[i] = []string{code("--" + f.name), typ, code(f.def), f.help}
+		desc := text(f.help)
+		if f.def != "" {
+			desc += "<br>**Default:** " + code(f.def)
+		}
+		rows[i] = []string{flag, desc}
 	}
-	d.table([]string{"flag", "type", "default", "description"}, "----", rows)
+	d.table([]string{"flag", "description"}, "--", rows)
 }
 
 // subcommands reads the "commands:" block of the manager's usage.
@@ -135,7 +141,7 @@ func managerPages(root string) ([]page, error) {
 	d.p("`manager` is Sluice's one binary (the image's entry point); its first argument is the subcommand. Flags take one dash or two (`-listen` or `--listen`), and `manager <command> -h` prints them.")
 	rows := make([][]string, len(cmds))
 	for i, c := range cmds {
-		rows[i] = []string{fmt.Sprintf("[%s](#manager-%s)", code(c[0]), c[0]), c[1]}
+		rows[i] = []string{fmt.Sprintf("[%s](#manager-%s)", name(c[0]), c[0]), text(c[1])}
 	}
 	d.table([]string{"command", "what it does"}, "--", rows)
 	sets := map[string][]flagDoc{}

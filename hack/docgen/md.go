@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"html"
 	"strings"
 )
 
@@ -72,13 +73,31 @@ func code(s string) string {
 	return fence + s + fence
 }
 
-// prose joins a doc comment's lines into paragraphs of one line each.
+// name is an identifier for a table's first column: code that never
+// wraps, so that the column is as wide as its longest name (the theme
+// breaks code anywhere, which squeezes a name column to a few letters).
+func name(s string) string {
+	return `<code style="white-space: nowrap">` + html.EscapeString(s) + `</code>`
+}
+
+// prose joins a doc comment's lines into paragraphs of one line each,
+// as text: a "<" outside code is no tag.
 func prose(s string) string {
 	paras := strings.Split(strings.TrimSpace(s), "\n\n")
 	for i, p := range paras {
-		paras[i] = strings.Join(strings.Fields(p), " ")
+		paras[i] = text(strings.Join(strings.Fields(p), " "))
 	}
 	return strings.Join(paras, "\n\n")
+}
+
+// text escapes "<" outside code spans, so that markdown shows it rather
+// than reading a tag.
+func text(s string) string {
+	parts := strings.Split(s, "`")
+	for i := 0; i < len(parts); i += 2 {
+		parts[i] = strings.ReplaceAll(parts[i], "<", "&lt;")
+	}
+	return strings.Join(parts, "`")
 }
 
 // anchor is the id mkdocs gives a heading of text (its toc extension's

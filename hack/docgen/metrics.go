@@ -206,17 +206,23 @@ func metricsPages(string) ([]page, error) {
 	d.p("Every metric Sluice serves on `/metrics`, with its type, labels and help as the process reports them. Besides these, every process serves the Go runtime's `go_*` and `process_*` metrics, and the controller controller-runtime's own (`controller_runtime_*`, `workqueue_*`, `rest_client_*`).")
 	d.p("## Check processes")
 	d.p("`manager check`, `manager local` and `manager all` serve these on the check endpoint's address (`--listen`), at `/metrics`. The gRPC and connection metrics of the gRPC endpoint appear once it is on (`--grpc-listen`). A counter with labels has no series until its first count, except where the help says the values are exported from the start.")
-	metricTable(d, check)
+	metricList(d, check)
 	d.p("## Controller")
 	d.p("`manager controller` and `manager all` serve these beside controller-runtime's metrics, on `--metrics-bind-address` (`:8081`), at `/metrics`.")
-	metricTable(d, ctrl)
+	metricList(d, ctrl)
 	return []page{{"docs/reference/metrics.md", d.Bytes()}}, nil
 }
 
-func metricTable(d *doc, ms []metric) {
-	rows := make([][]string, len(ms))
-	for i, m := range ms {
-		rows[i] = []string{code(m.name), m.typ, joinCodes(m.labels), m.help}
+// metricList writes a heading per metric (its anchor is its name, for
+// the guides' links), its type and labels, and its help.
+func metricList(d *doc, ms []metric) {
+	for _, m := range ms {
+		d.p("### `%s`", m.name)
+		labels := "no labels"
+		if len(m.labels) > 0 {
+			labels = "labels " + joinCodes(m.labels)
+		}
+		d.p("*%s*, %s", m.typ, labels)
+		d.p("%s", text(m.help))
 	}
-	d.table([]string{"metric", "type", "labels", "help"}, "----", rows)
 }

@@ -76,6 +76,9 @@ func fieldDoc(f *ast.Field) string {
 	return doc
 }
 
+// typeSections are the template's sections of the bodies' object types.
+var typeSections = map[string]string{"OriginalRequest": "request", "PolicyReport": "policies", "LimitReport": "policieslimits"}
+
 // jsonType is the JSON type of a Go type expression.
 func jsonType(e ast.Expr) string {
 	switch t := e.(type) {
@@ -94,7 +97,10 @@ func jsonType(e ast.Expr) string {
 		case "int", "int64", "int32":
 			return "integer"
 		}
-		return "object (" + t.Name + ")"
+		if section, ok := typeSections[t.Name]; ok {
+			return "[object](#" + section + ")"
+		}
+		return "object"
 	}
 	return fmt.Sprintf("%T", e)
 }
@@ -121,7 +127,7 @@ func reasons(f *ast.File) [][]string {
 			if _, rest, ok := strings.Cut(doc, ": "); ok && strings.HasPrefix(doc, vs.Names[0].Name) {
 				doc = upperFirst(rest)
 			}
-			rows = append(rows, []string{code(v), prose(doc)})
+			rows = append(rows, []string{name(v), prose(doc)})
 		}
 	}
 	return rows
@@ -184,13 +190,13 @@ func fieldTable(fields []jsonField, answer bool) string {
 	var d doc
 	rows := make([][]string, len(fields))
 	for i, f := range fields {
-		rows[i] = []string{code(f.name), f.typ, prose(f.doc)}
+		rows[i] = []string{name(f.name), f.typ, prose(f.doc)}
 		if answer {
 			present := "always"
 			if f.optional {
 				present = "when set"
 			}
-			rows[i] = []string{code(f.name), f.typ, present, prose(f.doc)}
+			rows[i] = []string{name(f.name), f.typ, present, prose(f.doc)}
 		}
 	}
 	if answer {
