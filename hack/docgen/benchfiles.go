@@ -94,16 +94,14 @@ func newestSection(files []benchFile, prefix string) (*benchFile, *benchSection)
 	return nil, nil
 }
 
-// body is a section's text for the page: its subsections one level down,
-// without the CPU profiles (long, and for whoever tunes the code: they
-// stay in bench/).
+// body is a section's text for the page, without the CPU profiles
+// (long, and for whoever tunes the code: they stay in bench/).
 func (s *benchSection) body() string {
 	var out []string
 	skip := false
 	for _, l := range s.lines {
 		if strings.HasPrefix(l, "### ") {
 			skip = strings.HasPrefix(l, "### CPU profile")
-			l = "#" + l
 		}
 		if skip {
 			continue

@@ -79,3 +79,33 @@ func firstDifference(a, b []byte) int {
 	}
 	return min(len(al), len(bl)) + 1
 }
+
+// TestAlgorithmRuns checks the simulation the pictures plot: each
+// algorithm, driven through its model, admits exactly its capacity of
+// the burst and denies the rest, and its remaining capacity starts full
+// and is spent by the burst.
+func TestAlgorithmRuns(t *testing.T) {
+	for _, a := range algorithms() {
+		t.Run(a.file, func(t *testing.T) {
+			r, err := simulate(a.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted := 0
+			for _, q := range r.requests[:burst] {
+				if q.at != 0 {
+					t.Fatalf("request %+v is not the burst's", q)
+				}
+				if q.allowed {
+					admitted++
+				}
+			}
+			if int64(admitted) != a.limit.Capacity {
+				t.Errorf("the burst of %d: %d admitted, want the capacity %d", burst, admitted, a.limit.Capacity)
+			}
+			if first, after := r.remaining[0], r.remaining[1]; first.remaining != a.limit.Capacity || after.remaining != 0 {
+				t.Errorf("remaining before and after the burst: %d and %d, want %d and 0", first.remaining, after.remaining, a.limit.Capacity)
+			}
+		})
+	}
+}
