@@ -73,11 +73,9 @@ type celRule struct {
 // apiPages are the reference pages of the two kinds.
 func apiPages(root string) ([]page, error) {
 	var pages []page
-	for _, k := range []struct{ file, out, intro string }{
-		{"ratelimit.sluice.dev_ratelimitpolicies.yaml", "docs/reference/policy.md",
-			"A RateLimitPolicy declares which requests it applies to, how they are grouped into buckets (the key) and the limits each bucket has."},
-		{"ratelimit.sluice.dev_ratelimitoverrides.yaml", "docs/reference/overrides.md",
-			"A RateLimitOverrides gives other numbers for the limits of single key values of a RateLimitPolicy in the same namespace."},
+	for _, k := range []struct{ file, out string }{
+		{"ratelimit.sluice.dev_ratelimitpolicies.yaml", "docs/reference/policy.md"},
+		{"ratelimit.sluice.dev_ratelimitoverrides.yaml", "docs/reference/overrides.md"},
 	} {
 		path := filepath.Join("config", "crd", "bases", k.file)
 		raw, err := os.ReadFile(filepath.Join(root, path))
@@ -88,7 +86,7 @@ func apiPages(root string) ([]page, error) {
 		if err := yaml.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		data, err := kindPage(&c, path, k.intro)
+		data, err := kindPage(&c, path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -99,7 +97,7 @@ func apiPages(root string) ([]page, error) {
 
 // kindPage is one kind's reference: its names, its printer columns, then
 // every object of its spec and status with a table of fields.
-func kindPage(c *crd, source, intro string) ([]byte, error) {
+func kindPage(c *crd, source string) ([]byte, error) {
 	if len(c.Spec.Versions) != 1 || c.Spec.Versions[0].Schema.OpenAPIV3Schema == nil {
 		return nil, fmt.Errorf("want one version with a schema, got %d", len(c.Spec.Versions))
 	}
@@ -107,7 +105,7 @@ func kindPage(c *crd, source, intro string) ([]byte, error) {
 	n := c.Spec.Names
 	d := newDoc(code(source) + ", which controller-gen writes from the Go types in `api/v1alpha1` and their markers")
 	d.p("# %s", n.Kind)
-	d.p("%s Every field below is the schema the API server enforces: its type, bounds, defaults and validation rules, with each rule's message as `kubectl apply` prints it.", intro)
+	d.p("%s Every field below is the schema the API server enforces: its type, bounds, defaults and validation rules, with each rule's message as `kubectl apply` prints it.", prose(v.Schema.OpenAPIV3Schema.Description))
 	fmt.Fprintf(d, "- **API version:** %s\n- **Kind:** %s, %s\n- **Resource:** %s; short names %s; categories %s\n\n",
 		code(c.Spec.Group+"/"+v.Name), code(n.Kind), strings.ToLower(c.Spec.Scope), code(n.Plural), joinCodes(n.ShortNames), joinCodes(n.Categories))
 	if len(v.Columns) > 0 {
@@ -155,7 +153,13 @@ func objectSections(d *doc, path string, s *schema) {
 	var rows [][]string
 	for _, name := range names {
 		f := s.Properties[name]
-		rows = append(rows, fieldRow(path, name, f, slices.Contains(s.Required, name)))
+		var rules []string // the object's rules that name this field
+		for _, r := range s.Rules {
+			if at := strings.TrimPrefix(r.FieldPath, "."); at == name || strings.HasPrefix(at, name+".") {
+				rules = append(rules, fmt.Sprintf("**Rule** (on %s, at %s): %s", code(path), code(at), text(r.Message)))
+			}
+		}
+		rows = append(rows, fieldRow(path, name, f, slices.Contains(s.Required, name), rules))
 	}
 	d.table([]string{"field", "description"}, "--", rows)
 	rulesList(d, "Rules on this object", s.Rules)
@@ -188,9 +192,9 @@ func sortedKeys(m map[string]*schema) []string {
 }
 
 // fieldRow is one field's row: its name (a link to its object's section),
-// type and whether it is required; then its description, default and
-// validation. Two columns, so that the description has the page's width.
-func fieldRow(path, field string, f *schema, required bool) []string {
+// type and whether it is required; then its description, default,
+// validation and the rules of its object that name it. Two columns, so that the description has the page's width.
+func fieldRow(path, field string, f *schema, required bool, rules []string) []string {
 	cell := name(field)
 	if _, childPath := nested(path, field, f); childPath != "" {
 		cell = fmt.Sprintf("[%s](#%s)", cell, anchor(childPath))
@@ -207,6 +211,7 @@ func fieldRow(path, field string, f *schema, required bool) []string {
 	for _, v := range validation(f) {
 		facts = append(facts, "**"+upperFirst(v.what)+":** "+v.text)
 	}
+	facts = append(facts, rules...)
 	if len(facts) > 0 {
 		desc += "<br><br>" + strings.Join(facts, "<br>")
 	}
