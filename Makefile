@@ -48,6 +48,17 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods and the embedded time z
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 	$(GO) generate ./internal/ratelimit/zoneinfo
 
+# The docs site's generated pages (hack/docgen): the reference from the
+# CRDs, collectors and commands, the algorithms' pictures from the Go
+# model, the performance page from the newest bench/ results.
+DOCS_GENERATED := docs/reference/policy.md docs/reference/overrides.md docs/reference/metrics.md \
+  docs/reference/manager.md docs/reference/kubectl-sluice.md docs/reference/v1-check.md \
+  docs/performance.md docs/img/algorithms docs/img/bench
+
+.PHONY: docs-generate
+docs-generate: ## Write the docs site's generated pages (reference, algorithm pictures, performance) from the code and bench/.
+	$(GO) run ./hack/docgen
+
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
 	gofmt -l -w $$(git ls-files '*.go')
@@ -61,11 +72,11 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (pinned in bin/, configured by .gola
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate ## Regenerate code and manifests; fail if that changed the tree.
+verify: manifests generate docs-generate ## Regenerate code, manifests and the docs' generated pages; fail if that changed the tree.
 	@$(GO) mod tidy
-	@if [[ -n "$$(git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo)" ]]; then \
-	  echo "verify: generated files are out of date; run 'make manifests generate' and 'go mod tidy' and commit:"; \
-	  git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo; git --no-pager diff --stat -- api config go.mod go.sum internal/ratelimit/zoneinfo; exit 1; fi
+	@if [[ -n "$$(git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo $(DOCS_GENERATED))" ]]; then \
+	  echo "verify: generated files are out of date; run 'make manifests generate docs-generate' and 'go mod tidy' and commit:"; \
+	  git status --porcelain -- api config go.mod go.sum internal/ratelimit/zoneinfo $(DOCS_GENERATED); git --no-pager diff --stat -- api config go.mod go.sum internal/ratelimit/zoneinfo $(DOCS_GENERATED); exit 1; fi
 	@echo "verify: generated files are up to date"
 
 ##@ Run

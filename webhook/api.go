@@ -21,9 +21,11 @@ const maxJSONBody = 1 << 20
 
 // CheckRequest is the body of POST /v1/check.
 type CheckRequest struct {
+	// Namespace is the namespace whose policies decide; required.
 	Namespace string `json:"namespace"`
 	// Policy, when set, checks only that policy.
-	Policy  string          `json:"policy,omitempty"`
+	Policy string `json:"policy,omitempty"`
+	// Request is the request to decide.
 	Request OriginalRequest `json:"request"`
 	// Cost overrides the policies' cost when above 0.
 	Cost int64 `json:"cost,omitempty"`
@@ -34,22 +36,35 @@ type CheckRequest struct {
 // OriginalRequest describes the request to decide. The path may carry a
 // query ("/search?q=x").
 type OriginalRequest struct {
-	Method   string            `json:"method"`
-	Host     string            `json:"host"`
-	Path     string            `json:"path"`
-	Headers  map[string]string `json:"headers,omitempty"`
-	ClientIP string            `json:"clientIP,omitempty"`
+	// Method is the request's method; empty: GET.
+	Method string `json:"method"`
+	// Host is the request's host; empty: none (a policy's hosts then
+	// match nothing).
+	Host string `json:"host"`
+	// Path is the request's path, with its query if any; empty: "/".
+	Path string `json:"path"`
+	// Headers are the request's headers by name, one value each.
+	Headers map[string]string `json:"headers,omitempty"`
+	// ClientIP is the client's address, for {client_ip} keys and
+	// exemptClients; empty: none.
+	ClientIP string `json:"clientIP,omitempty"`
 }
 
 // CheckResponse is the answer of POST /v1/check.
 type CheckResponse struct {
-	Allowed bool   `json:"allowed"`
-	Reason  string `json:"reason"`
+	// Allowed is the decision.
+	Allowed bool `json:"allowed"`
+	// Reason says why (check.Reason).
+	Reason string `json:"reason"`
 	// RetryAfterSeconds is set on a denial that a later retry can pass.
-	RetryAfterSeconds *int64         `json:"retryAfterSeconds,omitempty"`
-	Degraded          bool           `json:"degraded,omitempty"`
-	Error             string         `json:"error,omitempty"`
-	Policies          []PolicyReport `json:"policies"`
+	RetryAfterSeconds *int64 `json:"retryAfterSeconds,omitempty"`
+	// Degraded is set when a policy's failureMode answered because the
+	// store could not.
+	Degraded bool `json:"degraded,omitempty"`
+	// Error is the store's error when Degraded.
+	Error string `json:"error,omitempty"`
+	// Policies are the matching policies' parts in the decision.
+	Policies []PolicyReport `json:"policies"`
 	// Release is set when the request holds units of a concurrency limit:
 	// an opaque handle to POST to /v1/release when the request ends.
 	// Until then (or until the limits' lease timeout) its units stay held.
@@ -58,34 +73,60 @@ type CheckResponse struct {
 
 // PolicyReport is one matching policy's part in the decision.
 type PolicyReport struct {
-	Namespace  string `json:"namespace"`
-	Name       string `json:"name"`
-	Mode       string `json:"mode"`
-	Key        string `json:"key,omitempty"`
-	MissingKey bool   `json:"missingKey,omitempty"`
-	WhenError  string `json:"whenError,omitempty"`
+	// Namespace is the policy's namespace.
+	Namespace string `json:"namespace"`
+	// Name is the policy's name.
+	Name string `json:"name"`
+	// Mode is the policy's mode: Enforce or Shadow.
+	Mode string `json:"mode"`
+	// Key is the key value the policy's template rendered for the
+	// request: its bucket.
+	Key string `json:"key,omitempty"`
+	// MissingKey is set when a placeholder of the key had no value; the
+	// policy's onMissingKey then decided.
+	MissingKey bool `json:"missingKey,omitempty"`
+	// WhenError is the error of the policy's `when` expression on this
+	// request.
+	WhenError string `json:"whenError,omitempty"`
 	// BanSeconds is the ban this check issued the policy's bucket (its
 	// penalty box), in seconds rounded up; in mode Shadow, the ban it
 	// would have issued.
-	BanSeconds int64         `json:"banSeconds,omitempty"`
-	Limits     []LimitReport `json:"limits,omitempty"`
+	BanSeconds int64 `json:"banSeconds,omitempty"`
+	// Limits are the figures of the policy's limits.
+	Limits []LimitReport `json:"limits,omitempty"`
 }
 
 // LimitReport is one limit's figures.
 type LimitReport struct {
-	Name      string `json:"name"`
+	// Name is the limit's name in the policy.
+	Name string `json:"name"`
+	// Algorithm is the limit's algorithm (TokenBucket, FixedWindow, ...).
 	Algorithm string `json:"algorithm"`
 	// RedisKey is the Redis key that holds the limit's state: its
 	// bucket's hash, whose field RedisField is the limit's, or a sliding
 	// window log's own sorted set (no field).
-	RedisKey          string `json:"redisKey"`
-	RedisField        string `json:"redisField,omitempty"`
-	Allowed           bool   `json:"allowed"`
-	Limit             int64  `json:"limit"`
-	Remaining         int64  `json:"remaining"`
-	ResetSeconds      int64  `json:"resetSeconds"`
+	RedisKey string `json:"redisKey"`
+	// RedisField is the limit's field in RedisKey's hash; empty for a
+	// sliding window log.
+	RedisField string `json:"redisField,omitempty"`
+	// Allowed is the limit's own verdict.
+	Allowed bool `json:"allowed"`
+	// Limit is the limit's quota: a window's limit, a bucket's capacity,
+	// GCRA's burst, a concurrency limit's limit (an override's number when
+	// one applies).
+	Limit int64 `json:"limit"`
+	// Remaining is how many requests of cost 1 the limit admits now, after
+	// this one was counted if it was.
+	Remaining int64 `json:"remaining"`
+	// ResetSeconds is the time until the limit is back to untouched,
+	// rounded up.
+	ResetSeconds int64 `json:"resetSeconds"`
+	// RetryAfterSeconds is set when the limit denies and a later retry
+	// can pass: the seconds until it would, rounded up.
 	RetryAfterSeconds *int64 `json:"retryAfterSeconds,omitempty"`
-	Cached            bool   `json:"cached,omitempty"`
+	// Cached is set when the denial came from the in-process cache of
+	// denials, without Redis.
+	Cached bool `json:"cached,omitempty"`
 	// Banned: denied because the bucket is banned (its policy's penalty
 	// box), until retryAfterSeconds.
 	Banned bool `json:"banned,omitempty"`

@@ -30,7 +30,8 @@ type ReleaseResponse struct {
 	// Released is true when the handle's units were held and are now
 	// freed; false when they were not (released already, their lease
 	// timed out, or the handle was never issued).
-	Released bool           `json:"released"`
+	Released bool `json:"released"`
+	// Policies are the matching policies' figures after the release.
 	Policies []PolicyReport `json:"policies"`
 }
 

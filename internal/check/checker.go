@@ -221,14 +221,23 @@ type Part struct {
 type Reason string
 
 const (
-	ReasonAllowed  Reason = "Allowed"
+	// ReasonAllowed: every enforced limit of every matching policy
+	// admitted the request (and each counted it).
+	ReasonAllowed Reason = "Allowed"
+	// ReasonNoPolicy: no policy of the namespace matched; allowed.
 	ReasonNoPolicy Reason = "NoPolicyMatched"
-	ReasonLimited  Reason = "RateLimited"
+	// ReasonLimited: denied by a limit; nothing was counted anywhere.
+	ReasonLimited Reason = "RateLimited"
 	// ReasonBanned: denied, and the limit the answer reports was denied
 	// by its bucket's ban (the policy's penalty box), or its denial issued
 	// the ban: the client waits for the ban's end, not for a refill.
-	ReasonBanned           Reason = "Banned"
-	ReasonMissingKey       Reason = "MissingKey"
+	ReasonBanned Reason = "Banned"
+	// ReasonMissingKey: denied because a placeholder of a policy's key
+	// had no value and its onMissingKey is Deny.
+	ReasonMissingKey Reason = "MissingKey"
+	// ReasonStoreUnavailable: the store could not answer in time, so the
+	// failure modes decided: denied when an enforced matching policy's
+	// failureMode is Closed, else allowed (degraded either way).
 	ReasonStoreUnavailable Reason = "StoreUnavailable"
 	// ReasonInvalidHolder: denied by a concurrency limit whose holder, the
 	// descriptor entry it names (Envoy's x-request-id), is empty or longer
