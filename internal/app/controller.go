@@ -123,7 +123,7 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	}
 	// Declared overrides (RateLimitOverrides objects) go to Redis beside
 	// the run-time ones, which every check process follows.
-	if err := (&controller.OverridesReconciler{Client: mgr.GetClient(), Store: overrides.NewRedisStore(parts.Client, 0)}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.OverridesReconciler{Client: mgr.GetClient(), Store: overrides.NewRedisStore(parts.Client)}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	// r.Targets is set by SetupWithManager when Gateway API is installed.
@@ -194,12 +194,15 @@ func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisC
 		return err
 	}
 	defer parts.Close()
-	mgr, err := newControllerManager(ccfg, parts)
+	// The check server first: it makes the process's view of the fleet's
+	// state and follows it until its drain is over; the admin API shares it.
+	srv, err := newCheckServer(kcfg, parts)
 	if err != nil {
 		return err
 	}
-	srv, err := newCheckServer(kcfg, parts)
+	mgr, err := newControllerManager(ccfg, parts)
 	if err != nil {
+		_ = srv.stack.Close()
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)

@@ -3,7 +3,8 @@
 // dashboard) and, when configured, gRPC beside it. Local mode and the
 // cluster's check process both start from it; they differ in the
 // dashboard's policies (Options.Files or Options.Table) and in what they
-// run beside serving (the folder's watch; the table's reader and refunds).
+// run beside serving (the folder's watch; the fleet's follower: the table,
+// the overrides, the refunds).
 package checkserver
 
 import (

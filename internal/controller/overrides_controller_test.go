@@ -70,7 +70,7 @@ var _ = Describe("RateLimitOverrides", func() {
 		// Deleting the object removes its overrides: the policy's 2 again.
 		Expect(k8sClient.Delete(ctx, overridesObject(ns, "tenants", "p"))).To(Succeed())
 		Eventually(func(g Gomega) {
-			o, err := overrides.NewRedisStore(redisClient, 0).LoadPolicy(ctx, overrides.PolicyID{Namespace: ns, Name: "p"})
+			o, err := overrides.NewRedisStore(redisClient).LoadPolicy(ctx, overrides.PolicyID{Namespace: ns, Name: "p"})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(o.Declared).To(BeEmpty())
 			g.Expect(checkOverrides.Override(checkReader.Policies().Get(ns, "p"), "global")).To(BeNil())

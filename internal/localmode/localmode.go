@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/overrides"
@@ -70,9 +71,12 @@ type App struct {
 	// Overrides sets, lists and deletes the run-time overrides (the
 	// admin API's), kept in Redis with --redis-url, else in memory.
 	Overrides *overrides.Runtime
-	// overrides are the ones in force, following the store.
+	// overrides are the ones in force, following the store: follow keeps
+	// them current (the memory store's changes, or Redis's through a
+	// fleet.Follower).
 	overrides      *overrides.Index
 	overridesStore overrides.Store
+	follow         func(context.Context)
 	// declared are the policies the files declared overrides of, last
 	// time they were read.
 	declared map[overrides.PolicyID]bool
@@ -105,7 +109,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: overrides.NewMemoryStore()}
+	memory := overrides.NewMemoryStore()
+	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: memory}
+	a.follow = func(ctx context.Context) { a.overrides.Follow(ctx, memory) }
 
 	var redisStore *redisstore.Store
 	if cfg.Redis.Enabled() {
@@ -122,7 +128,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
-		a.overridesStore = overrides.NewRedisStore(conn.Client, cfg.PollInterval)
+		store := overrides.NewRedisStore(conn.Client)
+		follower := fleet.NewFollower(conn.Client, cfg.PollInterval, log)
+		follower.Follow(overrides.RedisChannel, overrides.NewTracker(a.overrides, store))
+		a.overridesStore, a.follow = store, follower.Run
 	}
 	a.Overrides = &overrides.Runtime{Store: a.overridesStore, Policy: overrides.PolicyOf(files.Policies), Log: log}
 	a.applyDeclared()
@@ -205,7 +214,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 // beside the HTTP one; grpcLn nil serves HTTP only.
 func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error {
 	go a.Files.Run(ctx)
-	go a.overrides.Follow(ctx, a.overridesStore)
+	go a.follow(ctx)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
 	return a.server.Serve(ctx, ln, grpcLn)
 }
