@@ -6,49 +6,42 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
-	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/fleet"
-	"github.com/sluice-dev/sluice/internal/grpcserver"
-	"github.com/sluice-dev/sluice/internal/httpserve"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 // CheckConfig configures the check endpoint process.
 type CheckConfig struct {
-	Listen string
-	// DashboardHosts are the names, besides localhost, IP addresses and
-	// the Listen host, that the read-only dashboard is served as (a
-	// Service or Ingress name; kubectl port-forward is localhost).
-	DashboardHosts dashboard.Hosts
-	Profile        webhook.Profile
-	TrustedProxies []string
-	// ReportPolicy: see checkserver.Options.
-	ReportPolicy bool
-	// DecisionLog is where each denial is logged (off by default).
-	DecisionLog decisionlog.Config
-	// Timeout bounds each Redis call.
-	Timeout time.Duration
-	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
-	PollInterval time.Duration
+	checkserver.Config
 	// NoLibraryLoad: never load the rate-limit library (the Redis user may
 	// not load code); while it is missing, checks get the failure mode
 	// until the controller restores it.
 	NoLibraryLoad bool
-	// HTTP bounds the endpoint's client connections.
-	HTTP httpserve.Config
-	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
-	GRPC   grpcserver.Config
-	Logger *slog.Logger
+}
+
+// BindFlags binds the check process's flags to fs; FinishFlags reads them
+// once fs is parsed.
+func (c *CheckConfig) BindFlags(fs *flag.FlagSet) {
+	c.Config.BindFlags(fs, checkserver.FlagUsage{
+		Listen: ":8080", ListenHelp: "address of the check endpoint, its /metrics and probes",
+		PollIntervalHelp: "how often the policy-table revision is polled (pub/sub is the fast path)",
+	})
+	fs.BoolFunc("redis-load-library", "load the rate-limit library into Redis when a check finds it missing (default true); false when the Redis user may not load code (config/redis/users.acl): the controller restores it", func(s string) error {
+		load, err := strconv.ParseBool(s)
+		c.NoLibraryLoad = !load
+		return err
+	})
 }
 
 // redisParts is what both processes build from the Redis settings.
@@ -132,10 +125,7 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 		return nil, err
 	}
 	stack := checkstack.New(checkstack.Options{Source: view.reader, Overrides: view.overrides, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Announcer: announcer, DecisionLog: decisions, TopKeys: true, Logger: log})
-	server, err := checkserver.New(checkserver.Options{
-		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: view.reader,
-		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
-	})
+	server, err := checkserver.New(checkserver.Options{Config: cfg.Config, Stack: stack, Table: view.reader})
 	if err != nil {
 		_ = stack.Close()
 		return nil, err

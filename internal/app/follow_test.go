@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/overrides"
@@ -60,7 +61,9 @@ func TestOneSubscriptionFollowsTheTableOverridesAndLifts(t *testing.T) {
 		}
 		return resp
 	}
-	limitOf := func(user string) uint32 { return check(user, 0).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() }
+	limitOf := func(user string) uint32 {
+		return check(user, 0).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
 	eventually := func(what string, cond func() bool) {
 		t.Helper()
 		for !cond() {
@@ -148,11 +151,11 @@ func startFollowingReplica(t *testing.T, addr string) ratelimitv3.RateLimitServi
 	}
 	t.Cleanup(parts.Close)
 	grpcAddr := freeAddr(t)
-	cs, err := newCheckServer(CheckConfig{
+	cs, err := newCheckServer(CheckConfig{Config: checkserver.Config{
 		Listen: freeAddr(t), PollInterval: time.Hour,
 		GRPC:   grpcserver.Config{Listen: grpcAddr, Domains: grpcserver.DomainBindings{"edge": "ns"}},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, parts)
+	}}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
