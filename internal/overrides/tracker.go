@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Tracker keeps an Index equal to a RedisStore: it is the overrides'
@@ -49,10 +50,22 @@ func (t *Tracker) Message(ctx context.Context, payload string) {
 
 // Poll reloads everything when the revision moved.
 func (t *Tracker) Poll(ctx context.Context) {
-	if rev, err := t.store.revision(ctx); err == nil && rev != t.seen {
+	if rev, err := t.revision(ctx); err == nil && rev != t.seen {
 		t.reload(ctx)
 	}
 }
+
+// revision reads the store's revision within revisionTimeout: the
+// follower's loop serves the table too, and a Redis that does not answer
+// must not hold it longer than the table's reader would be held.
+func (t *Tracker) revision(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, revisionTimeout)
+	defer cancel()
+	return t.store.revision(ctx)
+}
+
+// revisionTimeout bounds a read of the revision.
+const revisionTimeout = 2 * time.Second
 
 // Subscribed reloads everything after a reconnection: the revision is a
 // counter that starts again after Redis lost its data, so an equal one
@@ -69,7 +82,7 @@ func (t *Tracker) Subscribed(ctx context.Context) {
 
 // reload reloads everything, and sees the revision read before.
 func (t *Tracker) reload(ctx context.Context) {
-	rev, err := t.store.revision(ctx)
+	rev, err := t.revision(ctx)
 	if err != nil {
 		return // the next poll tries again
 	}
