@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,10 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/sluice-dev/sluice/clientip"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 // The flags of the cluster processes, bound per subcommand.
@@ -42,35 +38,6 @@ func bindControllerFlags(fs *flag.FlagSet, cfg *app.ControllerConfig, kubeconfig
 	fs.DurationVar(&cfg.SyncInterval, "sync-interval", 3*time.Second, "how often the Redis policy table is compared with the cluster and repaired")
 	fs.StringVar(kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, or $KUBECONFIG)")
 	cfg.Admin.BindFlags(fs)
-}
-
-func bindCheckFlags(fs *flag.FlagSet, cfg *app.CheckConfig, profile, trusted *string) {
-	fs.StringVar(&cfg.Listen, "listen", ":8080", "address of the check endpoint, its /metrics and probes")
-	cfg.DashboardHosts.BindFlag(fs)
-	fs.StringVar(profile, "profile", "auto", "proxy profile: auto, nginx, forwardauth (traefik, caddy) or envoy")
-	fs.StringVar(trusted, "trusted-proxies", strings.Join(clientip.DefaultTrustedProxies, ","), "comma-separated CIDRs whose forwarded headers are believed")
-	fs.BoolVar(&cfg.ReportPolicy, "report-policy", false, "name the policy, limit, key hash, remaining and decision of each check in its answer, for the proxy's access log: the X-Sluice-Policy header on HTTP, dynamic metadata on ext_authz and the rate limit service")
-	cfg.DecisionLog.BindFlags(fs)
-	fs.DurationVar(&cfg.Timeout, "redis-timeout", 50*time.Millisecond, "deadline of each Redis call; the policy's failureMode answers after it")
-	fs.DurationVar(&cfg.PollInterval, "poll-interval", 500*time.Millisecond, "how often the policy-table revision is polled (pub/sub is the fast path)")
-	cfg.HTTP.BindFlags(fs)
-	cfg.GRPC.BindFlags(fs)
-	fs.BoolFunc("redis-load-library", "load the rate-limit library into Redis when a check finds it missing (default true); false when the Redis user may not load code (config/redis/users.acl): the controller restores it", func(s string) error {
-		load, err := strconv.ParseBool(s)
-		cfg.NoLibraryLoad = !load
-		return err
-	})
-}
-
-func finishCheckFlags(cfg *app.CheckConfig, profile, trusted string, log *slog.Logger) error {
-	p, err := webhook.ParseProfile(profile)
-	if err != nil {
-		return fmt.Errorf("--profile: %w", err)
-	}
-	cfg.Profile = p
-	cfg.TrustedProxies = strings.Split(trusted, ",")
-	cfg.Logger = log
-	return nil
 }
 
 func finishControllerFlags(cfg *app.ControllerConfig, kubeconfig string) error {
@@ -126,15 +93,15 @@ func runCheck(args []string) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	var cfg app.CheckConfig
 	var redisCfg redisconn.Config
-	var profile, trusted string
-	bindCheckFlags(fs, &cfg, &profile, &trusted)
+	cfg.BindFlags(fs)
 	redisCfg.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := finishCheckFlags(&cfg, profile, trusted, newLogger()); err != nil {
+	if err := cfg.FinishFlags(); err != nil {
 		return err
 	}
+	cfg.Logger = newLogger()
 	ctx, stop := signalContext()
 	defer stop()
 	return app.RunCheck(ctx, cfg, &redisCfg)
@@ -145,18 +112,18 @@ func runAll(args []string) error {
 	var ccfg app.ControllerConfig
 	var kcfg app.CheckConfig
 	var redisCfg redisconn.Config
-	var kubeconfig, profile, trusted string
+	var kubeconfig string
 	bindControllerFlags(fs, &ccfg, &kubeconfig)
-	bindCheckFlags(fs, &kcfg, &profile, &trusted)
+	kcfg.BindFlags(fs)
 	redisCfg.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	log := newLogger()
+	kcfg.Logger = newLogger()
 	if err := finishControllerFlags(&ccfg, kubeconfig); err != nil {
 		return err
 	}
-	if err := finishCheckFlags(&kcfg, profile, trusted, log); err != nil {
+	if err := kcfg.FinishFlags(); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()

@@ -3,19 +3,19 @@ package app
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/checkstack"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/overrides"
-	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
-// adminPollInterval is how often the admin API's copy of the policy table
-// and of the overrides polls their revisions (their change messages are
-// the fast path), as the check processes' default does.
-const adminPollInterval = 500 * time.Millisecond
+// adminPollInterval is how often the controller's copy of the policy
+// table and of the overrides polls their revisions (their change messages
+// are the fast path), as the check processes' default does. In `manager
+// all` the admin API shares the check server's copy and its interval.
+const adminPollInterval = fleet.DefaultPoll
 
 // adminAPI is the admin API a controller replica serves behind its front:
 // a checker of its own over the policy table and the counters in Redis
@@ -23,35 +23,33 @@ const adminPollInterval = 500 * time.Millisecond
 // top key values every check process publishes. It decides nothing for
 // traffic; its resets and lifts reach the check processes as refunds do.
 type adminAPI struct {
-	reader         *policytable.Reader
-	refunds        *policytable.Refunds
-	overrides      *overrides.Index
-	overridesStore overrides.Store
-	stack          *checkstack.Stack
-	handler        *admin.Handler
+	view *fleetView
+	// follow: this API made view (a controller process), and runs its
+	// follower; in `manager all` the check server does.
+	follow    bool
+	announcer *fleet.Announcer
+	stack     *checkstack.Stack
+	handler   *admin.Handler
 }
 
 func newAdminAPI(parts *redisParts, log *slog.Logger) *adminAPI {
-	a := &adminAPI{
-		reader:         policytable.NewReader(parts.table, adminPollInterval, log),
-		refunds:        policytable.NewRefunds(parts.Client, log),
-		overrides:      overrides.NewIndex(log),
-		overridesStore: overrides.NewRedisStore(parts.Client, adminPollInterval),
-	}
-	a.reader.FollowRefunds(a.refunds)
-	a.stack = checkstack.New(checkstack.Options{Source: a.reader, Overrides: a.overrides, Redis: parts.Store, Refunds: a.refunds, Logger: log})
-	runtime := &overrides.Runtime{Store: overrides.NewRedisStore(parts.Client, 0), Policy: overrides.PolicyInTable(parts.table), Log: log}
+	a := &adminAPI{}
+	a.view, a.follow = parts.fleetView(adminPollInterval, log)
+	a.announcer = a.view.announcer(parts, log)
+	a.stack = checkstack.New(checkstack.Options{Source: a.view.reader, Overrides: a.view.overrides, Redis: parts.Store, Announcer: a.announcer, Logger: log})
+	runtime := &overrides.Runtime{Store: overrides.NewRedisStore(parts.Client), Policy: overrides.PolicyInTable(parts.table), Log: log}
 	a.handler = admin.New(admin.Options{Checker: a.stack.Checker, Overrides: runtime, Top: topkeys.NewReader(parts.Client, nil), Logger: log})
 	return a
 }
 
-// Start follows the table, the overrides and the refunds' channel until
-// ctx ends, on every replica.
+// Start follows the table, the overrides and the announcements until ctx
+// ends, on every replica.
 func (a *adminAPI) Start(ctx context.Context) error {
 	defer a.stack.Close()
-	go a.reader.Run(ctx)
-	go a.overrides.Follow(ctx, a.overridesStore)
-	a.refunds.Run(ctx)
+	if a.follow {
+		go a.view.follower.Run(ctx)
+	}
+	a.announcer.Run(ctx)
 	return nil
 }
 

@@ -6,54 +6,51 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
-	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
-	"github.com/sluice-dev/sluice/internal/grpcserver"
-	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 // CheckConfig configures the check endpoint process.
 type CheckConfig struct {
-	Listen string
-	// DashboardHosts are the names, besides localhost, IP addresses and
-	// the Listen host, that the read-only dashboard is served as (a
-	// Service or Ingress name; kubectl port-forward is localhost).
-	DashboardHosts dashboard.Hosts
-	Profile        webhook.Profile
-	TrustedProxies []string
-	// ReportPolicy: see checkserver.Options.
-	ReportPolicy bool
-	// DecisionLog is where each denial is logged (off by default).
-	DecisionLog decisionlog.Config
-	// Timeout bounds each Redis call.
-	Timeout time.Duration
-	// PollInterval is the policy-table revision poll (the fallback to pub/sub).
-	PollInterval time.Duration
+	checkserver.Config
 	// NoLibraryLoad: never load the rate-limit library (the Redis user may
 	// not load code); while it is missing, checks get the failure mode
 	// until the controller restores it.
 	NoLibraryLoad bool
-	// HTTP bounds the endpoint's client connections.
-	HTTP httpserve.Config
-	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
-	GRPC   grpcserver.Config
-	Logger *slog.Logger
+}
+
+// BindFlags binds the check process's flags to fs; FinishFlags reads them
+// once fs is parsed.
+func (c *CheckConfig) BindFlags(fs *flag.FlagSet) {
+	c.Config.BindFlags(fs, checkserver.FlagUsage{
+		Listen: ":8080", ListenHelp: "address of the check endpoint, its /metrics and probes",
+		PollIntervalHelp: "how often the policy-table revision is polled (pub/sub is the fast path)",
+	})
+	fs.BoolFunc("redis-load-library", "load the rate-limit library into Redis when a check finds it missing (default true); false when the Redis user may not load code (config/redis/users.acl): the controller restores it", func(s string) error {
+		load, err := strconv.ParseBool(s)
+		c.NoLibraryLoad = !load
+		return err
+	})
 }
 
 // redisParts is what both processes build from the Redis settings.
 type redisParts struct {
 	*redisconn.Conn
 	table *policytable.Table
+	// view is the process's one follower of the fleet's state, made by
+	// its first user (fleetView).
+	view *fleetView
 }
 
 func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisParts, error) {
@@ -67,13 +64,48 @@ func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisPa
 	return &redisParts{Conn: conn, table: policytable.New(conn.Client)}, nil
 }
 
+// fleetView is the process's copy of the state the fleet shares in Redis,
+// the policy table and the overrides of key values, and the announcements
+// of refunds and lifts of its checkers, all followed over one
+// subscription (fleet.Follower). The check server and, in `manager all`,
+// the admin API share it.
+type fleetView struct {
+	follower  *fleet.Follower
+	reader    *policytable.Reader
+	overrides *overrides.Index
+}
+
+// fleetView returns the process's view; made is true when this call made
+// it, and its caller runs the follower (after every user has called
+// announcer).
+func (p *redisParts) fleetView(poll time.Duration, log *slog.Logger) (v *fleetView, made bool) {
+	if p.view != nil {
+		return p.view, false
+	}
+	v = &fleetView{follower: fleet.NewFollower(p.Client, poll, log), reader: policytable.NewReader(p.table, log), overrides: overrides.NewIndex(log)}
+	v.follower.Follow(policytable.Channel, v.reader)
+	v.follower.Follow(overrides.RedisChannel, overrides.NewTracker(v.overrides, overrides.NewRedisStore(p.Client)))
+	p.view = v
+	return v, true
+}
+
+// announcer returns an announcer of a checker's refunds and lifts (Envoy's
+// negative hits, a lease's unused units, the admin API's resets and
+// lifts), told to the other check processes on the table's channel so
+// none keeps denying a bucket that has room again; the view's follower
+// hands it theirs.
+func (v *fleetView) announcer(p *redisParts, log *slog.Logger) *fleet.Announcer {
+	a := fleet.NewAnnouncer(p.Client, policytable.Channel, log)
+	v.follower.Follow(policytable.Channel, a)
+	return a
+}
+
 // checkServer is the check endpoint over Redis, following the policy table.
 type checkServer struct {
-	reader  *policytable.Reader
-	refunds *policytable.Refunds
-	// overrides follow overridesStore, as reader follows the table.
-	overrides      *overrides.Index
-	overridesStore overrides.Store
+	view *fleetView
+	// follow: this server made view, and runs its follower.
+	follow    bool
+	announcer *fleet.Announcer
 	// stack gives back what its leases hold once serving has ended,
 	// before the Redis client closes.
 	stack  *checkstack.Stack
@@ -86,30 +118,19 @@ func newCheckServer(cfg CheckConfig, parts *redisParts) (*checkServer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	reader := policytable.NewReader(parts.table, cfg.PollInterval, log)
-	// Refunds (Envoy's negative hits, a lease's unused units) are told to
-	// the other check processes on the table's channel, so none keeps
-	// denying a bucket a refund gave room.
-	refunds := policytable.NewRefunds(parts.Client, log)
-	reader.FollowRefunds(refunds)
-	// Overrides of key values (run time and declared) are followed in
-	// Redis as the policy table is.
-	index := overrides.NewIndex(log)
+	view, follow := parts.fleetView(cfg.PollInterval, log)
+	announcer := view.announcer(parts, log)
 	decisions, err := decisionlog.Open(cfg.DecisionLog)
 	if err != nil {
 		return nil, err
 	}
-	stack := checkstack.New(checkstack.Options{Source: reader, Overrides: index, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Refunds: refunds, DecisionLog: decisions, TopKeys: true, Logger: log})
-	server, err := checkserver.New(checkserver.Options{
-		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Table: reader,
-		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
-	})
+	stack := checkstack.New(checkstack.Options{Source: view.reader, Overrides: view.overrides, Redis: parts.Store, Timeout: cfg.Timeout, OwnRegistry: true, OwnTraces: true, Announcer: announcer, DecisionLog: decisions, TopKeys: true, Logger: log})
+	server, err := checkserver.New(checkserver.Options{Config: cfg.Config, Stack: stack, Table: view.reader})
 	if err != nil {
 		_ = stack.Close()
 		return nil, err
 	}
-	return &checkServer{reader: reader, refunds: refunds, overrides: index, overridesStore: overrides.NewRedisStore(parts.Client, cfg.PollInterval),
-		stack: stack, server: server, log: log}, nil
+	return &checkServer{view: view, follow: follow, announcer: announcer, stack: stack, server: server, log: log}, nil
 }
 
 // run serves until ctx ends, then drains connections and gives back the
@@ -125,9 +146,10 @@ func (c *checkServer) run(ctx context.Context) error {
 	// must enforce what was applied meanwhile, as the other replicas do.
 	readCtx, stopReading := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReading()
-	go c.reader.Run(readCtx)
-	go c.overrides.Follow(readCtx, c.overridesStore)
-	go c.refunds.Run(ctx)
+	if c.follow {
+		go c.view.follower.Run(readCtx)
+	}
+	go c.announcer.Run(ctx)
 	c.log.Info("check endpoint serving", "addr", ln.Addr().String())
 	return c.server.Serve(ctx, ln, grpcLn)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -22,7 +23,7 @@ func TestCheckServerServesTheReadOnlyDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer parts.Close()
-	srv, err := newCheckServer(CheckConfig{Listen: ":8080", DashboardHosts: dashboard.Hosts{"sluice.example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
+	srv, err := newCheckServer(CheckConfig{Config: checkserver.Config{Listen: ":8080", DashboardHosts: dashboard.Hosts{"sluice.example.com"}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,8 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
+// newControllerManager builds the controller's manager over parts: the
+// reconcilers and table sync, the admin API, and the probes.
 func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager, error) {
 	restCfg := cfg.RESTConfig
 	if restCfg == nil {
@@ -83,6 +85,29 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 			return nil, fmt.Errorf("kubernetes config: %w", err)
 		}
 	}
+	mgr, err := newManager(cfg, restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := addReconcilers(mgr, cfg, parts); err != nil {
+		return nil, err
+	}
+	if err := addAdminAPI(mgr, cfg, parts, restCfg); err != nil {
+		return nil, err
+	}
+	// Probes never depend on Redis: a Redis outage must not restart pods.
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// newManager is controller-runtime's manager with the process's metrics,
+// probes and leader election.
+func newManager(cfg ControllerConfig, restCfg *rest.Config) (ctrl.Manager, error) {
 	id := cfg.LeaderElectionID
 	if id == "" {
 		id = "sluice-controller.ratelimit.sluice.dev"
@@ -108,6 +133,12 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 	if err := buildinfo.Register(crmetrics.Registry); err != nil {
 		return nil, fmt.Errorf("register %s: %w", buildinfo.MetricName, err)
 	}
+	return mgr, nil
+}
+
+// addReconcilers adds the policy and overrides reconcilers and the table
+// sync, which write the policy table and the declared overrides in Redis.
+func addReconcilers(mgr ctrl.Manager, cfg ControllerConfig, parts *redisParts) error {
 	publisher := &policytable.Publisher{Table: parts.table, Library: parts.Store}
 	lastGood := controller.NewLastGood()
 	r := &controller.Reconciler{
@@ -119,48 +150,42 @@ func newControllerManager(cfg ControllerConfig, parts *redisParts) (ctrl.Manager
 		LimitsBound:    cfg.LimitsBound,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
-		return nil, err
+		return err
 	}
 	// Declared overrides (RateLimitOverrides objects) go to Redis beside
 	// the run-time ones, which every check process follows.
-	if err := (&controller.OverridesReconciler{Client: mgr.GetClient(), Store: overrides.NewRedisStore(parts.Client, 0)}).SetupWithManager(mgr); err != nil {
-		return nil, err
+	if err := (&controller.OverridesReconciler{Client: mgr.GetClient(), Store: overrides.NewRedisStore(parts.Client)}).SetupWithManager(mgr); err != nil {
+		return err
 	}
 	// r.Targets is set by SetupWithManager when Gateway API is installed.
-	if err := mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets,
+	return mgr.Add(&controller.TableSync{Client: mgr.GetClient(), Syncer: publisher, LastGood: lastGood, Interval: cfg.SyncInterval, Targets: r.Targets,
 		Recorder: r.Recorder,
 		// maxmemory-policy of every master, for the eviction warning.
 		Memory: func(ctx context.Context) ([]redisconn.MemoryPolicy, error) {
 			return redisconn.ReadMemoryPolicies(ctx, parts.Client)
 		},
-	}); err != nil {
-		return nil, err
+	})
+}
+
+// addAdminAPI serves the admin API behind its front on cfg.Admin.Listen,
+// on every replica; nothing when it is empty.
+func addAdminAPI(mgr ctrl.Manager, cfg ControllerConfig, parts *redisParts, restCfg *rest.Config) error {
+	if cfg.Admin.Listen == "" {
+		return nil
 	}
-	if cfg.Admin.Listen != "" {
-		api := cfg.AdminAPI
-		if api == nil {
-			a := newAdminAPI(parts, slog.Default())
-			if err := mgr.Add(a); err != nil {
-				return nil, err
-			}
-			api = a.handler
+	api := cfg.AdminAPI
+	if api == nil {
+		a := newAdminAPI(parts, slog.Default())
+		if err := mgr.Add(a); err != nil {
+			return err
 		}
-		srv, err := adminauth.NewServer(cfg.Admin, api, restCfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := mgr.Add(srv); err != nil {
-			return nil, err
-		}
+		api = a.handler
 	}
-	// Probes never depend on Redis: a Redis outage must not restart pods.
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+	srv, err := adminauth.NewServer(cfg.Admin, api, restCfg)
+	if err != nil {
+		return err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	return mgr, nil
+	return mgr.Add(srv)
 }
 
 // positive is &d, or nil (the default) when d is not above zero.
@@ -194,12 +219,15 @@ func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisC
 		return err
 	}
 	defer parts.Close()
-	mgr, err := newControllerManager(ccfg, parts)
+	// The check server first: it makes the process's view of the fleet's
+	// state and follows it until its drain is over; the admin API shares it.
+	srv, err := newCheckServer(kcfg, parts)
 	if err != nil {
 		return err
 	}
-	srv, err := newCheckServer(kcfg, parts)
+	mgr, err := newControllerManager(ccfg, parts)
 	if err != nil {
+		_ = srv.stack.Close()
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)

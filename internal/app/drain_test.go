@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -29,8 +30,8 @@ func TestDrainingProcessFollowsTheTable(t *testing.T) {
 	}
 	defer parts.Close()
 	addr := freeAddr(t)
-	cs, err := newCheckServer(CheckConfig{Listen: addr, PollInterval: time.Hour, // changes by message only
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, parts)
+	cs, err := newCheckServer(CheckConfig{Config: checkserver.Config{Listen: addr, PollInterval: time.Hour, // changes by message only
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -42,11 +43,11 @@ func TestCheckServerServesGRPC(t *testing.T) {
 	}
 	defer parts.Close()
 	grpcAddr := freeAddr(t)
-	cs, err := newCheckServer(CheckConfig{
+	cs, err := newCheckServer(CheckConfig{Config: checkserver.Config{
 		Listen: freeAddr(t), PollInterval: 100 * time.Millisecond,
 		GRPC:   grpcserver.Config{Listen: grpcAddr, DefaultNamespace: "default"},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, parts)
+	}}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestCheckServerGRPCStartErrors(t *testing.T) {
 	}
 	defer parts.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	_, err = newCheckServer(CheckConfig{Logger: log, GRPC: grpcserver.Config{Listen: "127.0.0.1:0", TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"}}, parts)
+	_, err = newCheckServer(CheckConfig{Config: checkserver.Config{Logger: log, GRPC: grpcserver.Config{Listen: "127.0.0.1:0", TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"}}}, parts)
 	if err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Errorf("unreadable certificate: %v", err)
 	}
@@ -101,7 +102,7 @@ func TestCheckServerGRPCStartErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	cs, err := newCheckServer(CheckConfig{Listen: freeAddr(t), Logger: log, GRPC: grpcserver.Config{Listen: taken.Addr().String()}}, parts)
+	cs, err := newCheckServer(CheckConfig{Config: checkserver.Config{Listen: freeAddr(t), Logger: log, GRPC: grpcserver.Config{Listen: taken.Addr().String()}}}, parts)
 	if err != nil {
 		t.Fatal(err)
 	}

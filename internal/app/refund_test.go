@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -43,11 +44,11 @@ func TestRefundReachesTheOtherCheckProcesses(t *testing.T) {
 		}
 		t.Cleanup(parts.Close)
 		grpcAddr := freeAddr(t)
-		cs, err := newCheckServer(CheckConfig{
+		cs, err := newCheckServer(CheckConfig{Config: checkserver.Config{
 			Listen: freeAddr(t), PollInterval: time.Hour, // changes by message only
 			GRPC:   grpcserver.Config{Listen: grpcAddr, Domains: grpcserver.DomainBindings{"edge": "ns"}},
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		}, parts)
+		}}, parts)
 		if err != nil {
 			t.Fatal(err)
 		}

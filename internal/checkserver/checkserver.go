@@ -3,7 +3,8 @@
 // dashboard) and, when configured, gRPC beside it. Local mode and the
 // cluster's check process both start from it; they differ in the
 // dashboard's policies (Options.Files or Options.Table) and in what they
-// run beside serving (the folder's watch; the table's reader and refunds).
+// run beside serving (the folder's watch; the fleet's follower: the table,
+// the overrides, the refunds).
 package checkserver
 
 import (
@@ -26,13 +27,13 @@ import (
 
 // Options configure a Server.
 type Options struct {
+	// Config is the process's settings; the endpoints take theirs from
+	// it (DecisionLog, Timeout and PollInterval are the stack's and the
+	// follower's, which the caller builds).
+	Config
 	// Stack decides; its Registry (checkstack.Options.OwnRegistry, which
 	// is required) is served on /metrics and takes the listeners' metrics.
 	Stack *checkstack.Stack
-	// Listen is the HTTP address; its host, when one is named, is a name
-	// the dashboard answers to, beside DashboardHosts.
-	Listen         string
-	DashboardHosts dashboard.Hosts
 	// Files makes the dashboard local mode's, which edits the folder's
 	// policies; Table the check process's, read-only (the
 	// RateLimitPolicy objects are the truth). Set one.
@@ -41,20 +42,6 @@ type Options struct {
 	// Admin is local mode's admin API, which the dashboard's operations
 	// on key values go through (dashboard.Options.Admin; with Files only).
 	Admin http.Handler
-	// Profile fixes the proxy profile (default: detected per request).
-	Profile webhook.Profile
-	// TrustedProxies are the CIDRs whose forwarded headers are believed
-	// (nil: clientip.DefaultTrustedProxies), on HTTP and gRPC alike.
-	TrustedProxies []string
-	// ReportPolicy names the rule that decided in every answer, for the
-	// proxy's access log: checkhttp.PolicyHeader on HTTP, dynamic metadata
-	// on gRPC.
-	ReportPolicy bool
-	// HTTP bounds the HTTP endpoint's client connections.
-	HTTP httpserve.Config
-	// GRPC is the gRPC endpoint, off unless GRPC.Listen is set.
-	GRPC   grpcserver.Config
-	Logger *slog.Logger
 }
 
 // Server is the HTTP endpoint and the gRPC one beside it.

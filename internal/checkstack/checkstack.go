@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/buildinfo"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
-	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/ratelimit/lease"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
@@ -59,12 +59,13 @@ type Options struct {
 	// collectors of its own.
 	OwnRegistry bool
 	Registerer  prometheus.Registerer
-	// Refunds, in a cluster, carries refunds between the check processes
-	// on the policy table's channel: the ones this process makes are
-	// announced on it, and those it hears of make the checker forget its
-	// denials of their keys. Nil in local mode and the middleware, which
-	// follow no policy table; their denials last until their retry times.
-	Refunds *policytable.Refunds
+	// Announcer, in a cluster, carries refunds and lifts between the check
+	// processes on the policy table's channel: the ones this process makes
+	// are announced on it, and those it hears of (its fleet.Follower hands
+	// them over) make the checker forget its denials of their keys. Nil in
+	// local mode and the middleware, which follow no policy table; their
+	// denials last until their retry times.
+	Announcer *fleet.Announcer
 	// OwnTraces: the process traces its checks as the OTEL_* variables
 	// say (tracing.FromEnv; off unless an OTLP endpoint is set), and
 	// Close flushes them. Otherwise Traces, when set, traces them (the
@@ -149,16 +150,16 @@ func New(o Options) *Stack {
 			reg.MustRegister(o.DecisionLog.Collector())
 		}
 	}
-	if o.Refunds != nil {
-		opts.AnnounceRefunds = o.Refunds.Announce
-		opts.AnnounceLifts = o.Refunds.AnnounceLifts
+	if o.Announcer != nil {
+		opts.AnnounceRefunds = o.Announcer.AnnounceRefunds
+		opts.AnnounceLifts = o.Announcer.AnnounceLifts
 	}
 	if o.TopKeys {
 		opts.Keys = s.startTopKeys(o)
 	}
 	s.Checker = check.New(opts)
-	if o.Refunds != nil {
-		o.Refunds.ForgetWith(s.Checker)
+	if o.Announcer != nil {
+		o.Announcer.ForgetWith(s.Checker)
 	}
 	return s
 }

@@ -55,7 +55,7 @@ func overridesStalled(g Gomega, namespace, name, field string) ratelimitv1alpha1
 
 // declared returns the policy's declared overrides in the store.
 func declared(namespace, policy string) map[string]overrides.Entry {
-	o, err := overrides.NewRedisStore(redisClient, 0).LoadPolicy(ctx, overrides.PolicyID{Namespace: namespace, Name: policy})
+	o, err := overrides.NewRedisStore(redisClient).LoadPolicy(ctx, overrides.PolicyID{Namespace: namespace, Name: policy})
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
 	return o.Declared
 }

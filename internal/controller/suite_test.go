@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -65,10 +66,13 @@ var _ = BeforeSuite(func() {
 	store, err := redisstore.New(redisClient, redisstore.Options{})
 	Expect(err).NotTo(HaveOccurred())
 	table = policytable.New(redisClient)
-	checkReader = policytable.NewReader(table, 500*time.Millisecond, slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
-	go checkReader.Run(ctx)
-	checkOverrides = overrides.NewIndex(slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
-	go checkOverrides.Follow(ctx, overrides.NewRedisStore(redisClient, 500*time.Millisecond))
+	checkLog := slog.New(slog.NewTextHandler(GinkgoWriter, nil))
+	checkReader = policytable.NewReader(table, checkLog)
+	checkOverrides = overrides.NewIndex(checkLog)
+	follower := fleet.NewFollower(redisClient, 500*time.Millisecond, checkLog)
+	follower.Follow(policytable.Channel, checkReader)
+	follower.Follow(overrides.RedisChannel, overrides.NewTracker(checkOverrides, overrides.NewRedisStore(redisClient)))
+	go follower.Run(ctx)
 	checker := check.New(check.Options{Store: store, Source: checkReader, Overrides: checkOverrides})
 	srv, err := webhook.New(webhook.Options{Checker: checker})
 	Expect(err).NotTo(HaveOccurred())

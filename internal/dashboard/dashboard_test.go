@@ -382,7 +382,7 @@ func serveCluster(t *testing.T) *httptest.Server {
 	checker := checktest.New(t, check.Options{Source: f})
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = client.Close() })
-	reader := policytable.NewReader(policytable.New(client), time.Second, quiet)
+	reader := policytable.NewReader(policytable.New(client), quiet)
 	d, err := New(Options{Checker: checker, Table: reader})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/grpcserver"
 )
 
@@ -20,7 +21,7 @@ func TestLocalModeServesGRPC(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "api.yaml", limitPolicy(2))
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := New(ctx, Config{PoliciesDir: dir, PollInterval: 100 * time.Millisecond, GRPC: grpcserver.Config{Listen: "unused", DefaultNamespace: "default"}})
+	app, err := New(ctx, Config{PoliciesDir: dir, Config: checkserver.Config{PollInterval: 100 * time.Millisecond, GRPC: grpcserver.Config{Listen: "unused", DefaultNamespace: "default"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package localmode
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,15 +15,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
-	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
-	"github.com/sluice-dev/sluice/internal/grpcserver"
-	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
+	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
-	"github.com/sluice-dev/sluice/webhook"
 )
 
 // DefaultListen is where local mode serves unless told: loopback only, as
@@ -32,35 +31,31 @@ const DefaultListen = "127.0.0.1:8080"
 
 // Config is local mode's settings.
 type Config struct {
+	// Config is the check process's (Listen defaults to DefaultListen;
+	// PollInterval is also how often the folder is checked for edits).
+	checkserver.Config
 	PoliciesDir string
-	// Listen is the HTTP endpoint's address (default DefaultListen).
-	Listen string
-	// DashboardHosts are the names, besides localhost, IP addresses and
-	// the Listen host, that the dashboard is served as.
-	DashboardHosts dashboard.Hosts
-	Redis          redisconn.Config
-	Profile        webhook.Profile
-	TrustedProxies []string
-	// ReportPolicy: see checkserver.Options.
-	ReportPolicy bool
-	// DecisionLog is where each denial is logged (off by default).
-	DecisionLog decisionlog.Config
-	// Timeout bounds each Redis call (the failure mode answers after it).
-	Timeout time.Duration
-	// PollInterval is how often the folder is checked for edits.
-	PollInterval time.Duration
+	Redis       redisconn.Config
 	// MemoryMaxKeys caps the buckets of the in-memory store (0: no cap);
 	// when it is full, a check that needs a new bucket evicts the least
 	// recently used one.
 	MemoryMaxKeys int
-	// HTTP bounds the endpoint's client connections.
-	HTTP httpserve.Config
-	// GRPC is the gRPC endpoint (ext_authz), off unless GRPC.Listen is set.
-	GRPC grpcserver.Config
 	// AdminListen, when set, is the admin API's address: on loopback
 	// (admin.CheckLocalListen), as it has no authentication.
 	AdminListen string
-	Logger      *slog.Logger
+}
+
+// BindFlags binds local mode's flags to fs; FinishFlags reads them once
+// fs is parsed.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	c.Config.BindFlags(fs, checkserver.FlagUsage{
+		Listen: DefaultListen, ListenHelp: "address of the check endpoint and the dashboard; loopback by default, as nothing here is authenticated (:8080 or 0.0.0.0:8080 serves every interface)",
+		PollIntervalHelp: "how often the policies folder is checked for edits",
+	})
+	fs.StringVar(&c.PoliciesDir, "policies", "config/samples", "folder of RateLimitPolicy YAML files, watched for edits")
+	fs.IntVar(&c.MemoryMaxKeys, "memory-max-keys", memstore.DefaultMaxKeys, "most buckets (a key value of a policy) the in-memory store holds (about 250 B each with one limit); when it is full, a new bucket evicts the least recently used, which starts afresh (0: no cap)")
+	fs.StringVar(&c.AdminListen, "admin-listen", "", "serve the admin API (explain, inspect, reset, bans, lift) on this loopback address, such as 127.0.0.1:8081; off when empty. Nothing on it is authenticated, so other addresses are refused")
+	c.Redis.BindFlags(fs)
 }
 
 // App is local mode assembled: the policy files, the checker stack and
@@ -70,9 +65,12 @@ type App struct {
 	// Overrides sets, lists and deletes the run-time overrides (the
 	// admin API's), kept in Redis with --redis-url, else in memory.
 	Overrides *overrides.Runtime
-	// overrides are the ones in force, following the store.
+	// overrides are the ones in force, following the store: follow keeps
+	// them current (the memory store's changes, or Redis's through a
+	// fleet.Follower).
 	overrides      *overrides.Index
 	overridesStore overrides.Store
+	follow         func(context.Context)
 	// declared are the policies the files declared overrides of, last
 	// time they were read.
 	declared map[overrides.PolicyID]bool
@@ -105,7 +103,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: overrides.NewMemoryStore()}
+	memory := overrides.NewMemoryStore()
+	a := &App{Files: files, log: log, storeName: "memory", overrides: overrides.NewIndex(log), overridesStore: memory}
+	a.follow = func(ctx context.Context) { a.overrides.Follow(ctx, memory) }
 
 	var redisStore *redisstore.Store
 	if cfg.Redis.Enabled() {
@@ -122,7 +122,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		cancel()
 		redisStore, a.storeName = conn.Store, "redis"
-		a.overridesStore = overrides.NewRedisStore(conn.Client, cfg.PollInterval)
+		store := overrides.NewRedisStore(conn.Client)
+		follower := fleet.NewFollower(conn.Client, cfg.PollInterval, log)
+		follower.Follow(overrides.RedisChannel, overrides.NewTracker(a.overrides, store))
+		a.overridesStore, a.follow = store, follower.Run
 	}
 	a.Overrides = &overrides.Runtime{Store: a.overridesStore, Policy: overrides.PolicyOf(files.Policies), Log: log}
 	a.applyDeclared()
@@ -138,10 +141,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 
 	a.Admin = admin.New(admin.Options{Checker: stack.Checker, Overrides: a.Overrides, Top: stack.Top, Logger: log})
 	a.adminAddr = cfg.AdminListen
-	a.server, err = checkserver.New(checkserver.Options{
-		Stack: stack, Listen: cfg.Listen, DashboardHosts: cfg.DashboardHosts, Files: files, Admin: a.Admin,
-		Profile: cfg.Profile, TrustedProxies: cfg.TrustedProxies, ReportPolicy: cfg.ReportPolicy, HTTP: cfg.HTTP, GRPC: cfg.GRPC, Logger: log,
-	})
+	a.server, err = checkserver.New(checkserver.Options{Config: cfg.Config, Stack: stack, Files: files, Admin: a.Admin})
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -205,7 +205,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 // beside the HTTP one; grpcLn nil serves HTTP only.
 func (a *App) ServeWithGRPC(ctx context.Context, ln, grpcLn net.Listener) error {
 	go a.Files.Run(ctx)
-	go a.overrides.Follow(ctx, a.overridesStore)
+	go a.follow(ctx)
 	a.log.Info("local mode serving", "addr", ln.Addr().String(), "policies", a.Files.Dir(), "store", a.storeName)
 	return a.server.Serve(ctx, ln, grpcLn)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/dashboard"
 	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -193,7 +194,7 @@ func TestOverridesFromFilesAndAtRunTime(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "api.yaml", limitPolicy(2))
 	var logs syncbuf.Buffer
-	app, base := startLocalWith(t, Config{PoliciesDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	app, base := startLocalWith(t, Config{PoliciesDir: dir, Config: checkserver.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
 	if got := countAllowed(t, base); got != 2 {
 		t.Fatalf("the policy allowed %d, want 2", got)
 	}
@@ -280,7 +281,7 @@ func TestDashboardEditsApplyToTheCheckEndpoint(t *testing.T) {
 func TestDashboardAnswersToTheNamesItIsServedAs(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "api.yaml", limitPolicy(2))
-	_, base := startLocalWith(t, Config{PoliciesDir: dir, Listen: "box.lan:8080", DashboardHosts: dashboard.Hosts{"dev.test"}})
+	_, base := startLocalWith(t, Config{PoliciesDir: dir, Config: checkserver.Config{Listen: "box.lan:8080", DashboardHosts: dashboard.Hosts{"dev.test"}}})
 	get := func(path, host string) int {
 		req, _ := http.NewRequest("GET", base+path, nil)
 		req.Host = host

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
@@ -35,12 +38,28 @@ func newRuntime(store Store, now func() time.Time, p *policy.Policy) *Runtime {
 	return &Runtime{Store: store, Policy: PolicyOf(func() *policy.Set { return set }), Now: now}
 }
 
-// follow makes x follow s until the test ends.
-func follow(t *testing.T, x *Index, s Store) {
+// follow makes x follow s until the test ends: a memory store by itself,
+// a Redis store as a check process does, polling every 50ms.
+func follow(t *testing.T, x *Index, s Store) { followEvery(t, x, s, 50*time.Millisecond) }
+
+// followEvery is follow polling Redis every poll.
+func followEvery(t *testing.T, x *Index, s Store, poll time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); x.Follow(ctx, s) }()
+	switch s := s.(type) {
+	case *MemoryStore:
+		go func() { defer close(done); x.Follow(ctx, s) }()
+	case *RedisStore:
+		go func() { defer close(done); following(s, NewTracker(x, s), poll).Run(ctx) }()
+	}
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// following is a fleet.Follower that hands tr the store's changes.
+func following(s *RedisStore, tr *Tracker, poll time.Duration) *fleet.Follower {
+	f := fleet.NewFollower(s.client, poll, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.Follow(RedisChannel, tr)
+	return f
 }
 
 // waitQuota waits until x gives p's key the quota want for limit (0: no
@@ -68,7 +87,7 @@ func stores(t *testing.T) map[string]func() Store {
 		"memory": func() Store { return NewMemoryStore() },
 		"redis": func() Store {
 			srv := redistest.Start(t)
-			return NewRedisStore(srv.Client(), 50*time.Millisecond)
+			return NewRedisStore(srv.Client())
 		},
 	}
 }
@@ -273,9 +292,9 @@ func TestTwoProcessesOnOneRedisSeeAChange(t *testing.T) {
 	srv := redistest.Start(t)
 	p := tenantPolicy(t)
 	a, b := NewIndex(nil), NewIndex(nil)
-	sa, sb := NewRedisStore(srv.Client(), time.Hour), NewRedisStore(srv.Client(), time.Hour) // pub/sub alone
-	follow(t, a, sa)
-	follow(t, b, sb)
+	sa, sb := NewRedisStore(srv.Client()), NewRedisStore(srv.Client())
+	followEvery(t, a, sa, time.Hour) // pub/sub alone
+	followEvery(t, b, sb, time.Hour)
 	time.Sleep(50 * time.Millisecond) // both subscribed
 	r := newRuntime(sa, time.Now, p)
 	if _, err := r.Set(ctx, shop, "acme", map[string]int64{"burst": 40}, nil, "alice"); err != nil {
@@ -292,7 +311,7 @@ func TestTwoProcessesOnOneRedisSeeAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := NewIndex(nil)
-	follow(t, c, NewRedisStore(srv.Client(), 50*time.Millisecond))
+	follow(t, c, NewRedisStore(srv.Client()))
 	waitQuota(t, c, p, "beta", "burst", 60)
 }
 
@@ -331,7 +350,7 @@ func TestPolicyInTable(t *testing.T) {
 func TestReplacingNoDeclaredOverridesByNoneChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	s := NewRedisStore(srv.Client(), 0)
+	s := NewRedisStore(srv.Client())
 	if err := s.ReplaceDeclared(ctx, shop, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +379,7 @@ func TestReplacingNoDeclaredOverridesByNoneChangesNothing(t *testing.T) {
 func TestManyDeclaredOverrides(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	s := NewRedisStore(srv.Client(), 0)
+	s := NewRedisStore(srv.Client())
 	declared := map[string]Entry{}
 	for i := range 2*stageBatch + 500 {
 		key := fmt.Sprintf("tenant-%d", i)
@@ -408,7 +427,7 @@ func TestManyDeclaredOverrides(t *testing.T) {
 func TestLostStagingChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
-	s := NewRedisStore(srv.Client(), 0)
+	s := NewRedisStore(srv.Client())
 	before := map[string]Entry{"acme": {Key: "acme", Limits: map[string]int64{"burst": 20}, Source: policy.OverrideDeclared}}
 	if err := s.ReplaceDeclared(ctx, shop, before); err != nil {
 		t.Fatal(err)
@@ -433,7 +452,7 @@ func TestFailedReloadIsRetried(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv := redistest.Start(t)
-	s := NewRedisStore(srv.Client(), 50*time.Millisecond)
+	s := NewRedisStore(srv.Client())
 	var armed, failed atomic.Bool
 	loaded, retried := make(chan struct{}, 1), make(chan struct{}, 1)
 	read := func() error {
@@ -451,7 +470,8 @@ func TestFailedReloadIsRetried(t *testing.T) {
 		}
 		return nil
 	}
-	go s.Follow(ctx, func(PolicyID) error { return read() }, read)
+	tr := &Tracker{store: s, changed: func(context.Context, PolicyID) error { return read() }, all: func(context.Context) error { return read() }, seen: -1}
+	go following(s, tr, 50*time.Millisecond).Run(ctx)
 	<-loaded // the first load
 	armed.Store(true)
 	if err := s.Put(ctx, shop, Entry{Key: "acme", Limits: map[string]int64{"burst": 1}, Source: policy.OverrideRuntime}); err != nil {

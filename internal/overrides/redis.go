@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,21 +36,14 @@ func RedisHashKeys(id PolicyID) (runtime, declared string) {
 }
 
 // RedisStore is a Store in Redis: every process reads the same overrides,
-// and a change reaches each within a second (pub/sub, with a poll of the
-// revision for the messages a reconnection loses).
+// and a change reaches each within a second (a Tracker follows it).
 type RedisStore struct {
 	client redis.UniversalClient
-	// poll is how often Follow reads the revision (default 500ms).
-	poll time.Duration
 }
 
-// NewRedisStore returns a RedisStore over client, whose followers poll
-// the revision every poll (default 500ms).
-func NewRedisStore(client redis.UniversalClient, poll time.Duration) *RedisStore {
-	if poll <= 0 {
-		poll = 500 * time.Millisecond
-	}
-	return &RedisStore{client: client, poll: poll}
+// NewRedisStore returns a RedisStore over client.
+func NewRedisStore(client redis.UniversalClient) *RedisStore {
+	return &RedisStore{client: client}
 }
 
 // Every script takes KEYS: the runtime hash, the declared hash, the
@@ -313,59 +305,6 @@ func (s *RedisStore) Load(ctx context.Context) (map[PolicyID]Overrides, error) {
 		}
 	}
 	return out, nil
-}
-
-// Follow implements Store: a message whose revision follows the last one
-// seen names the one policy that changed; any other gap, and the poll
-// finding the revision moved, reload everything. A change whose reload
-// failed is not seen: the next poll finds the revision moved and reloads.
-func (s *RedisStore) Follow(ctx context.Context, changed func(PolicyID) error, all func() error) {
-	sub := s.client.Subscribe(ctx, RedisChannel)
-	defer sub.Close()
-	msgs := sub.ChannelWithSubscriptions()
-	t := time.NewTicker(s.poll)
-	defer t.Stop()
-	var seen int64 = -1
-	reload := func() {
-		rev, err := s.revision(ctx)
-		if err != nil {
-			return // the next poll tries again
-		}
-		if all() == nil {
-			seen = rev
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			switch m := m.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					reload() // first, and after a reconnection
-				}
-			case *redis.Message:
-				revs, id, _ := strings.Cut(m.Payload, " ")
-				rev, err := strconv.ParseInt(revs, 10, 64)
-				ns, name, ok := strings.Cut(id, "/")
-				if err != nil || !ok || rev != seen+1 {
-					reload()
-					continue
-				}
-				if changed(PolicyID{ns, name}) == nil {
-					seen = rev
-				}
-			}
-		case <-t.C:
-			if rev, err := s.revision(ctx); err == nil && rev != seen {
-				reload()
-			}
-		}
-	}
 }
 
 func (s *RedisStore) revision(ctx context.Context) (int64, error) {

@@ -23,12 +23,6 @@ type Store interface {
 	LoadPolicy(ctx context.Context, id PolicyID) (Overrides, error)
 	// Load reads every policy's overrides.
 	Load(ctx context.Context) (map[PolicyID]Overrides, error)
-	// Follow calls changed with each policy whose overrides any process
-	// changed, and all when changes may have been missed (first, and
-	// after a reconnection), until ctx ends. Calls are not concurrent. A
-	// call that fails (it could not read the store) is made again: the
-	// change counts as seen only once its call succeeded.
-	Follow(ctx context.Context, changed func(PolicyID) error, all func() error)
 }
 
 // Overrides are one policy's overrides by source, each by key.
@@ -38,25 +32,32 @@ type Overrides struct {
 
 func (o Overrides) empty() bool { return len(o.Runtime) == 0 && len(o.Declared) == 0 }
 
-// Follow keeps x's run-time overrides equal to the store's until ctx ends.
-func (x *Index) Follow(ctx context.Context, s Store) {
-	s.Follow(ctx, func(id PolicyID) error {
-		o, err := s.LoadPolicy(ctx, id)
-		if err != nil {
-			x.log.Warn("cannot load overrides; the ones in force stay until they load", "policy", id.String(), "err", err)
-			return err
-		}
-		x.set(id, o)
-		return nil
-	}, func() error {
-		all, err := s.Load(ctx)
-		if err != nil {
-			x.log.Warn("cannot load overrides; the ones in force stay until they load", "err", err)
-			return err
-		}
-		x.replace(all)
-		return nil
-	})
+// Follow keeps x's overrides equal to m's until ctx ends (local mode
+// without Redis; a RedisStore is followed by a Tracker).
+func (x *Index) Follow(ctx context.Context, m *MemoryStore) {
+	m.follow(ctx, func(id PolicyID) error { return x.reload(ctx, m, id) }, func() error { return x.reloadAll(ctx, m) })
+}
+
+// reload reads id's overrides from s into x.
+func (x *Index) reload(ctx context.Context, s Store, id PolicyID) error {
+	o, err := s.LoadPolicy(ctx, id)
+	if err != nil {
+		x.log.Warn("cannot load overrides; the ones in force stay until they load", "policy", id.String(), "err", err)
+		return err
+	}
+	x.set(id, o)
+	return nil
+}
+
+// reloadAll reads every policy's overrides from s into x.
+func (x *Index) reloadAll(ctx context.Context, s Store) error {
+	all, err := s.Load(ctx)
+	if err != nil {
+		x.log.Warn("cannot load overrides; the ones in force stay until they load", "err", err)
+		return err
+	}
+	x.replace(all)
+	return nil
 }
 
 // MemoryStore is a Store in the process's memory (local mode without
@@ -150,9 +151,10 @@ func (m *MemoryStore) Load(_ context.Context) (map[PolicyID]Overrides, error) {
 	return out, nil
 }
 
-// Follow implements Store.
-// Its calls read the process's memory and cannot fail.
-func (m *MemoryStore) Follow(ctx context.Context, changed func(PolicyID) error, all func() error) {
+// follow calls all, then changed with each policy whose overrides
+// changed, until ctx ends. Its calls read the process's memory and cannot
+// fail.
+func (m *MemoryStore) follow(ctx context.Context, changed func(PolicyID) error, all func() error) {
 	f := &memoryFollower{pending: map[PolicyID]bool{}, wake: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.followers[f] = true

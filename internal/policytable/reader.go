@@ -3,23 +3,22 @@ package policytable
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
-// Reader keeps the check process's policy set equal to the table: it loads
-// the table at start, reloads on every change message, and polls the
+// Reader keeps the check process's policy set equal to the table. It is
+// the table's handler of a fleet.Follower, which loads the table at start
+// (Poll), reloads it on every change message (Message), and polls the
 // revision as a fallback, since pub/sub drops messages while a connection
 // is re-established.
 type Reader struct {
-	table    *Table
-	interval time.Duration
-	log      *slog.Logger
+	table *Table
+	log   *slog.Logger
 
 	set      atomic.Pointer[policy.Set]
 	revision atomic.Int64
@@ -33,22 +32,16 @@ type Reader struct {
 	problems map[string]string // "ns/name" -> why it is not enforced
 
 	// compiled are the policies of the last load by ID, with the field
-	// each was compiled from (Run's goroutine only).
+	// each was compiled from (the follower's loop only).
 	compiled map[string]compiledEntry
-
-	// refunds receives the other processes' refund messages; nil: ignored.
-	refunds *Refunds
 }
 
-// NewReader returns a Reader polling every interval (default 500ms).
-func NewReader(table *Table, interval time.Duration, log *slog.Logger) *Reader {
-	if interval <= 0 {
-		interval = 500 * time.Millisecond
-	}
+// NewReader returns a Reader of table; a fleet.Follower keeps it current.
+func NewReader(table *Table, log *slog.Logger) *Reader {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Reader{table: table, interval: interval, log: log, problems: map[string]string{}}
+	r := &Reader{table: table, log: log, problems: map[string]string{}}
 	r.set.Store(policy.NewSet(0, nil))
 	r.revision.Store(-1)
 	return r
@@ -72,68 +65,25 @@ func (r *Reader) Problems() map[string]string {
 	return out
 }
 
-// FollowRefunds hands the refund messages that arrive on Channel to
-// refunds (its Forgetter) from Run on. Call it before Run.
-func (r *Reader) FollowRefunds(refunds *Refunds) { r.refunds = refunds }
-
-// Run follows the table until ctx ends.
-func (r *Reader) Run(ctx context.Context) {
-	changed := make(chan struct{}, 1)
-	go r.subscribe(ctx, changed)
+// Message reloads the table on a change message: a revision newer than the
+// one in force. Revisions are never reused, so one at or below it is a
+// change loaded already (a burst of changes costs one load each time the
+// reader catches up); other messages on Channel (refunds) are not the
+// table's. The revision 0 wakes the reader up to check the table.
+func (r *Reader) Message(ctx context.Context, payload string) {
+	rev, err := strconv.ParseInt(payload, 10, 64)
+	if err != nil || (rev > 0 && rev <= r.revision.Load()) {
+		return
+	}
 	r.refresh(ctx, true)
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-			r.refresh(ctx, true)
-		case <-t.C:
-			r.refresh(ctx, false)
-		}
-	}
 }
 
-// subscribe turns change messages into wake-ups, and hands refund
-// messages to the Refunds being followed. go-redis re-subscribes after a
-// reconnect by itself; messages sent meanwhile are lost: the poll covers
-// changes, and refunds forget every denial at each (re)subscription.
-func (r *Reader) subscribe(ctx context.Context, changed chan<- struct{}) {
-	sub := r.table.client.Subscribe(ctx, Channel)
-	defer sub.Close()
-	ch := sub.ChannelWithSubscriptions()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
-			}
-			switch m := m.(type) {
-			case *redis.Subscription:
-				if r.refunds != nil && m.Kind == "subscribe" {
-					r.refunds.resubscribed()
-				}
-				continue
-			case *redis.Message:
-				if isRefundMessage(m.Payload) {
-					if r.refunds != nil {
-						r.refunds.receive(m.Payload)
-					}
-					continue
-				}
-			default:
-				continue
-			}
-			select {
-			case changed <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
+// Poll loads the table when its revision moved, or when it never loaded.
+func (r *Reader) Poll(ctx context.Context) { r.refresh(ctx, false) }
+
+// Subscribed polls: changes made while the subscription was down sent
+// messages that are lost.
+func (r *Reader) Subscribed(ctx context.Context) { r.refresh(ctx, false) }
 
 // refresh reloads the table when its revision moved (or always when force).
 func (r *Reader) refresh(ctx context.Context, force bool) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/fleet"
 )
 
 // TestReaderCompilesOnlyWhatChanged: a change recompiles the changed
@@ -21,8 +23,8 @@ func TestReaderCompilesOnlyWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := NewReader(table, 50*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go r.Run(ctx)
+	r := NewReader(table, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go following(table, r, 50*time.Millisecond).Run(ctx)
 	waitFor(t, "initial load", func() bool { return r.Policies().Get("ns", "b") != nil })
 	a, b := r.Policies().Get("ns", "a"), r.Policies().Get("ns", "b")
 
@@ -47,4 +49,12 @@ func TestReaderCompilesOnlyWhatChanged(t *testing.T) {
 			t.Fatalf("reload %d: b %v, problems %v; want b's last good version kept and its problem reported", rev, r.Policies().Get("ns", "b"), r.Problems())
 		}
 	}
+}
+
+// following is a fleet.Follower that keeps r current, polling every poll,
+// as a check process's does.
+func following(table *Table, r *Reader, poll time.Duration) *fleet.Follower {
+	f := fleet.NewFollower(table.client, poll, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.Follow(Channel, r)
+	return f
 }

@@ -159,8 +159,8 @@ func TestReaderFollowsTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A long poll interval: changes must arrive through pub/sub.
-	r := NewReader(table, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go r.Run(ctx)
+	r := NewReader(table, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go following(table, r, time.Hour).Run(ctx)
 	waitFor(t, "initial load", func() bool { return r.Loaded() && r.Policies().Get("ns", "a") != nil })
 
 	start := time.Now()
@@ -196,8 +196,8 @@ func TestReaderPollsWhenMessagesAreLost(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	srv, table := newTable(t)
-	r := NewReader(table, 100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go r.Run(ctx)
+	r := NewReader(table, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	go following(table, r, 100*time.Millisecond).Run(ctx)
 	waitFor(t, "initial load", r.Loaded)
 	// Write the entry behind the table's back: no change message.
 	b := `{"namespace":"ns","name":"quiet","generation":1,"spec":{"key":"global","limits":[{"name":"l","fixedWindow":{"limit":1,"window":"1m"}}]}}`
@@ -216,8 +216,8 @@ func TestReaderLogsAnOutageOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncbuf.Buffer
-	r := NewReader(table, 20*time.Millisecond, slog.New(slog.NewTextHandler(&logs, nil)))
-	go r.Run(ctx)
+	r := NewReader(table, slog.New(slog.NewTextHandler(&logs, nil)))
+	go following(table, r, 20*time.Millisecond).Run(ctx)
 	waitFor(t, "initial load", func() bool { return r.Policies().Get("ns", "kept") != nil })
 
 	srv.Client().FlushAll(ctx)
@@ -233,8 +233,8 @@ func TestReaderLogsAnOutageOnce(t *testing.T) {
 	// A reader starting while Redis is away tries to load at every poll.
 	srv.Stop()
 	var logs2 syncbuf.Buffer
-	r2 := NewReader(table, 20*time.Millisecond, slog.New(slog.NewTextHandler(&logs2, nil)))
-	go r2.Run(ctx)
+	r2 := NewReader(table, slog.New(slog.NewTextHandler(&logs2, nil)))
+	go following(table, r2, 20*time.Millisecond).Run(ctx)
 	waitFor(t, "the outage logged", func() bool { return logs2.Count("cannot load the policy table") > 0 })
 	time.Sleep(time.Second) // a load fails after the client's retries: several of them
 	if n := logs2.Count("cannot load the policy table"); n != 1 {

@@ -21,6 +21,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/localmode"
 )
 
@@ -172,8 +173,8 @@ func startLocal(t *testing.T, files map[string]string) string {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	app, err := localmode.New(ctx, localmode.Config{PoliciesDir: dir, PollInterval: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	app, err := localmode.New(ctx, localmode.Config{PoliciesDir: dir, Config: checkserver.Config{PollInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	if err != nil {
 		cancel()
 		t.Fatal(err)

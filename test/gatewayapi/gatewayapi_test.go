@@ -30,6 +30,7 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
 	"github.com/sluice-dev/sluice/internal/redisconn"
@@ -88,8 +89,11 @@ func start(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader := policytable.NewReader(policytable.New(rc), 200*time.Millisecond, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	go reader.Run(ctx)
+	warnings := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	reader := policytable.NewReader(policytable.New(rc), warnings)
+	follower := fleet.NewFollower(rc, 200*time.Millisecond, warnings)
+	follower.Follow(policytable.Channel, reader)
+	go follower.Run(ctx)
 	h, err := webhook.New(webhook.Options{Checker: check.New(check.Options{Store: store, Source: reader, DenyCacheSize: -1})})
 	if err != nil {
 		t.Fatal(err)

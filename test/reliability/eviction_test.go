@@ -259,8 +259,8 @@ func testEviction(t *testing.T, maxmemoryPolicy string, keys int) {
 	t.Cleanup(func() { _ = store.Close() })
 	observed := &observedStore{Store: store}
 	readerLog := &lineLog{}
-	reader := policytable.NewReader(policytable.New(checkClient), 0, readerLog.slog())
-	running.Go(func() { reader.Run(ctx) })
+	reader := policytable.NewReader(policytable.New(checkClient), readerLog.slog())
+	running.Go(func() { following(checkClient, reader, readerLog.slog()).Run(ctx) })
 	waitUntil(t, 10*time.Second, "the check process loads the policies", func() error {
 		if n := len(reader.Policies().All()); n != len(faultPolicies) {
 			return fmt.Errorf("%d policies", n)
@@ -553,7 +553,8 @@ func TestEvictedTableHashIsAMissingTable(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	table := policytable.New(newClient(t, srv.Addr()))
+	client := newClient(t, srv.Addr())
+	table := policytable.New(client)
 	entries := make([]*policytable.Entry, len(faultPolicies))
 	for i, p := range faultPolicies {
 		entries[i] = &policytable.Entry{Namespace: p.namespace, Name: p.name, Generation: 1, Spec: p.parse(t)}
@@ -561,9 +562,9 @@ func TestEvictedTableHashIsAMissingTable(t *testing.T) {
 	if _, _, err := table.Replace(ctx, entries, nil); err != nil {
 		t.Fatal(err)
 	}
-	reader := policytable.NewReader(table, 0, quiet)
+	reader := policytable.NewReader(table, quiet)
 	done := make(chan struct{})
-	go func() { reader.Run(ctx); close(done) }()
+	go func() { following(client, reader, quiet).Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitUntil(t, 5*time.Second, "reader loads the table", func() error {
 		if n := len(reader.Policies().All()); n != len(entries) {

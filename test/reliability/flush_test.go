@@ -200,9 +200,9 @@ func TestPartlyRestoredTableKeepsEveryPolicy(t *testing.T) {
 	if _, _, err := table.Replace(ctx, entries, nil); err != nil {
 		t.Fatal(err)
 	}
-	reader := policytable.NewReader(table, 0, quiet)
+	reader := policytable.NewReader(table, quiet)
 	done := make(chan struct{})
-	go func() { reader.Run(ctx); close(done) }()
+	go func() { following(client, reader, quiet).Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	holdsAll := func(when string) {
 		t.Helper()

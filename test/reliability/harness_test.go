@@ -26,6 +26,7 @@ import (
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/controller"
+	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
@@ -45,6 +46,14 @@ const (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// following is the fleet.Follower of a check process that follows the
+// table alone, at the default poll interval.
+func following(client redis.UniversalClient, reader *policytable.Reader, log *slog.Logger) *fleet.Follower {
+	f := fleet.NewFollower(client, 0, log)
+	f.Follow(policytable.Channel, reader)
+	return f
+}
 
 // testPolicy is a RateLimitPolicy as the controller would see it.
 type testPolicy struct {
@@ -352,8 +361,8 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	if tableClient == nil {
 		tableClient = o.storeClient
 	}
-	s.reader = policytable.NewReader(policytable.New(tableClient), 0, quiet)
-	running.Go(func() { s.reader.Run(ctx) })
+	s.reader = policytable.NewReader(policytable.New(tableClient), quiet)
+	running.Go(func() { following(tableClient, s.reader, quiet).Run(ctx) })
 	waitUntil(t, 10*time.Second, "the check process loads every policy from the table", func() error {
 		for _, p := range o.policies {
 			if s.reader.Policies().Get(p.namespace, p.name) == nil {

@@ -12,6 +12,8 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/fleet"
+	"github.com/sluice-dev/sluice/internal/overrides"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policytable"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -74,11 +76,18 @@ func TestACLUsersInCluster(t *testing.T) {
 		}
 	}
 
-	_, checkStore, checkTable := connect(t, redisconn.Config{ClusterAddrs: cl.Addrs(), Username: checkUser, PasswordFile: users.PasswordFile[checkUser]})
+	checkClient, checkStore, checkTable := connect(t, redisconn.Config{ClusterAddrs: cl.Addrs(), Username: checkUser, PasswordFile: users.PasswordFile[checkUser]})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	reader := policytable.NewReader(checkTable, 100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	go reader.Run(runCtx)
+	// The check process's follower: the table, the overrides and the
+	// refunds' messages on one subscription, within the check user's ACL.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reader := policytable.NewReader(checkTable, quiet)
+	follower := fleet.NewFollower(checkClient, 100*time.Millisecond, quiet)
+	follower.Follow(policytable.Channel, reader)
+	follower.Follow(overrides.RedisChannel, overrides.NewTracker(overrides.NewIndex(quiet), overrides.NewRedisStore(checkClient)))
+	follower.Follow(policytable.Channel, fleet.NewAnnouncer(checkClient, policytable.Channel, quiet))
+	go follower.Run(runCtx)
 	deadline := time.Now().Add(10 * time.Second)
 	for reader.Policies().Get(policyNS, "fail-closed") == nil || len(reader.Policies().Namespace(policyNS)) != len(policies) {
 		if time.Now().After(deadline) {

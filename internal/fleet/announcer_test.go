@@ -1,4 +1,4 @@
-package policytable
+package fleet
 
 import (
 	"context"
@@ -10,9 +10,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/policytable"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
 )
 
-// forgotten records what a Refunds hands over.
+// forgotten records what an Announcer hands over.
 type forgotten struct {
 	mu     sync.Mutex
 	keys   []string
@@ -66,16 +69,16 @@ func (f *forgotten) take() (keys []string, all int) {
 // table, not itself; a (re)subscription forgets everything, since
 // messages sent while it was down are lost.
 func TestRefundsReachTheOtherProcesses(t *testing.T) {
-	_, table := newTable(t)
+	client := redistest.Start(t).Client()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	process := func() (*Refunds, *forgotten) {
-		r, f := NewRefunds(table.client, quiet), newForgotten()
+	process := func() (*Announcer, *forgotten) {
+		r, f := NewAnnouncer(client, policytable.Channel, quiet), newForgotten()
 		r.ForgetWith(f)
-		reader := NewReader(table, time.Hour, quiet)
-		reader.FollowRefunds(r)
-		go reader.Run(ctx)
+		follower := NewFollower(client, time.Hour, quiet)
+		follower.Follow(policytable.Channel, r)
+		go follower.Run(ctx)
 		go r.Run(ctx)
 		f.wait(t, "subscription")
 		if keys, all := f.take(); all != 1 || keys != nil {
@@ -86,8 +89,8 @@ func TestRefundsReachTheOtherProcesses(t *testing.T) {
 	a, fa := process()
 	b, fb := process()
 
-	a.Announce([]string{"sluice:v2:{ns/p/u}:l", "sluice:v2:{ns/p/v}:l"})
-	a.Announce([]string{"sluice:v2:{ns/p/u}:l"})
+	a.AnnounceRefunds([]string{"sluice:v2:{ns/p/u}:l", "sluice:v2:{ns/p/v}:l"})
+	a.AnnounceRefunds([]string{"sluice:v2:{ns/p/u}:l"})
 	fb.wait(t, "B")
 	keys, all := fb.take()
 	for len(keys) < 2 && all == 0 { // two announcements may be two messages
@@ -98,7 +101,7 @@ func TestRefundsReachTheOtherProcesses(t *testing.T) {
 	if slices.Sort(keys); all != 0 || !slices.Equal(slices.Compact(keys), []string{"sluice:v2:{ns/p/u}:l", "sluice:v2:{ns/p/v}:l"}) {
 		t.Fatalf("B forgot %q (and all %d times), want A's two keys", keys, all)
 	}
-	b.Announce([]string{"sluice:v2:{ns/p/w}:l"})
+	b.AnnounceRefunds([]string{"sluice:v2:{ns/p/w}:l"})
 	fa.wait(t, "A")
 	// Messages arrive in order: A's own came before B's, and was skipped.
 	if keys, all := fa.take(); all != 0 || !slices.Equal(keys, []string{"sluice:v2:{ns/p/w}:l"}) {
@@ -107,7 +110,7 @@ func TestRefundsReachTheOtherProcesses(t *testing.T) {
 
 	// Pub/sub connections dropped: messages sent meanwhile are lost, so
 	// each process forgets every denial when it has subscribed again.
-	if err := table.client.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+	if err := client.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []*forgotten{fa, fb} {
@@ -122,14 +125,14 @@ func TestRefundsReachTheOtherProcesses(t *testing.T) {
 // than that make it a forget-all, and a received message longer than any
 // process sends is one. Revisions are no refunds.
 func TestRefundMessagesAreBounded(t *testing.T) {
-	r := NewRefunds(nil, nil)
+	r := NewAnnouncer(nil, "", nil)
 	var keys, others []string // each 60% of a message
 	for i := 0; len(strings.Join(keys, "\n")) < MaxRefundKeyBytes*6/10; i++ {
 		keys = append(keys, "sluice:v2:{ns/p/"+strconv.Itoa(i)+"}:l")
 		others = append(others, "sluice:v2:{ns/q/"+strconv.Itoa(i)+"}:l")
 	}
-	r.Announce(keys)
-	r.Announce(keys)
+	r.AnnounceRefunds(keys)
+	r.AnnounceRefunds(keys)
 	msg, ok := r.take()
 	if !ok || len(msg) > len(refundPrefix)+len(r.origin)+MaxRefundKeyBytes || strings.Count(msg, "\n") != len(keys) {
 		t.Fatalf("a message of %d keys announced twice: %d bytes, %d lines, want each key once", len(keys), len(msg), strings.Count(msg, "\n"))
@@ -137,45 +140,49 @@ func TestRefundMessagesAreBounded(t *testing.T) {
 	if _, ok := r.take(); ok {
 		t.Fatal("a second message with nothing queued")
 	}
-	r.Announce(keys)
-	r.Announce(others) // over the bound: every key
-	r.Announce(keys)
+	r.AnnounceRefunds(keys)
+	r.AnnounceRefunds(others) // over the bound: every key
+	r.AnnounceRefunds(keys)
 	if msg, _ := r.take(); msg != refundPrefix+r.origin+"\n*" {
 		t.Fatalf("more keys than a message holds: %.80q, want a forget-all", msg)
 	}
 
-	recv := NewRefunds(nil, nil)
+	recv := NewAnnouncer(nil, "", nil)
 	f := newForgotten()
 	recv.ForgetWith(f)
-	recv.receive(refundPrefix + "other\n" + strings.Repeat("k", MaxRefundKeyBytes+1))
+	recv.Message(context.Background(), refundPrefix+"other\n"+strings.Repeat("k", MaxRefundKeyBytes+1))
 	if _, all := f.take(); all != 1 {
 		t.Fatal("an oversized message did not forget every key")
 	}
-	recv.receive(refundPrefix + "other\n" + strings.Repeat("k", 1000) + "\nsluice:v2:{ns/p/u}:l\n")
+	recv.Message(context.Background(), refundPrefix+"other\n"+strings.Repeat("k", 1000)+"\nsluice:v2:{ns/p/u}:l\n")
 	if keys, all := f.take(); all != 0 || !slices.Equal(keys, []string{"sluice:v2:{ns/p/u}:l"}) {
 		t.Fatalf("forgot %q (all %d), want the one key a check can have", keys, all)
 	}
 	if isRefundMessage("1800000000000000") {
 		t.Fatal("a revision read as a refund")
 	}
+	recv.Message(context.Background(), "1800000000000000")
+	if keys, all := f.take(); all != 0 || keys != nil {
+		t.Fatalf("a revision forgot %q (all %d)", keys, all)
+	}
 }
 
 // A flood of refunds costs Redis at most one message per RefundInterval
 // per process.
 func TestRefundsAreCoalesced(t *testing.T) {
-	_, table := newTable(t)
+	client := redistest.Start(t).Client()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sub := table.client.Subscribe(ctx, Channel)
+	sub := client.Subscribe(ctx, policytable.Channel)
 	defer sub.Close()
 	if _, err := sub.Receive(ctx); err != nil { // subscribed
 		t.Fatal(err)
 	}
-	r := NewRefunds(table.client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := NewAnnouncer(client, policytable.Channel, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go r.Run(ctx)
 	start := time.Now()
 	for i := range 2000 {
-		r.Announce([]string{"sluice:v2:{ns/p/" + strconv.Itoa(i) + "}:l"})
+		r.AnnounceRefunds([]string{"sluice:v2:{ns/p/" + strconv.Itoa(i) + "}:l"})
 		if i%100 == 0 {
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -207,22 +214,22 @@ var _ Forgetter = (*forgotten)(nil)
 // became a forget-all (which keeps bans), and the receiver forgets it with
 // its ban.
 func TestLiftsAreNamed(t *testing.T) {
-	r := NewRefunds(nil, nil)
+	r := NewAnnouncer(nil, "", nil)
 	var keys []string
 	for i := 0; len(strings.Join(keys, "\n")) < MaxRefundKeyBytes; i++ {
 		keys = append(keys, "sluice:v2:{ns/p/"+strconv.Itoa(i)+"}:l")
 	}
 	lifted := "sluice:v2:{ns/p/acme}:l"
 	r.AnnounceLifts([]string{lifted})
-	r.Announce(keys) // over the bound
+	r.AnnounceRefunds(keys) // over the bound
 	msg, ok := r.take()
 	if !ok || msg != refundPrefix+r.origin+"\n*\n"+liftMark+lifted {
 		t.Fatalf("message %.80q, want a forget-all naming the lifted key", msg)
 	}
-	recv := NewRefunds(nil, nil)
+	recv := NewAnnouncer(nil, "", nil)
 	f := newForgotten()
 	recv.ForgetWith(f)
-	recv.receive(strings.Replace(msg, r.origin, "other", 1))
+	recv.Message(context.Background(), strings.Replace(msg, r.origin, "other", 1))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.all != 1 || !slices.Equal(f.lifted, []string{lifted}) || len(f.keys) != 0 {

@@ -1,4 +1,4 @@
-package policytable
+package fleet
 
 import (
 	"context"
@@ -15,18 +15,20 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
-// Refund messages travel on Channel beside the table's revisions, so every
-// check process that follows the table hears them on the subscription it
-// has. A refund gives units back to buckets; the check process that made
-// it forgets its remembered denials of them at once, and tells the others
-// with a message naming their keys:
+// Refund messages travel on the policy table's channel beside its
+// revisions (policytable.Channel, which the check user may publish on), so
+// every check process that follows the table hears them on the
+// subscription it has. A refund gives units back to buckets; the check
+// process that made it forgets its remembered denials of them at once, and
+// tells the others with a message naming their keys:
 //
 //	refunded <origin>\n<key>\n<key>...
 //
 // or, when it refunded more keys than one message holds, "*" for every
 // key. A key marked with a leading "!" was lifted (the admin API ended its
-// bucket's ban): its denials are forgotten, the ban's included. <origin> names the sending process, which ignores its own messages.
-// A revision is a number, so a reader of any version tells the two apart
+// bucket's ban): its denials are forgotten, the ban's included. <origin>
+// names the sending process, which ignores its own messages. A revision
+// is a number, so a reader of any version tells the two apart
 // (one from before refund messages reads one as a change and reloads the
 // table, which is harmless).
 const refundPrefix = "refunded "
@@ -53,14 +55,15 @@ type Forgetter interface {
 // liftMark starts a lifted key in a message (keys start with "sluice:").
 const liftMark = "!"
 
-// Refunds tells the other check processes of this one's refunds and
-// hands theirs to a Forgetter (ForgetWith; Reader.FollowRefunds delivers
-// them).
-type Refunds struct {
-	client redis.UniversalClient
-	origin string
-	log    *slog.Logger
-	forget atomic.Pointer[Forgetter]
+// Announcer tells the other check processes of this one's refunds and
+// lifts, and hands theirs to a Forgetter (ForgetWith): a Follower delivers
+// them, as the Handler of the channel it publishes on.
+type Announcer struct {
+	client  redis.UniversalClient
+	channel string
+	origin  string
+	log     *slog.Logger
+	forget  atomic.Pointer[Forgetter]
 
 	mu      sync.Mutex
 	pending map[string]struct{}
@@ -71,33 +74,34 @@ type Refunds struct {
 	failing atomic.Bool // a publish failed; logged once until one succeeds
 }
 
-// NewRefunds returns a Refunds that publishes through client once Run runs.
-func NewRefunds(client redis.UniversalClient, log *slog.Logger) *Refunds {
+// NewAnnouncer returns an Announcer that publishes on channel through
+// client once Run runs.
+func NewAnnouncer(client redis.UniversalClient, channel string, log *slog.Logger) *Announcer {
 	if log == nil {
 		log = slog.Default()
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
-	return &Refunds{client: client, origin: hex.EncodeToString(id[:]), log: log,
+	return &Announcer{client: client, channel: channel, origin: hex.EncodeToString(id[:]), log: log,
 		pending: map[string]struct{}{}, wake: make(chan struct{}, 1)}
 }
 
 // ForgetWith has f forget the keys other processes refunded.
-func (r *Refunds) ForgetWith(f Forgetter) { r.forget.Store(&f) }
+func (r *Announcer) ForgetWith(f Forgetter) { r.forget.Store(&f) }
 
-// Announce queues keys, refunded by this process, for the next message
-// (check.Options.AnnounceRefunds). It never blocks on Redis.
-func (r *Refunds) Announce(keys []string) { r.queue(keys, "") }
+// AnnounceRefunds queues keys, refunded by this process, for the next
+// message (check.Options.AnnounceRefunds). It never blocks on Redis.
+func (r *Announcer) AnnounceRefunds(keys []string) { r.queue(keys, "") }
 
 // AnnounceLifts queues keys whose bans this process lifted
 // (check.Options.AnnounceLifts).
-func (r *Refunds) AnnounceLifts(keys []string) { r.queue(keys, liftMark) }
+func (r *Announcer) AnnounceLifts(keys []string) { r.queue(keys, liftMark) }
 
 // queue adds keys, each with mark, to the next message. Refunded keys
 // beyond one message become "*"; lifted keys stay named, as "*" keeps
 // bans (lifts are an operator's, a few at a time: those beyond one
 // message are dropped, their bans remembered elsewhere until their end).
-func (r *Refunds) queue(keys []string, mark string) {
+func (r *Announcer) queue(keys []string, mark string) {
 	r.mu.Lock()
 	for _, k := range keys {
 		k = mark + k
@@ -125,7 +129,7 @@ func (r *Refunds) queue(keys []string, mark string) {
 
 // allButLifts makes the next message name every refunded key ("*") and
 // the lifted keys queued.
-func (r *Refunds) allButLifts() {
+func (r *Announcer) allButLifts() {
 	r.all, r.size = true, len("*")
 	for k := range r.pending {
 		if strings.HasPrefix(k, liftMark) {
@@ -138,7 +142,7 @@ func (r *Refunds) allButLifts() {
 
 // Run publishes the queued refunds until ctx ends: at once after a quiet
 // spell, then at most once per RefundInterval.
-func (r *Refunds) Run(ctx context.Context) {
+func (r *Announcer) Run(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -158,18 +162,18 @@ func (r *Refunds) Run(ctx context.Context) {
 }
 
 // publish sends one message of what is queued, if anything.
-func (r *Refunds) publish(ctx context.Context) {
+func (r *Announcer) publish(ctx context.Context) {
 	msg, ok := r.take()
 	if !ok {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	if err := r.client.Publish(callCtx, Channel, msg).Err(); err != nil {
+	if err := r.client.Publish(callCtx, r.channel, msg).Err(); err != nil {
 		// Lost: the other processes' denials of these keys last until
 		// their remembered retry times, as before refunds were told.
 		if !r.failing.Swap(true) {
-			r.log.Warn("cannot tell the other check processes of refunds; their cached denials of refunded buckets last until their retry times (the check user needs +publish on "+Channel+")", "err", err)
+			r.log.Warn("cannot tell the other check processes of refunds; their cached denials of refunded buckets last until their retry times (the check user needs +publish on "+r.channel+")", "err", err)
 		}
 		return
 	}
@@ -179,7 +183,7 @@ func (r *Refunds) publish(ctx context.Context) {
 }
 
 // take empties the queue into a message; ok is false when it was empty.
-func (r *Refunds) take() (msg string, ok bool) {
+func (r *Announcer) take() (msg string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.all && len(r.pending) == 0 {
@@ -204,12 +208,13 @@ func (r *Refunds) take() (msg string, ok bool) {
 // isRefundMessage tells a refund message from a revision.
 func isRefundMessage(payload string) bool { return strings.HasPrefix(payload, refundPrefix) }
 
-// receive hands a refund message of another process to the Forgetter.
-// Keys that no check could have (longer than any key) are skipped, and a
-// message longer than any process sends forgets every key.
-func (r *Refunds) receive(payload string) {
+// Message implements Handler: it hands a refund message of another
+// process to the Forgetter, and ignores the table's revisions. Keys that
+// no check could have (longer than any key) are skipped, and a message
+// longer than any process sends forgets every key.
+func (r *Announcer) Message(_ context.Context, payload string) {
 	f := r.forget.Load()
-	if f == nil {
+	if f == nil || !isRefundMessage(payload) {
 		return
 	}
 	head, body, _ := strings.Cut(strings.TrimPrefix(payload, refundPrefix), "\n")
@@ -240,10 +245,14 @@ func (r *Refunds) receive(payload string) {
 	}
 }
 
-// resubscribed forgets every key: the subscription was (re)made, and
-// refund messages sent while it was down are lost.
-func (r *Refunds) resubscribed() {
+// Subscribed implements Handler: it forgets every key, since the refund
+// messages sent while the subscription was down are lost.
+func (r *Announcer) Subscribed(context.Context) {
 	if f := r.forget.Load(); f != nil {
 		(*f).ForgetAllDenials()
 	}
 }
+
+// Poll implements Handler: lost messages are made up for when the
+// subscription is made again (Subscribed), there is nothing to poll.
+func (r *Announcer) Poll(context.Context) {}
