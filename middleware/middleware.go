@@ -177,45 +177,6 @@ func (l *Limiter) Close() error {
 	return errors.Join(errs...)
 }
 
-// compilePolicies compiles the policies of WithPolicy and WithPolicyYAML.
-func compilePolicies(c *config) ([]*policy.Policy, error) {
-	specs := append([]namedSpec(nil), c.specs...)
-	for _, text := range c.yamlTexts {
-		docs, err := parsePolicyYAML(text, c.namespace)
-		if err != nil {
-			return nil, fmt.Errorf("middleware: WithPolicyYAML: %w", err)
-		}
-		specs = append(specs, docs...)
-	}
-	if len(specs) == 0 {
-		return nil, errors.New("middleware: no policies: add WithPolicy or WithPolicyYAML, or use WithRemote")
-	}
-	seen := map[string]bool{}
-	var policies []*policy.Policy
-	var errs []error
-	for _, s := range specs {
-		if msgs := validation.IsDNS1123Subdomain(s.name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("policy %q: name: %s", s.name, strings.Join(msgs, "; ")))
-			continue
-		}
-		if seen[s.name] {
-			errs = append(errs, fmt.Errorf("policy %q: defined twice", s.name))
-			continue
-		}
-		seen[s.name] = true
-		p, err := policy.Compile(c.namespace, s.name, s.spec)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("policy %q: %w", s.name, err))
-			continue
-		}
-		policies = append(policies, p)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("middleware: %w", errors.Join(errs...))
-	}
-	return policies, nil
-}
-
 // Handler returns next guarded by the limiter. Its method value,
 // l.Handler, is a func(http.Handler) http.Handler.
 func (l *Limiter) Handler(next http.Handler) http.Handler {

@@ -1,12 +1,9 @@
 package policyfiles
 
-import (
-	"errors"
+import "errors"
 
-	"github.com/sluice-dev/sluice/internal/policy"
-)
-
-// readAsLocalMode reads text as local mode reads a policy file.
+// readAsLocalMode reads text as local mode reads a policy file: parsed,
+// checked against the schema, each policy compiled.
 func readAsLocalMode(text string) error {
 	docs, _, err := parseFile("parity.yaml", []byte(text))
 	if err != nil {
@@ -14,7 +11,7 @@ func readAsLocalMode(text string) error {
 	}
 	var errs []error
 	for _, d := range docs {
-		if _, err := policy.Compile(d.id().namespace, d.id().name, &d.spec.Spec); err != nil {
+		if _, err := d.compile(d.id(), &d.spec.Spec); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 func TestParityWithTheAPIServer(t *testing.T) {
 	for _, c := range policycases.AcceptedPolicies() {
 		t.Run("accepted/"+c.Name, func(t *testing.T) {
-			text := manifest(t, policycases.KindPolicy, c)
+			text := caseManifest(t, policycases.KindPolicy, c)
 			if c.ClusterOnly != "" {
 				// Served only in a cluster: refused outside one, naming why.
 				clusterOnly := policycases.Case{Name: c.Name, Field: c.ClusterOnly}
@@ -34,7 +34,7 @@ func TestParityWithTheAPIServer(t *testing.T) {
 	}
 	for _, c := range policycases.RefusedPolicies() {
 		t.Run("refused/"+c.Name, func(t *testing.T) {
-			text := manifest(t, policycases.KindPolicy, c)
+			text := caseManifest(t, policycases.KindPolicy, c)
 			expectRefusal(t, "local mode", readAsLocalMode(text), c, true)
 			expectRefusal(t, "the middleware", readAsMiddleware(text), c, false)
 		})
@@ -46,19 +46,19 @@ func TestParityWithTheAPIServer(t *testing.T) {
 func TestOverridesParityWithTheAPIServer(t *testing.T) {
 	for _, c := range policycases.AcceptedOverrides() {
 		t.Run("accepted/"+c.Name, func(t *testing.T) {
-			if err := readAsLocalMode(manifest(t, policycases.KindOverrides, c)); err != nil {
+			if err := readAsLocalMode(caseManifest(t, policycases.KindOverrides, c)); err != nil {
 				t.Errorf("local mode refuses what the API server accepts: %v", err)
 			}
 		})
 	}
 	for _, c := range policycases.RefusedOverrides() {
 		t.Run("refused/"+c.Name, func(t *testing.T) {
-			expectRefusal(t, "local mode", readAsLocalMode(manifest(t, policycases.KindOverrides, c)), c, true)
+			expectRefusal(t, "local mode", readAsLocalMode(caseManifest(t, policycases.KindOverrides, c)), c, true)
 		})
 	}
 }
 
-func manifest(t *testing.T, kind string, c policycases.Case) string {
+func caseManifest(t *testing.T, kind string, c policycases.Case) string {
 	t.Helper()
 	text, err := c.Manifest(kind, "default", "parity")
 	if err != nil {
@@ -107,7 +107,7 @@ func namesField(msg, field string) bool {
 			return false
 		}
 		end := i + j + len(field)
-		if end < len(msg) && strings.ContainsRune(":.[", rune(msg[end])) {
+		if end < len(msg) && strings.ContainsRune(":.[\"", rune(msg[end])) {
 			return true
 		}
 		i = end

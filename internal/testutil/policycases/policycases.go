@@ -127,7 +127,7 @@ targetRefs:
 match:
   exemptClients: [10.0.0.0/8, "2001:db8::1"]
   headers: [{name: X-Plan, value: free}]
-` + tokenBucket10},
+` + tokenBucket10, ClusterOnly: "spec.targetRefs"},
 		{Name: "a descriptor policy", Spec: `
 match:
   domain: edge
@@ -142,7 +142,7 @@ key: "{descriptor:remote_address}|{descriptor}"
 limits:
 - name: hour
   fixedWindow: {limit: 100, window: 1h, alignment: Clock}
-`, ClusterOnly: "spec.targetRefs"},
+`},
 	}
 }
 
