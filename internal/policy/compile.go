@@ -240,8 +240,7 @@ func checkEnum[T ~string](errs field.ErrorList, path *field.Path, got T, allowed
 func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for i, h := range m.Hosts {
-		host := strings.TrimPrefix(string(h), "*.")
-		if host == "" || strings.ContainsAny(host, "*/: ") {
+		if !hostPattern.MatchString(string(h)) {
 			errs = append(errs, field.Invalid(path.Child("hosts").Index(i), h, "must be a host name such as api.example.com, or *.example.com for any subdomain"))
 		}
 	}

@@ -251,7 +251,7 @@ func (n *numbers) duration(p *field.Path, d ratelimitv1alpha1.Duration, def stri
 	}
 	v, err := time.ParseDuration(s)
 	switch {
-	case err != nil || s == "":
+	case err != nil || !durationPattern.MatchString(s):
 		n.errs = append(n.errs, field.Invalid(p, s, "must be a duration such as 500ms, 1s, 1m30s or 24h"))
 	case v < time.Millisecond || v > 8784*time.Hour:
 		n.errs = append(n.errs, field.Invalid(p, s, "must be between 1ms and 8784h (366 days)"))
