@@ -87,3 +87,33 @@ func TestAdmitOnlyTheAPIsKinds(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// BenchmarkNew is what building the schema costs (once per process: Shared).
+func BenchmarkNew(b *testing.B) {
+	for b.Loop() {
+		if _, err := New(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAdmit is what checking one policy costs.
+func BenchmarkAdmit(b *testing.B) {
+	v, err := Shared()
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON([]byte(policyHead + "spec:\n  limits: [{name: l, fixedWindow: {limit: 10, window: 1m}}]\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var obj map[string]any
+		if err := utiljson.Unmarshal(js, &obj); err != nil {
+			b.Fatal(err)
+		}
+		if err := v.Admit(context.Background(), obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
