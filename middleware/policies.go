@@ -42,7 +42,7 @@ func compilePolicies(c *config) ([]*policy.Policy, error) {
 			continue
 		}
 		seen[s.name] = true
-		p, err := policy.Compile(c.namespace, s.name, s.spec)
+		p, err := policy.ValidateAndCompile(c.namespace, s.name, s.spec)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("policy %q: %w", s.name, err))
 			continue
