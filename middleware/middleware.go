@@ -122,31 +122,11 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	kind := "WithMemoryStore"
-	if len(c.stores) == 1 {
-		kind = c.stores[0]
+	redisStore, maxKeys, closers, err := chooseStore(c)
+	if err != nil {
+		return nil, err
 	}
-	maxKeys := memstore.DefaultMaxKeys
-	if c.memoryMaxKeys != nil {
-		maxKeys = *c.memoryMaxKeys
-	}
-	var redisStore *redisstore.Store
-	switch {
-	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
-		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
-	case c.memoryMaxKeys != nil && *c.memoryMaxKeys < 0:
-		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys: %d: want 0 (no cap) or more", *c.memoryMaxKeys)
-	case kind == "WithRedis" && c.redisClient == nil:
-		return nil, errors.New("middleware: WithRedis: the client is nil")
-	case kind == "WithRedisURL" && c.redisURL == "":
-		return nil, errors.New("middleware: WithRedisURL: the URL is empty")
-	case kind == "WithRedis" || kind == "WithRedisURL":
-		st, closers, err := newRedisStore(c)
-		if err != nil {
-			return nil, err
-		}
-		redisStore, l.closers = st, closers
-	}
+	l.closers = closers
 	// Each service replica is one of the P processes of a leased policy's
 	// bound (spec.lease); the metrics go to the service's registry
 	// (WithMetrics), or nowhere.
@@ -162,6 +142,33 @@ func New(opts ...Option) (*Limiter, error) {
 	// Closed before the Redis store: the units the leases hold go back first.
 	l.closers = append([]func() error{l.stack.Close}, l.closers...)
 	return l, nil
+}
+
+// chooseStore reads the store options: a Redis store (and what closes
+// it), or none for the in-memory store with its key cap.
+func chooseStore(c *config) (*redisstore.Store, int, []func() error, error) {
+	kind := "WithMemoryStore"
+	if len(c.stores) == 1 {
+		kind = c.stores[0]
+	}
+	maxKeys := memstore.DefaultMaxKeys
+	if c.memoryMaxKeys != nil {
+		maxKeys = *c.memoryMaxKeys
+	}
+	switch {
+	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
+		return nil, 0, nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
+	case c.memoryMaxKeys != nil && *c.memoryMaxKeys < 0:
+		return nil, 0, nil, fmt.Errorf("middleware: WithMemoryMaxKeys: %d: want 0 (no cap) or more", *c.memoryMaxKeys)
+	case kind == "WithRedis" && c.redisClient == nil:
+		return nil, 0, nil, errors.New("middleware: WithRedis: the client is nil")
+	case kind == "WithRedisURL" && c.redisURL == "":
+		return nil, 0, nil, errors.New("middleware: WithRedisURL: the URL is empty")
+	case kind == "WithRedis" || kind == "WithRedisURL":
+		st, closers, err := newRedisStore(c)
+		return st, maxKeys, closers, err
+	}
+	return nil, maxKeys, nil, nil
 }
 
 // Close gives back the units leases hold, stops the memory store's
