@@ -122,31 +122,11 @@ func New(opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	kind := "WithMemoryStore"
-	if len(c.stores) == 1 {
-		kind = c.stores[0]
+	redisStore, maxKeys, closers, err := chooseStore(c)
+	if err != nil {
+		return nil, err
 	}
-	maxKeys := memstore.DefaultMaxKeys
-	if c.memoryMaxKeys != nil {
-		maxKeys = *c.memoryMaxKeys
-	}
-	var redisStore *redisstore.Store
-	switch {
-	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
-		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
-	case c.memoryMaxKeys != nil && *c.memoryMaxKeys < 0:
-		return nil, fmt.Errorf("middleware: WithMemoryMaxKeys: %d: want 0 (no cap) or more", *c.memoryMaxKeys)
-	case kind == "WithRedis" && c.redisClient == nil:
-		return nil, errors.New("middleware: WithRedis: the client is nil")
-	case kind == "WithRedisURL" && c.redisURL == "":
-		return nil, errors.New("middleware: WithRedisURL: the URL is empty")
-	case kind == "WithRedis" || kind == "WithRedisURL":
-		st, closers, err := newRedisStore(c)
-		if err != nil {
-			return nil, err
-		}
-		redisStore, l.closers = st, closers
-	}
+	l.closers = closers
 	// Each service replica is one of the P processes of a leased policy's
 	// bound (spec.lease); the metrics go to the service's registry
 	// (WithMetrics), or nowhere.
@@ -164,6 +144,33 @@ func New(opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
+// chooseStore reads the store options: a Redis store (and what closes
+// it), or none for the in-memory store with its key cap.
+func chooseStore(c *config) (*redisstore.Store, int, []func() error, error) {
+	kind := "WithMemoryStore"
+	if len(c.stores) == 1 {
+		kind = c.stores[0]
+	}
+	maxKeys := memstore.DefaultMaxKeys
+	if c.memoryMaxKeys != nil {
+		maxKeys = *c.memoryMaxKeys
+	}
+	switch {
+	case c.memoryMaxKeys != nil && kind != "WithMemoryStore":
+		return nil, 0, nil, fmt.Errorf("middleware: WithMemoryMaxKeys caps the in-memory store, and %s keeps the counters elsewhere", kind)
+	case c.memoryMaxKeys != nil && *c.memoryMaxKeys < 0:
+		return nil, 0, nil, fmt.Errorf("middleware: WithMemoryMaxKeys: %d: want 0 (no cap) or more", *c.memoryMaxKeys)
+	case kind == "WithRedis" && c.redisClient == nil:
+		return nil, 0, nil, errors.New("middleware: WithRedis: the client is nil")
+	case kind == "WithRedisURL" && c.redisURL == "":
+		return nil, 0, nil, errors.New("middleware: WithRedisURL: the URL is empty")
+	case kind == "WithRedis" || kind == "WithRedisURL":
+		st, closers, err := newRedisStore(c)
+		return st, maxKeys, closers, err
+	}
+	return nil, maxKeys, nil, nil
+}
+
 // Close gives back the units leases hold, stops the memory store's
 // sweeper, the Redis store's pipelines and
 // a Redis client that WithRedisURL created (not one given to WithRedis).
@@ -175,45 +182,6 @@ func (l *Limiter) Close() error {
 	}
 	l.closers = nil
 	return errors.Join(errs...)
-}
-
-// compilePolicies compiles the policies of WithPolicy and WithPolicyYAML.
-func compilePolicies(c *config) ([]*policy.Policy, error) {
-	specs := append([]namedSpec(nil), c.specs...)
-	for _, text := range c.yamlTexts {
-		docs, err := parsePolicyYAML(text, c.namespace)
-		if err != nil {
-			return nil, fmt.Errorf("middleware: WithPolicyYAML: %w", err)
-		}
-		specs = append(specs, docs...)
-	}
-	if len(specs) == 0 {
-		return nil, errors.New("middleware: no policies: add WithPolicy or WithPolicyYAML, or use WithRemote")
-	}
-	seen := map[string]bool{}
-	var policies []*policy.Policy
-	var errs []error
-	for _, s := range specs {
-		if msgs := validation.IsDNS1123Subdomain(s.name); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("policy %q: name: %s", s.name, strings.Join(msgs, "; ")))
-			continue
-		}
-		if seen[s.name] {
-			errs = append(errs, fmt.Errorf("policy %q: defined twice", s.name))
-			continue
-		}
-		seen[s.name] = true
-		p, err := policy.Compile(c.namespace, s.name, s.spec)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("policy %q: %w", s.name, err))
-			continue
-		}
-		policies = append(policies, p)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("middleware: %w", errors.Join(errs...))
-	}
-	return policies, nil
 }
 
 // Handler returns next guarded by the limiter. Its method value,

@@ -11,8 +11,9 @@ import (
 )
 
 // applyEdits sets the edited numbers on spec. It only converts the
-// inputs' text: whether the numbers make a valid policy is for
-// policy.Compile to say, which names each field at fault the same way.
+// inputs' text: whether the numbers make a valid policy is for the
+// folder's Edit to say (the CRD schema, then policy.Compile), which names
+// each field at fault the same way.
 func applyEdits(spec *ratelimitv1alpha1.RateLimitPolicySpec, edits []LimitEdit) error {
 	var errs field.ErrorList
 	limitsPath := field.NewPath("spec", "limits")

@@ -2,8 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -64,9 +62,12 @@ func (l *Limit) AdmitsNothing() bool { return l.Limit.Capacity == 0 }
 
 // Compile turns a spec into a Policy. Every problem is reported, each
 // naming its field (such as "spec.limits[1].gcra.period"), so a person can
-// fix them all at once. The API server's schema already rejects most
-// mistakes; Compile checks what only code can: the key template's
-// placeholders, the CEL `when` expression and the engine's numeric bounds.
+// fix them all at once. The CRD schema's other rules are not repeated
+// here: the API server applies them in a cluster, internal/crdschema to
+// local mode's files, and ValidateSpec (their copy in Go) to the
+// middleware's specs. Compile checks what only code can: the key
+// template's placeholders, the CEL `when` expression, the engine's numeric
+// bounds, and what the limits' names and numbers must be for the engine.
 func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec) (*Policy, error) {
 	return CompileTargeted(namespace, name, spec, nil)
 }
@@ -76,8 +77,8 @@ func Compile(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec
 func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec, routes *Routes) (*Policy, error) {
 	specPath := field.NewPath("spec")
 	p := newPolicy(namespace, name, spec)
-	errs := checkEnums(spec, specPath)
-	errs = append(errs, checkTargets(spec, routes, specPath)...)
+	errs := checkCost(spec, specPath)
+	errs = append(errs, checkRoutes(spec, routes, specPath)...)
 
 	match, merrs := compileMatchField(&spec.Match, specPath.Child("match"))
 	errs = append(errs, merrs...)
@@ -180,7 +181,7 @@ func compileKey(src string, forDescriptors bool, path *field.Path) (keyTemplate,
 // compileMatchField compiles spec.match, its `when` expression included.
 func compileMatchField(m *ratelimitv1alpha1.RequestMatch, path *field.Path) (matcher, field.ErrorList) {
 	match := compileMatch(m)
-	errs := validateMatch(m, path)
+	var errs field.ErrorList
 	for i, c := range m.ExemptClients {
 		p, err := parseClientNetwork(c)
 		if err != nil {
@@ -211,119 +212,22 @@ func compileDenyStatus(denyStatus *int32, path *field.Path) (int, field.ErrorLis
 	return status, nil
 }
 
-func checkEnums(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	errs = checkEnum(errs, path.Child("onMissingKey"), spec.OnMissingKey,
-		ratelimitv1alpha1.OnMissingKeySkip, ratelimitv1alpha1.OnMissingKeyDeny, ratelimitv1alpha1.OnMissingKeyShared)
-	errs = checkEnum(errs, path.Child("mode"), spec.Mode, ratelimitv1alpha1.ModeEnforce, ratelimitv1alpha1.ModeShadow)
-	errs = checkEnum(errs, path.Child("failureMode"), spec.FailureMode, ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed)
-	errs = checkEnum(errs, path.Child("charge"), spec.Charge, ratelimitv1alpha1.ChargeAdmitted, ratelimitv1alpha1.ChargeAlways)
-	errs = checkEnum(errs, path.Child("response", "headers"), spec.Response.Headers,
-		ratelimitv1alpha1.HeaderStyleIETF, ratelimitv1alpha1.HeaderStyleLegacy, ratelimitv1alpha1.HeaderStyleBoth, ratelimitv1alpha1.HeaderStyleNone)
+// checkCost holds spec.cost to the engine's counts (0: the default, 1).
+func checkCost(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	if spec.Cost < 0 || spec.Cost > ratelimit.MaxCount {
-		errs = append(errs, field.Invalid(path.Child("cost"), spec.Cost, fmt.Sprintf("must be from 1 to %d", ratelimit.MaxCount)))
+		return field.ErrorList{field.Invalid(path.Child("cost"), spec.Cost, fmt.Sprintf("must be from 1 to %d", ratelimit.MaxCount))}
 	}
-	return errs
+	return nil
 }
 
-// checkEnum reports got unless it is empty (the default applies) or one
-// of allowed.
-func checkEnum[T ~string](errs field.ErrorList, path *field.Path, got T, allowed ...T) field.ErrorList {
-	if got == "" || slices.Contains(allowed, got) {
-		return errs
-	}
-	return append(errs, field.NotSupported(path, string(got), allowed))
-}
-
-// validateMatch repeats the schema's rules for policies that did not pass
-// through an API server (local mode reads files).
-func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	for i, h := range m.Hosts {
-		host := strings.TrimPrefix(string(h), "*.")
-		if host == "" || strings.ContainsAny(host, "*/: ") {
-			errs = append(errs, field.Invalid(path.Child("hosts").Index(i), h, "must be a host name such as api.example.com, or *.example.com for any subdomain"))
-		}
-	}
-	for i, p := range m.Paths {
-		s := string(p)
-		star := strings.IndexByte(s, '*')
-		if !strings.HasPrefix(s, "/") || (star >= 0 && star != len(s)-1) || strings.ContainsAny(s, "?# \t") {
-			errs = append(errs, field.Invalid(path.Child("paths").Index(i), p, "must start with '/', hold no '?', '#' or spaces, and hold '*' only as its last character (a prefix match)"))
-		}
-	}
-	for i, method := range m.Methods {
-		switch method {
-		case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE":
-		default:
-			errs = append(errs, field.NotSupported(path.Child("methods").Index(i), method,
-				[]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}))
-		}
-	}
-	for i, h := range m.Headers {
-		if !validHeaderName(string(h.Name)) {
-			errs = append(errs, field.Invalid(path.Child("headers").Index(i).Child("name"), h.Name, "must be an HTTP header name"))
-		}
-	}
-	return append(errs, validateDescriptorMatch(m, path)...)
-}
-
-// validateDescriptorMatch repeats the schema's rules on match.domain and
-// match.descriptor.
-func validateDescriptorMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	if m.Domain == "" && len(m.Descriptor) == 0 {
+// checkRoutes refuses a policy with targets that come without their
+// resolved routes: only the controller resolves them.
+func checkRoutes(spec *ratelimitv1alpha1.RateLimitPolicySpec, routes *Routes, path *field.Path) field.ErrorList {
+	if len(spec.TargetRefs) == 0 || routes != nil {
 		return nil
 	}
-	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.ExemptClients) > 0 {
-		errs = append(errs, field.Invalid(path, "", "hosts, paths, methods, headers and exemptClients select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"))
-	}
-	if len(m.Domain) > 253 {
-		errs = append(errs, field.TooLong(path.Child("domain"), m.Domain, 253))
-	}
-	if len(m.Descriptor) > maxDescriptorMatch {
-		errs = append(errs, field.TooMany(path.Child("descriptor"), len(m.Descriptor), maxDescriptorMatch))
-	}
-	for i, e := range m.Descriptor {
-		ep := path.Child("descriptor").Index(i)
-		switch {
-		case e.Key == "":
-			errs = append(errs, field.Required(ep.Child("key"), "the entry's key, such as remote_address or generic_key"))
-		case len(e.Key) > 256:
-			errs = append(errs, field.TooLong(ep.Child("key"), e.Key, 256))
-		}
-		if e.Value != nil && len(*e.Value) > 1024 {
-			errs = append(errs, field.TooLong(ep.Child("value"), *e.Value, 1024))
-		}
-	}
-	return errs
+	return field.ErrorList{field.Invalid(path.Child("targetRefs"), "", "targets are resolved from the cluster's Gateways and HTTPRoutes by the controller; local mode has none, so use match.hosts and match.paths there")}
 }
-
-// checkTargets repeats the schema's rules on targetRefs, and refuses a
-// policy with targets that come without their resolved routes.
-func checkTargets(spec *ratelimitv1alpha1.RateLimitPolicySpec, routes *Routes, path *field.Path) field.ErrorList {
-	if len(spec.TargetRefs) == 0 {
-		return nil
-	}
-	var errs field.ErrorList
-	tp := path.Child("targetRefs")
-	for i, t := range spec.TargetRefs {
-		if t.Group != "gateway.networking.k8s.io" || (t.Kind != "HTTPRoute" && t.Kind != "Gateway") {
-			errs = append(errs, field.Invalid(tp.Index(i), string(t.Group)+"/"+string(t.Kind), "targetRefs name HTTPRoutes or Gateways of group gateway.networking.k8s.io"))
-		}
-	}
-	m := &spec.Match
-	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || m.Domain != "" || len(m.Descriptor) > 0 {
-		errs = append(errs, field.Invalid(path.Child("match"), "", "a policy with targetRefs takes its hosts, paths and methods from its targets, and answers HTTP checks only: match may narrow it with headers and when only"))
-	}
-	if routes == nil {
-		errs = append(errs, field.Invalid(tp, "", "targets are resolved from the cluster's Gateways and HTTPRoutes by the controller; local mode has none, so use match.hosts and match.paths there"))
-	}
-	return errs
-}
-
-// maxDescriptorMatch bounds match.descriptor, as the schema does.
-const maxDescriptorMatch = 16
 
 // quotaWindow is the span the IETF RateLimit-Policy "w" parameter names:
 // the window for window algorithms, and for buckets the time to refill

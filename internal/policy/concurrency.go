@@ -52,8 +52,8 @@ func checkConcurrency(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limi
 		case forDescriptors && !listsEntry(spec.Match.Descriptor, l.Holder):
 			errs = append(errs, field.Invalid(path, l.Holder, "must be one of match.descriptor's keys: a request without it has no holder to release"))
 		case forDescriptors && key.reads(l.Holder):
-			errs = append(errs, field.Invalid(specPath.Child("key"), key.source,
-				fmt.Sprintf("must leave out the holder %q (no {descriptor}, no {descriptor:%s}): a key of the holder makes a bucket per request, which a concurrency limit never fills", l.Holder, l.Holder)))
+			errs = append(errs, field.Invalid(path, l.Holder,
+				fmt.Sprintf("must be an entry that the key %q leaves out (no {descriptor}, no {descriptor:%s}): a key of the holder makes a bucket per request, which a concurrency limit never fills", key.source, l.Holder)))
 		}
 	}
 	return errs

@@ -41,8 +41,8 @@ func TestConcurrencyErrors(t *testing.T) {
 	for _, tc := range []struct{ name, spec, field, msg string }{
 		{"no holder in a descriptor policy", descriptors("{descriptor:tenant}", ""), "spec.limits[0].concurrency.holder", "names its holder"},
 		{"a holder match.descriptor lacks", descriptors("{descriptor:tenant}", ", holder: trace"), "spec.limits[0].concurrency.holder", "one of match.descriptor's keys"},
-		{"the holder in the key", descriptors("{descriptor:request_id}", ", holder: request_id"), "spec.key", "must leave out the holder"},
-		{"the whole descriptor as the key", descriptors("{descriptor}", ", holder: request_id"), "spec.key", "must leave out the holder"},
+		{"the holder in the key", descriptors("{descriptor:request_id}", ", holder: request_id"), "spec.limits[0].concurrency.holder", "that the key"},
+		{"the whole descriptor as the key", descriptors("{descriptor}", ", holder: request_id"), "spec.limits[0].concurrency.holder", "that the key"},
 		{"a holder in an HTTP policy", "limits: [{name: l, concurrency: {limit: 2, holder: x}}]\n", "spec.limits[0].concurrency.holder", "an HTTP policy sets no holder"},
 		{"a lease", "lease: {units: 1}\nlimits: [{name: l, concurrency: {limit: 2}}]\n", "spec.lease", "a concurrency limit takes no lease"},
 		// Not also: lease.units above the concurrency limit's capacity.

@@ -12,19 +12,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
-// maxLimits bounds a policy's limits, as the schema does.
-const maxLimits = 8
-
 // compileLimits compiles a policy's limits and describes them for the
 // summary. cost is the policy's cost, which no limit may make impossible.
 func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field.Path) ([]Limit, string, field.ErrorList) {
 	limitsPath := specPath.Child("limits")
 	var errs field.ErrorList
-	switch n := len(limits); {
-	case n == 0:
+	if len(limits) == 0 {
 		errs = append(errs, field.Required(limitsPath, "at least one limit is needed"))
-	case n > maxLimits:
-		errs = append(errs, field.TooMany(limitsPath, n, maxLimits))
 	}
 	var (
 		out     []Limit
@@ -158,16 +152,13 @@ func compileTokenBucket(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (
 }
 
 // compileFixedWindow: alignment Clock is the engine's FixedWindowClock,
-// FirstRequest (the default) its FixedWindow. The schema's enum is checked
-// here too, for files that did not pass through an API server.
+// FirstRequest (the default) its FixedWindow.
 func compileFixedWindow(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
 	w := l.FixedWindow
 	if w == nil {
 		return ratelimit.Limit{}, "", false
 	}
 	lim := windowLimit(ratelimit.FixedWindow, w, p, n)
-	n.errs = checkEnum(n.errs, p.Child("alignment"), w.Alignment,
-		ratelimitv1alpha1.WindowAlignmentFirstRequest, ratelimitv1alpha1.WindowAlignmentClock)
 	if w.Alignment == ratelimitv1alpha1.WindowAlignmentClock {
 		lim.Algorithm = ratelimit.FixedWindowClock
 	}
@@ -183,24 +174,17 @@ func fixedWindowSummary(w *ratelimitv1alpha1.WindowLimit) string {
 	return fmt.Sprintf("%s(%d/%s)", ratelimitv1alpha1.AlgorithmFixedWindow, w.Limit, w.Window)
 }
 
-// windowAlgorithm is a sliding window: a WindowLimit that takes no
-// alignment (the schema's CEL rule, repeated for files).
+// windowAlgorithm is a sliding window: a WindowLimit whose alignment the
+// schema forbids.
 func windowAlgorithm(name string, alg ratelimit.Algorithm, get func(*ratelimitv1alpha1.Limit) *ratelimitv1alpha1.WindowLimit) algorithm {
 	return algorithm{name, func(l *ratelimitv1alpha1.Limit, p *field.Path, n *numbers) (ratelimit.Limit, string, bool) {
 		w := get(l)
 		if w == nil {
 			return ratelimit.Limit{}, "", false
 		}
-		if w.Alignment != "" {
-			n.errs = append(n.errs, field.Forbidden(p.Child("alignment"), alignmentFixedWindowOnly))
-		}
 		return windowLimit(alg, w, p, n), fmt.Sprintf("%s(%d/%s)", name, w.Limit, w.Window), true
 	}}
 }
-
-// alignmentFixedWindowOnly is the schema's message for an alignment on a
-// sliding window.
-const alignmentFixedWindowOnly = "alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
 
 func windowLimit(alg ratelimit.Algorithm, w *ratelimitv1alpha1.WindowLimit, p *field.Path, n *numbers) ratelimit.Limit {
 	return ratelimit.Limit{Algorithm: alg,
@@ -251,7 +235,7 @@ func (n *numbers) duration(p *field.Path, d ratelimitv1alpha1.Duration, def stri
 	}
 	v, err := time.ParseDuration(s)
 	switch {
-	case err != nil || s == "":
+	case err != nil || !durationPattern.MatchString(s):
 		n.errs = append(n.errs, field.Invalid(p, s, "must be a duration such as 500ms, 1s, 1m30s or 24h"))
 	case v < time.Millisecond || v > 8784*time.Hour:
 		n.errs = append(n.errs, field.Invalid(p, s, "must be between 1ms and 8784h (366 days)"))

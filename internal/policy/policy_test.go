@@ -26,7 +26,7 @@ func compileYAML(specYAML string) (*Policy, error) {
 	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
 		return nil, err
 	}
-	return Compile("shop", "p", &spec)
+	return ValidateAndCompile("shop", "p", &spec) // as the middleware compiles: every rule in Go
 }
 
 const oneLimit = "limits: [{name: l, fixedWindow: {limit: 10, window: 1m}}]\n"

@@ -22,6 +22,19 @@ type document struct {
 	file  string
 	index int // 1-based, among the file's YAML documents
 	spec  *ratelimitv1alpha1.RateLimitPolicy
+	// invalid is why the API server would refuse the document (the CRD
+	// schema's errors, each naming its field); nil when it would not.
+	invalid error
+}
+
+// compile compiles the document's policy, spec in place of its own (an
+// in-memory edit's, or its own): a policy the API server would refuse does
+// not compile, with the schema's errors.
+func (d document) compile(id policyID, spec *ratelimitv1alpha1.RateLimitPolicySpec) (*policy.Policy, error) {
+	if d.invalid != nil && spec == &d.spec.Spec {
+		return nil, fmt.Errorf("document %d: %w", d.index, d.invalid)
+	}
+	return policy.Compile(id.namespace, id.name, spec)
 }
 
 // id is the policy's name, the namespace defaulted as kubectl does.
@@ -127,7 +140,7 @@ func (f *Folder) resolve(id policyID, ds []document, kept *keptFiles, n *nextSet
 		st.Spec, st.Edited, st.EditedAt = e.spec, true, e.at
 	}
 	n.used[id] = usedDoc{file: d.file, spec: st.Spec}
-	p, err := policy.Compile(id.namespace, id.name, st.Spec)
+	p, err := d.compile(id, st.Spec)
 	inForce, ok := f.good.InForce(id, p, err)
 	if ok {
 		n.inForce[id], n.inForceFile[id] = inForce, d.file

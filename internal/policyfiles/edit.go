@@ -1,11 +1,16 @@
 package policyfiles
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/crdschema"
+	"github.com/sluice-dev/sluice/internal/manifest"
 	"github.com/sluice-dev/sluice/internal/policy"
 )
 
@@ -43,6 +48,10 @@ func (f *Folder) Edit(namespace, name string, fn func(*ratelimitv1alpha1.RateLim
 	}
 	spec := doc.spec.DeepCopy()
 	if err := fn(spec); err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrInvalidEdit, err)
+	}
+	if err := admitSpec(namespace, name, spec); err != nil {
 		f.mu.Unlock()
 		return fmt.Errorf("%w: %w", ErrInvalidEdit, err)
 	}
@@ -86,4 +95,29 @@ func (f *Folder) dropStaleEdits(fileHash map[string]string) {
 			f.log.Info("policy file changed; it replaces the in-memory edit", "policy", id.String(), "file", e.file)
 		}
 	}
+}
+
+// admitSpec checks an edited spec against the CRD schema as the API server
+// checks an update, and fills in the schema's defaults.
+func admitSpec(namespace, name string, spec *ratelimitv1alpha1.RateLimitPolicySpec) error {
+	schema, err := crdschema.Shared()
+	if err != nil {
+		return err
+	}
+	p := &ratelimitv1alpha1.RateLimitPolicy{Spec: *spec}
+	p.APIVersion, p.Kind = ratelimitv1alpha1.GroupVersion.String(), manifest.KindPolicy
+	p.Namespace, p.Name = namespace, name
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
+	if err != nil {
+		return err
+	}
+	if err := schema.Admit(context.Background(), obj); err != nil {
+		return err
+	}
+	var admitted ratelimitv1alpha1.RateLimitPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &admitted); err != nil {
+		return err
+	}
+	*spec = admitted.Spec
+	return nil
 }

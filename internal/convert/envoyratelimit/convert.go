@@ -177,11 +177,11 @@ type converter struct {
 func (c *converter) compile() {
 	for _, p := range c.policies {
 		spec := &p.Object.Spec
-		_, err := policy.Compile(p.Object.Namespace, p.Object.Name, spec)
+		_, err := policy.ValidateAndCompile(p.Object.Namespace, p.Object.Name, spec)
 		if err != nil && spec.Match.When != "" {
 			without := *spec
 			without.Match.When = ""
-			if _, err2 := policy.Compile(p.Object.Namespace, p.Object.Name, &without); err2 == nil {
+			if _, err2 := policy.ValidateAndCompile(p.Object.Namespace, p.Object.Name, &without); err2 == nil {
 				c.rs.Add(p.Source, convert.Inexact, "the exclusions of this descriptor's more specific siblings do not compile as a match.when (%v); written without them, the policy also limits descriptors that envoyproxy/ratelimit gives to those siblings", err)
 				spec.Match.When = ""
 				continue

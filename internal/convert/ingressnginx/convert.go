@@ -253,7 +253,7 @@ func (ic *ingressConversion) policy(rps, rpm intAnn, multiplier int, mult intAnn
 		ic.report(ing.pos, "", convert.Error, "its policy would be named %s, as the policy of Ingress %s is: rename one of them (a converter limitation)", id, other)
 		return
 	}
-	if _, err := policy.Compile(obj.Namespace, obj.Name, &obj.Spec); err != nil {
+	if _, err := policy.ValidateAndCompile(obj.Namespace, obj.Name, &obj.Spec); err != nil {
 		ic.report(ing.pos, "", convert.Inexact, "not converted: the policy does not compile: %v", err)
 		return
 	}

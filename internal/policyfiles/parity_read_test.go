@@ -1,0 +1,19 @@
+package policyfiles
+
+import "errors"
+
+// readAsLocalMode reads text as local mode reads a policy file: parsed,
+// checked against the schema, each policy compiled.
+func readAsLocalMode(text string) error {
+	docs, _, err := parseFile("parity.yaml", []byte(text))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range docs {
+		if _, err := d.compile(d.id(), &d.spec.Spec); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
