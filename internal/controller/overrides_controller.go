@@ -109,49 +109,16 @@ func (r *OverridesReconciler) policy(ctx context.Context, key types.NamespacedNa
 	return p, "", nil
 }
 
-// declaration is what applies of a policy's RateLimitOverrides objects:
-// the entries to declare, each object's entries not applied (invalid), the
-// objects whose new spec cannot work (stalled) and how many of their last
-// good entries stay in force (kept).
-type declaration struct {
-	entries map[string]overrides.Entry
-	invalid map[string][]overrides.Invalid
-	stalled map[string]bool
-	kept    map[string]int32
-}
-
-// declare checks objects against p. An object with an entry that cannot
-// work (anything but an expiry that has passed) stalls: none of its new
-// entries applies nor claims a key, and its entries in force stay.
-func (r *OverridesReconciler) declare(ctx context.Context, id overrides.PolicyID, p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, now time.Time) (declaration, error) {
-	valid, invalid := overrides.Declare(p, objects, now)
-	d := declaration{entries: valid, invalid: map[string][]overrides.Invalid{}, stalled: map[string]bool{}}
-	for _, bad := range invalid {
-		d.invalid[bad.Object] = append(d.invalid[bad.Object], bad)
-		if !bad.Expired {
-			d.stalled[bad.Object] = true
+// declare checks objects against p (overrides.DeclareKeepingLastGood),
+// reading the entries in force from the store when an object stalls.
+func (r *OverridesReconciler) declare(ctx context.Context, id overrides.PolicyID, p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, now time.Time) (overrides.Declaration, error) {
+	return overrides.DeclareKeepingLastGood(p, objects, now, func() (map[string]overrides.Entry, error) {
+		inForce, err := r.Store.LoadPolicy(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("read the overrides in force of %s: %w", id, err)
 		}
-	}
-	if len(d.stalled) == 0 {
-		return d, nil
-	}
-	var others []*ratelimitv1alpha1.RateLimitOverrides
-	for _, o := range objects {
-		if !d.stalled[o.Name] {
-			others = append(others, o)
-			delete(d.invalid, o.Name)
-		}
-	}
-	d.entries, invalid = overrides.Declare(p, others, now)
-	for _, bad := range invalid {
-		d.invalid[bad.Object] = append(d.invalid[bad.Object], bad)
-	}
-	inForce, err := r.Store.LoadPolicy(ctx, id)
-	if err != nil {
-		return d, fmt.Errorf("read the overrides in force of %s: %w", id, err)
-	}
-	d.kept = overrides.KeepInForce(p, d.entries, inForce.Declared, d.stalled, now)
-	return d, nil
+		return inForce.Declared, nil
+	})
 }
 
 // apply writes the entries in force to the store and sets each object's
@@ -170,7 +137,7 @@ func (r *OverridesReconciler) apply(ctx context.Context, id overrides.PolicyID, 
 	now := r.now()
 	d, err := r.declare(ctx, id, p, objects, now)
 	if err == nil {
-		err = r.Store.ReplaceDeclared(ctx, id, d.entries)
+		err = r.Store.ReplaceDeclared(ctx, id, d.Entries)
 	}
 	if err != nil {
 		for _, o := range objects {
@@ -180,17 +147,17 @@ func (r *OverridesReconciler) apply(ctx context.Context, id overrides.PolicyID, 
 	}
 	var next time.Time
 	applied := map[string]int32{}
-	for _, e := range d.entries {
+	for _, e := range d.Entries {
 		applied[e.Object]++
 		if e.Expires != nil && (next.IsZero() || e.Expires.Before(next)) {
 			next = *e.Expires
 		}
 	}
 	for _, o := range objects {
-		report(o, applied[o.Name], d.invalid[o.Name])
-		setOverridesConditions(o, applied[o.Name], d.invalid[o.Name], d.stalled[o.Name])
+		report(o, applied[o.Name], d.Invalid[o.Name])
+		setOverridesConditions(o, applied[o.Name], d.Invalid[o.Name], d.Stalled[o.Name])
 	}
-	logf.FromContext(ctx).V(1).Info("declared overrides applied", "policy", id.String(), "entries", len(d.entries), "stalled", len(d.stalled))
+	logf.FromContext(ctx).V(1).Info("declared overrides applied", "policy", id.String(), "entries", len(d.Entries), "stalled", len(d.Stalled))
 	if next.IsZero() {
 		return ctrl.Result{}, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/decisionlog"
 	"github.com/sluice-dev/sluice/internal/fleet"
 	"github.com/sluice-dev/sluice/internal/overrides"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/policyfiles"
 	"github.com/sluice-dev/sluice/internal/ratelimit/memstore"
 	"github.com/sluice-dev/sluice/internal/ratelimit/redisstore"
@@ -170,10 +171,9 @@ func (a *App) applyDeclared() {
 	for id, objects := range byPolicy {
 		var valid map[string]overrides.Entry
 		if p := set.Get(id.Namespace, id.Name); p != nil {
-			var invalid []overrides.Invalid
-			valid, invalid = overrides.Declare(p, objects, now)
-			for _, bad := range invalid {
-				a.log.Warn("override entry not applied", "object", id.Namespace+"/"+bad.Object, "index", bad.Index, "key", bad.Key, "err", bad.Message)
+			var ok bool
+			if valid, ok = a.declare(ctx, id, p, objects, now); !ok {
+				continue
 			}
 		} else if len(objects) > 0 {
 			a.log.Warn("RateLimitOverrides name a policy that does not exist; their entries apply once it does", "policy", id.String())
@@ -185,6 +185,32 @@ func (a *App) applyDeclared() {
 			a.declared[id] = true
 		}
 	}
+}
+
+// declare checks the objects of policy id as the controller does
+// (overrides.DeclareKeepingLastGood) and logs what does not apply: an
+// object with an entry that cannot work applies none of its new entries,
+// and those it had in force stay. ok false: the entries in force could
+// not be read, and nothing is written.
+func (a *App) declare(ctx context.Context, id overrides.PolicyID, p *policy.Policy, objects []*ratelimitv1alpha1.RateLimitOverrides, now time.Time) (map[string]overrides.Entry, bool) {
+	d, err := overrides.DeclareKeepingLastGood(p, objects, now, func() (map[string]overrides.Entry, error) {
+		inForce, err := a.overridesStore.LoadPolicy(ctx, id)
+		return inForce.Declared, err
+	})
+	if err != nil {
+		a.log.Warn("cannot read the declared overrides in force", "policy", id.String(), "err", err)
+		return nil, false
+	}
+	for object, invalid := range d.Invalid {
+		for _, bad := range invalid {
+			a.log.Warn("override entry not applied", "object", id.Namespace+"/"+object, "index", bad.Index, "key", bad.Key, "field", bad.Field, "err", bad.Message)
+		}
+		if d.Stalled[object] {
+			a.log.Warn("RateLimitOverrides not applied: an entry cannot work as written; the entries it had in force stay",
+				"object", id.Namespace+"/"+object, "field", invalid[0].Field, "kept", d.Kept[object])
+		}
+	}
+	return d.Entries, true
 }
 
 // Close gives back what the leases hold and releases the store and the

@@ -187,9 +187,11 @@ func TestSamplesCompile(t *testing.T) {
 	}
 }
 
-// A RateLimitOverrides file applies its valid entries, the policy's other
-// keys keep its numbers, a run-time override beats it, and the bad entry
-// is logged.
+// A RateLimitOverrides file applies its entries, the policy's other keys
+// keep its numbers and a run-time override beats it. A version of the
+// file with an entry that cannot work applies none of its entries and
+// keeps those in force, as the controller's Stalled object does, and the
+// log names the field at fault.
 func TestOverridesFromFilesAndAtRunTime(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, "api.yaml", limitPolicy(2))
@@ -198,7 +200,8 @@ func TestOverridesFromFilesAndAtRunTime(t *testing.T) {
 	if got := countAllowed(t, base); got != 2 {
 		t.Fatalf("the policy allowed %d, want 2", got)
 	}
-	writePolicy(t, dir, "overrides.yaml", `apiVersion: ratelimit.sluice.dev/v1alpha1
+	overridesFile := func(globalLimit int, extra string) string {
+		return fmt.Sprintf(`apiVersion: ratelimit.sluice.dev/v1alpha1
 kind: RateLimitOverrides
 metadata:
   name: tenants
@@ -206,18 +209,30 @@ spec:
   policyName: api
   overrides:
   - key: global
-    limits: [{name: window, limit: 5}]
-  - key: other
-    limits: [{name: nope, limit: 5}]
-`)
+    limits: [{name: window, limit: %d}]
+%s`, globalLimit, extra)
+	}
+	writePolicy(t, dir, "overrides.yaml", overridesFile(5, ""))
 	waitFor(t, func() bool { return status(t, base) == http.StatusOK }) // the 3rd of 5
 	if got := countAllowed(t, base); got != 2 {
 		t.Fatalf("the declared override allowed %d more, want 2 (5 in all)", got)
 	}
-	if !strings.Contains(logs.String(), `limit \"nope\" is not a limit of policy default/api`) {
-		t.Errorf("the bad entry is not logged: %s", logs.String())
+
+	// A new version with a limit the policy does not have: nothing of it
+	// applies (global would be 9), the entry in force (5) stays.
+	writePolicy(t, dir, "overrides.yaml", overridesFile(9, "  - key: other\n    limits: [{name: nope, limit: 5}]\n"))
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "RateLimitOverrides not applied") })
+	if !strings.Contains(logs.String(), `field=spec.overrides[1].limits[0].name`) || !strings.Contains(logs.String(), `limit \"nope\" is not a limit of policy default/api`) {
+		t.Errorf("the stalled object's field at fault is not logged: %s", logs.String())
+	}
+	if got := status(t, base); got == http.StatusOK {
+		t.Fatalf("after the stalled version: status %d, want a denial (the 5 in force, used up)", got)
 	}
 	id := overrides.PolicyID{Namespace: "default", Name: "api"}
+	if list, err := app.Overrides.List(context.Background(), id); err != nil || len(list) != 1 || list[0].Limits["window"] != 5 {
+		t.Fatalf("in force after the stalled version: %+v %v; want global's 5", list, err)
+	}
+
 	if _, err := app.Overrides.Set(context.Background(), id, "global", map[string]int64{"window": 8}, nil, "local"); err != nil {
 		t.Fatal(err)
 	}
