@@ -69,7 +69,7 @@ var _ = BeforeSuite(func() {
 	go checkReader.Run(ctx)
 	checkOverrides = overrides.NewIndex(slog.New(slog.NewTextHandler(GinkgoWriter, nil)))
 	go checkOverrides.Follow(ctx, overrides.NewRedisStore(redisClient, 500*time.Millisecond))
-	checker := check.New(check.Options{Store: store, Source: checkReader, Overrides: checkOverrides})
+	checker := check.New(check.Options{Backend: store.Backend(), Source: checkReader, Overrides: checkOverrides})
 	srv, err := webhook.New(webhook.Options{Checker: checker})
 	Expect(err).NotTo(HaveOccurred())
 	ts := httptest.NewServer(srv)

@@ -90,7 +90,7 @@ func start(t *testing.T) *cluster {
 	}
 	reader := policytable.NewReader(policytable.New(rc), 200*time.Millisecond, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	go reader.Run(ctx)
-	h, err := webhook.New(webhook.Options{Checker: check.New(check.Options{Store: store, Source: reader, DenyCacheSize: -1})})
+	h, err := webhook.New(webhook.Options{Checker: check.New(check.Options{Backend: store.Backend(), Source: reader, DenyCacheSize: -1})})
 	if err != nil {
 		t.Fatal(err)
 	}
