@@ -157,7 +157,7 @@ type banObserver struct {
 // banRecordTimeout bounds the note of one ban.
 const banRecordTimeout = time.Second
 
-func (b banObserver) Checked(_ context.Context, ob *Observation) {
+func (b banObserver) Checked(ctx context.Context, ob *Observation) {
 	if ob.Input.Action != ratelimit.Consume {
 		return
 	}
@@ -168,7 +168,8 @@ func (b banObserver) Checked(_ context.Context, ob *Observation) {
 		}
 		p, ban := pr.Policy, ratelimit.Ban{KeyValue: pr.KeyValue, Until: ob.Sent.Add(pr.Ban), Length: pr.Ban}
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), banRecordTimeout)
+			// Off the check's path: the note outlives the check's context.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), banRecordTimeout)
 			defer cancel()
 			if err := b.index.RecordBan(ctx, p.Namespace, p.Name, ban); err != nil {
 				b.log.Warn("cannot record a ban in the index of bans; it is enforced, but not listed", "policy", p.Namespace+"/"+p.Name, "err", err)
