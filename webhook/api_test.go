@@ -17,7 +17,7 @@ import (
 // needs a CORS preflight, which this server never grants. So only
 // declared JSON is read.
 func TestJSONCheckRequiresJSONContentType(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "api", shopPolicy))
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "api", shopPolicy))
 	body := `{"namespace":"shop","request":{"method":"POST","host":"shop.example.com","path":"/api/x","clientIP":"192.0.2.1"}}`
 	post := func(contentType, body string) (int, string) {
 		req, err := http.NewRequest("POST", ep.URL+"/v1/check", strings.NewReader(body))

@@ -39,7 +39,7 @@ func TestCheckOfManyLimits(t *testing.T) {
 	nginx := proxies[0]
 	policies := append(noMatchPolicies(t, "sixty", 60, 5), noMatchPolicies(t, "huge", ratelimit.MaxEntries/8+1, 8)...)
 	// A deadline for a loaded machine: Redis decides, never the failure mode.
-	s, err := New(Options{Checker: checktest.New(t, check.Options{Store: store, Timeout: 5 * time.Second}, policies...)})
+	s, err := New(Options{Checker: checktest.New(t, check.Options{Backend: store.Backend(), Timeout: 5 * time.Second}, policies...)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ func TestRedisFailures(t *testing.T) {
 		t.Skip("kills and freezes redis-server")
 	}
 	srv, store := redisStore(t)
-	ep := newEndpoint(t, store, Options{},
+	ep := newEndpoint(t, store.Backend(), Options{},
 		compile(t, "open", "p", "failureMode: Open\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1000000, window: 1h}}]"),
 	)

@@ -21,7 +21,7 @@ import (
 // binary, or full of the key encoding's own separators. Each must land in
 // a bounded key inside its policy's own hash tag.
 func TestHostileKeyValues(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{},
+	ep := newEndpoint(t, memstore.New().Backend(), Options{},
 		compile(t, "ns", "per-user", "key: 'u:{header:X-User}'\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"))
 	values := map[string]string{
 		"60 KiB":          strings.Repeat("a", 60<<10),

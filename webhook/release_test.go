@@ -18,7 +18,7 @@ const inFlightPolicy = "match: {paths: [/api/*]}\nlimits: [{name: one, concurren
 // through them is refused with a problem naming the policy and the limit,
 // never answered as if it limited something else.
 func TestHooksRefuseConcurrency(t *testing.T) {
-	ep := newEndpoint(t, storetest.Memory(t, nil), Options{}, compile(t, "shop", "api", inFlightPolicy))
+	ep := newEndpoint(t, storetest.Memory(t, nil).Backend(), Options{}, compile(t, "shop", "api", inFlightPolicy))
 	for _, p := range proxies {
 		t.Run(p.name, func(t *testing.T) {
 			for range 2 {
@@ -38,7 +38,7 @@ func TestHooksRefuseConcurrency(t *testing.T) {
 // check carries no handle, a second release and a forged handle free
 // nothing.
 func TestJSONCheckReleaseHandle(t *testing.T) {
-	ep := newEndpoint(t, storetest.Memory(t, nil), Options{}, compile(t, "shop", "api", inFlightPolicy))
+	ep := newEndpoint(t, storetest.Memory(t, nil).Backend(), Options{}, compile(t, "shop", "api", inFlightPolicy))
 	post := func(path, body string, into any) int {
 		t.Helper()
 		resp, err := http.Post(ep.URL+path, "application/json", strings.NewReader(body))

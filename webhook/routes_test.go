@@ -265,7 +265,7 @@ func sentAsIs(v string) bool {
 // other routes, a target in absolute form, and a /check/ path with
 // escapes, which net/http's reading decodes.
 func TestNativeRoutes(t *testing.T) {
-	s := newEndpoint(t, memstore.New(), Options{}, compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]")).server
+	s := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]")).server
 	for raw, want := range map[string]bool{
 		"GET /check/ns HTTP/1.1\r\nHost: h\r\n\r\n":                                         true,
 		"GET /check/ns/p?x=1&y=a:b@c HTTP/1.1\r\nHost: h\r\n\r\n":                           true,
@@ -299,7 +299,7 @@ func TestNativeRoutes(t *testing.T) {
 // check's own (the request's strings, all cut from one copy), whatever
 // the number of headers; the answer is rendered into fasthttp's buffers.
 func TestNativeRouteAllocations(t *testing.T) {
-	s := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "api", "limits: [{name: burst, tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}}]")).server
+	s := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "api", "limits: [{name: burst, tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}}]")).server
 	ctx := nativeContext(t, "GET /check/shop HTTP/1.1\r\nHost: sluice\r\nX-Original-URL: http://shop.example.com/api/items?page=2\r\n"+
 		"X-Original-Method: GET\r\nX-Real-IP: 10.1.2.3\r\nX-Forwarded-For: 10.1.2.3\r\nX-Sent-From: nginx-ingress-controller\r\nX-User: alice\r\n\r\n")
 	serve := func() {

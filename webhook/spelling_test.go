@@ -21,7 +21,7 @@ limits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]
 // request.
 func exhausted(t *testing.T, opts Options) *endpoint {
 	t.Helper()
-	ep := newEndpoint(t, memstore.New(), opts, compile(t, "shop", "api", apiHostPolicy))
+	ep := newEndpoint(t, memstore.New().Backend(), opts, compile(t, "shop", "api", apiHostPolicy))
 	first := map[string]string{"X-Original-URL": "http://api.example.com/api/first", "X-Original-Method": "GET"}
 	if opts.Profile == ProfileForwardAuth {
 		first = map[string]string{"X-Forwarded-Host": "api.example.com", "X-Forwarded-Uri": "/api/first", "X-Forwarded-Method": "GET"}
@@ -140,7 +140,7 @@ func TestBothProfilesHeadersAreRefused(t *testing.T) {
 // A policy for GET covers HEAD, which backends answer with the GET
 // handler.
 func TestGetCoversHead(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "get", `
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "get", `
 match: {methods: [GET]}
 key: global
 limits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]

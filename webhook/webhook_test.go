@@ -37,10 +37,10 @@ type endpoint struct {
 	source  *check.StaticSource
 }
 
-func newEndpoint(t testing.TB, store ratelimit.Store, opts Options, policies ...*policy.Policy) *endpoint {
+func newEndpoint(t testing.TB, store ratelimit.Backend, opts Options, policies ...*policy.Policy) *endpoint {
 	t.Helper()
 	src := check.NewStaticSource(policies...)
-	c := check.New(check.Options{Store: store, Source: src, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond})
+	c := check.New(check.Options{Backend: store, Source: src, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond})
 	opts.Checker = c
 	s, err := New(opts)
 	if err != nil {
@@ -191,7 +191,7 @@ func TestProxyProfiles(t *testing.T) {
 	for i, px := range proxies {
 		t.Run(px.name, func(t *testing.T) {
 			ns := "shop" + strconv.Itoa(i)
-			ep := newEndpoint(t, store, Options{}, compile(t, ns, "api", shopPolicy))
+			ep := newEndpoint(t, store.Backend(), Options{}, compile(t, ns, "api", shopPolicy))
 			type step struct {
 				status                    int
 				rateLimit, retryAfter     string
@@ -259,7 +259,7 @@ func cloneHeaders(h map[string]string) map[string]string {
 }
 
 func TestUnmatchedRequestsAreAllowedWithoutHeaders(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "api", shopPolicy))
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "api", shopPolicy))
 	resp, _ := do(t, "GET", ep.URL+"/check/shop", map[string]string{
 		"X-Original-URL": "https://shop.example.com/static/logo.png", "X-Original-Method": "GET",
 	})
@@ -269,7 +269,7 @@ func TestUnmatchedRequestsAreAllowedWithoutHeaders(t *testing.T) {
 }
 
 func TestBadRequestsNameTheHeader(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "api", shopPolicy))
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "api", shopPolicy))
 	routes := map[string]string{"native": ep.URL, "net/http": serveNetHTTP(t, ep.server)}
 	tests := []struct {
 		name    string
@@ -308,7 +308,7 @@ func TestBadRequestsNameTheHeader(t *testing.T) {
 }
 
 func TestPathIsNormalizedBeforeMatching(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "shop", "login", `
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "shop", "login", `
 match: {paths: [/login]}
 key: global
 limits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]
@@ -331,7 +331,7 @@ func TestUntrustedPeerCannotChooseItsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := newEndpoint(t, memstore.New(), Options{TrustedProxies: onlyTenNet}, compile(t, "shop", "ip", `
+	ep := newEndpoint(t, memstore.New().Backend(), Options{TrustedProxies: onlyTenNet}, compile(t, "shop", "ip", `
 limits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]
 `))
 	// The test client (127.0.0.1) is not trusted here: whatever it claims,
@@ -351,7 +351,7 @@ limits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]
 
 func TestJSONCheck(t *testing.T) {
 	_, store := redisStore(t)
-	ep := newEndpoint(t, store, Options{}, compile(t, "shop", "api", shopPolicy))
+	ep := newEndpoint(t, store.Backend(), Options{}, compile(t, "shop", "api", shopPolicy))
 	post := func(body string) (int, CheckResponse) {
 		resp, err := http.Post(ep.URL+"/v1/check", "application/json", strings.NewReader(body))
 		if err != nil {
@@ -401,7 +401,7 @@ func TestJSONCheck(t *testing.T) {
 }
 
 func TestMissingKeyModes(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{},
+	ep := newEndpoint(t, memstore.New().Backend(), Options{},
 		compile(t, "ns", "deny", "key: '{header:X-Api-Key}'\nonMissingKey: Deny\nmatch: {paths: [/deny]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 		compile(t, "ns", "skip", "key: '{header:X-Api-Key}'\nonMissingKey: Skip\nmatch: {paths: [/skip]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 		compile(t, "ns", "shared", "key: '{header:X-Api-Key}'\nonMissingKey: Shared\nmatch: {paths: [/shared]}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
@@ -429,7 +429,7 @@ func TestMissingKeyModes(t *testing.T) {
 }
 
 func TestShadowModeNeverDenies(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	for i := 0; i < 3; i++ {
 		resp, body := do(t, "GET", ep.URL+"/check/ns", map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/", "X-Forwarded-Host": "h"})
 		if resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
@@ -439,7 +439,7 @@ func TestShadowModeNeverDenies(t *testing.T) {
 }
 
 func TestDenyStatusOverride(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{}, compile(t, "ns", "p", "key: global\nresponse: {denyStatus: 503, headers: Legacy}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
+	ep := newEndpoint(t, memstore.New().Backend(), Options{}, compile(t, "ns", "p", "key: global\nresponse: {denyStatus: 503, headers: Legacy}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	h := map[string]string{"X-Original-URL": "http://h/", "X-Original-Method": "GET"}
 	do(t, "GET", ep.URL+"/check/ns", h)
 	resp, _ := do(t, "GET", ep.URL+"/check/ns", h)
@@ -449,7 +449,7 @@ func TestDenyStatusOverride(t *testing.T) {
 }
 
 func TestOnePolicyRoute(t *testing.T) {
-	ep := newEndpoint(t, memstore.New(), Options{},
+	ep := newEndpoint(t, memstore.New().Backend(), Options{},
 		compile(t, "ns", "a", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 		compile(t, "ns", "b", "key: global\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"))
 	h := map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/", "X-Forwarded-Host": "h"}
@@ -465,7 +465,7 @@ func TestOnePolicyRoute(t *testing.T) {
 
 func TestDeniedKeysAreAnsweredFromTheCache(t *testing.T) {
 	srv, store := redisStore(t)
-	ep := newEndpoint(t, store, Options{}, compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
+	ep := newEndpoint(t, store.Backend(), Options{}, compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	h := map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/", "X-Forwarded-Host": "h"}
 	for i := 0; i < 3; i++ {
 		do(t, "GET", ep.URL+"/check/ns", h)
@@ -510,7 +510,7 @@ func TestReportPolicyHeader(t *testing.T) {
 	h := map[string]string{"X-Original-URL": "http://h/", "X-Original-Method": "GET"}
 	for _, report := range []bool{true, false} {
 		for _, server := range []string{"native", "net/http"} {
-			ep := newEndpoint(t, memstore.New(), Options{ReportPolicy: report}, p)
+			ep := newEndpoint(t, memstore.New().Backend(), Options{ReportPolicy: report}, p)
 			url := ep.URL
 			if server == "net/http" {
 				url = serveNetHTTP(t, ep.server)

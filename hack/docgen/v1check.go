@@ -148,7 +148,7 @@ func parseFiles(root string, paths ...string) ([]*ast.File, error) {
 
 // v1CheckPages is docs/reference/v1-check.md.
 func v1CheckPages(root string) ([]page, error) {
-	files, err := parseFiles(root, "webhook/api.go", "webhook/release.go", "internal/check/checker.go")
+	files, err := parseFiles(root, "webhook/api.go", "webhook/release.go", "internal/check/outcome.go")
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,10 @@ type Options struct {
 // Handler serves the admin API. Who calls is the request context's
 // (WithCaller): the server in front of it says.
 type Handler struct {
-	checker   *check.Checker
+	checker *check.Checker
+	// buckets are the checker's operations on buckets (inspect, reset,
+	// bans, lift).
+	buckets   *check.Buckets
 	overrides *overrides.Runtime
 	topKeys   topkeys.Source
 	log       *slog.Logger
@@ -64,7 +67,7 @@ func New(o Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Handler{checker: o.Checker, overrides: o.Overrides, topKeys: o.Top, log: o.Logger, now: o.Now}
+	h := &Handler{checker: o.Checker, buckets: o.Checker.Buckets(), overrides: o.Overrides, topKeys: o.Top, log: o.Logger, now: o.Now}
 	h.handlers[callExplain] = h.explain
 	h.handlers[callInspect] = h.inspect
 	h.handlers[callReset] = h.reset

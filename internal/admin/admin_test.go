@@ -49,20 +49,20 @@ type fixture struct {
 }
 
 // stores runs f over the memory store and the Redis store.
-func stores(t *testing.T, f func(t *testing.T, store ratelimit.Store)) {
-	t.Run("memory", func(t *testing.T) { f(t, storetest.Memory(t, nil)) })
+func stores(t *testing.T, f func(t *testing.T, store ratelimit.Backend)) {
+	t.Run("memory", func(t *testing.T) { f(t, storetest.Memory(t, nil).Backend()) })
 	t.Run("redis", func(t *testing.T) {
 		s := storetest.Redis(t, redistest.Start(t).Addr())
 		if err := s.Load(context.Background()); err != nil { // ahead of the checks' timeouts
 			t.Fatal(err)
 		}
-		f(t, s)
+		f(t, s.Backend())
 	})
 }
 
-func newFixture(t *testing.T, store ratelimit.Store) *fixture {
+func newFixture(t *testing.T, store ratelimit.Backend) *fixture {
 	t.Helper()
-	c := checktest.New(t, check.Options{Store: store, DenyCacheSize: -1},
+	c := checktest.New(t, check.Options{Backend: store, DenyCacheSize: -1},
 		policytest.Compile(t, "shop", "per-tenant", perTenant), policytest.Compile(t, "shop", "admin-only", adminOnly))
 	h := New(Options{Checker: c})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +133,7 @@ func remaining(ks adminapi.KeyState) map[string]int64 {
 }
 
 func TestInspectResetBansLift(t *testing.T) {
-	stores(t, func(t *testing.T, store ratelimit.Store) {
+	stores(t, func(t *testing.T, store ratelimit.Backend) {
 		f := newFixture(t, store)
 		f.consume("acme", 2)
 		ks := f.inspect("acme")
@@ -189,7 +189,7 @@ func TestInspectResetBansLift(t *testing.T) {
 }
 
 func TestExplain(t *testing.T) {
-	stores(t, func(t *testing.T, store ratelimit.Store) {
+	stores(t, func(t *testing.T, store ratelimit.Backend) {
 		f := newFixture(t, store)
 		f.consume("acme", 1)
 		var ex adminapi.Explanation
@@ -234,7 +234,7 @@ func TestExplain(t *testing.T) {
 // TestBadInput sends each bad input of every route: the answer is a
 // Status naming the argument, and nothing changed.
 func TestBadInput(t *testing.T) {
-	stores(t, func(t *testing.T, store ratelimit.Store) {
+	stores(t, func(t *testing.T, store ratelimit.Backend) {
 		f := newFixture(t, store)
 		f.consume("acme", 2)
 		before := f.inspect("acme")
@@ -283,7 +283,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestDiscovery(t *testing.T) {
-	f := newFixture(t, storetest.Memory(t, nil))
+	f := newFixture(t, storetest.Memory(t, nil).Backend())
 	var list struct {
 		Kind         string `json:"kind"`
 		GroupVersion string `json:"groupVersion"`
@@ -318,7 +318,7 @@ func TestCheckLocalListen(t *testing.T) {
 // The top answer: a policy's most denied and admitted key values, the
 // window in minutes, and the error bound in words.
 func TestTop(t *testing.T) {
-	c := checktest.New(t, check.Options{Store: storetest.Memory(t, nil)}, policytest.Compile(t, "shop", "per-tenant", perTenant))
+	c := checktest.New(t, check.Options{}, policytest.Compile(t, "shop", "per-tenant", perTenant))
 	rec := topkeys.NewRecorder(nil)
 	rec.Record("shop", "per-tenant", "acme", true, time.Now())
 	h := New(Options{Checker: c, Top: rec})

@@ -12,7 +12,7 @@ import (
 // lasts, not how long the limit that issued it would wait (its lease
 // timeout).
 func TestInspectInFlightBan(t *testing.T) {
-	stores(t, func(t *testing.T, store ratelimit.Store) {
+	stores(t, func(t *testing.T, store ratelimit.Backend) {
 		f := inFlightFixture(t, store)
 		f.hold("acme", "a")
 		var ks adminapi.KeyState

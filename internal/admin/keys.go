@@ -68,7 +68,7 @@ func noPolicies(namespace string) string {
 
 // state inspects the key value of p.
 func (h *Handler) state(ctx context.Context, p *policy.Policy, key string) (*adminapi.KeyState, error) {
-	out, err := h.checker.Inspect(ctx, p.Namespace, p.Name, key)
+	out, err := h.buckets.Inspect(ctx, p.Namespace, p.Name, key)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (h *Handler) banOf(ctx context.Context, out *check.Outcome, owner int, key 
 			continue
 		}
 		b := &adminapi.Ban{Remaining: seconds(lr.BanLeft)}
-		if bans, err := h.checker.Bans(ctx, p.Namespace, p.Name); err == nil {
+		if bans, err := h.buckets.Bans(ctx, p.Namespace, p.Name); err == nil {
 			for _, x := range bans {
 				if x.KeyValue == key {
 					b.Length = x.Length.String()
@@ -161,7 +161,7 @@ func (h *Handler) reset(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "key %q of policy %s/%s has no state: nothing to reset", ks.Key, p.Namespace, p.Name)
 		return
 	}
-	names, err := h.checker.Reset(r.Context(), p.Namespace, p.Name, ks.Key, limits)
+	names, err := h.buckets.Reset(r.Context(), p.Namespace, p.Name, ks.Key, limits)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -175,7 +175,7 @@ func (h *Handler) bans(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	bans, err := h.checker.Bans(r.Context(), p.Namespace, p.Name)
+	bans, err := h.buckets.Bans(r.Context(), p.Namespace, p.Name)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -197,7 +197,7 @@ func (h *Handler) lift(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "key %q of policy %s/%s has no ban in force: nothing to lift", ks.Key, p.Namespace, p.Name)
 		return
 	}
-	if err := h.checker.Lift(r.Context(), p.Namespace, p.Name, ks.Key); err != nil {
+	if err := h.buckets.Lift(r.Context(), p.Namespace, p.Name, ks.Key); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -30,9 +30,9 @@ limits:
 penalty: {denials: 1, within: 1m, ban: 1m, maxBan: 1h}
 `
 
-func inFlightFixture(t *testing.T, store ratelimit.Store) *fixture {
+func inFlightFixture(t *testing.T, store ratelimit.Backend) *fixture {
 	t.Helper()
-	c := checktest.New(t, check.Options{Store: store}, policytest.Compile(t, "shop", "in-flight", inFlight))
+	c := checktest.New(t, check.Options{Backend: store}, policytest.Compile(t, "shop", "in-flight", inFlight))
 	h := New(Options{Checker: c})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -55,7 +55,7 @@ func (f *fixture) hold(tenant, holder string) *check.Outcome {
 // concurrency limit, which they cannot release, with the no-release
 // problem; /v1/check and the middleware, which release, decide it.
 func TestExplainTransport(t *testing.T) {
-	stores(t, func(t *testing.T, store ratelimit.Store) {
+	stores(t, func(t *testing.T, store ratelimit.Backend) {
 		f := inFlightFixture(t, store)
 		body := func(transport string) string {
 			b := `{"url": "https://shop.example.com/api/cart", "headers": {"X-Tenant": ["acme"]}`
@@ -102,7 +102,7 @@ func TestExplainTransport(t *testing.T) {
 // refuses with the no-release problem and explain's detail, and
 // POST /v1/check, which releases, decides.
 func TestExplainAgreesWithTheCheckEndpoint(t *testing.T) {
-	f := inFlightFixture(t, storetest.Memory(t, nil))
+	f := inFlightFixture(t, storetest.Memory(t, nil).Backend())
 	endpoint, err := webhook.New(webhook.Options{Checker: f.checker})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ limits: [{name: window, fixedWindow: {limit: 10, window: 1m}}]
 
 // adminStores runs f over the memory store, the Redis store (its library
 // loaded ahead of the checks' timeouts) and leases of it.
-func adminStores(t *testing.T, f func(t *testing.T, store ratelimit.Store)) {
+func adminStores(t *testing.T, f func(t *testing.T, store ratelimit.Backend)) {
 	loaded := func(t *testing.T) *redisstore.Store {
 		s := storetest.Redis(t, redistest.Start(t).Addr())
 		if err := s.Load(context.Background()); err != nil {
@@ -42,18 +42,18 @@ func adminStores(t *testing.T, f func(t *testing.T, store ratelimit.Store)) {
 		}
 		return s
 	}
-	t.Run("memory", func(t *testing.T) { f(t, storetest.Memory(t, nil)) })
-	t.Run("redis", func(t *testing.T) { f(t, loaded(t)) })
+	t.Run("memory", func(t *testing.T) { f(t, storetest.Memory(t, nil).Backend()) })
+	t.Run("redis", func(t *testing.T) { f(t, loaded(t).Backend()) })
 	t.Run("lease", func(t *testing.T) {
-		s := lease.New(loaded(t), lease.Options{})
+		s := lease.New(loaded(t).Backend(), lease.Options{})
 		t.Cleanup(func() { _ = s.Close() })
-		f(t, s)
+		f(t, s.Backend())
 	})
 }
 
 func remainingOf(t *testing.T, c *Checker, name string) map[string]int64 {
 	t.Helper()
-	out, err := c.Inspect(context.Background(), "ns", name, "global")
+	out, err := c.Buckets().Inspect(context.Background(), "ns", name, "global")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,9 +67,9 @@ func remainingOf(t *testing.T, c *Checker, name string) map[string]int64 {
 // TestResetEveryState: a reset leaves each limit as if never used, one
 // limit or all of them, and Inspect counts nothing.
 func TestResetEveryState(t *testing.T) {
-	adminStores(t, func(t *testing.T, store ratelimit.Store) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
 		ctx := context.Background()
-		c := newChecker(t, Options{Store: store}, policytest.Compile(t, "ns", "p", everyState), policytest.Compile(t, "ns", "leased", leased))
+		c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", "p", everyState), policytest.Compile(t, "ns", "leased", leased))
 		for _, holder := range []string{"r1", "r2", "r3"} {
 			if _, err := c.Check(ctx, Input{Namespace: "ns", Policy: "p", Request: request(), Holder: holder}); err != nil {
 				t.Fatal(err)
@@ -82,21 +82,21 @@ func TestResetEveryState(t *testing.T) {
 		if got := remainingOf(t, c, "p"); !equal(got, want) {
 			t.Fatalf("inspect counted: %v", got)
 		}
-		if names, err := c.Reset(ctx, "ns", "p", "global", []string{"log"}); err != nil || len(names) != 1 {
+		if names, err := c.Buckets().Reset(ctx, "ns", "p", "global", []string{"log"}); err != nil || len(names) != 1 {
 			t.Fatalf("reset log: %v %v", names, err)
 		}
 		want["log"] = 5
 		if got := remainingOf(t, c, "p"); !equal(got, want) {
 			t.Fatalf("after reset of log: %v, want %v", got, want)
 		}
-		if _, err := c.Reset(ctx, "ns", "p", "global", nil); err != nil {
+		if _, err := c.Buckets().Reset(ctx, "ns", "p", "global", nil); err != nil {
 			t.Fatal(err)
 		}
 		want = map[string]int64{"window": 5, "log": 5, "tokens": 5, "in-flight": 5}
 		if got := remainingOf(t, c, "p"); !equal(got, want) {
 			t.Fatalf("after reset of all: %v, want %v", got, want)
 		}
-		if _, err := c.Reset(ctx, "ns", "p", "global", []string{"nope"}); !errors.Is(err, ErrUnknownLimit) {
+		if _, err := c.Buckets().Reset(ctx, "ns", "p", "global", []string{"nope"}); !errors.Is(err, ErrUnknownLimit) {
 			t.Fatalf("unknown limit: %v", err)
 		}
 
@@ -106,7 +106,7 @@ func TestResetEveryState(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := c.Reset(ctx, "ns", "leased", "global", nil); err != nil {
+		if _, err := c.Buckets().Reset(ctx, "ns", "leased", "global", nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := remainingOf(t, c, "leased"); got["window"] != 10 {
@@ -125,12 +125,12 @@ func TestResetEveryState(t *testing.T) {
 // TestLiftAndBanIndex: a ban a check issues is listed, a reset keeps it,
 // a lift ends it (also the denial this process remembered) and unlists it.
 func TestLiftAndBanIndex(t *testing.T) {
-	adminStores(t, func(t *testing.T, store ratelimit.Store) {
-		if _, ok := store.(*lease.Store); ok {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		if _, ok := store.Store.(*lease.Store); ok {
 			t.Skip("a leased policy has no penalty box")
 		}
 		ctx := context.Background()
-		c := newChecker(t, Options{Store: store}, policytest.Compile(t, "ns", "p", penaltySpec))
+		c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", "p", penaltySpec))
 		var out *Outcome
 		for range 4 {
 			out, _ = burst(t, c, 1)
@@ -139,20 +139,20 @@ func TestLiftAndBanIndex(t *testing.T) {
 			t.Fatalf("not banned: %+v", out.Limits)
 		}
 		var bans []ratelimit.Ban
-		waitFor(t, func() bool { bans, _ = c.Bans(ctx, "ns", "p"); return len(bans) == 1 })
-		if _, err := c.Reset(ctx, "ns", "p", bans[0].KeyValue, nil); err != nil {
+		waitFor(t, func() bool { bans, _ = c.Buckets().Bans(ctx, "ns", "p"); return len(bans) == 1 })
+		if _, err := c.Buckets().Reset(ctx, "ns", "p", bans[0].KeyValue, nil); err != nil {
 			t.Fatal(err)
 		}
 		if out, _ = burst(t, c, 1); out.Allowed {
 			t.Fatal("a reset lifted the ban")
 		}
-		if err := c.Lift(ctx, "ns", "p", bans[0].KeyValue); err != nil {
+		if err := c.Buckets().Lift(ctx, "ns", "p", bans[0].KeyValue); err != nil {
 			t.Fatal(err)
 		}
 		if out, _ = burst(t, c, 1); !out.Allowed {
 			t.Fatalf("after lift: %+v", out.Limits)
 		}
-		if bans, _ = c.Bans(ctx, "ns", "p"); len(bans) != 0 {
+		if bans, _ = c.Buckets().Bans(ctx, "ns", "p"); len(bans) != 0 {
 			t.Fatalf("bans after lift: %+v", bans)
 		}
 	})

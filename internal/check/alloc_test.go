@@ -56,7 +56,7 @@ func TestCheckOverRedisAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := policytest.Compile(t, "ns", "p", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]")
-	c := newChecker(t, Options{Store: store, Timeout: time.Second}, p)
+	c := newChecker(t, Options{Backend: store.Backend(), Timeout: time.Second}, p)
 
 	req := ratelimit.Request{Entries: p.AppendEntries(nil, "direct", 1)}
 	var dec ratelimit.Decision

@@ -17,10 +17,10 @@ import (
 
 // clockedStores runs f over the memory store and the Redis store, both on
 // the clock f is given.
-func clockedStores(t *testing.T, f func(t *testing.T, clock *ratelimittest.Clock, store ratelimit.Store)) {
+func clockedStores(t *testing.T, f func(t *testing.T, clock *ratelimittest.Clock, store ratelimit.Backend)) {
 	t.Run("memory", func(t *testing.T) {
 		clock := ratelimittest.FutureClock()
-		f(t, clock, storetest.Memory(t, clock.Now))
+		f(t, clock, storetest.Memory(t, clock.Now).Backend())
 	})
 	t.Run("redis", func(t *testing.T) {
 		clock := ratelimittest.FutureClock()
@@ -34,7 +34,7 @@ func clockedStores(t *testing.T, f func(t *testing.T, clock *ratelimittest.Clock
 		if err := s.Load(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		f(t, clock, s)
+		f(t, clock, s.Backend())
 	})
 }
 
@@ -64,8 +64,8 @@ func TestBanCachedUntilItsEnd(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			clockedStores(t, func(t *testing.T, clock *ratelimittest.Clock, store ratelimit.Store) {
-				c := newChecker(t, Options{Store: store, Now: clock.Now}, policytest.Compile(t, "ns", "p", tc.spec))
+			clockedStores(t, func(t *testing.T, clock *ratelimittest.Clock, store ratelimit.Backend) {
+				c := newChecker(t, Options{Backend: store, Now: clock.Now}, policytest.Compile(t, "ns", "p", tc.spec))
 				check := func(in Input) *Outcome {
 					t.Helper()
 					in.Namespace, in.Request = "ns", request()
@@ -107,7 +107,7 @@ func TestBanCachedUntilItsEnd(t *testing.T) {
 func TestReadsCacheNoDenial(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	counting := &countingStore{Store: storetest.Memory(t, clock.Now)}
-	c := newChecker(t, Options{Now: clock.Now, Store: counting}, policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))
+	c := newChecker(t, Options{Now: clock.Now, Backend: ratelimit.Backend{Store: counting}}, policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1m}}]"))
 	check := func(action ratelimit.Action) *Outcome {
 		t.Helper()
 		out, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Action: action})
@@ -120,7 +120,7 @@ func TestReadsCacheNoDenial(t *testing.T) {
 	if out := check(ratelimit.DryRun); out.Allowed {
 		t.Fatal("a dry run of a full window allowed")
 	}
-	if _, err := c.Inspect(context.Background(), "ns", "p", "global"); err != nil {
+	if _, err := c.Buckets().Inspect(context.Background(), "ns", "p", "global"); err != nil {
 		t.Fatal(err)
 	}
 	calls := counting.calls
@@ -135,15 +135,16 @@ func TestReadsCacheNoDenial(t *testing.T) {
 // answer does.
 type liftingStore struct {
 	ratelimit.Store
-	checker *Checker
-	lift    bool
+	resetter ratelimit.Resetter
+	checker  *Checker
+	lift     bool
 }
 
 func (s *liftingStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
 	err := s.Store.Check(ctx, timeout, req, dec)
 	if s.lift && err == nil && len(dec.Results) > 0 && dec.Results[0].BanLeft > 0 {
 		s.lift = false
-		if err := s.Store.(ratelimit.Resetter).Lift(ctx, req.Entries[0].Key); err != nil {
+		if err := s.resetter.Lift(ctx, req.Entries[0].Key); err != nil {
 			return err
 		}
 		s.checker.ForgetLifted([]string{req.Entries[0].Key})
@@ -155,8 +156,9 @@ func (s *liftingStore) Check(ctx context.Context, timeout time.Duration, req *ra
 // lift is not remembered: the lift ended it.
 func TestBanLiftedDuringItsCall(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	store := &liftingStore{Store: storetest.Memory(t, clock.Now)}
-	c := newChecker(t, Options{Now: clock.Now, Store: store}, policytest.Compile(t, "ns", "p",
+	mem := storetest.Memory(t, clock.Now)
+	store := &liftingStore{Store: mem, resetter: mem}
+	c := newChecker(t, Options{Now: clock.Now, Backend: ratelimit.Backend{Store: store}}, policytest.Compile(t, "ns", "p",
 		"key: global\nlimits: [{name: l, concurrency: {limit: 1, leaseTimeout: 30s}}]\npenalty: {denials: 1, within: 1m, ban: 1m, maxBan: 1h}"))
 	store.checker = c
 	check := func(in Input) *Outcome {

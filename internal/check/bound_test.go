@@ -38,15 +38,15 @@ func namespacePolicies(t testing.TB, ns string, n int, limits func(i int) int, l
 
 // boundStores are the stores a namespace's checks run against: the memory
 // store and a real redis-server.
-func boundStores(t testing.TB) map[string]func(t testing.TB) ratelimit.Store {
+func boundStores(t testing.TB) map[string]func(t testing.TB) ratelimit.Backend {
 	srv := redistest.Start(t)
-	return map[string]func(t testing.TB) ratelimit.Store{
-		"memory": func(t testing.TB) ratelimit.Store { return storetest.Memory(t, nil) },
-		"redis": func(t testing.TB) ratelimit.Store {
+	return map[string]func(t testing.TB) ratelimit.Backend{
+		"memory": func(t testing.TB) ratelimit.Backend { return storetest.Memory(t, nil).Backend() },
+		"redis": func(t testing.TB) ratelimit.Backend {
 			if err := srv.Client().FlushAll(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			return storetest.Redis(t, srv.Addr())
+			return storetest.Redis(t, srv.Addr()).Backend()
 		},
 	}
 }
@@ -71,7 +71,7 @@ func TestManyMatchingLimits(t *testing.T) {
 					want += c.limits(i)
 				}
 				clock := &fakeClock{now: time.Now()}
-				checker := newChecker(t, Options{Store: newStore(t), Now: clock.Now}, ps...)
+				checker := newChecker(t, Options{Backend: newStore(t), Now: clock.Now}, ps...)
 				check := func() *Outcome {
 					t.Helper()
 					// A deadline for a loaded machine: the store's decision
@@ -110,7 +110,7 @@ func TestManyMatchingLimits(t *testing.T) {
 func TestTooManyLimits(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
 	ps := namespacePolicies(t, "ns", ratelimit.MaxEntries/8+1, func(int) int { return 8 }, 3, 3)
-	checker := newChecker(t, Options{Store: storetest.Memory(t, nil), Now: clock.Now}, ps...)
+	checker := newChecker(t, Options{Now: clock.Now}, ps...)
 	for range 10 {
 		_, err := checker.Check(context.Background(), Input{Namespace: "ns", Request: request()})
 		if !errors.Is(err, ErrTooManyLimits) || !strings.Contains(err.Error(), fmt.Sprint(ratelimit.MaxEntries)) {
@@ -137,7 +137,7 @@ func BenchmarkManyPolicies(b *testing.B) {
 		for _, n := range []int{1, 1000} {
 			b.Run(fmt.Sprintf("%s/policies=%d", name, n), func(b *testing.B) {
 				ps := namespacePolicies(b, "ns", n, func(int) int { return 3 }, 1_000_000_000, 1_000_000_000)
-				checker := newChecker(b, Options{Store: stores[name](b), Timeout: 10 * time.Second}, ps...)
+				checker := newChecker(b, Options{Backend: stores[name](b), Timeout: 10 * time.Second}, ps...)
 				in, out := Input{Namespace: "ns", Request: request()}, &Outcome{}
 				b.ResetTimer()
 				for b.Loop() {

@@ -38,17 +38,31 @@ func request() *policy.Request {
 
 // newChecker is this package's checktest.New (which imports check, so
 // these tests cannot): a checker made with o, over an in-memory store on
-// o.Now when o.Store is nil, closed when the test ends, deciding by
-// policies when o.Source is nil.
+// o.Now when o.Backend has no store, closed when the test ends, deciding
+// by policies when o.Source is nil, observed when o.Observer is nil as
+// the stack's is (standardObservers).
 func newChecker(t testing.TB, o Options, policies ...*policy.Policy) *Checker {
 	t.Helper()
-	if o.Store == nil {
-		o.Store = storetest.Memory(t, o.Now)
+	if o.Backend.Store == nil {
+		o.Backend = storetest.Memory(t, o.Now).Backend()
+	}
+	if o.Observer == nil {
+		o.Observer = standardObservers(o, NewTally(o.Metrics))
 	}
 	if o.Source == nil {
 		o.Source = NewStaticSource(policies...)
 	}
 	return New(o)
+}
+
+// standardObservers are the observers checkstack gives every checker: t
+// counts, and the bans checks issue are recorded when the store keeps an
+// index of them.
+func standardObservers(o Options, t *Tally) Observer {
+	if o.Backend.BanIndex == nil {
+		return t
+	}
+	return Observers{t, RecordBans(o.Backend.BanIndex, nil)}
 }
 
 func TestAllOrNothingAcrossPolicies(t *testing.T) {
@@ -114,7 +128,7 @@ func TestDenyCacheIsExact(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	counting := &countingStore{Store: storetest.Memory(t, clock.Now)}
 	src := NewStaticSource(policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, tokenBucket: {capacity: 2, refillRate: 1, refillInterval: 5s}}]"))
-	c := newChecker(t, Options{Store: counting, Source: src, Now: clock.Now})
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: counting}, Source: src, Now: clock.Now})
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if _, err := c.Check(ctx, Input{Namespace: "ns", Request: request()}); err != nil {
@@ -180,7 +194,7 @@ func (s *countingStore) Check(ctx context.Context, timeout time.Duration, req *r
 func TestFailureModesAndBreaker(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	failing := &countingStore{Store: storetest.Memory(t, clock.Now), err: errors.New("redis: connection refused")}
-	c := newChecker(t, Options{Store: failing, Now: clock.Now},
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: failing}, Now: clock.Now},
 		policytest.Compile(t, "open", "p", "failureMode: Open\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 		policytest.Compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
@@ -243,7 +257,8 @@ func TestBreakerProbesOncePerCooldown(t *testing.T) {
 
 func TestShadowAndCounts(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	c := newChecker(t, Options{Now: clock.Now},
+	tally := NewTally(nil)
+	c := newChecker(t, Options{Now: clock.Now, Observer: tally},
 		policytest.Compile(t, "ns", "enforced", "key: global\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]"),
 		policytest.Compile(t, "ns", "trial", "mode: Shadow\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
@@ -255,7 +270,7 @@ func TestShadowAndCounts(t *testing.T) {
 	if _, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Action: ratelimit.DryRun}); err != nil {
 		t.Fatal(err)
 	}
-	got := c.Counts()
+	got := tally.Counts()
 	want := []LimitCount{
 		{Namespace: "ns", Policy: "enforced", Limit: "l", Allowed: 3, Denied: 2},
 		{Namespace: "ns", Policy: "trial", Limit: "l", Allowed: 1, ShadowDenied: 3}, // the 5th was a cached denial: not evaluated

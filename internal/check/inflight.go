@@ -59,8 +59,8 @@ const (
 	untracked
 )
 
-// holds says where entry e, of limit l of the matching policy p
-// (inFlight: p has a concurrency limit), goes, and gives a concurrency
+// holds says where entry e, of limit l of the matching policy p (owner
+// in the Outcome's Policies; inFlight: p has a concurrency limit), goes, and gives a concurrency
 // entry its holder. A release names only concurrency limits; a refund
 // (Envoy's negative hits) of a policy with one releases it, its other
 // limits keeping what the request was charged. A concurrency limit
@@ -68,7 +68,7 @@ const (
 // none (it cannot release), and is untracked when the descriptor's
 // holder is one Sluice cannot track: that request is decided, never an
 // error (an error answer lets it through by the proxy's default).
-func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part, inFlight bool) entryRoute {
+func (sc *scratch) holds(p *policy.Policy, owner, l int, e *ratelimit.Entry, part *Part, inFlight bool) entryRoute {
 	lim := &p.Limits[l]
 	conc := lim.Limit.Algorithm == ratelimit.Concurrency
 	switch {
@@ -89,7 +89,7 @@ func (sc *scratch) holds(p *policy.Policy, l int, e *ratelimit.Entry, part *Part
 			return untracked
 		}
 		if sc.noHolder == nil {
-			sc.noHolder = &LimitResult{Policy: p, Limit: lim}
+			sc.noHolder = &LimitResult{Policy: p, Limit: lim, owner: owner, index: l}
 		}
 		return notSent
 	}
@@ -150,66 +150,46 @@ func (sc *scratch) duplicatesOnly() bool {
 	return kept > 0
 }
 
-// countUntrackedReleases counts the release of each policy whose
-// holder could not be tracked (untracked): nothing held, nothing freed,
-// unless a limit of the policy went to the store (applyRelease counts it).
-func (c *Checker) countUntrackedReleases(sc *scratch, out *Outcome) {
-	if c.metrics == nil {
-		return
-	}
-	counted := -1
+// untrackedReleases records the release of each policy whose holder
+// could not be tracked (untracked): nothing held, nothing freed, unless a
+// limit of the policy went to the store (applyRelease records it).
+func untrackedReleases(sc *scratch, out *Outcome) {
 	for _, z := range sc.zeros {
-		if !z.untracked || z.owner == counted || slices.ContainsFunc(sc.uses, func(u use) bool { return u.owner == z.owner }) {
-			continue
+		if z.untracked && !slices.ContainsFunc(sc.uses, func(u use) bool { return u.owner == z.owner }) {
+			out.Policies[z.owner].release = ReleaseNothingHeld
 		}
-		p := out.Policies[z.owner].Policy
-		c.metrics.releases.WithLabelValues(p.Namespace, p.Name, string(ReleaseNothingHeld)).Inc()
-		counted = z.owner
 	}
 }
 
-// refuseNoRelease counts (unless it is a dry run's: explain counts
-// nothing) and returns the error for a concurrency limit met without a
-// holder.
-func (c *Checker) refuseNoRelease(r *LimitResult, dryRun bool) error {
-	if c.metrics != nil && !dryRun {
-		c.metrics.releases.WithLabelValues(r.Policy.Namespace, r.Policy.Name, string(ReleaseRefused)).Inc()
-	}
+// refuseNoRelease records the refusal of a concurrency limit met without
+// a holder, r, and returns its error.
+func refuseNoRelease(out *Outcome, r *LimitResult) error {
+	out.Policies[r.owner].release = ReleaseRefused
 	return fmt.Errorf("%w: policy %s, limit %s: check it through Envoy's rate limit service (a descriptor holder), the middleware or POST /v1/check, which release when the request ends; or give it a rate limit instead",
 		ErrNoRelease, r.Policy, r.Limit.Name)
 }
 
-// applyRelease copies a release's figures into out and counts, per
-// policy, whether it freed something; and each limit of another
-// algorithm (a refund's, which the release made: see holds) as a refund.
-// A release is allowed when it freed something; a refund that released
-// is allowed, as every refund.
-func (c *Checker) applyRelease(sc *scratch, out *Outcome) {
+// applyRelease copies a release's figures into out and records, per
+// policy, whether it freed something (each limit of another algorithm is
+// a refund's, which the release made: see holds). A release is allowed
+// when it freed something; a refund that released is allowed, as every
+// refund.
+func applyRelease(sc *scratch, out *Outcome) {
 	out.Allowed = sc.dec.Allowed || sc.refund
 	out.Reason = ReasonAllowed
-	counted := -1
-	for k, u := range sc.uses {
+	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
 		r := sc.dec.Results[u.entry]
-		pr := &out.Policies[u.owner]
-		l := &pr.Limits()[u.limit]
-		out.Limits = append(out.Limits, LimitResult{Policy: pr.Policy, Limit: l, Override: pr.Override, Part: pr.Part, Key: e.Key, Result: r})
+		out.Limits = append(out.Limits, newLimitResult(out, u.owner, u.limit, e.Key, r))
 		if e.Limit.Algorithm != ratelimit.Concurrency {
-			c.countRefund(pr.Policy, l)
-			continue
-		}
-		if c.metrics == nil || u.owner == counted {
 			continue
 		}
 		// One outcome per policy: freed when any of its limits freed.
-		outcome := ReleaseNothingHeld
-		for _, v := range sc.uses[k:] {
-			if v.owner == u.owner && sc.dec.Results[v.entry].Allowed && sc.req.Entries[v.entry].Limit.Algorithm == ratelimit.Concurrency {
-				outcome = ReleaseFreed
-			}
+		if pr := &out.Policies[u.owner]; r.Allowed {
+			pr.release = ReleaseFreed
+		} else if pr.release == "" {
+			pr.release = ReleaseNothingHeld
 		}
-		c.metrics.releases.WithLabelValues(pr.Policy.Namespace, pr.Policy.Name, string(outcome)).Inc()
-		counted = u.owner
 	}
 }
 

@@ -65,7 +65,7 @@ func TestGiveBacksCountNoFailureModeDecision(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	reg := prometheus.NewRegistry()
 	failing := &countingStore{Store: storetest.Memory(t, clock.Now), err: errors.New("redis: connection refused")}
-	c := newChecker(t, Options{Store: failing, Now: clock.Now, Metrics: NewMetrics(reg), BreakerThreshold: 1000},
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: failing}, Now: clock.Now, Metrics: NewMetrics(reg), BreakerThreshold: 1000},
 		policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 		policytest.Compile(t, "ns", "inflight", "key: global\nlimits: [{name: c, concurrency: {limit: 5}}]"))
 	ctx := context.Background()

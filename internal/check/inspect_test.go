@@ -31,15 +31,15 @@ func TestInspectAnswersTheNextRequest(t *testing.T) {
 		{"concurrency", "concurrency: {limit: 3, leaseTimeout: 1m}", 1},
 		{"cost 2", "fixedWindow: {limit: 3, window: 1m}", 2},
 	}
-	adminStores(t, func(t *testing.T, store ratelimit.Store) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
 		ctx := context.Background()
 		for i, s := range specs {
 			name := fmt.Sprintf("p%d", i)
 			spec := fmt.Sprintf("key: global\ncost: %d\nlimits: [{name: l, %s}]", s.cost, s.limit)
-			c := newChecker(t, Options{Store: store}, policytest.Compile(t, "ns", name, spec))
+			c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", name, spec))
 			inspect := func() (*Outcome, LimitResult) {
 				t.Helper()
-				out, err := c.Inspect(ctx, "ns", name, "global")
+				out, err := c.Buckets().Inspect(ctx, "ns", name, "global")
 				if err != nil {
 					t.Fatalf("%s: %v", s.name, err)
 				}

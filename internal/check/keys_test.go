@@ -42,7 +42,7 @@ func (l *keyLog) take() []string {
 func TestKeysRecorded(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	keys := &keyLog{}
-	c := newChecker(t, Options{Now: clock.Now, Keys: keys},
+	c := newChecker(t, Options{Now: clock.Now, Observer: RecordKeys(keys)},
 		policytest.Compile(t, "ns", "per-ip", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		policytest.Compile(t, "ns", "trial", "key: global\nmode: Shadow\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
@@ -67,7 +67,7 @@ func TestKeysRecorded(t *testing.T) {
 // admitted it nor denied it.
 func TestKeysOfAPolicyOverruled(t *testing.T) {
 	keys := &keyLog{}
-	c := newChecker(t, Options{Keys: keys, DenyCacheSize: -1},
+	c := newChecker(t, Options{Observer: RecordKeys(keys), DenyCacheSize: -1},
 		policytest.Compile(t, "ns", "wide", "key: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
 		policytest.Compile(t, "ns", "narrow", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 	)
@@ -89,7 +89,7 @@ func BenchmarkKeys(b *testing.B) {
 	for _, recorded := range []bool{false, true} {
 		o := Options{}
 		if recorded {
-			o.Keys = topkeys.NewRecorder(nil)
+			o.Observer = Observers{NewTally(nil), RecordKeys(topkeys.NewRecorder(nil))}
 		}
 		c := newChecker(b, o, p)
 		in := Input{Namespace: "ns", Request: request()}
@@ -119,7 +119,7 @@ func BenchmarkKeys(b *testing.B) {
 // check keeps its budget (TestCheckIntoAllocs).
 func TestKeysAllocateNothing(t *testing.T) {
 	p := policytest.Compile(t, "ns", "p", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 1000000000, window: 1h}}]")
-	c := newChecker(t, Options{Keys: topkeys.NewRecorder(nil)}, p)
+	c := newChecker(t, Options{Observer: Observers{NewTally(nil), RecordKeys(topkeys.NewRecorder(nil))}}, p)
 	in, out := Input{Namespace: "ns", Request: request()}, &Outcome{}
 	check := func() {
 		if err := c.CheckInto(context.Background(), in, out); err != nil || !out.Allowed {

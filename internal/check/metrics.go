@@ -8,6 +8,7 @@ import (
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
 // Metrics are the check path's Prometheus metrics.
@@ -20,7 +21,7 @@ type Metrics struct {
 	storeFull    prometheus.Counter
 	// evictions reads the store's evictions when it evicts (the
 	// in-memory store; set by New).
-	evictions    atomic.Pointer[evictingStore]
+	evictions    atomic.Pointer[ratelimit.Evictor]
 	breakerState prometheus.Gauge
 	nodeBreakers *prometheus.GaugeVec // per store node (Redis Cluster master)
 	cacheHits    prometheus.Counter
@@ -110,11 +111,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // banIssued counts a ban of length d that a check of policy p issued (a
 // shadow policy's: would have), and an enforced one as active until its
 // end (timed from now: the store decided a little later, so the gauge
-// may drop a ban a call's latency early). A dry run issues nothing.
-func (m *Metrics) banIssued(p *policy.Policy, d time.Duration, dryRun bool) {
-	if m == nil || dryRun {
-		return
-	}
+// may drop a ban a call's latency early).
+func (m *Metrics) banIssued(p *policy.Policy, d time.Duration) {
 	if p.Shadow {
 		m.bans.WithLabelValues(p.Namespace, p.Name, string(ratelimitv1alpha1.ModeShadow)).Inc()
 		return
@@ -124,9 +122,6 @@ func (m *Metrics) banIssued(p *policy.Policy, d time.Duration, dryRun bool) {
 	active.Inc()
 	time.AfterFunc(d, active.Dec)
 }
-
-// evictingStore is a store that evicts state to make room (memstore).
-type evictingStore interface{ Evictions() uint64 }
 
 func (m *Metrics) evicted() float64 {
 	if ev := m.evictions.Load(); ev != nil {

@@ -39,10 +39,11 @@ type breakers struct {
 	pruning atomic.Bool
 }
 
-func newBreakers(threshold int, cooldown time.Duration, now func() time.Time, m *Metrics, store ratelimit.Store) *breakers {
-	bs := &breakers{threshold: threshold, cooldown: cooldown, now: now, metrics: m,
+// newBreakers keeps the breakers of the nodes that nodes names (nil: the
+// store is one node).
+func newBreakers(threshold int, cooldown time.Duration, now func() time.Time, m *Metrics, nodes ratelimit.Nodes) *breakers {
+	bs := &breakers{threshold: threshold, cooldown: cooldown, now: now, metrics: m, nodes: nodes,
 		byNode: map[string]*Breaker{}, states: map[string]BreakerState{}}
-	bs.nodes, _ = store.(ratelimit.Nodes)
 	bs.whole = NewBreaker(threshold, cooldown, now, nil)
 	bs.whole.onChange = func(s BreakerState) { bs.changed("", bs.whole, s) }
 	return bs

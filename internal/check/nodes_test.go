@@ -120,7 +120,7 @@ func TestBreakerPerNode(t *testing.T) {
 	// Namespace two: every request has a key on a and one on b.
 	onA := policytest.Compile(t, "two", "p", "failureMode: Closed\nkey: 'a{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
 	onB := policytest.Compile(t, "two", "q", "failureMode: Closed\nkey: 'b{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]")
-	c := newChecker(t, Options{Store: store, Now: clock.Now, Metrics: NewMetrics(reg)}, p, onA, onB)
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: store, Nodes: store}, Now: clock.Now, Metrics: NewMetrics(reg)}, p, onA, onB)
 	ctx := context.Background()
 	run := func(ns, client string) *Outcome {
 		req := request()
@@ -229,7 +229,7 @@ func TestOneNodeStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	reg := prometheus.NewRegistry()
 	failing := &countingStore{Store: storetest.Memory(t, clock.Now), err: errors.New("redis: connection refused")}
-	c := newChecker(t, Options{Store: failing, Now: clock.Now, Metrics: NewMetrics(reg)},
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: failing}, Now: clock.Now, Metrics: NewMetrics(reg)},
 		policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	for range 10 {
 		clock.Advance(6 * time.Millisecond)
@@ -268,7 +268,7 @@ func TestBreakerLearnsFailover(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	store := &nodeStore{Store: storetest.Memory(t, clock.Now), down: map[string]bool{"b": true}, all: []string{"a", "b"}, calls: map[string]int{}}
 	p := policytest.Compile(t, "ns", "p", "failureMode: Closed\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 3, window: 1h}}]")
-	c := newChecker(t, Options{Store: store, Now: clock.Now}, p)
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: store, Nodes: store}, Now: clock.Now}, p)
 	run := func(client string) *Outcome {
 		req := request()
 		req.Header = http.Header{"X-Client": {client}}

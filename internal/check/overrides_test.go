@@ -69,7 +69,8 @@ func TestOverriddenDecisionsCountUnderThePolicysLimit(t *testing.T) {
 		entries[k] = overrides.Entry{Key: k, Limits: map[string]int64{"l": 5}, Source: policy.OverrideRuntime}
 	}
 	x.SetRuntime(overrides.PolicyID{Namespace: "ns", Name: "p"}, entries)
-	c := newChecker(t, Options{Overrides: x},
+	tally := NewTally(nil)
+	c := newChecker(t, Options{Overrides: x, Observer: tally},
 		policytest.Compile(t, "ns", "p", "key: '{header:X-Tenant}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	for i := range 10 {
 		for range 7 { // 5 allowed, a denial by the store, one from the cache
@@ -79,11 +80,11 @@ func TestOverriddenDecisionsCountUnderThePolicysLimit(t *testing.T) {
 		}
 	}
 	held := 0
-	c.counts.byPtr.Range(func(_, _ any) bool { held++; return true })
+	tally.counts.byPtr.Range(func(_, _ any) bool { held++; return true })
 	if held != 1 {
 		t.Errorf("the counts hold %d limits, want 1 (the policy's)", held)
 	}
-	if got := c.Counts(); len(got) != 1 || got[0].Allowed != 50 || got[0].Denied != 20 {
+	if got := tally.Counts(); len(got) != 1 || got[0].Allowed != 50 || got[0].Denied != 20 {
 		t.Errorf("counts %+v, want 50 allowed and 20 denied under ns/p/l", got)
 	}
 }

@@ -134,7 +134,7 @@ func TestRefundLiftsNoBan(t *testing.T) {
 	for _, cache := range []int{0, -1} {
 		clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 		counting := &countingStore{Store: newChecker(t, Options{Now: clock.Now}).store}
-		c := newChecker(t, Options{Now: clock.Now, Store: counting, DenyCacheSize: cache}, policytest.Compile(t, "ns", "p", penaltySpec))
+		c := newChecker(t, Options{Now: clock.Now, Backend: ratelimit.Backend{Store: counting}, DenyCacheSize: cache}, policytest.Compile(t, "ns", "p", penaltySpec))
 		if _, ban := burst(t, c, 4); ban != time.Minute {
 			t.Fatalf("cache %d: ban %s, want 1m", cache, ban)
 		}
@@ -172,7 +172,7 @@ func TestPenaltySharedByReplicas(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = store.Close() })
 		m := NewMetrics(prometheus.NewRegistry())
-		return newChecker(t, Options{Store: store, Now: clock.Now, Metrics: m}, policytest.Compile(t, "ns", "p", penaltySpec)), m
+		return newChecker(t, Options{Backend: store.Backend(), Now: clock.Now, Metrics: m}, policytest.Compile(t, "ns", "p", penaltySpec)), m
 	}
 	a, ma := replica()
 	b, mb := replica()

@@ -3,28 +3,15 @@ package check
 // A refund gives units back to a bucket, so a denial remembered of it may
 // no longer be what the store would answer. The check process that made
 // the refund forgets its denials of the bucket's keys at once; the others
-// learn of it through Options.AnnounceRefunds and forget them when told
+// learn of it through the observer (Announce) and forget them when told
 // (ForgetDenials).
 
-// denialKeeper is a store that remembers denials of its own (the lease
-// store keeps the last failed take of a bucket).
-type denialKeeper interface {
-	ForgetDenials(keys []string)
-	ForgetAllDenials()
-}
-
-// refunder is a store that makes refunds of its own, in the background
-// (the lease store gives back unused units): f is told their keys.
-type refunder interface {
-	NotifyRefunds(f func(keys []string))
-}
-
 // refunded forgets the denials of keys, which this process refunded, and
-// announces them to the other processes.
+// tells the observer.
 func (c *Checker) refunded(keys []string) {
 	c.ForgetDenials(keys)
-	if c.announce != nil {
-		c.announce(keys)
+	if c.observer != nil {
+		c.observer.Refunded(keys)
 	}
 }
 
@@ -48,5 +35,16 @@ func (c *Checker) ForgetAllDenials() {
 	}
 	if c.keeper != nil {
 		c.keeper.ForgetAllDenials()
+	}
+}
+
+// ForgetLifted drops the remembered denials of keys, bans included: their
+// bucket's ban was lifted, here or by another process.
+func (c *Checker) ForgetLifted(keys []string) {
+	if c.denials != nil {
+		c.denials.drop(keys, c.now())
+	}
+	if c.keeper != nil {
+		c.keeper.ForgetDenials(keys)
 	}
 }

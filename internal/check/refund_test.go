@@ -33,7 +33,7 @@ func TestRefundDropsRememberedDenials(t *testing.T) {
 		t.Run(alg.name, func(t *testing.T) {
 			clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 			counting := &countingStore{Store: storetest.Memory(t, clock.Now)}
-			c := newChecker(t, Options{Store: counting, Now: clock.Now}, policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, "+alg.limit+"}]"))
+			c := newChecker(t, Options{Backend: ratelimit.Backend{Store: counting}, Now: clock.Now}, policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, "+alg.limit+"}]"))
 			ctx := context.Background()
 			charge := func() *Outcome {
 				t.Helper()
@@ -109,10 +109,10 @@ func TestDenyCacheKeepsNoDenialSentBeforeARefund(t *testing.T) {
 // processes.
 func TestRefundsThroughALeaseStore(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	leases := lease.New(storetest.Memory(t, clock.Now), lease.Options{Now: clock.Now})
+	leases := lease.New(storetest.Memory(t, clock.Now).Backend(), lease.Options{Now: clock.Now})
 	defer leases.Close()
 	announced := make(chan []string, 16)
-	c := newChecker(t, Options{Store: leases, Now: clock.Now, AnnounceRefunds: func(keys []string) { announced <- append([]string(nil), keys...) }},
+	c := newChecker(t, Options{Backend: leases.Backend(), Now: clock.Now, Observer: Announce(func(keys []string) { announced <- append([]string(nil), keys...) }, nil)},
 		policytest.Compile(t, "ns", "p", "key: global\nlease: {units: 2, ttl: 1s}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	ctx := context.Background()
 	charge := func(action ratelimit.Action) *Outcome {
@@ -159,7 +159,8 @@ func TestRefundsThroughALeaseStore(t *testing.T) {
 func TestRefundsCountedApart(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	m := NewMetrics(prometheus.NewRegistry())
-	c := newChecker(t, Options{Store: storetest.Memory(t, clock.Now), Now: clock.Now, Metrics: m},
+	tally := NewTally(m)
+	c := newChecker(t, Options{Now: clock.Now, Metrics: m, Observer: tally},
 		policytest.Compile(t, "ns", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"))
 	ctx := context.Background()
 	for _, action := range []ratelimit.Action{ratelimit.Consume, ratelimit.Consume, ratelimit.Refund, ratelimit.DryRun} {
@@ -172,7 +173,7 @@ func TestRefundsCountedApart(t *testing.T) {
 	if allowed != 2 || refunds != 1 {
 		t.Fatalf("decisions allowed %v, refunds %v; want 2 and 1", allowed, refunds)
 	}
-	if counts := c.Counts(); len(counts) != 1 || counts[0].Allowed != 2 {
+	if counts := tally.Counts(); len(counts) != 1 || counts[0].Allowed != 2 {
 		t.Fatalf("dashboard counts %+v, want 2 allowed", counts)
 	}
 }

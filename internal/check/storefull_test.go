@@ -47,7 +47,7 @@ func TestFullMemoryStoreKeepsLimiting(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	store := storetest.Memory(t, clock.Now, memstore.WithSweepInterval(0), memstore.WithMaxKeys(maxKeys))
 	reg := prometheus.NewRegistry()
-	c := newChecker(t, Options{Store: store, Now: clock.Now, Metrics: NewMetrics(reg)},
+	c := newChecker(t, Options{Backend: store.Backend(), Now: clock.Now, Metrics: NewMetrics(reg)},
 		policytest.Compile(t, "ns", "by-id", "match: {paths: [/api]}\nkey: '{header:X-Id}'\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"),
 		policytest.Compile(t, "ns", "per-ip", "match: {paths: [/login]}\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	check := func(path, ip, id string) *Outcome {
@@ -92,7 +92,7 @@ func TestRedisOutOfMemoryIsStoreFull(t *testing.T) {
 	}
 	var logs syncbuf.Buffer
 	reg := prometheus.NewRegistry()
-	c := newChecker(t, Options{Store: store, Timeout: time.Second, Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+	c := newChecker(t, Options{Backend: store.Backend(), Timeout: time.Second, Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil))},
 		policytest.Compile(t, "open", "p", "failureMode: Open\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		policytest.Compile(t, "closed", "p", "failureMode: Closed\nkey: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	check := func(ns string, ip netip.Addr) *Outcome {

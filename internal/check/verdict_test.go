@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
@@ -102,7 +103,7 @@ func TestPartsCarryTheirVerdicts(t *testing.T) {
 func TestPartsDeniedByTheirPolicies(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	failing := &countingStore{Store: storetest.Memory(t, clock.Now)}
-	c := newChecker(t, Options{Store: failing, Now: clock.Now},
+	c := newChecker(t, Options{Backend: ratelimit.Backend{Store: failing}, Now: clock.Now},
 		policytest.Compile(t, "ns", "keyed", "match: {descriptor: [{key: keyed}]}\nkey: '{descriptor:user}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 		policytest.Compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),
 		policytest.Compile(t, "ns", "open", "match: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"),

@@ -26,7 +26,7 @@ type zeroUse struct {
 // descriptor's own limit: policy.DescriptorLimit's clock-aligned window).
 // An untracked holder's limit reports no reset, and its denial's reason
 // (InvalidHolder) is the request's.
-func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
+func decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 	for _, z := range sc.zeros {
 		pr := &out.Policies[z.owner]
 		p := pr.Policy
@@ -41,7 +41,7 @@ func (c *Checker) decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 				out.Allowed, out.Reason = false, reason
 			}
 		}
-		c.addLimit(out, z.owner, z.limit, z.key, r, sc.req.Action)
+		addLimit(out, z.owner, z.limit, z.key, r)
 	}
 	return !out.Allowed
 }

@@ -77,7 +77,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dash, err := dashboard.New(dashboard.Options{Checker: checker, Files: o.Files, Table: o.Table, Admin: o.Admin, Listen: o.Listen, Hosts: o.DashboardHosts})
+	dash, err := dashboard.New(dashboard.Options{Checker: checker, Tally: o.Stack.Tally, Files: o.Files, Table: o.Table, Admin: o.Admin, Listen: o.Listen, Hosts: o.DashboardHosts})
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 // Package checkstack assembles a checker and what it runs on: the store
-// (Redis behind this process's leases, or the in-memory store), the
-// metrics, the checker with its circuit breakers and cache of denials,
-// and how refunds reach the other check processes. Local mode, the
-// cluster's check process and the middleware each build one from
-// Options, which say what differs between them; a new piece of the check
-// path is wired here once.
+// (Redis behind this process's leases, or the in-memory store) as one
+// ratelimit.Backend that says what it can do, the metrics, the checker
+// with its circuit breakers and cache of denials, and the observers of
+// its decisions (counts, the decision log, top keys, the index of bans,
+// the refunds and lifts announced to the other check processes). Local
+// mode, the cluster's check process and the middleware each build one
+// from Options, which say what differs between them; a new piece of the
+// check path is wired here once.
 package checkstack
 
 import (
@@ -92,6 +94,9 @@ type Stack struct {
 	// Tracer starts the span of each check at the intakes; nil when
 	// tracing is off.
 	Tracer *tracing.Tracer
+	// Tally counts the checker's decisions: per limit for the dashboard,
+	// and in the metrics when there are any.
+	Tally *check.Tally
 	// store is what the checker calls: the leases over Redis, or Memory.
 	store ratelimit.Store
 	// Top answers which key values each policy denied and admitted most
@@ -111,19 +116,7 @@ type Stack struct {
 // New assembles a stack from o.
 func New(o Options) *Stack {
 	s := &Stack{}
-	system := tracing.SystemMemory
-	if o.Redis != nil {
-		system = tracing.SystemRedis
-		// Each process is one of the P of a leased policy's bound
-		// (spec.lease); every other request goes to Redis exactly,
-		// through the lease store. None over the memory store: it is the
-		// process's own and answers from memory already, exactly.
-		s.store = lease.New(o.Redis, lease.Options{})
-	} else {
-		s.Memory = memstore.New(memstore.WithMaxKeys(o.MemoryMaxKeys))
-		s.store = s.Memory
-	}
-
+	backend, system := s.backend(o)
 	reg := o.Registerer
 	if o.OwnRegistry {
 		s.Registry = prometheus.NewRegistry()
@@ -143,25 +136,55 @@ func New(o Options) *Stack {
 	}
 	s.Tracer = tracing.New(tp, system)
 
-	opts := check.Options{Store: s.store, StoreCalls: s.Tracer.Store(s.store), Source: o.Source, Overrides: o.Overrides, Timeout: o.Timeout, Metrics: metrics, Logger: o.Logger}
+	s.Tally = check.NewTally(metrics)
 	if o.DecisionLog != nil {
-		s.decisions, opts.Denials = o.DecisionLog, o.DecisionLog
+		s.decisions = o.DecisionLog
 		if reg != nil {
 			reg.MustRegister(o.DecisionLog.Collector())
 		}
 	}
-	if o.Announcer != nil {
-		opts.AnnounceRefunds = o.Announcer.AnnounceRefunds
-		opts.AnnounceLifts = o.Announcer.AnnounceLifts
-	}
-	if o.TopKeys {
-		opts.Keys = s.startTopKeys(o)
-	}
-	s.Checker = check.New(opts)
+	s.Checker = check.New(check.Options{Backend: s.Tracer.Backend(backend), Source: o.Source, Overrides: o.Overrides, Timeout: o.Timeout,
+		Metrics: metrics, Observer: s.observers(o, backend), Logger: o.Logger})
 	if o.Announcer != nil {
 		o.Announcer.ForgetWith(s.Checker)
 	}
 	return s
+}
+
+// backend makes the store the checker runs on, and names it for traces.
+func (s *Stack) backend(o Options) (ratelimit.Backend, string) {
+	if o.Redis == nil {
+		s.Memory = memstore.New(memstore.WithMaxKeys(o.MemoryMaxKeys))
+		s.store = s.Memory
+		return s.Memory.Backend(), tracing.SystemMemory
+	}
+	// Each process is one of the P of a leased policy's bound
+	// (spec.lease); every other request goes to Redis exactly, through
+	// the lease store. None over the memory store: it is the process's
+	// own and answers from memory already, exactly.
+	leases := lease.New(o.Redis.Backend(), lease.Options{})
+	s.store = leases
+	return leases.Backend(), tracing.SystemRedis
+}
+
+// observers are who the checker tells of what it decides: the tally
+// always; the index of bans when the store keeps one; the decision log,
+// the top keys and the other check processes when o asks for them.
+func (s *Stack) observers(o Options, b ratelimit.Backend) check.Observers {
+	obs := check.Observers{s.Tally}
+	if b.BanIndex != nil {
+		obs = append(obs, check.RecordBans(b.BanIndex, o.Logger))
+	}
+	if o.DecisionLog != nil {
+		obs = append(obs, check.LogDenials(o.DecisionLog))
+	}
+	if o.TopKeys {
+		obs = append(obs, check.RecordKeys(s.startTopKeys(o)))
+	}
+	if o.Announcer != nil {
+		obs = append(obs, check.Announce(o.Announcer.AnnounceRefunds, o.Announcer.AnnounceLifts))
+	}
+	return obs
 }
 
 // startTopKeys makes the recorder of top key values, and runs its loop

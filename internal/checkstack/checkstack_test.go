@@ -57,7 +57,7 @@ func TestOverRedisLeasesAndClosingGivesBack(t *testing.T) {
 	}
 	// What Redis itself says, through a checker with no leases of its own
 	// (a dry run reports what the request would leave).
-	exact := check.New(check.Options{Store: conn.Store, Source: policies, Timeout: 2 * time.Second})
+	exact := check.New(check.Options{Backend: conn.Store.Backend(), Source: policies, Timeout: 2 * time.Second})
 	untouched := remaining(t, exact, true)
 	remaining(t, stack.Checker, false)
 	if got := remaining(t, exact, true); got != untouched-10 {

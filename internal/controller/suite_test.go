@@ -73,7 +73,7 @@ var _ = BeforeSuite(func() {
 	follower.Follow(policytable.Channel, checkReader)
 	follower.Follow(overrides.RedisChannel, overrides.NewTracker(checkOverrides, overrides.NewRedisStore(redisClient)))
 	go follower.Run(ctx)
-	checker := check.New(check.Options{Store: store, Source: checkReader, Overrides: checkOverrides})
+	checker := check.New(check.Options{Backend: store.Backend(), Source: checkReader, Overrides: checkOverrides})
 	srv, err := webhook.New(webhook.Options{Checker: checker})
 	Expect(err).NotTo(HaveOccurred())
 	ts := httptest.NewServer(srv)

@@ -37,6 +37,9 @@ const maxEditBody = 64 << 10
 // be edited) or Table in the cluster check process (read-only).
 type Options struct {
 	Checker *check.Checker
+	// Tally is the checker's counts of decisions, which the page shows;
+	// nil: none.
+	Tally *check.Tally
 	// Files is local mode's policy folder: statuses, file errors and edits.
 	Files *policyfiles.Folder
 	// Table is the check process's view of the policy table in Redis.

@@ -84,11 +84,13 @@ func serveDirWith(t *testing.T, dir string, o Options) (*httptest.Server, *polic
 }
 
 // serveFolder serves the check endpoint and the dashboard of o over the
-// policies of f (o.Checker: a checker over f when unset).
+// policies of f (o.Checker: a checker over f when unset, counting in
+// o.Tally).
 func serveFolder(t *testing.T, f *policyfiles.Folder, o Options) *httptest.Server {
 	t.Helper()
 	if o.Checker == nil {
-		o.Checker = checktest.New(t, check.Options{Source: f})
+		o.Tally = check.NewTally(nil)
+		o.Checker = checktest.New(t, check.Options{Source: f, Observer: o.Tally})
 	}
 	srv, err := webhook.New(webhook.Options{Checker: o.Checker, Logger: quiet})
 	if err != nil {

@@ -50,7 +50,7 @@ func serveOperations(t *testing.T) (string, *syncbuf.Buffer) {
 	h := admin.New(admin.Options{Checker: stack.Checker, Top: stack.Top,
 		Overrides: &overrides.Runtime{Store: store, Policy: overrides.PolicyOf(f.Policies), Log: quiet},
 		Logger:    slog.New(slog.NewTextHandler(logs, nil))})
-	return serveFolder(t, f, Options{Checker: stack.Checker, Admin: h}).URL, logs
+	return serveFolder(t, f, Options{Checker: stack.Checker, Tally: stack.Tally, Admin: h}).URL, logs
 }
 
 // adminURL is the dashboard's route to the admin API's resource of policy

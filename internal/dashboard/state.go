@@ -107,8 +107,10 @@ func (d *Dashboard) snapshot() State {
 	set := d.opts.Checker.Policies()
 	st := State{Mode: "read-only", Revision: set.Revision, Problems: []string{}, Policies: []PolicyView{},
 		Counts: []CountView{}, Time: d.opts.Now().UTC()}
-	for _, c := range d.opts.Checker.Counts() {
-		st.Counts = append(st.Counts, CountView(c))
+	if d.opts.Tally != nil {
+		for _, c := range d.opts.Tally.Counts() {
+			st.Counts = append(st.Counts, CountView(c))
+		}
 	}
 	views := map[string]*PolicyView{}
 	for _, p := range set.All() {

@@ -81,7 +81,7 @@ func TestOneLinePerDenial(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
 	var buf syncBuffer
 	log := New(&buf, 10, clk.Now)
-	c := checktest.New(t, check.Options{Now: clk.Now, Denials: log}, policytest.Compile(t, "shop", "per-client", oneASecond))
+	c := checktest.New(t, check.Options{Now: clk.Now, Observer: check.LogDenials(log)}, policytest.Compile(t, "shop", "per-client", oneASecond))
 	header := http.Header{"Traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	in := check.Input{Namespace: "shop", Request: request("203.0.113.7", header)}
 
@@ -129,7 +129,7 @@ func TestFloodIsRateLimited(t *testing.T) {
 	clk := &clock{now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
 	var buf syncBuffer
 	log := New(&buf, 5, clk.Now)
-	c := checktest.New(t, check.Options{Now: clk.Now, Denials: log}, policytest.Compile(t, "shop", "per-client", oneASecond))
+	c := checktest.New(t, check.Options{Now: clk.Now, Observer: check.LogDenials(log)}, policytest.Compile(t, "shop", "per-client", oneASecond))
 	in := check.Input{Namespace: "shop", Request: request("198.51.100.1", nil)}
 	for range 101 { // 1 allowed, 100 denied (from the cache of denials after the first)
 		if _, err := c.Check(context.Background(), in); err != nil {

@@ -90,11 +90,11 @@ func NewAnnouncer(client redis.UniversalClient, channel string, log *slog.Logger
 func (r *Announcer) ForgetWith(f Forgetter) { r.forget.Store(&f) }
 
 // AnnounceRefunds queues keys, refunded by this process, for the next
-// message (check.Options.AnnounceRefunds). It never blocks on Redis.
+// message (the checker's observer, check.Announce). It never blocks on Redis.
 func (r *Announcer) AnnounceRefunds(keys []string) { r.queue(keys, "") }
 
 // AnnounceLifts queues keys whose bans this process lifted
-// (check.Options.AnnounceLifts).
+// (the checker's observer, check.Announce).
 func (r *Announcer) AnnounceLifts(keys []string) { r.queue(keys, liftMark) }
 
 // queue adds keys, each with mark, to the next message. Refunded keys

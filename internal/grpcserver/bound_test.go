@@ -49,7 +49,7 @@ func TestRLSManyDescriptors(t *testing.T) {
 	if err := rs.EnsureLoaded(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for name, store := range map[string]ratelimit.Store{"memory": storetest.Memory(t, nil), "redis": rs} {
+	for name, store := range map[string]ratelimit.Backend{"memory": storetest.Memory(t, nil).Backend(), "redis": rs.Backend()} {
 		t.Run(name, func(t *testing.T) {
 			e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "five", fiveLimits))
 			req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors(MaxDescriptors)}
@@ -87,7 +87,7 @@ func TestMoreLimitsThanOneCheck(t *testing.T) {
 	for i := range ratelimit.MaxEntries/8 + 1 {
 		ps = append(ps, compile(t, "shop", fmt.Sprint("p-", i), "key: '{client_ip}'\nlimits:\n"+limits.String()))
 	}
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, ps...)
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, ps...)
 	bound := fmt.Sprint(ratelimit.MaxEntries)
 
 	_, err := ratelimitv3.NewRateLimitServiceClient(e.conn).ShouldRateLimit(context.Background(),

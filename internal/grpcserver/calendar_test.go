@@ -19,7 +19,7 @@ func TestRLSCalendarQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 10, 31, 22, 30, 0, 0, berlin) // 90 minutes before November, summer time over
-	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return now })), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return now })).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "quota", "match: {domain: edge, descriptor: [{key: api_key}]}\nkey: '{descriptor:api_key}'\nlimits: [{name: month, calendar: {limit: 5, period: Month, timeZone: Europe/Berlin}}]"))
 	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("api_key", "k1")}})
 	st := resp.GetStatuses()[0]

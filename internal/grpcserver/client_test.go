@@ -38,7 +38,7 @@ func clients(t *testing.T, buf *syncbuf.Buffer) []any {
 func TestClientAddressIsPlain(t *testing.T) {
 	var buf syncbuf.Buffer
 	log := decisionlog.New(&buf, 100, nil)
-	e := startWith(t, check.Options{Store: memstore.New(), Denials: log}, Options{Domains: DomainBindings{"edge": "shop"}}, nil,
+	e := startWith(t, check.Options{Backend: memstore.New().Backend(), Observer: check.LogDenials(log)}, Options{Domains: DomainBindings{"edge": "shop"}}, nil,
 		compile(t, "shop", "per-address", "match: {domain: edge, descriptor: [{key: remote_address}]}\nkey: '{descriptor:remote_address}'\nlimits: [{name: minute, fixedWindow: {limit: 1, window: 1m}}]"),
 		compile(t, "shop", "per-client", "match: {paths: ['/api']}\nlimits: [{name: minute, fixedWindow: {limit: 1, window: 1m}}]"))
 	rls := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("remote_address", "::ffff:192.0.2.1")}}

@@ -35,10 +35,10 @@ limits:
 func TestRLSReleaseByHolder(t *testing.T) {
 	for _, store := range []struct {
 		name string
-		new  func(t *testing.T) ratelimit.Store
+		new  func(t *testing.T) ratelimit.Backend
 	}{
-		{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
-		{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+		{"memory", func(t *testing.T) ratelimit.Backend { return storetest.Memory(t, nil).Backend() }},
+		{"redis", func(t *testing.T) ratelimit.Backend { return storetest.Redis(t, redistest.Start(t).Addr()).Backend() }},
 	} {
 		t.Run(store.name, func(t *testing.T) {
 			e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", inFlightPolicy))
@@ -101,7 +101,7 @@ func TestRLSReleaseByHolder(t *testing.T) {
 // allowed or denied as if it meant that: an error answer naming the policy
 // and the limit, counted in sluice_releases_total.
 func TestExtAuthzRefusesConcurrency(t *testing.T) {
-	e := start(t, storetest.Memory(t, nil), Options{}, nil,
+	e := start(t, storetest.Memory(t, nil).Backend(), Options{}, nil,
 		compile(t, "shop", "api", "match: {paths: [/api/*]}\nlimits: [{name: inflight, concurrency: {limit: 2}}]"))
 	for range 3 {
 		a := e.check(t, req{host: "shop.example.com", path: "/api/items", source: "203.0.113.5", extensions: shop})
@@ -126,10 +126,10 @@ func TestExtAuthzRefusesConcurrency(t *testing.T) {
 func TestRLSDeniedDuplicateReleaseFreesNothing(t *testing.T) {
 	for _, store := range []struct {
 		name string
-		new  func(t *testing.T) ratelimit.Store
+		new  func(t *testing.T) ratelimit.Backend
 	}{
-		{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
-		{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+		{"memory", func(t *testing.T) ratelimit.Backend { return storetest.Memory(t, nil).Backend() }},
+		{"redis", func(t *testing.T) ratelimit.Backend { return storetest.Redis(t, redistest.Start(t).Addr()).Backend() }},
 	} {
 		t.Run(store.name, func(t *testing.T) {
 			e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", inFlightPolicy))
@@ -176,7 +176,7 @@ func TestRLSDeniedDuplicateReleaseFreesNothing(t *testing.T) {
 // the reason InvalidHolder in the answer's metadata), and nothing of the
 // call is charged; its stream-done release frees nothing and is no error.
 func TestRLSUntrackableHolderIsDenied(t *testing.T) {
-	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}, ReportPolicy: true}, nil,
+	e := start(t, storetest.Memory(t, nil).Backend(), Options{Domains: DomainBindings{"edge": "ns"}, ReportPolicy: true}, nil,
 		compile(t, "ns", "api", inFlightPolicy),
 		compile(t, "ns", "route", "match: {descriptor: [{key: route}]}\nkey: '{descriptor:route}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"))
 	for _, id := range []string{"", strings.Repeat("r", ratelimit.MaxHolderLen+1)} {
@@ -248,10 +248,10 @@ limits:
 	} {
 		for _, store := range []struct {
 			name string
-			new  func(t *testing.T) ratelimit.Store
+			new  func(t *testing.T) ratelimit.Backend
 		}{
-			{"memory", func(t *testing.T) ratelimit.Store { return storetest.Memory(t, nil) }},
-			{"redis", func(t *testing.T) ratelimit.Store { return storetest.Redis(t, redistest.Start(t).Addr()) }},
+			{"memory", func(t *testing.T) ratelimit.Backend { return storetest.Memory(t, nil).Backend() }},
+			{"redis", func(t *testing.T) ratelimit.Backend { return storetest.Redis(t, redistest.Start(t).Addr()).Backend() }},
 		} {
 			t.Run(tc.name+"/"+store.name, func(t *testing.T) {
 				e := start(t, store.new(t), Options{Domains: DomainBindings{"edge": "ns"}}, nil, compile(t, "ns", "api", policies), compile(t, "ns", "sessions", sessions))

@@ -71,7 +71,7 @@ func serverSettings(t *testing.T, c net.Conn) *http2.SettingsFrame {
 // bound on streams.
 func TestConnectionCaps(t *testing.T) {
 	budget := connlimit.NewBudget(0, slog.Default(), connlimit.Caps{Listener: connlimit.GRPC, MaxConns: 3, PerPeer: 2})
-	e := start(t, memstore.New(), Options{Budget: budget, HandshakeTimeout: 500 * time.Millisecond}, nil)
+	e := start(t, memstore.New().Backend(), Options{Budget: budget, HandshakeTimeout: 500 * time.Millisecond}, nil)
 	rejected := func(reason string) float64 {
 		return testutil.ToFloat64(counterOf(t, e.reg, "sluice_grpc_rejected_connections_total", map[string]string{"reason": reason}))
 	}
@@ -131,7 +131,7 @@ func TestConnectionCaps(t *testing.T) {
 // timeout is closed gracefully (GOAWAY), and the client connects again
 // for its next call.
 func TestIdleConnectionClosed(t *testing.T) {
-	e := start(t, memstore.New(), Options{IdleTimeout: 300 * time.Millisecond}, nil)
+	e := start(t, memstore.New().Backend(), Options{IdleTimeout: 300 * time.Millisecond}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	health := healthpb.NewHealthClient(e.conn)

@@ -22,7 +22,7 @@ func TestRedisDownFailureMode(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	store := storetest.Redis(t, srv.Addr())
-	e := start(t, store, Options{}, nil,
+	e := start(t, store.Backend(), Options{}, nil,
 		compile(t, "open", "p", "failureMode: Open\nkey: '{header:X-Client}'\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 		compile(t, "closed", "p", "failureMode: Closed\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1000, window: 1h}}]"))
 	client := "a"
@@ -67,7 +67,7 @@ func TestRLSRedisDownFailureMode(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	store := storetest.Redis(t, srv.Addr())
-	e := start(t, store, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, store.Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "open", "failureMode: Open\nmatch: {descriptor: [{key: open}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
 		compile(t, "ns", "closed", "failureMode: Closed\nmatch: {descriptor: [{key: closed}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
 	open := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("open", "a")}}

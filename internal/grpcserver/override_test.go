@@ -18,7 +18,7 @@ func TestRLSReportsTheOverride(t *testing.T) {
 	x := overrides.NewIndex(nil)
 	x.SetRuntime(overrides.PolicyID{Namespace: "ns", Name: "per-client"}, map[string]overrides.Entry{
 		"10.0.0.1": {Key: "10.0.0.1", Limits: map[string]int64{"minute": 30}, Source: policy.OverrideRuntime}})
-	e := startWith(t, check.Options{Store: memstore.New(), Overrides: x}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := startWith(t, check.Options{Backend: memstore.New().Backend(), Overrides: x}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "per-client", "match: {domain: edge, descriptor: [{key: remote_address}]}\nkey: '{descriptor:remote_address}'\nlimits: [{name: minute, fixedWindow: {limit: 3, window: 1m}}]"))
 	send := func(addr string) *ratelimitv3.RateLimitResponse {
 		return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("remote_address", addr)}})

@@ -30,7 +30,7 @@ func TestRLSRefundAdmitsTheNextCharge(t *testing.T) {
 		{"gcra", "gcra: {rate: 1, period: 1h, burst: 2}"},
 	} {
 		t.Run(alg.name, func(t *testing.T) {
-			e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+			e := start(t, storetest.Memory(t, nil).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 				compile(t, "ns", "api", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, "+alg.limit+"}]"))
 			send := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
 				return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})
@@ -66,7 +66,7 @@ func TestRLSRefundAdmitsTheNextCharge(t *testing.T) {
 // is over, though the window (an hour) would still have been full.
 func TestRLSRefundDuringABan(t *testing.T) {
 	clock := ratelimittest.FutureClock()
-	e := startWith(t, check.Options{Store: storetest.Memory(t, clock.Now), Now: clock.Now}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := startWith(t, check.Options{Backend: storetest.Memory(t, clock.Now).Backend(), Now: clock.Now}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "api", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]\n"+
 			"penalty: {denials: 1, within: 1m, ban: 3s, maxBan: 1m}"))
 	send := func(d *ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {
@@ -124,7 +124,7 @@ func (k *keyCount) Record(_, _, key string, _ bool, _ time.Time) {
 // the top keys, though the descriptor is read again for the answer.
 func TestRLSGiveBacksAreNoDecisions(t *testing.T) {
 	denials, keys := &denialCount{}, &keyCount{}
-	e := startWith(t, check.Options{Store: storetest.Memory(t, nil), Denials: denials, Keys: keys}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := startWith(t, check.Options{Observer: check.Observers{check.LogDenials(denials), check.RecordKeys(keys)}}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
 		compile(t, "ns", "api", inFlightPolicy),
 		compile(t, "ns", "boxed", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\npenalty: {denials: 1, within: 1h, ban: 1h, maxBan: 1h}\nlimits: [{name: one, fixedWindow: {limit: 1, window: 1h}}]"))
@@ -168,7 +168,7 @@ func TestRLSGiveBacksAreNoDecisions(t *testing.T) {
 			t.Errorf("decisions of %s/%s %s: %v, want %v", c.policy, c.limit, c.result, got, c.want)
 		}
 	}
-	for _, lc := range e.s.opts.Checker.Counts() {
+	for _, lc := range e.tally.Counts() {
 		if lc.Allowed+lc.Denied+lc.ShadowDenied > 2 || lc.Policy != "boxed" && lc.Allowed+lc.Denied > 1 {
 			t.Errorf("the dashboard's counts of %s/%s: %+v", lc.Policy, lc.Limit, lc)
 		}
@@ -192,7 +192,7 @@ func TestRLSGiveBacksAreNoDecisions(t *testing.T) {
 // told to the top keys, and counted in sluice_deny_cache_hits_total.
 func TestRLSMixedCallRecordsItsChargesOnly(t *testing.T) {
 	keys := &keyCount{}
-	e := startWith(t, check.Options{Store: storetest.Memory(t, nil), Keys: keys}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := startWith(t, check.Options{Observer: check.RecordKeys(keys)}, Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
 		compile(t, "ns", "boxed", "match: {descriptor: [{key: client}]}\nkey: '{descriptor:client}'\npenalty: {denials: 1, within: 1h, ban: 1h, maxBan: 1h}\nlimits: [{name: one, fixedWindow: {limit: 1, window: 1h}}]"))
 	send := func(what string, want ratelimitv3.RateLimitResponse_Code, ds ...*ratelimitcommonv3.RateLimitDescriptor) {
@@ -230,7 +230,7 @@ func TestRLSMixedCallRecordsItsChargesOnly(t *testing.T) {
 // give-back is counted in its own counter, the release in
 // sluice_releases_total and the refund in sluice_refunds_total.
 func TestRLSRefundBesideAReleaseIsCounted(t *testing.T) {
-	e := start(t, storetest.Memory(t, nil), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, storetest.Memory(t, nil).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "quota", "match: {descriptor: [{key: user}]}\nkey: '{descriptor:user}'\nlimits: [{name: hour, fixedWindow: {limit: 5, window: 1h}}]"),
 		compile(t, "ns", "api", inFlightPolicy))
 	send := func(what string, ds ...*ratelimitcommonv3.RateLimitDescriptor) *ratelimitv3.RateLimitResponse {

@@ -60,7 +60,7 @@ func headersOf(resp *ratelimitv3.RateLimitResponse) map[string]string {
 }
 
 func TestRLSRefusesWhatItCannotRead(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
 	many := make([]*ratelimitcommonv3.RateLimitDescriptor, MaxDescriptors+1)
 	for i := range many {
 		many[i] = rlsDescriptor("k", "v")
@@ -81,7 +81,7 @@ func TestRLSRefusesWhatItCannotRead(t *testing.T) {
 }
 
 func TestRLSLimitsDescriptors(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "per-client", "match: {domain: edge, descriptor: [{key: remote_address}]}\nkey: '{descriptor:remote_address}'\nlimits: [{name: minute, fixedWindow: {limit: 3, window: 1m}}]"))
 	send := func(addr string) *ratelimitv3.RateLimitResponse {
 		return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("remote_address", addr)}})
@@ -128,7 +128,7 @@ func TestRLSStatusForEveryDescriptor(t *testing.T) {
 		policies = append(policies, compile(t, "ns", key, fmt.Sprintf("match: {descriptor: [{key: %s}]}\nlimits: [{name: l, fixedWindow: {limit: %d, window: 1m}}]", key, 10+i)))
 		descriptors = append(descriptors, rlsDescriptor(key, "v"))
 	}
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
 	resp := e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: descriptors})
 	if len(resp.GetStatuses()) != n {
 		t.Fatalf("%d statuses, want %d", len(resp.GetStatuses()), n)
@@ -145,7 +145,7 @@ func TestRLSStatusForEveryDescriptor(t *testing.T) {
 // A request's descriptors are decided together: when one is over its
 // limit, none is counted (envoyproxy/ratelimit would count the others).
 func TestRLSDecidesDescriptorsAllOrNothing(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
 		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
@@ -170,7 +170,7 @@ func TestRLSDecidesDescriptorsAllOrNothing(t *testing.T) {
 }
 
 func TestRLSHitsAddend(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "tokens", "match: {descriptor: [{key: user}]}\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
 	send := func(req *ratelimitv3.RateLimitRequest) uint32 {
 		req.Domain = "edge"
@@ -208,7 +208,7 @@ func TestRLSHitsAddend(t *testing.T) {
 }
 
 func TestRLSShadowModeNeverDenies(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "trial", "mode: Shadow\nmatch: {domain: edge}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
 	for i := range 3 {
@@ -221,7 +221,7 @@ func TestRLSShadowModeNeverDenies(t *testing.T) {
 // RLS requests carry no namespace: only the namespace the operator bound a
 // domain to answers it, whatever domain another tenant's policy names.
 func TestRLSDomainBindingKeepsTenantsApart(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "gateway", "team-b": "team-b"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "gateway", "team-b": "team-b"}}, nil,
 		compile(t, "gateway", "edge", "match: {domain: edge}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"),
 		// Tenant B tries to limit the edge domain, and every domain.
 		compile(t, "team-b", "grab-edge", "match: {domain: edge}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
@@ -269,7 +269,7 @@ func TestDomainBindingsFlag(t *testing.T) {
 // (Envoy would turn that into an "X-RateLimit-Remaining: 0" header).
 // When the store decides the denial, it reports its real remaining.
 func TestRLSCachedDenialReportsNoFiguresForOtherDescriptors(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
 		compile(t, "ns", "login", "match: {descriptor: [{key: generic_key, value: login}]}\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"))
 	both := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
@@ -318,7 +318,7 @@ func withLimit(d *ratelimitcommonv3.RateLimitDescriptor, perUnit uint32, unit ty
 func TestRLSDescriptorOwnLimit(t *testing.T) {
 	// 10 seconds into a minute: the window ends in 50.
 	at := time.Unix(1_800_000_000+10, 0)
-	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
 	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
 		withLimit(rlsDescriptor("generic_key", "unconfigured"), 2, typev3.RateLimitUnit_MINUTE)}}
 	var got []string
@@ -349,7 +349,7 @@ func TestRLSDescriptorOwnLimitReplacesPolicies(t *testing.T) {
 		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"),
 	}
 	at := time.Unix(1_800_000_000+10, 0)
-	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil, policies...)
 	req := func(domain string) *ratelimitv3.RateLimitRequest {
 		return &ratelimitv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
 			withLimit(rlsDescriptor("generic_key", "login"), 3, typev3.RateLimitUnit_MINUTE), rlsDescriptor("remote_address", "10.0.0.1")}}
@@ -376,7 +376,7 @@ func TestRLSDescriptorOwnLimitReplacesPolicies(t *testing.T) {
 		t.Errorf("unbound domain: %v, want OK without a limit", resp)
 	}
 
-	off := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}, IgnoreDescriptorLimits: true}, nil, policies...)
+	off := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })).Backend(), Options{Domains: DomainBindings{"edge": "ns"}, IgnoreDescriptorLimits: true}, nil, policies...)
 	first, second := off.shouldRateLimit(t, req("edge")), off.shouldRateLimit(t, req("edge"))
 	if first.GetOverallCode() != rlsOK || first.GetStatuses()[0].GetCurrentLimit().GetName() != "login/l" || second.GetOverallCode() != rlsOver {
 		t.Errorf("descriptor limits off: %v then %v, want login's 1 an hour: OK then OVER_LIMIT", first, second)
@@ -386,7 +386,7 @@ func TestRLSDescriptorOwnLimitReplacesPolicies(t *testing.T) {
 // A limit no unit or number can express is refused, naming the field:
 // envoyproxy/ratelimit fails on an unknown unit too.
 func TestRLSDescriptorOwnLimitRefusesWhatItCannotRead(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
 	for name, tt := range map[string]struct {
 		d    *ratelimitcommonv3.RateLimitDescriptor
 		want string
@@ -407,7 +407,7 @@ func TestRLSDescriptorOwnLimitRefusesWhatItCannotRead(t *testing.T) {
 // A unit_multiplier (Envoy 1.35 on) multiplies the window.
 func TestRLSDescriptorOwnLimitMultiplier(t *testing.T) {
 	at := time.Unix(1_800_000_000+10, 0)
-	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
+	e := start(t, memstore.New(memstore.WithClock(func() time.Time { return at })).Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil)
 	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
 		withMultiplier(withLimit(rlsDescriptor("k", "v"), 1, typev3.RateLimitUnit_SECOND), 30)}}
 	first, second := e.shouldRateLimit(t, req), e.shouldRateLimit(t, req)
@@ -432,7 +432,7 @@ func withMultiplier(d *ratelimitcommonv3.RateLimitDescriptor, m uint32) *ratelim
 // nothing (hits_addend 0) is OK with the same figures, as the peer
 // answers it while its window has counted nothing.
 func TestRLSDescriptorOwnLimitOfZeroDenies(t *testing.T) {
-	e := start(t, memstore.New(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
 		compile(t, "ns", "client", "match: {descriptor: [{key: remote_address}]}\nlimits: [{name: l, fixedWindow: {limit: 10, window: 1h}}]"))
 	client := func() *ratelimitcommonv3.RateLimitDescriptor { return rlsDescriptor("remote_address", "10.0.0.1") }
 	blocked := func() *ratelimitcommonv3.RateLimitDescriptor {

@@ -20,7 +20,7 @@ func TestRuleMetadata(t *testing.T) {
 	authzReq := req{host: "shop.example.com", path: "/api/items", source: "203.0.113.5", extensions: shop}.proto()
 	rlsReq := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
 	for _, report := range []bool{true, false} {
-		e := start(t, memstore.New(), Options{ReportPolicy: report, Domains: DomainBindings{"edge": "shop"}}, nil, p, d)
+		e := start(t, memstore.New().Backend(), Options{ReportPolicy: report, Domains: DomainBindings{"edge": "shop"}}, nil, p, d)
 		var got []*structpb.Struct
 		for range 2 {
 			a, err := e.authz.Check(context.Background(), authzReq)

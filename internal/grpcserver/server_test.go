@@ -43,22 +43,31 @@ type endpoint struct {
 	conn  *grpc.ClientConn
 	authz authv3.AuthorizationClient
 	reg   *prometheus.Registry
+	// tally counts the checker's decisions (the dashboard's counts).
+	tally *check.Tally
 	addr  string
 }
 
 // start serves a Server with the given store, options and policies until
 // the test ends. opts.TLS, when set, is served; clientCreds connect.
-func start(t testing.TB, store ratelimit.Store, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
+func start(t testing.TB, store ratelimit.Backend, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
-	return startWith(t, check.Options{Store: store}, opts, clientCreds, policies...)
+	return startWith(t, check.Options{Backend: store}, opts, clientCreds, policies...)
 }
 
-// startWith is start with the checker's options co (its Store, and what
-// else a test sets, such as Overrides).
+// startWith is start with the checker's options co (its Backend, and what
+// else a test sets, such as Overrides; its Observer is told beside the
+// endpoint's tally).
 func startWith(t testing.TB, co check.Options, opts Options, clientCreds credentials.TransportCredentials, policies ...*policy.Policy) *endpoint {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	co.Timeout, co.BreakerCooldown, co.Metrics = 50*time.Millisecond, 200*time.Millisecond, check.NewMetrics(reg)
+	tally := check.NewTally(co.Metrics)
+	if co.Observer == nil {
+		co.Observer = tally
+	} else {
+		co.Observer = check.Observers{tally, co.Observer}
+	}
 	opts.Checker = checktest.New(t, co, policies...)
 	opts.Registerer = reg
 	s, err := New(opts)
@@ -86,7 +95,7 @@ func startWith(t testing.TB, co check.Options, opts Options, clientCreds credent
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &endpoint{s: s, conn: conn, authz: authv3.NewAuthorizationClient(conn), reg: reg, addr: ln.Addr().String()}
+	return &endpoint{s: s, conn: conn, authz: authv3.NewAuthorizationClient(conn), reg: reg, tally: tally, addr: ln.Addr().String()}
 }
 
 // req is an ext_authz check request as Envoy sends it.
@@ -184,7 +193,7 @@ var shop = map[string]string{"namespace": "shop"}
 // A penalty box's ban is a rate-limit denial for Envoy (RESOURCE_EXHAUSTED,
 // 429), and its problem says the ban, not a limit, denies.
 func TestBanIsResourceExhausted(t *testing.T) {
-	e := start(t, memstore.New(), Options{}, nil,
+	e := start(t, memstore.New().Backend(), Options{}, nil,
 		compile(t, "shop", "signin", "key: '{client_ip}'\nlimits: [{name: burst, fixedWindow: {limit: 1, window: 1m}}]\npenalty: {denials: 2, within: 1m, ban: 5m, maxBan: 1h}"))
 	r := req{host: "shop.example.com", path: "/signin", source: "203.0.113.5", extensions: shop}
 	var a answer
@@ -202,7 +211,7 @@ func TestBanIsResourceExhausted(t *testing.T) {
 // upstream and the client, then denials with 429, Retry-After and the
 // problem body, as the HTTP endpoint answers them.
 func TestAllowThenDeny(t *testing.T) {
-	e := start(t, memstore.New(), Options{}, nil,
+	e := start(t, memstore.New().Backend(), Options{}, nil,
 		compile(t, "shop", "api", "match: {paths: [/api/*]}\nkey: '{client_ip}'\nresponse: {headers: Both}\nlimits: [{name: burst, fixedWindow: {limit: 3, window: 1m}}]"))
 	r := req{host: "shop.example.com", path: "/api/items?page=2", source: "203.0.113.5", extensions: shop}
 	for i := 1; i <= 3; i++ {
@@ -290,7 +299,7 @@ func counterOf(t testing.TB, reg *prometheus.Registry, name string, labels map[s
 // The policy's denyStatus is the denial's HTTP status; a policy that
 // denies requests without its key answers PERMISSION_DENIED.
 func TestDenyStatusAndMissingKey(t *testing.T) {
-	e := start(t, memstore.New(), Options{}, nil,
+	e := start(t, memstore.New().Backend(), Options{}, nil,
 		compile(t, "shop", "status", "match: {paths: [/s]}\nkey: global\nresponse: {denyStatus: 503}\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 		compile(t, "shop", "keyed", "match: {paths: [/k]}\nkey: '{header:X-Api-Key}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 5, window: 1h}}]"))
 	r := req{host: "h", path: "/s", extensions: shop}
@@ -317,7 +326,7 @@ func TestNamespace(t *testing.T) {
 		compile(t, "shop", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"),
 		compile(t, "blog", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 2, window: 1h}}]"),
 	}
-	withDefault := start(t, memstore.New(), Options{DefaultNamespace: "shop"}, nil, policies...)
+	withDefault := start(t, memstore.New().Backend(), Options{DefaultNamespace: "shop"}, nil, policies...)
 	statuses := func(e *endpoint, ext map[string]string, n int) []int {
 		var got []int
 		for range n {
@@ -335,7 +344,7 @@ func TestNamespace(t *testing.T) {
 		t.Errorf("a namespace without policies: %v", got)
 	}
 
-	noDefault := start(t, memstore.New(), Options{}, nil, policies...)
+	noDefault := start(t, memstore.New().Backend(), Options{}, nil, policies...)
 	for name, ext := range map[string]map[string]string{
 		"no extension":   nil,
 		"other keys":     {"route": "x"},
@@ -355,7 +364,7 @@ func TestNamespace(t *testing.T) {
 // Attributes the endpoint cannot read are denied with 400 and a problem
 // naming the attribute, never allowed.
 func TestBadAttributes(t *testing.T) {
-	e := start(t, memstore.New(), Options{}, nil, compile(t, "shop", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
+	e := start(t, memstore.New().Backend(), Options{}, nil, compile(t, "shop", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 100, window: 1h}}]"))
 	good := req{host: "h", path: "/", source: "203.0.113.1", extensions: shop}
 	for name, c := range map[string]struct {
 		r    req
@@ -400,7 +409,7 @@ func TestTrustedProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := start(t, memstore.New(), Options{TrustedProxies: trusted}, nil,
+	e := start(t, memstore.New().Backend(), Options{TrustedProxies: trusted}, nil,
 		compile(t, "shop", "p", "key: '{client_ip}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	untrusted := func(xff string) int {
 		return e.check(t, req{host: "h", path: "/", source: "203.0.113.7", headers: map[string]string{"x-forwarded-for": xff, "x-real-ip": xff}, extensions: shop}).httpStatus
@@ -433,7 +442,7 @@ func TestTrustedProxies(t *testing.T) {
 // for one host and the /api/ tree: Envoy's path is the request target as
 // sent, read by checkhttp like every profile's.
 func TestSpellingsCannotSkipAPolicy(t *testing.T) {
-	e := start(t, memstore.New(), Options{DefaultNamespace: "shop"}, nil,
+	e := start(t, memstore.New().Backend(), Options{DefaultNamespace: "shop"}, nil,
 		compile(t, "shop", "api", "match: {hosts: [api.example.com], paths: [\"/api/*\", /login]}\nkey: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	if a := e.check(t, req{host: "api.example.com", path: "/api/first"}); a.code != codes.OK {
 		t.Fatalf("first: %v", a.code)
@@ -474,7 +483,7 @@ func TestSpellingsCannotSkipAPolicy(t *testing.T) {
 // With Envoy's encode_raw_headers the headers come as header_map, raw
 // values, repeated names kept apart.
 func TestRawHeaderMap(t *testing.T) {
-	e := start(t, memstore.New(), Options{DefaultNamespace: "shop"}, nil,
+	e := start(t, memstore.New().Backend(), Options{DefaultNamespace: "shop"}, nil,
 		compile(t, "shop", "p", "match: {headers: [{name: X-Tenant, value: acme}]}\nkey: '{header:X-Api-Key}'\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	send := func(key string) codes.Code {
 		r := req{host: "h", path: "/"}.proto()
@@ -499,7 +508,7 @@ func TestRawHeaderMap(t *testing.T) {
 // The health service says SERVING while the server serves, and
 // reflection lists the ext_authz service, as grpcurl asks for it.
 func TestHealthAndReflection(t *testing.T) {
-	e := start(t, memstore.New(), Options{}, nil)
+	e := start(t, memstore.New().Backend(), Options{}, nil)
 	health := healthpb.NewHealthClient(e.conn)
 	for _, svc := range []string{"", authzService, rlsService} {
 		resp, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
@@ -586,7 +595,7 @@ func TestTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)
-	e := start(t, memstore.New(), Options{TLS: tlsCfg, DefaultNamespace: "shop"}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}),
+	e := start(t, memstore.New().Backend(), Options{TLS: tlsCfg, DefaultNamespace: "shop"}, credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}),
 		compile(t, "shop", "p", "key: global\nlimits: [{name: l, fixedWindow: {limit: 1, window: 1h}}]"))
 	if a, b := e.check(t, req{host: "h", path: "/"}), e.check(t, req{host: "h", path: "/"}); a.code != codes.OK || b.httpStatus != 429 {
 		t.Errorf("over TLS: %v then %d, want OK then 429", a.code, b.httpStatus)

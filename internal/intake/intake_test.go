@@ -270,7 +270,7 @@ func startIntakes(t *testing.T, rs *redistest.Server) *intakes {
 	// Generous store deadlines: a loaded machine must not turn a decision
 	// into a failure mode's.
 	const storeTimeout = 5 * time.Second
-	checker := checktest.New(t, check.Options{Store: storetest.Redis(t, rs.Addr()), Timeout: storeTimeout, DenyCacheSize: -1}, compiled...)
+	checker := checktest.New(t, check.Options{Backend: storetest.Redis(t, rs.Addr()).Backend(), Timeout: storeTimeout, DenyCacheSize: -1}, compiled...)
 	trusted := intakeTrusted(t)
 
 	// The HTTP check endpoint, on the check process's own server.

@@ -163,13 +163,14 @@ func (s Span) End(out *check.Outcome, err error) {
 	s.span.SetAttributes(attrs...)
 }
 
-// Store returns store wrapped so that each call is a child span of the
-// check's (check.Options.StoreCalls); nil when t is nil.
-func (t *Tracer) Store(store ratelimit.Store) ratelimit.Store {
-	if t == nil {
-		return nil
+// Backend returns b with its store's checks traced, each a child span of
+// the check's; b itself when t is nil. Only the checks change: the rest
+// of b is the store's.
+func (t *Tracer) Backend(b ratelimit.Backend) ratelimit.Backend {
+	if t != nil {
+		b.Store = &tracedStore{Store: b.Store, t: t}
 	}
-	return &tracedStore{Store: store, t: t}
+	return b
 }
 
 type tracedStore struct {

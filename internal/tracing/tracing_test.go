@@ -35,7 +35,7 @@ type tracedCheck struct {
 func newTracedCheck(t testing.TB, tr *Tracer, spec string) *tracedCheck {
 	store := storetest.Memory(t, nil)
 	p := policytest.Compile(t, "ns", "p", spec)
-	c := checktest.New(t, check.Options{Store: store, StoreCalls: tr.Store(store)}, p)
+	c := checktest.New(t, check.Options{Backend: tr.Backend(store.Backend())}, p)
 	header := http.Header{"Traceparent": {"00-" + traceID + "-" + parentSpan + "-01"}}
 	return &tracedCheck{tracer: tr, checker: c, req: &policy.Request{Method: "GET", Host: "h", Path: "/", Header: header, ClientIP: netip.MustParseAddr("192.0.2.1")}}
 }

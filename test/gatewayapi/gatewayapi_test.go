@@ -94,7 +94,7 @@ func start(t *testing.T) *cluster {
 	follower := fleet.NewFollower(rc, 200*time.Millisecond, warnings)
 	follower.Follow(policytable.Channel, reader)
 	go follower.Run(ctx)
-	h, err := webhook.New(webhook.Options{Checker: check.New(check.Options{Store: store, Source: reader, DenyCacheSize: -1})})
+	h, err := webhook.New(webhook.Options{Checker: check.New(check.Options{Backend: store.Backend(), Source: reader, DenyCacheSize: -1})})
 	if err != nil {
 		t.Fatal(err)
 	}

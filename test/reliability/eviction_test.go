@@ -271,7 +271,8 @@ func testEviction(t *testing.T, maxmemoryPolicy string, keys int) {
 	reg := prometheus.NewRegistry()
 	// A deadline far above the load's queueing: answers by failureMode
 	// here come from Redis refusing, not from time.
-	checker := check.New(check.Options{Store: observed, Source: source, Timeout: 2 * time.Second, Metrics: check.NewMetrics(reg)})
+	metrics := check.NewMetrics(reg)
+	checker := check.New(check.Options{Backend: observedBackend(store.Backend(), observed), Source: source, Timeout: 2 * time.Second, Metrics: metrics, Observer: check.NewTally(metrics)})
 
 	watch := watchTable(t, admin, checkClient)
 	stats := func() map[string]string {

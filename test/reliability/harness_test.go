@@ -153,29 +153,12 @@ type observedStore struct {
 	unknown map[string]int
 }
 
-// The checker keeps a breaker per node only of a store that names them
-// (ratelimit.Nodes): the wrapper passes that through, as the check
-// processes' stores have it.
-var _ ratelimit.Nodes = (*observedStore)(nil)
-
-func (s *observedStore) NodesOf(ctx context.Context, req *ratelimit.Request, dst []string) []string {
-	if n, ok := s.Store.(ratelimit.Nodes); ok {
-		return n.NodesOf(ctx, req, dst)
-	}
-	return dst
-}
-
-func (s *observedStore) RefreshNodes() {
-	if n, ok := s.Store.(ratelimit.Nodes); ok {
-		n.RefreshNodes()
-	}
-}
-
-func (s *observedStore) AllNodes(ctx context.Context) ([]string, error) {
-	if n, ok := s.Store.(ratelimit.Nodes); ok {
-		return n.AllNodes(ctx)
-	}
-	return nil, nil
+// observedBackend is b with its checks observed by s, and the rest (the
+// Cluster's nodes, which the checker keeps a breaker for each of) the
+// store's, as the check processes' stores have it.
+func observedBackend(b ratelimit.Backend, s *observedStore) ratelimit.Backend {
+	b.Store = s
+	return b
 }
 
 func (s *observedStore) Check(ctx context.Context, timeout time.Duration, req *ratelimit.Request, dec *ratelimit.Decision) error {
@@ -374,7 +357,8 @@ func newStack(t testing.TB, o stackOptions) *stack {
 
 	s.registry = prometheus.NewRegistry()
 	s.source = &watchedSource{Source: s.reader, expected: o.policies}
-	s.checker = check.New(check.Options{Store: s.store, Source: s.source, Metrics: check.NewMetrics(s.registry)})
+	metrics := check.NewMetrics(s.registry)
+	s.checker = check.New(check.Options{Backend: observedBackend(store.Backend(), s.store), Source: s.source, Metrics: metrics, Observer: check.NewTally(metrics)})
 	wh, err := webhook.New(webhook.Options{Checker: s.checker, Gatherer: s.registry, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			checker := checktest.New(t, check.Options{Store: store}, compiled)
+			checker := checktest.New(t, check.Options{Backend: store.Backend()}, compiled)
 			request := func(key string) *policy.Request {
 				return &policy.Request{Method: http.MethodGet, Host: "app.example", Path: "/", Header: http.Header{"X-Client": {key}}}
 			}
@@ -155,7 +155,7 @@ func TestLostReplyIsNotReplayed(t *testing.T) {
 			t.Logf("breaker after the lost reply: %s", checker.Breaker().State())
 			// The next check on the same key works, from one more unit
 			// (a fresh checker: this one's breaker may be open).
-			checker = checktest.New(t, check.Options{Store: store}, compiled)
+			checker = checktest.New(t, check.Options{Backend: store.Backend()}, compiled)
 			out, err := checker.Check(ctx, check.Input{Namespace: "ns", Request: request("k0")})
 			if err != nil || out.Degraded || !out.Allowed || out.Limits[0].Remaining != limit-2 {
 				t.Fatalf("next check on k0: %+v %v; want allowed with %d remaining", out, err, limit-2)

@@ -107,7 +107,7 @@ func TestMillionKeyValuesRedis(t *testing.T) {
 	t.Cleanup(func() { _ = store.Close() })
 	// A deadline far above the load's queueing: this test is about what
 	// the keys leave behind, not about answer times.
-	checker := checktest.New(t, check.Options{Store: store, Timeout: 2 * time.Second}, millionPolicies(t)...)
+	checker := checktest.New(t, check.Options{Backend: store.Backend(), Timeout: 2 * time.Second}, millionPolicies(t)...)
 	admin := srv.Client()
 
 	// Warm up (library, connections, Lua's first allocations), then
@@ -242,7 +242,7 @@ func TestMillionKeyValuesMemory(t *testing.T) {
 		t.Skip("1,000,000 checks through the memory store")
 	}
 	store := storetest.Memory(t, nil, memstore.WithSweepInterval(0)) // sweep by hand
-	checker := checktest.New(t, check.Options{Store: store}, millionPolicies(t)...)
+	checker := checktest.New(t, check.Options{Backend: store.Backend()}, millionPolicies(t)...)
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats

@@ -75,7 +75,7 @@ func TestSentinelWithAuth(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			checker := checktest.New(t, check.Options{Store: store, Timeout: 2 * time.Second}, limitPolicy("closed", "Closed", faultLimit).compile(t))
+			checker := checktest.New(t, check.Options{Backend: store.Backend(), Timeout: 2 * time.Second}, limitPolicy("closed", "Closed", faultLimit).compile(t))
 			out, err := checker.Check(ctx, check.Input{Namespace: "closed", Request: &policy.Request{
 				Method: http.MethodGet, Host: "app.example", Path: "/", Header: http.Header{"X-Client": {"a"}}}})
 			if err != nil {

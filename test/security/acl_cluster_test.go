@@ -95,7 +95,7 @@ func TestACLUsersInCluster(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	checker := check.New(check.Options{Store: checkStore, Source: reader, Timeout: 2 * time.Second})
+	checker := check.New(check.Options{Backend: checkStore.Backend(), Source: reader, Timeout: 2 * time.Second})
 	for _, p := range policies {
 		var got []bool
 		for range burst + 2 {

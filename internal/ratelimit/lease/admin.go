@@ -2,20 +2,36 @@ package lease
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
+// Backend is the wrapped store's Backend with what the lease layer
+// changes: its checks, a reset that drops this process's units first,
+// the refunds of unused units it makes, and the denials it remembers.
+// Lifts, the index of bans and the nodes are the wrapped store's: its
+// calls go to those nodes, so a caller's breaker per node sees through.
+func (s *Store) Backend() ratelimit.Backend {
+	b := s.backend
+	b.Store, b.Refunds, b.Denials = s, s, s
+	if b.Resetter != nil {
+		b.Resetter = resetter{Resetter: b.Resetter, s: s}
+	}
+	return b
+}
+
+// resetter is the wrapped store's, with Reset dropping this process's
+// units of the buckets first.
+type resetter struct {
+	ratelimit.Resetter
+	s *Store
+}
+
 // Reset implements ratelimit.Resetter: the units this process holds of
 // the entries' buckets are dropped (not given back: the buckets start
 // afresh), then the wrapped store resets them.
-func (s *Store) Reset(ctx context.Context, entries []ratelimit.Entry) error {
-	r, ok := s.inner.(ratelimit.Resetter)
-	if !ok {
-		return fmt.Errorf("lease reset: the wrapped store cannot reset")
-	}
+func (r resetter) Reset(ctx context.Context, entries []ratelimit.Entry) error {
+	s := r.s
 	now := s.now()
 	s.mu.RLock()
 	for i := range entries {
@@ -29,42 +45,5 @@ func (s *Store) Reset(ctx context.Context, entries []ratelimit.Entry) error {
 		}
 	}
 	s.mu.RUnlock()
-	return r.Reset(ctx, entries)
-}
-
-// Lift implements ratelimit.Resetter. A leased policy has no penalty box:
-// the wrapped store lifts.
-func (s *Store) Lift(ctx context.Context, key string) error {
-	r, ok := s.inner.(ratelimit.Resetter)
-	if !ok {
-		return fmt.Errorf("lease lift: the wrapped store cannot lift")
-	}
-	return r.Lift(ctx, key)
-}
-
-// RecordBan implements ratelimit.BanIndex through the wrapped store.
-func (s *Store) RecordBan(ctx context.Context, namespace, policy string, b ratelimit.Ban) error {
-	x, ok := s.inner.(ratelimit.BanIndex)
-	if !ok {
-		return fmt.Errorf("lease: the wrapped store keeps no index of bans")
-	}
-	return x.RecordBan(ctx, namespace, policy, b)
-}
-
-// Bans implements ratelimit.BanIndex through the wrapped store.
-func (s *Store) Bans(ctx context.Context, namespace, policy string, now time.Time) ([]ratelimit.Ban, error) {
-	x, ok := s.inner.(ratelimit.BanIndex)
-	if !ok {
-		return nil, fmt.Errorf("lease: the wrapped store keeps no index of bans")
-	}
-	return x.Bans(ctx, namespace, policy, now)
-}
-
-// ForgetBan implements ratelimit.BanIndex through the wrapped store.
-func (s *Store) ForgetBan(ctx context.Context, namespace, policy, value string) error {
-	x, ok := s.inner.(ratelimit.BanIndex)
-	if !ok {
-		return fmt.Errorf("lease: the wrapped store keeps no index of bans")
-	}
-	return x.ForgetBan(ctx, namespace, policy, value)
+	return r.Resetter.Reset(ctx, entries)
 }

@@ -93,11 +93,11 @@ func boundRun(t *testing.T, newClient func() redis.UniversalClient, pace time.Du
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls := lease.New(rs, lease.Options{})
+		ls := lease.New(rs.Backend(), lease.Options{})
 		// The deadline is generous: 64 callers and a Cluster on a loaded
 		// machine can keep a take waiting over a second, and what this
 		// test bounds is what is admitted, not how fast.
-		checker := checktest.New(t, check.Options{Store: ls, Timeout: 5 * time.Second}, p)
+		checker := checktest.New(t, check.Options{Backend: ls.Backend(), Timeout: 5 * time.Second}, p)
 		var procWG sync.WaitGroup
 		for range 16 {
 			procWG.Go(func() {

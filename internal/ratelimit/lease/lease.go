@@ -62,7 +62,9 @@ type Options struct {
 
 // Store is a ratelimit.Store that answers leased entries from memory.
 type Store struct {
-	inner      ratelimit.Store
+	inner ratelimit.Store
+	// backend is what inner can do besides checking (Backend).
+	backend    ratelimit.Backend
 	now        func() time.Time
 	maxBuckets int
 
@@ -89,15 +91,15 @@ type Store struct {
 	forgotAll atomic.Int64
 }
 
-// New wraps inner. Closing the Store does not close inner.
-func New(inner ratelimit.Store, o Options) *Store {
+// New wraps inner's store. Closing the Store does not close inner.
+func New(inner ratelimit.Backend, o Options) *Store {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.MaxBuckets <= 0 {
 		o.MaxBuckets = DefaultMaxBuckets
 	}
-	s := &Store{inner: inner, now: o.Now, maxBuckets: o.MaxBuckets, buckets: make(map[string]*bucket),
+	s := &Store{inner: inner.Store, backend: inner, now: o.Now, maxBuckets: o.MaxBuckets, buckets: make(map[string]*bucket),
 		refunds: make(chan []ratelimit.Entry, refundQueue), sentBack: make(chan struct{})}
 	go s.sendRefunds()
 	return s
@@ -424,7 +426,3 @@ func resize(r []ratelimit.Result, n int) []ratelimit.Result {
 	}
 	return r[:n]
 }
-
-// Unwrap returns the wrapped store, for callers that look for what it
-// implements beyond ratelimit.Store.
-func (s *Store) Unwrap() ratelimit.Store { return s.inner }

@@ -49,7 +49,7 @@ func newFixture(t *testing.T) *fixture {
 	mem := memstore.New(memstore.WithClock(clock.Now))
 	t.Cleanup(func() { _ = mem.Close() })
 	inner := &counting{Store: mem}
-	store := lease.New(inner, lease.Options{Now: clock.Now})
+	store := lease.New(ratelimit.Backend{Store: inner}, lease.Options{Now: clock.Now})
 	t.Cleanup(func() { _ = store.Close() })
 	return &fixture{clock: clock, inner: inner, store: store}
 }
@@ -346,11 +346,8 @@ func TestStoreErrorsReachTheCaller(t *testing.T) {
 // nodes is a store whose keys live on named nodes; it counts the times
 // its map of nodes was to be read again.
 type nodes struct {
-	ratelimit.Store
 	refreshed *int
 }
-
-var _ ratelimit.Nodes = nodes{}
 
 func (nodes) NodesOf(_ context.Context, _ *ratelimit.Request, dst []string) []string {
 	return append(dst, "a")
@@ -358,24 +355,51 @@ func (nodes) NodesOf(_ context.Context, _ *ratelimit.Request, dst []string) []st
 func (nodes) AllNodes(context.Context) ([]string, error) { return []string{"a", "b"}, nil }
 func (n nodes) RefreshNodes()                            { *n.refreshed++ }
 
-// TestNodesOfTheWrappedStore: a breaker per node sees through the lease
-// store.
-func TestNodesOfTheWrappedStore(t *testing.T) {
+// TestBackendOfTheWrappedStore: the lease layer's Backend checks through
+// the leases, and is the wrapped store's for what it does not change: a
+// breaker per node sees through it, and lifts and the index of bans reach
+// the wrapped store; a store without a capability gives none.
+func TestBackendOfTheWrappedStore(t *testing.T) {
 	mem := memstore.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	refreshed := 0
-	s := lease.New(nodes{mem, &refreshed}, lease.Options{})
-	if got := s.NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 1 || got[0] != "a" {
+	inner := mem.Backend()
+	inner.Nodes = nodes{&refreshed}
+	s := lease.New(inner, lease.Options{})
+	t.Cleanup(func() { _ = s.Close() })
+	b := s.Backend()
+	if b.Store != s || b.Refunds != s || b.Denials != s {
+		t.Fatalf("the lease layer's Backend does not check, refund and remember denials through it: %+v", b)
+	}
+	if got := b.Nodes.NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("NodesOf = %v, want [a]", got)
 	}
-	if all, err := s.AllNodes(ctx); err != nil || len(all) != 2 {
-		t.Fatalf("AllNodes = %v, %v", all, err)
-	}
-	if s.RefreshNodes(); refreshed != 1 {
+	if b.Nodes.RefreshNodes(); refreshed != 1 {
 		t.Fatalf("RefreshNodes reached the wrapped store %d times, want 1", refreshed)
 	}
-	if got := lease.New(mem, lease.Options{}).NodesOf(ctx, &ratelimit.Request{}, nil); len(got) != 0 {
-		t.Fatalf("a store of one node named %v", got)
+	if b.BanIndex != inner.BanIndex || b.Evictions != inner.Evictions {
+		t.Fatalf("the index of bans or the evictions are not the wrapped store's: %+v", b)
+	}
+	e := entry("p", "l", fixedWindow(2, time.Minute), 2)
+	e.Lease = ratelimit.Lease{} // a leased policy has no penalty box
+	e.Penalty = ratelimit.Penalty{Denials: 1, Within: time.Minute, Ban: time.Minute, MaxBan: time.Minute}
+	var dec ratelimit.Decision
+	for range 3 {
+		if err := b.Store.Check(ctx, time.Second, &ratelimit.Request{Entries: []ratelimit.Entry{e}}, &dec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if dec.Allowed || dec.Results[0].BanLeft == 0 {
+		t.Fatalf("the third request: %+v; want banned", dec.Results[0])
+	}
+	if err := b.Resetter.Lift(ctx, e.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := mem.Check(ctx, time.Second, &ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}, &dec); err != nil || dec.Results[0].Banned {
+		t.Fatalf("after the lift through the lease layer: %+v, %v; want the wrapped store's ban lifted", dec.Results[0], err)
+	}
+	if none := lease.New(ratelimit.Backend{Store: mem}, lease.Options{}).Backend(); none.Nodes != nil || none.Resetter != nil || none.BanIndex != nil {
+		t.Fatalf("capabilities the wrapped store has not: %+v", none)
 	}
 }
 

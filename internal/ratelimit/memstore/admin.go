@@ -132,3 +132,9 @@ func (x *banIndex) sweep(now time.Time) {
 		}
 	}
 }
+
+// Backend is the store and what it can do: reset and lift, the index of
+// bans, evictions.
+func (s *Store) Backend() ratelimit.Backend {
+	return ratelimit.Backend{Store: s, Resetter: s, BanIndex: s, Evictions: s}
+}

@@ -117,3 +117,9 @@ func parseBan(v string) (until time.Time, length time.Duration, ok bool) {
 	}
 	return time.UnixMicro(us), time.Duration(ls) * time.Microsecond, true
 }
+
+// Backend is the store and what it can do: reset and lift, the index of
+// bans in Redis, and the Cluster's masters as nodes.
+func (s *Store) Backend() ratelimit.Backend {
+	return ratelimit.Backend{Store: s, Resetter: s, BanIndex: s, Nodes: s}
+}

@@ -14,14 +14,24 @@ import (
 )
 
 // New returns a checker made with o, whose unset parts New fills in:
-// Store, when nil, is an in-memory store on o.Now, closed when the test
-// ends (storetest.Redis gives the Redis store); Source, when nil, holds
-// policies (check.NewStaticSource, when the test replaces them). A test
-// gives either a Source or policies, not both.
+// Backend, when it has no store, is an in-memory store on o.Now, closed
+// when the test ends (storetest.Redis gives the Redis store); Source, when
+// nil, holds policies (check.NewStaticSource, when the test replaces
+// them); Observer, when nil, is what checkstack always gives a checker: a
+// tally of its decisions (in o.Metrics too) and, when the store keeps an
+// index of bans, the bans recorded there. A test gives either a Source or
+// policies, not both.
 func New(t testing.TB, o check.Options, policies ...*policy.Policy) *check.Checker {
 	t.Helper()
-	if o.Store == nil {
-		o.Store = storetest.Memory(t, o.Now)
+	if o.Backend.Store == nil {
+		o.Backend = storetest.Memory(t, o.Now).Backend()
+	}
+	if o.Observer == nil {
+		obs := check.Observers{check.NewTally(o.Metrics)}
+		if o.Backend.BanIndex != nil {
+			obs = append(obs, check.RecordBans(o.Backend.BanIndex, nil))
+		}
+		o.Observer = obs
 	}
 	switch {
 	case o.Source == nil:

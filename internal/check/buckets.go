@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
-// An operator's view of one policy's bucket (a key value): its limits'
-// state without counting, a reset of it, a ban lifted, the bans listed.
-// The admin API calls these; they name the bucket directly, where a check
-// renders it from a request.
+// Buckets are an operator's operations on one policy's bucket (a key
+// value): its limits' state without counting, a reset of it, a ban
+// lifted, the bans listed. The admin API calls them; they name the bucket
+// directly, where a check renders it from a request. What the store
+// cannot do (its Backend has no Resetter, no BanIndex) is ErrUnsupported.
+type Buckets struct {
+	checker  *Checker
+	resetter ratelimit.Resetter
+	bans     ratelimit.BanIndex
+}
 
 // ErrUnknownLimit is returned when a reset names no limit of the policy.
 var ErrUnknownLimit = errors.New("no such limit")
@@ -34,7 +39,8 @@ const inspectHolder = "sluice-inspect"
 // be admitted (a dry run of that cost: its verdicts, retry times and the
 // ban), with the bucket's figures as they are (what remains now, not what
 // the next request would leave).
-func (c *Checker) Inspect(ctx context.Context, namespace, name, keyValue string) (*Outcome, error) {
+func (b *Buckets) Inspect(ctx context.Context, namespace, name, keyValue string) (*Outcome, error) {
+	c := b.checker
 	p, err := c.policyOf(namespace, name)
 	if err != nil {
 		return nil, err
@@ -76,13 +82,13 @@ func (c *Checker) dryRunBucket(ctx context.Context, p *policy.Policy, keyValue s
 // namespace/name: of the limits named, or of all when none is. Every check
 // process forgets its denials of them (a refund's announcement); a ban
 // stays (Lift). It returns the names of the limits reset.
-func (c *Checker) Reset(ctx context.Context, namespace, name, keyValue string, limits []string) ([]string, error) {
+func (b *Buckets) Reset(ctx context.Context, namespace, name, keyValue string, limits []string) ([]string, error) {
+	c := b.checker
 	p, err := c.policyOf(namespace, name)
 	if err != nil {
 		return nil, err
 	}
-	r, ok := c.admin.(ratelimit.Resetter)
-	if !ok {
+	if b.resetter == nil {
 		return nil, fmt.Errorf("reset: %w", ErrUnsupported)
 	}
 	if err := KnownLimits(p, limits); err != nil {
@@ -97,7 +103,7 @@ func (c *Checker) Reset(ctx context.Context, namespace, name, keyValue string, l
 			names, keys = append(names, p.Limits[i].Name), append(keys, e.Key)
 		}
 	}
-	if err := r.Reset(ctx, kept); err != nil {
+	if err := b.resetter.Reset(ctx, kept); err != nil {
 		return nil, fmt.Errorf("reset %s: %w", keyValue, err)
 	}
 	c.refunded(keys)
@@ -106,23 +112,23 @@ func (c *Checker) Reset(ctx context.Context, namespace, name, keyValue string, l
 
 // Lift ends the ban of the bucket of keyValue of policy namespace/name,
 // drops it from the index of bans, and forgets the denials of the bucket,
-// the ban's included, here and (Options.AnnounceLifts) in the other check
+// the ban's included, here and (the observer's Lifted) in the other check
 // processes.
-func (c *Checker) Lift(ctx context.Context, namespace, name, keyValue string) error {
+func (b *Buckets) Lift(ctx context.Context, namespace, name, keyValue string) error {
+	c := b.checker
 	p, err := c.policyOf(namespace, name)
 	if err != nil {
 		return err
 	}
-	r, ok := c.admin.(ratelimit.Resetter)
-	if !ok {
+	if b.resetter == nil {
 		return fmt.Errorf("lift: %w", ErrUnsupported)
 	}
 	entries := p.AppendEntries(nil, keyValue, 0)
-	if err := r.Lift(ctx, entries[0].Key); err != nil {
+	if err := b.resetter.Lift(ctx, entries[0].Key); err != nil {
 		return fmt.Errorf("lift %s: %w", keyValue, err)
 	}
-	if x, ok := c.admin.(ratelimit.BanIndex); ok {
-		if err := x.ForgetBan(ctx, namespace, name, keyValue); err != nil {
+	if b.bans != nil {
+		if err := b.bans.ForgetBan(ctx, namespace, name, keyValue); err != nil {
 			return fmt.Errorf("lift %s: %w", keyValue, err)
 		}
 	}
@@ -131,53 +137,23 @@ func (c *Checker) Lift(ctx context.Context, namespace, name, keyValue string) er
 		keys[i] = entries[i].Key
 	}
 	c.ForgetLifted(keys)
-	if c.announceLifts != nil {
-		c.announceLifts(keys)
+	if c.observer != nil {
+		c.observer.Lifted(keys)
 	}
 	return nil
 }
 
-// ForgetLifted drops the remembered denials of keys, bans included: their
-// bucket's ban was lifted, here or by another process.
-func (c *Checker) ForgetLifted(keys []string) {
-	if c.denials != nil {
-		c.denials.drop(keys, c.now())
-	}
-	if c.keeper != nil {
-		c.keeper.ForgetDenials(keys)
-	}
-}
-
 // Bans lists the bans in force of policy namespace/name, soonest end first.
-func (c *Checker) Bans(ctx context.Context, namespace, name string) ([]ratelimit.Ban, error) {
+func (b *Buckets) Bans(ctx context.Context, namespace, name string) ([]ratelimit.Ban, error) {
+	c := b.checker
 	if _, err := c.policyOf(namespace, name); err != nil {
 		return nil, err
 	}
-	x, ok := c.admin.(ratelimit.BanIndex)
-	if !ok {
+	if b.bans == nil {
 		return nil, fmt.Errorf("bans: %w", ErrUnsupported)
 	}
-	return x.Bans(ctx, namespace, name, c.now())
+	return b.bans.Bans(ctx, namespace, name, c.now())
 }
-
-// recordBan notes, off the check's path, the ban a check issued to the
-// bucket of pr (sent is when its call was sent).
-func (c *Checker) recordBan(pr *PolicyResult, length time.Duration, sent time.Time) {
-	x, ok := c.admin.(ratelimit.BanIndex)
-	if !ok || pr.Policy.Shadow {
-		return
-	}
-	p, b := pr.Policy, ratelimit.Ban{KeyValue: pr.KeyValue, Until: sent.Add(length), Length: length}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), banRecordTimeout)
-		defer cancel()
-		if err := x.RecordBan(ctx, p.Namespace, p.Name, b); err != nil {
-			c.full.log.Warn("cannot record a ban in the index of bans; it is enforced, but not listed", "policy", p.Namespace+"/"+p.Name, "err", err)
-		}
-	}()
-}
-
-const banRecordTimeout = time.Second
 
 func (c *Checker) policyOf(namespace, name string) (*policy.Policy, error) {
 	p := c.currentSet().Get(namespace, name)

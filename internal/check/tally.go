@@ -1,6 +1,8 @@
 package check
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -9,7 +11,95 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/policy"
+	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
+
+// Tally is the Observer that counts what checks decided: each limit's
+// decisions for the dashboard (Counts) and, with metrics, in
+// sluice_decisions_total; and in the metrics the cache's hits, the
+// answers of a failure mode, the bans issued, and the give-backs, which
+// are no decisions (sluice_refunds_total, sluice_releases_total).
+type Tally struct {
+	checksOnly
+	counts  counts
+	metrics *Metrics
+	// set is the policy set of the last check counted: when it changes,
+	// the counters' shortcuts by limit are dropped with its limits.
+	set atomic.Pointer[policy.Set]
+}
+
+// NewTally returns a Tally counting in m too, when m is not nil.
+func NewTally(m *Metrics) *Tally { return &Tally{metrics: m} }
+
+// Checked implements Observer: it counts the limits out decided, a
+// check's error notwithstanding (a limit of 0 decides before the store
+// is asked), and what its policies' releases did.
+func (t *Tally) Checked(_ context.Context, ob *Observation) {
+	if old := t.set.Load(); old != ob.set && t.set.CompareAndSwap(old, ob.set) {
+		t.counts.forgetLimits() // the old set's limits are gone
+	}
+	out, m := ob.Outcome, t.metrics
+	for i := range out.Limits {
+		lr := &out.Limits[i]
+		switch {
+		case ob.Input.Action == ratelimit.Consume:
+			if !out.Policies[lr.owner].givesBack { // a give-back part's read is no decision
+				t.decided(lr)
+			}
+		case m != nil && lr.Limit.Limit.Algorithm != ratelimit.Concurrency: // a refund's (a concurrency limit's is its policy's release)
+			m.refunds.WithLabelValues(lr.Policy.Namespace, lr.Policy.Name, lr.Limit.Name).Inc()
+		}
+	}
+	if m == nil {
+		return
+	}
+	for i := range out.Policies {
+		pr := &out.Policies[i]
+		if pr.release != "" {
+			m.releases.WithLabelValues(pr.Policy.Namespace, pr.Policy.Name, string(pr.release)).Inc()
+		}
+		if pr.Ban > 0 {
+			m.banIssued(pr.Policy, pr.Ban)
+		}
+	}
+	if out.Degraded && out.decides {
+		m.failureAnswered(out)
+	}
+}
+
+// decided counts the decision of lr, for the dashboard and in
+// sluice_decisions_total.
+func (t *Tally) decided(lr *LimitResult) {
+	result := ResultAllowed
+	switch {
+	case lr.Cached:
+		result = ResultCachedDenied
+	case !lr.Allowed && lr.Policy.Shadow:
+		result = ResultShadowDenied
+	case !lr.Allowed:
+		result = ResultDenied
+	}
+	lc := t.counts.add(lr.Policy, lr.countedLimit(), result)
+	if t.metrics != nil {
+		lc.decided(t.metrics, result)
+		if lr.Cached {
+			t.metrics.cacheHits.Inc()
+		}
+	}
+}
+
+// failureAnswered counts a decision answered by a failure mode: closed
+// when it denied, and apart when the store was full.
+func (m *Metrics) failureAnswered(out *Outcome) {
+	if errors.Is(out.StoreErr, ratelimit.ErrCapacity) {
+		m.storeFull.Inc()
+	}
+	mode := "open"
+	if !out.Allowed {
+		mode = "closed"
+	}
+	m.failureMode.WithLabelValues(mode).Inc()
+}
 
 // LimitCount is how one limit has decided since the process started.
 type LimitCount struct {
@@ -77,15 +167,6 @@ func (c *counts) counter(ns, policy, limit string) *limitCounter {
 	return v.(*limitCounter)
 }
 
-// countDecision counts a decision of p's limit l, for the dashboard and
-// in sluice_decisions_total.
-func (c *Checker) countDecision(p *policy.Policy, l *policy.Limit, result ResultLabel) {
-	lc := c.counts.add(p, l, result)
-	if c.metrics != nil {
-		lc.decided(c.metrics, result)
-	}
-}
-
 // add counts a decision of p's limit l, and returns the limit's counter.
 func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) *limitCounter {
 	var lc *limitCounter
@@ -113,9 +194,9 @@ func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) *lim
 
 // Counts returns the decision counts of every limit that has decided,
 // ordered by namespace, policy and limit.
-func (c *Checker) Counts() []LimitCount {
+func (t *Tally) Counts() []LimitCount {
 	var out []LimitCount
-	c.counts.m.Range(func(_, v any) bool {
+	t.counts.m.Range(func(_, v any) bool {
 		lc := v.(*limitCounter)
 		out = append(out, LimitCount{Namespace: lc.namespace, Policy: lc.policy, Limit: lc.limit,
 			Allowed: lc.allowed.Load(), Denied: lc.denied.Load(), ShadowDenied: lc.shadowDeny.Load()})
