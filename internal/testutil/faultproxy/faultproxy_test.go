@@ -102,12 +102,16 @@ func testFaults(t *testing.T, p faultproxy.Link) {
 		t.Errorf("after the blackhole, the new connection: %q, %v", got, err)
 	}
 
-	// Loss: every line comes back once, in order; some late.
+	// Loss: every line comes back once, in order; some late. A segment
+	// lost k times in a row arrives 20ms×(2^k−1) late: the wait allows
+	// ten losses in a row (20.5 s), which 100 round trips' 200 segments
+	// meet with odds of about 1 in 3,000 (seven, 2.5 s, came about once
+	// in 20 runs).
 	p.Set(faultproxy.Fault{Loss: 0.3, RTO: 20 * time.Millisecond})
 	late := 0
 	for i := range 50 {
 		want := fmt.Sprint("line", i)
-		got, took, err := c.ask(want, 2*time.Second)
+		got, took, err := c.ask(want, 30*time.Second)
 		if err != nil || got != want {
 			t.Fatalf("loss: %q, %v; want %q", got, err, want)
 		}
