@@ -90,7 +90,7 @@ func Read(ctx context.Context, b []byte, admit Admission) ([]Document, error) {
 
 // readDocument reads one document: nil for an empty one or one of another kind.
 func readDocument(ctx context.Context, raw []byte, admit Admission) (*Document, error) {
-	js, err := yaml.YAMLToJSON(raw)
+	js, err := yaml.YAMLToJSONStrict(raw) // a key twice is an error, as the API server says
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,20 @@ func TestUnknownFieldsAreNamedByTheirPath(t *testing.T) {
 	}
 }
 
+// A key given twice is refused, as the API server's strict field
+// validation refuses it, rather than one of the two values being used.
+func TestAKeyTwiceIsRefused(t *testing.T) {
+	for name, doc := range map[string]string{
+		"flow":  strings.Replace(policyDoc, "window: 1m", "window: 1m, window: 1s", 1),
+		"block": strings.Replace(policyDoc, "spec:\n", "spec:\n  key: a\n  key: b\n", 1),
+	} {
+		_, err := Read(context.Background(), []byte(doc), nil)
+		if err == nil || !strings.Contains(err.Error(), "already set in map") {
+			t.Errorf("%s: err %v; want the key named as set twice", name, err)
+		}
+	}
+}
+
 func TestAdmissionRunsBeforeDecodingAndItsDefaultsStay(t *testing.T) {
 	refused := errors.New("refused")
 	admit := func(_ context.Context, obj map[string]any) error {

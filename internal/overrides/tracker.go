@@ -27,10 +27,14 @@ type Tracker struct {
 // NewTracker returns a Tracker that keeps x equal to s.
 func NewTracker(x *Index, s *RedisStore) *Tracker {
 	return &Tracker{
-		store:   s,
-		changed: func(ctx context.Context, id PolicyID) error { return x.reload(ctx, s, id) },
-		all:     func(ctx context.Context) error { return x.reloadAll(ctx, s) },
-		seen:    -1,
+		store: s,
+		changed: func(ctx context.Context, id PolicyID) error {
+			return bounded(ctx, func(ctx context.Context) error { return x.reload(ctx, s, id) })
+		},
+		all: func(ctx context.Context) error {
+			return bounded(ctx, func(ctx context.Context) error { return x.reloadAll(ctx, s) })
+		},
+		seen: -1,
 	}
 }
 
@@ -66,6 +70,19 @@ func (t *Tracker) revision(ctx context.Context) (int64, error) {
 
 // revisionTimeout bounds a read of the revision.
 const revisionTimeout = 2 * time.Second
+
+// loadTimeout bounds a load of overrides. The follower's one loop also
+// carries the table's changes and the other processes' refunds and lifts,
+// so a Redis that answers slowly must not hold it for a client's retries;
+// a load cut short is tried again at the next poll.
+const loadTimeout = 10 * time.Second
+
+// bounded runs load within loadTimeout.
+func bounded(ctx context.Context, load func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	return load(ctx)
+}
 
 // Subscribed reloads everything after a reconnection: the revision is a
 // counter that starts again after Redis lost its data, so an equal one

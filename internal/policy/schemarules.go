@@ -3,24 +3,26 @@ package policy
 import (
 	"errors"
 	"regexp"
-	"slices"
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	ratelimitv1alpha1 "github.com/sluice-dev/sluice/api/v1alpha1"
+	"github.com/sluice-dev/sluice/internal/schemavalues"
 )
 
 // ValidateSpec checks spec against the CRD schema's rules that Compile
-// leaves to the schema: their copy in Go, for specs that no API server and
-// no schema validator (internal/crdschema) have checked, the middleware's,
-// which must not carry the API server's libraries. The parity test of
-// internal/policyfiles holds it, with Compile, equal to the schema case by
-// case (test/cel's cases).
+// leaves to the schema, for specs that no API server and no schema
+// validator (internal/crdschema) have checked: the middleware's, which
+// must not carry the API server's libraries. The schema's value rules
+// (types, patterns, enums, lengths, bounds, list sizes, sets) are read from
+// the generated CRD itself (internal/schemavalues); its CEL rules are
+// repeated here in Go. The parity test of internal/policyfiles holds both,
+// with Compile, equal to the API server case by case (test/cel's cases).
 func ValidateSpec(spec *ratelimitv1alpha1.RateLimitPolicySpec) field.ErrorList {
 	path := field.NewPath("spec")
-	errs := checkEnums(spec, path)
+	errs := schemavalues.PolicySpec(spec)
 	errs = append(errs, validateMatch(&spec.Match, path.Child("match"))...)
 	errs = append(errs, validateTargets(spec, path)...)
 	return append(errs, validateLimits(spec.Limits, path.Child("limits"))...)
@@ -54,9 +56,6 @@ var (
 	hostPattern     = regexp.MustCompile(`^([*][.])?[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*$`)
 )
 
-// maxLimits bounds a policy's limits, as the schema does.
-const maxLimits = 8
-
 // alignmentFixedWindowOnly is the schema's message for an alignment on a
 // sliding window.
 const alignmentFixedWindowOnly = "alignment is fixedWindow's only: a sliding window ends now, and slidingWindowCounter's windows are always aligned to the clock"
@@ -65,15 +64,8 @@ const alignmentFixedWindowOnly = "alignment is fixedWindow's only: a sliding win
 // does not need: how many, and the windows' alignment.
 func validateLimits(limits []ratelimitv1alpha1.Limit, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if len(limits) > maxLimits {
-		errs = append(errs, field.TooMany(path, len(limits), maxLimits))
-	}
 	for i := range limits {
 		l := &limits[i]
-		if l.FixedWindow != nil {
-			errs = checkEnum(errs, path.Index(i).Child(ratelimitv1alpha1.AlgorithmFixedWindow, "alignment"), l.FixedWindow.Alignment,
-				ratelimitv1alpha1.WindowAlignmentFirstRequest, ratelimitv1alpha1.WindowAlignmentClock)
-		}
 		if w := l.SlidingWindowLog; w != nil && w.Alignment != "" {
 			errs = append(errs, field.Forbidden(path.Index(i).Child(ratelimitv1alpha1.AlgorithmSlidingWindowLog, "alignment"), alignmentFixedWindowOnly))
 		}
@@ -84,25 +76,9 @@ func validateLimits(limits []ratelimitv1alpha1.Limit, path *field.Path) field.Er
 	return errs
 }
 
-func checkEnums(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	errs = checkEnum(errs, path.Child("onMissingKey"), spec.OnMissingKey,
-		ratelimitv1alpha1.OnMissingKeySkip, ratelimitv1alpha1.OnMissingKeyDeny, ratelimitv1alpha1.OnMissingKeyShared)
-	errs = checkEnum(errs, path.Child("mode"), spec.Mode, ratelimitv1alpha1.ModeEnforce, ratelimitv1alpha1.ModeShadow)
-	errs = checkEnum(errs, path.Child("failureMode"), spec.FailureMode, ratelimitv1alpha1.FailureModeOpen, ratelimitv1alpha1.FailureModeClosed)
-	errs = checkEnum(errs, path.Child("charge"), spec.Charge, ratelimitv1alpha1.ChargeAdmitted, ratelimitv1alpha1.ChargeAlways)
-	return checkEnum(errs, path.Child("response", "headers"), spec.Response.Headers,
-		ratelimitv1alpha1.HeaderStyleIETF, ratelimitv1alpha1.HeaderStyleLegacy, ratelimitv1alpha1.HeaderStyleBoth, ratelimitv1alpha1.HeaderStyleNone)
-}
-
-// checkEnum reports got unless it is empty (the default applies) or one
-// of allowed.
-func checkEnum[T ~string](errs field.ErrorList, path *field.Path, got T, allowed ...T) field.ErrorList {
-	if got == "" || slices.Contains(allowed, got) {
-		return errs
-	}
-	return append(errs, field.NotSupported(path, string(got), allowed))
-}
+// pathSpaces are the characters of the schema's [[:space:]], which a
+// path may not hold.
+const pathSpaces = " \t\n\v\f\r"
 
 // validateMatch is the schema's rules on spec.match (see ValidateSpec).
 func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.ErrorList {
@@ -115,16 +91,8 @@ func validateMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path) field.Er
 	for i, p := range m.Paths {
 		s := string(p)
 		star := strings.IndexByte(s, '*')
-		if !strings.HasPrefix(s, "/") || (star >= 0 && star != len(s)-1) || strings.ContainsAny(s, "?# \t") {
+		if !strings.HasPrefix(s, "/") || (star >= 0 && star != len(s)-1) || strings.ContainsAny(s, "?#"+pathSpaces) {
 			errs = append(errs, field.Invalid(path.Child("paths").Index(i), p, "must start with '/', hold no '?', '#' or spaces, and hold '*' only as its last character (a prefix match)"))
-		}
-	}
-	for i, method := range m.Methods {
-		switch method {
-		case "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE":
-		default:
-			errs = append(errs, field.NotSupported(path.Child("methods").Index(i), method,
-				[]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}))
 		}
 	}
 	for i, h := range m.Headers {
@@ -144,24 +112,6 @@ func validateDescriptorMatch(m *ratelimitv1alpha1.RequestMatch, path *field.Path
 	}
 	if len(m.Hosts) > 0 || len(m.Paths) > 0 || len(m.Methods) > 0 || len(m.Headers) > 0 || len(m.ExemptClients) > 0 {
 		errs = append(errs, field.Invalid(path, "", "hosts, paths, methods, headers and exemptClients select HTTP checks; a descriptor policy (domain or descriptor set) answers Envoy rate limit service requests, which carry none of them"))
-	}
-	if len(m.Domain) > 253 {
-		errs = append(errs, field.TooLong(path.Child("domain"), m.Domain, 253))
-	}
-	if len(m.Descriptor) > maxDescriptorMatch {
-		errs = append(errs, field.TooMany(path.Child("descriptor"), len(m.Descriptor), maxDescriptorMatch))
-	}
-	for i, e := range m.Descriptor {
-		ep := path.Child("descriptor").Index(i)
-		switch {
-		case e.Key == "":
-			errs = append(errs, field.Required(ep.Child("key"), "the entry's key, such as remote_address or generic_key"))
-		case len(e.Key) > 256:
-			errs = append(errs, field.TooLong(ep.Child("key"), e.Key, 256))
-		}
-		if e.Value != nil && len(*e.Value) > 1024 {
-			errs = append(errs, field.TooLong(ep.Child("value"), *e.Value, 1024))
-		}
 	}
 	return errs
 }
@@ -184,6 +134,3 @@ func validateTargets(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Pa
 	}
 	return errs
 }
-
-// maxDescriptorMatch bounds match.descriptor, as the schema does.
-const maxDescriptorMatch = 16

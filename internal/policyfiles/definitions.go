@@ -105,12 +105,14 @@ func (f *Folder) definitions(r *folderRead, kept *keptFiles, n *nextSet) (map[po
 		if v == nil {
 			continue
 		}
-		d, o, err := parseFile(e.path, v.data)
+		d, o, refused, err := parseFile(e.path, v.data)
 		if err != nil {
 			n.fileErrors = append(n.fileErrors, FileError{File: e.path, Err: err})
 			kept.why[e.path] = fmt.Sprintf("its file does not parse: %v", err)
 			continue
 		}
+		o, errs := keepLastGood(e.path, o, refused, f.overrides[e.path])
+		n.fileErrors = append(n.fileErrors, errs...)
 		if len(o) > 0 {
 			n.overrides[e.path] = o
 		}

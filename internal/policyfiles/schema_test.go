@@ -2,6 +2,7 @@ package policyfiles
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,5 +47,46 @@ func TestEditTheSchemaRefusesIsRejected(t *testing.T) {
 	}
 	if st := status(t, f); !st.Ready || st.Edited {
 		t.Fatalf("status after a rejected edit: %+v", st)
+	}
+}
+
+// RateLimitOverrides the API server would refuse (a number of 0) are
+// refused alone, as `kubectl apply -f` refuses that object and creates the
+// file's others: the policy of the same file applies from the first read,
+// the file's errors name the document and the field, and an object's last
+// good version stays when a new version of it is refused.
+func TestOverridesTheSchemaRefusesAreRefusedAlone(t *testing.T) {
+	overridesDoc := func(limit int) string {
+		return "apiVersion: ratelimit.sluice.dev/v1alpha1\nkind: RateLimitOverrides\nmetadata: {name: tenants, namespace: shop}\n" +
+			"spec:\n  policyName: api\n  overrides: [{key: acme, limits: [{name: burst, limit: " + strconv.Itoa(limit) + "}]}]\n"
+	}
+	f, dir := newFiles(t, map[string]string{"api.yaml": bucketPolicy + "---\n" + overridesDoc(0)})
+	if f.Policies().Get("shop", "api") == nil {
+		t.Fatal("the policy beside refused RateLimitOverrides is not in force")
+	}
+	want := "document 2: RateLimitOverrides shop/tenants not applied (it has no last good version): spec.overrides[0].limits[0].limit"
+	if errs := f.FileErrors(); len(errs) != 1 || !strings.Contains(errs[0].Err.Error(), want) {
+		t.Fatalf("file errors %v: want one with %q", errs, want)
+	}
+	if got := f.Overrides(); len(got) != 0 {
+		t.Fatalf("overrides in force %d, want none", len(got))
+	}
+
+	writeFile(t, dir, "api.yaml", bucketPolicy+"---\n"+overridesDoc(3))
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Overrides(); len(got) != 1 || got[0].Spec.Overrides[0].Limits[0].Limit != 3 || len(f.FileErrors()) != 0 {
+		t.Fatalf("overrides %+v, file errors %v: want the valid version, no error", got, f.FileErrors())
+	}
+	writeFile(t, dir, "api.yaml", bucketPolicy+"---\n"+overridesDoc(0))
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Overrides(); len(got) != 1 || got[0].Spec.Overrides[0].Limits[0].Limit != 3 {
+		t.Fatalf("overrides %+v: want the last good version (3)", got)
+	}
+	if errs := f.FileErrors(); len(errs) != 1 || !strings.Contains(errs[0].Err.Error(), "its last good version stays") {
+		t.Fatalf("file errors %v: want the refusal, the last good version kept", errs)
 	}
 }

@@ -66,16 +66,18 @@ func (r *Reader) Problems() map[string]string {
 }
 
 // Message reloads the table on a change message: a revision newer than the
-// one in force. Revisions are never reused, so one at or below it is a
-// change loaded already (a burst of changes costs one load each time the
-// reader catches up); other messages on Channel (refunds) are not the
-// table's. The revision 0 wakes the reader up to check the table.
+// one in force. One at or below it is most often a change loaded already
+// (a burst of changes costs one load each time the reader catches up), but
+// revisions start again after Redis lost its data: such a message reloads
+// only when the table's revision differs from the one in force, as a poll
+// does. Other messages on Channel (refunds) are not the table's. The
+// revision 0 wakes the reader up to check the table.
 func (r *Reader) Message(ctx context.Context, payload string) {
 	rev, err := strconv.ParseInt(payload, 10, 64)
-	if err != nil || (rev > 0 && rev <= r.revision.Load()) {
+	if err != nil {
 		return
 	}
-	r.refresh(ctx, true)
+	r.refresh(ctx, rev == 0 || rev > r.revision.Load())
 }
 
 // Poll loads the table when its revision moved, or when it never loaded.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -190,6 +191,19 @@ func TestReaderFollowsTheTable(t *testing.T) {
 	if r.Policies().Get("ns", "kept") == nil {
 		t.Fatal("the reader dropped its policies when the table vanished")
 	}
+
+	// Revisions come from Redis's clock: after a failover to a server
+	// whose clock is behind, the table's next revision is below the one
+	// in force, and its message is still followed.
+	lower := r.revision.Load() - 1_000_000
+	b := `{"namespace":"ns","name":"kept","generation":2,"spec":{"key":"global","limits":[{"name":"l","fixedWindow":{"limit":4,"window":"1m"}}]}}`
+	srv.Client().HSet(ctx, HashKey, "ns/kept", b, MarkerField, "1")
+	srv.Client().Set(ctx, RevisionKey, lower, 0)
+	srv.Client().Publish(ctx, Channel, strconv.FormatInt(lower, 10))
+	waitFor(t, "a lower revision by pub/sub", func() bool {
+		p := r.Policies().Get("ns", "kept")
+		return p != nil && p.Limits[0].Limit.Capacity == 4
+	})
 }
 
 func TestReaderPollsWhenMessagesAreLost(t *testing.T) {
