@@ -168,7 +168,7 @@ func panelSection(d *doc, p *panel) error {
 		for v := range m.Options {
 			values = append(values, v)
 		}
-		slices.SortFunc(values, func(a, b string) int { return compareNumbers(a, b) })
+		slices.SortFunc(values, compareNumbers)
 		shown := make([]string, len(values))
 		for i, v := range values {
 			shown[i] = code(v) + " " + m.Options[v].Text
