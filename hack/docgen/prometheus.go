@@ -121,7 +121,7 @@ func dashboardSection(d *doc, dash *dashboard) error {
 		if v.Type == "datasource" {
 			kind = "a data source"
 		}
-		vars = append(vars, fmt.Sprintf("`$%s` (labelled %s; %s of type %s)", v.Name, v.Label, kind, code(v.Query)))
+		vars = append(vars, fmt.Sprintf("`$%s` (labeled %s; %s of type %s)", v.Name, v.Label, kind, code(v.Query)))
 	}
 	if len(vars) > 0 {
 		d.p("Variables, chosen at the top of the dashboard: %s. The queries run on that data source; `$__rate_interval` is Grafana's own, a rate window of at least four scrape intervals.", strings.Join(vars, ", "))
