@@ -49,11 +49,12 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods and the embedded time z
 	$(GO) generate ./internal/ratelimit/zoneinfo
 
 # The docs site's generated pages (hack/docgen): the reference from the
-# CRDs, collectors and commands, the algorithms' pictures from the Go
+# CRDs, collectors and commands, the Grafana dashboard's panels and the
+# alert rules from config/prometheus, the algorithms' pictures from the Go
 # model, the performance page from the newest bench/ results.
 DOCS_GENERATED := docs/reference/policy.md docs/reference/overrides.md docs/reference/metrics.md \
   docs/reference/manager.md docs/reference/kubectl-sluice.md docs/reference/v1-check.md \
-  docs/performance.md docs/img/algorithms docs/img/bench
+  docs/reference/grafana-dashboard.md docs/performance.md docs/img/algorithms docs/img/bench
 
 .PHONY: docs-generate
 docs-generate: ## Write the docs site's generated pages (reference, algorithm pictures, performance) from the code and bench/.

@@ -58,7 +58,7 @@ func pagesAreThere(t *testing.T, pages []page) {
 	for _, want := range []string{
 		"docs/reference/policy.md", "docs/reference/overrides.md", "docs/reference/metrics.md",
 		"docs/reference/manager.md", "docs/reference/kubectl-sluice.md", "docs/reference/v1-check.md",
-		"docs/performance.md", "docs/img/algorithms/token-bucket.svg", "docs/img/algorithms/fixed-window.svg",
+		"docs/reference/grafana-dashboard.md", "docs/performance.md", "docs/img/algorithms/token-bucket.svg", "docs/img/algorithms/fixed-window.svg",
 		"docs/img/algorithms/sliding-window-log.svg", "docs/img/algorithms/sliding-window-counter.svg",
 		"docs/img/algorithms/leaky-bucket.svg", "docs/img/algorithms/gcra.svg", "docs/img/algorithms/calendar.svg",
 		"docs/img/algorithms/concurrency.svg",

@@ -1,7 +1,8 @@
 // Command docgen writes the generated pages of the docs site from the code
 // and the committed results they describe: the API reference from the
 // CRDs, the metrics, the manager's and kubectl sluice's commands and flags,
-// the /v1/check JSON API, a picture of each algorithm plotted from its Go
+// the /v1/check JSON API, the Grafana dashboard's panels and queries and
+// the alert rules, a picture of each algorithm plotted from its Go
 // model, and the performance page from the newest bench/ results. `make
 // docs-generate` runs it; its test fails when a committed page is stale.
 package main
@@ -34,6 +35,7 @@ var generators = []struct {
 	{"/v1/check", v1CheckPages},
 	{"algorithms", algorithmPages},
 	{"performance", performancePages},
+	{"grafana dashboard and alerts", prometheusPages},
 }
 
 // generate runs every generator on the repository at root.
