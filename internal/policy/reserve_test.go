@@ -43,8 +43,8 @@ func TestReservePricesUsage(t *testing.T) {
 		{"{pricing: {inputTokens: '0.000001'}}", 1 + 200}, // 1000 millionths round up to 1
 		{"{pricing: {expression: 'inputTokens + 4 * outputTokens - cachedInputTokens'}}", 1000 + 800 - 600},
 		{"{pricing: {expression: 'double(outputTokens) * 1.5 + 0.1'}}", 301},
-		{"{pricing: {expression: 'cachedInputTokens - inputTokens'}}", 0},                  // negative settles 0
-		{"{pricing: {expression: 'inputTokens * 10000000'}}", ratelimit.MaxCount},           // above the largest count
+		{"{pricing: {expression: 'cachedInputTokens - inputTokens'}}", 0},                         // negative settles 0
+		{"{pricing: {expression: 'inputTokens * 10000000'}}", ratelimit.MaxCount},                 // above the largest count
 		{"{pricing: {inputTokens: '999999.999999', outputTokens: '999999'}}", ratelimit.MaxCount}, // saturated
 	} {
 		got, err := reservePolicy(t, c.reserve).Reserve.Price(u)
@@ -79,9 +79,9 @@ func TestUsageValidateNamesTheField(t *testing.T) {
 // more than its bound is refused naming its field.
 func TestReservePricingExpressionRefused(t *testing.T) {
 	for expr, words := range map[string]string{
-		"inputTokens +":                              "Syntax error",
-		"tokens * 2":                                 "the variables are inputTokens, outputTokens and cachedInputTokens",
-		"inputTokens > 3":                            "must give a number",
+		"inputTokens +":   "Syntax error",
+		"tokens * 2":      "the variables are inputTokens, outputTokens and cachedInputTokens",
+		"inputTokens > 3": "must give a number",
 		"[1,2,3,4,5,6,7,8,9,10].map(x, [1,2,3,4,5,6,7,8,9,10].map(y, x * y * inputTokens)).size()": "over the budget",
 	} {
 		spec := policytest.Spec(t, "charge: Reserve\nreserve: {pricing: {expression: '"+expr+"'}}\nlimits: [{name: m, fixedWindow: {limit: 10, window: 1m}}]\n")
