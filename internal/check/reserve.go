@@ -104,6 +104,9 @@ func (sc *scratch) reserves(p *policy.Policy, owner, l int, e *ratelimit.Entry, 
 	switch {
 	case sc.action == ratelimit.Refund, sc.action == ratelimit.Release:
 		return notSent
+	case sc.action == ratelimit.DryRun && e.Cost == 0:
+		e.Reserve = p.Reserve.TTL // reports what is reserved, reserves nothing
+		return toStore
 	case sc.action != ratelimit.Settle && (e.Cost == 0 || part.Refunded):
 		return toStore // counts nothing, reserves nothing
 	}

@@ -227,3 +227,21 @@ limits: [{name: month, calendar: {limit: 2000, period: Month, timeZone: Europe/B
 		t.Fatalf("settled under the override: %v %+v", out.Allowed, out.Limits)
 	}
 }
+
+// Inspect reports a bucket's live reservations apart from what was spent,
+// as they are: without the estimate of the next request it asks about.
+func TestInspectReportsReservations(t *testing.T) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", "p", tokenBudget))
+		reserveCheck(t, c, Input{Holder: "a", Cost: 300})
+		reserveCheck(t, c, Input{Holder: "b", Cost: 200})
+		reserveCheck(t, c, Input{Holder: "b", Cost: 50, Action: ratelimit.Settle})
+		out, err := c.Buckets().Inspect(context.Background(), "ns", "p", "global")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lr := out.Limits[0]; !out.Allowed || lr.Remaining != 650 || lr.Reserved != 300 {
+			t.Fatalf("inspect: allowed %v, remaining %d, reserved %d; want 650 and 300 (50 spent)", out.Allowed, lr.Remaining, lr.Reserved)
+		}
+	})
+}
