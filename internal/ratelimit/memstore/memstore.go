@@ -326,20 +326,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		sc.items[g] = it
 	}
 	for i := range req.Entries {
-		var st *model.State
-		var res []model.Reservation
-		it := sc.items[sc.bucketOf[i]]
-		if it != nil && now < it.exp {
-			st = it.state(sc.field[i])
-		}
-		if e := &req.Entries[i]; model.Reserves(e, req.Action) {
-			if it != nil && now < it.exp {
-				res = it.reservations(sc.field[i])
-			}
-			sc.verdicts[i], sc.nexts[i], sc.res[i] = model.ApplyReserved(sc.params[i], st, res, now, e, req.Action)
-		} else {
-			sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, e, req.Action)
-		}
+		sc.apply(req, i, now)
 		if req.Action.Decides() {
 			if g := sc.bucketOf[i]; sc.boxes[g].Open(&req.Entries[i]) {
 				sc.boxes[g].State = sc.penaltyState(g, now)
@@ -379,6 +366,27 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		}
 	}
 	return nil
+}
+
+// apply evaluates entry i of req at now against its stored state (and
+// reservations) into sc.verdicts, sc.nexts and sc.res.
+func (sc *scratch) apply(req *ratelimit.Request, i int, now int64) {
+	var st *model.State
+	it := sc.items[sc.bucketOf[i]]
+	live := it != nil && now < it.exp
+	if live {
+		st = it.state(sc.field[i])
+	}
+	e := &req.Entries[i]
+	if !model.Reserves(e, req.Action) {
+		sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, e, req.Action)
+		return
+	}
+	var res []model.Reservation
+	if live {
+		res = it.reservations(sc.field[i])
+	}
+	sc.verdicts[i], sc.nexts[i], sc.res[i] = model.ApplyReserved(sc.params[i], st, res, now, e, req.Action)
 }
 
 // penaltyState returns bucket g's stored penalty state at now.

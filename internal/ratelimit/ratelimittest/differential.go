@@ -202,7 +202,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	return st
 }
 
-var debugDiff = os.Getenv("DIFFLOG") != ""
+// debugDiff (SLUICE_DIFF_LOG set) logs every request of a timeline with
+// the model's decision: what led to a difference or a failed probe.
+var debugDiff = os.Getenv("SLUICE_DIFF_LOG") != ""
 
 // maxJump bounds the clock moves taken from results.
 const maxJump = time.Hour

@@ -347,6 +347,9 @@ func (s *callgrindServer) instructions(b *testing.B) float64 {
 	files, _ := filepath.Glob(filepath.Join(s.dir, "cg.out*"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
+		if keep := os.Getenv("SLUICE_CALLGRIND_KEEP"); keep != "" && err == nil { // for callgrind_annotate
+			_ = os.WriteFile(keep, data, 0o600)
+		}
 		_ = os.Remove(f)
 		if err != nil {
 			b.Fatal(err)
@@ -361,4 +364,114 @@ func (s *callgrindServer) instructions(b *testing.B) float64 {
 	}
 	b.Fatal("no callgrind totals in " + s.dir)
 	return 0
+}
+
+// budgets are the limits of token budgets the reservation benchmarks
+// measure: a token bucket, and a minute's fixed window with a month.
+var budgets = []struct {
+	name   string
+	limits []ratelimit.Limit
+}{
+	{"tokenbucket", []ratelimit.Limit{policyLimits[0].limit}},
+	{"window+month", []ratelimit.Limit{policyLimits[1].limit, ratelimit.CalendarLimit(1_000_000_000, ratelimit.Month, time.UTC)}},
+}
+
+// budgetRound is request i's round on a budget of limits, over 100 key
+// values: an admission that reserves 1000 units and its settlement at
+// 600 (reserve), or an admission of 1000 and a refund of 400 (what a
+// charge-then-refund scheme sends). Each request has a holder of its own.
+func budgetRound(limits []ratelimit.Limit, reserve bool, i int) (admit, back *ratelimit.Request) {
+	value, holder := fmt.Sprint("budget", i%100), fmt.Sprint("req-", i)
+	admit, back = &ratelimit.Request{}, &ratelimit.Request{Action: ratelimit.Refund}
+	for q, l := range limits {
+		e := ratelimit.Entry{Key: ratelimit.Key("bench", "budget", value, fmt.Sprint("l", q)), Limit: l, Cost: 1000}
+		a, r := e, e
+		r.Cost = 400
+		if reserve {
+			a.Holder, a.Reserve = holder, 5*time.Minute
+			r.Holder, r.Cost = holder, 600
+			back.Action = ratelimit.Settle
+		}
+		admit.Entries, back.Entries = append(admit.Entries, a), append(back.Entries, r)
+	}
+	return admit, back
+}
+
+// BenchmarkReserve: a token budget's round per op (see budgetRound),
+// reserve and settle beside admit and refund, sequential (two round trips
+// per op) against a local redis-server, with the server's time in the
+// library (redis-µs/op) and its CPU (redis-cpu-µs/op).
+func BenchmarkReserve(b *testing.B) {
+	srv, s := benchStore(b)
+	ctx := context.Background()
+	for _, budget := range budgets {
+		for _, reserve := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/reserve=%v", budget.name, reserve), func(b *testing.B) {
+				var dec ratelimit.Decision
+				round := func(i int) {
+					admit, back := budgetRound(budget.limits, reserve, i)
+					for _, req := range []*ratelimit.Request{admit, back} {
+						if err := s.Check(ctx, 0, req, &dec); err != nil || !dec.Allowed {
+							b.Fatalf("%v: %v %+v", req.Action, err, dec)
+						}
+					}
+				}
+				for i := range 100 {
+					round(i)
+				}
+				cpu := resetStats(b, srv)
+				i := 100
+				for b.Loop() {
+					round(i)
+					i++
+				}
+				reportRedisTime(b, srv, cpu)
+			})
+		}
+	}
+}
+
+// BenchmarkReserveInstructions counts, as BenchmarkCheckInstructions
+// does, the instructions of a token budget's round per op (see
+// budgetRound): reserve and settle beside admit and refund.
+func BenchmarkReserveInstructions(b *testing.B) {
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		b.Skip("valgrind not found")
+	}
+	srv := startCallgrind(b, valgrind)
+	s := loadedStore(b, &redis.UniversalOptions{Addrs: []string{srv.addr}, DisableIdentity: true})
+	for _, budget := range budgets {
+		for _, reserve := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/reserve=%v", budget.name, reserve), func(b *testing.B) {
+				benchRound(b, srv, s, budget.limits, reserve)
+			})
+		}
+	}
+}
+
+// benchRound counts the instructions of budgetRound per op.
+func benchRound(b *testing.B, srv *callgrindServer, s *redisstore.Store, limits []ratelimit.Limit, reserve bool) {
+	ctx := context.Background()
+	at, decs := []int64{-1}, make([]ratelimit.Decision, 1)
+	round := func(i int) {
+		admit, back := budgetRound(limits, reserve, i)
+		for _, req := range []*ratelimit.Request{admit, back} {
+			if err := s.CheckBatch(ctx, []*ratelimit.Request{req}, at, decs); err != nil || !decs[0].Allowed {
+				b.Fatalf("%v: %v %+v", req.Action, err, decs[0])
+			}
+		}
+	}
+	for i := range 100 { // every bucket written once: warm
+		round(i)
+	}
+	srv.control(b, "-z")
+	srv.control(b, "-i", "on")
+	i := 100
+	for b.Loop() {
+		round(i)
+		i++
+	}
+	srv.control(b, "-i", "off")
+	b.ReportMetric(srv.instructions(b)/float64(i-100), "instr/op")
 }

@@ -121,3 +121,38 @@ func TestRequestBound(t *testing.T) {
 		t.Fatalf("request of %d entries: error %v after %d calls; want an invalid request, nothing sent", len(req.Entries), err, s.Stats().Calls-calls)
 	}
 }
+
+// TestReservationOfALostRaceGoesBack: a request over several calls whose
+// consuming round loses the race after its first call reserved gives the
+// units back and its reservation goes with them (it is settled at 0), so
+// that the holder's later settlement settles nothing.
+func TestReservationOfALostRaceGoesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := ratelimittest.FutureClock()
+	s := newStore(t, srv, simOpts(clock, modes[0]))
+	once := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1, Interval: time.Hour}
+	req := wideRequest(60, 5, once) // 300 entries: two calls
+	budget := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 100, Interval: time.Hour}
+	first := ratelimit.Entry{Key: ratelimit.Key("ns", "budget", "v", "tokens"), Limit: budget, Cost: 30, Holder: "req-1", Reserve: time.Minute}
+	req.Entries = append([]ratelimit.Entry{first}, req.Entries[1:]...)
+	lastKey := req.Entries[len(req.Entries)-1].Key
+	redisstore.BetweenRounds(s, func() {
+		if d := check(t, s, ratelimit.Request{Entries: []ratelimit.Entry{{Key: lastKey, Limit: once, Cost: 1}}}); !d.Allowed {
+			t.Error("the concurrent consumer was denied")
+		}
+	})
+	dec := check(t, s, *req)
+	redisstore.BetweenRounds(s, nil)
+	if dec.Allowed || dec.Results[len(req.Entries)-1].Allowed {
+		t.Fatalf("request that lost the race: %+v", dec.Results[len(req.Entries)-1])
+	}
+	peek := first
+	peek.Holder, peek.Cost = "", 0
+	if r := check(t, s, ratelimit.Request{Action: ratelimit.DryRun, Entries: []ratelimit.Entry{peek}}).Results[0]; r.Remaining != 100 || r.Reserved != 0 {
+		t.Fatalf("budget after the lost race: %+v, want its 30 back and nothing reserved", r)
+	}
+	settle := ratelimit.Request{Action: ratelimit.Settle, Entries: []ratelimit.Entry{{Key: first.Key, Limit: budget, Cost: 50, Holder: "req-1"}}}
+	if d := check(t, s, settle); d.Allowed || d.Results[0].Remaining != 100 {
+		t.Fatalf("settlement of the lost race's holder: %+v, want nothing settled", d)
+	}
+}

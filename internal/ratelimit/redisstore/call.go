@@ -51,7 +51,8 @@ const inlineEntries = 4
 // "algorithm:capacity:rate:interval:cost:flags:field" (a calendar quota's
 // "8:capacity:w0:w1:w2:w3:cost:flags:field"; a Concurrency entry followed
 // by its holder; one that reserves or settles (model.Reserves) ending in
-// ":r<µs>" or ":s", then its holder), each bucket's penalty box before its entries (see
+// ":r<µs>" or ":s", then its reservation's field ":h<field>:<holder>"),
+// each bucket's penalty box before its entries (see
 // boxOf), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
@@ -106,6 +107,9 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 			buf = appendReserve(buf, e, req.Action)
 		}
 		end = append(end, len(buf))
+		if reserves { // its reservation's field, an argument of its own
+			buf = append(append(append(buf, ":h"...), field...), ':')
+		}
 		if p.Alg == ratelimit.Concurrency || reserves { // its holder: an argument of its own
 			buf = append(buf, e.Holder...)
 			end = append(end, len(buf))

@@ -2,7 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -13,9 +15,9 @@ import (
 )
 
 // TestReservationsPurged: the records of reservations never settled go
-// once they end (their units stay charged), their duplicates' counts with
-// them, so a bucket's hash does not grow; a dry run writes nothing; the
-// bucket lives as long as its last reservation.
+// once they end (their units stay charged), with the counts of their
+// duplicates they hold, so a bucket's hash does not grow; a dry run
+// writes nothing; the bucket lives as long as its last reservation.
 func TestReservationsPurged(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := ratelimittest.FutureClock()
@@ -51,8 +53,12 @@ func TestReservationsPurged(t *testing.T) {
 	if dec := reserve(ratelimit.Consume, "a3", time.Minute); dec.Allowed {
 		t.Fatalf("a duplicate admitted: %+v", dec)
 	}
-	if f := fields(); len(f) != 3+20+1 || !slices.Contains(f, ":dday:a3") {
-		t.Fatalf("fields %q: want the limit's, ':exp', ':rday', twenty reservations and one count of duplicates", f)
+	if f := fields(); len(f) != 3+20 || !slices.Contains(f, ":hday:a3") {
+		t.Fatalf("fields %q: want the limit's, ':exp', ':rday' and twenty reservations", f)
+	}
+	// The duplicate is counted in its reservation: '<ddd' cost, count, end.
+	if v := []byte(client.HGet(ctx, bucket, ":hday:a3").Val()); len(v) != 24 || math.Float64frombits(binary.LittleEndian.Uint64(v[8:16])) != 1 {
+		t.Fatalf("reservation of a3 %x: want one duplicate counted", v)
 	}
 	end := clock.Micros() + time.Minute.Microseconds() // now, once the twenty ended
 	if at := client.Do(ctx, "PEXPIRETIME", bucket).Val().(int64); at != (clock.Micros()+time.Hour.Microseconds()+999)/1000 {

@@ -67,7 +67,8 @@
 --         entry that reserves (a check's or a dry run's, flags 0..1, any
 --         algorithm but 9) ends in ":r<ttl>" (µs), one of a settlement
 --         (every entry of mode 6 but a concurrency limit's) in ":s"; both
---         are followed by their holder (a dry run's may be empty).
+--         are followed by their reservation's field, ':h<field>:<holder>'
+--         (a dry run's holder may be empty).
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -136,12 +137,12 @@ local MAXPENALTY = 31622400000000  -- µs: bound of a penalty's durations (366 d
 
 -- Functions see the standard library and the redis API only when called,
 -- not while the library loads: init() binds them on the first call.
-local call, pcall_, floor, ceil, tonum, format, match, typeof, unpack_, spack, sunpack
+local call, pcall_, floor, ceil, tonum, format, match, find, typeof, unpack_, spack, sunpack
 
 local function init()
   call, pcall_ = redis.call, redis.pcall
   floor, ceil = math.floor, math.ceil
-  tonum, format, match, typeof, unpack_ = tonumber, string.format, string.match, type, unpack
+  tonum, format, match, find, typeof, unpack_ = tonumber, string.format, string.match, string.find, type, unpack
   spack, sunpack = struct.pack, struct.unpack
 end
 
@@ -155,7 +156,8 @@ end
 --   to it is pending, and LOG_WRITES[j], that write (see log_entry).
 --   E_HF[j]: a concurrency entry's hold field (its holder's), E_DF[j] its
 --   duplicates' field; E_HI[j]: the hold's index in its bucket's read (the
---   duplicates' is the next).
+--   duplicates' is the next). A reserving or settling entry's: its
+--   reservation's field (E_DF[j] the same), then the limit's reservations.
 --   GROUPS[g]: group g's record (see group).
 local R_HDR, R_G, R_NG = {}, {}, {}
 local E_REC, E_LW, E_LK, E_HI, E_HF, E_DF = {}, {}, {}, {}, {}, {}
@@ -216,7 +218,8 @@ end
 -- its own (see penalty_entry).
 local function limit_entry(alg, cap, rate, iv, cost, flags, field)
   return {alg = alg, cap = cap, rate = rate, iv = iv, cost = cost, shadow = flags == '1' or flags == '3', field = field,
-    always = flags == '2' or flags == '3', plain = alg ~= SLIDING_LOG and alg ~= CALENDAR and alg ~= CONCURRENCY, res = false, settle = false}
+    always = flags == '2' or flags == '3', plain = alg ~= SLIDING_LOG and alg ~= CALENDAR and alg ~= CONCURRENCY, res = false, settle = false,
+    held = alg == CONCURRENCY}
 end
 
 -- A verdict occupies OUT[o+1..o+4]: retry-after (0: allowed), remaining,
@@ -1010,7 +1013,7 @@ local function penalty_entry(s)
   if d == nil or wi == nil or b == nil or mb == nil or b > mb then
     return nil
   end
-  return {alg = PENALTY, denials = d, within = wi, ban = b, maxban = mb, shadow = flags == '1', field = BAN, always = false, res = false, settle = false}
+  return {alg = PENALTY, denials = d, within = wi, ban = b, maxban = mb, shadow = flags == '1', field = BAN, always = false, res = false, settle = false, held = false}
 end
 
 -- Concurrency (algorithm 9): units held in flight, each hold named by its
@@ -1281,9 +1284,9 @@ local function read_bucket(grp)
           if e.alg == CONCURRENCY then
             ARGS[m + 1], ARGS[m + 2], E_HI[j] = E_HF[j], E_DF[j], m + 1
             m = m + 2
-          elseif e.res or e.settle then -- its holder's reservation, its duplicates, the limit's reservations
-            ARGS[m + 1], ARGS[m + 2], ARGS[m + 3], E_HI[j] = E_HF[j], E_DF[j], e.agg, m + 1
-            m = m + 3
+          elseif e.res or e.settle then -- its holder's reservation, the limit's reservations
+            ARGS[m + 1], ARGS[m + 2], E_HI[j] = E_HF[j], e.agg, m + 1
+            m = m + 2
           end
         end
       end
@@ -1358,11 +1361,12 @@ local CHECK = {
 -- limit of any algorithm but Concurrency: its cost is taken as the
 -- algorithm takes it, and recorded as its holder's reservation with the
 -- concurrency holds' machinery: a field of the bucket per holder,
--- ':h<field>:<holder>', holding '<ddd' cost, admission time, end (24
--- bytes: a concurrency hold's 16 never reads as one, nor the reverse);
--- its duplicates' count in ':d<field>:<holder>', '<dd' count, the
--- reservation's end (see Concurrency: a duplicate admission is denied and
--- counted whatever the decision, its settlement counts one off). The
+-- ':h<field>:<holder>', holding '<ddd' cost, the count of its duplicates,
+-- end (24 bytes: a concurrency hold's 16 never reads as one, nor the
+-- reverse). As for a concurrency hold, a duplicate admission is denied
+-- and counted whatever the decision, its settlement counts one off; the
+-- count rides in the reservation's own field (one field to read, write
+-- and delete: a reservation is new, no older library reads it). The
 -- limit's reservations are summed in ':r<field>', '<dd' units, and a time
 -- at or before the end of the earliest one counted: a call scans the
 -- holds (HGETALL, as conc_scan) only when one may have ended, and the
@@ -1381,15 +1385,16 @@ local function res_state(v)
   return 0, 0
 end
 
--- res_hold reads a reservation's field: its cost and end when live at
--- now, else nil.
+-- res_hold reads a reservation's field: its cost, end and count of
+-- duplicates when live at now, else nil.
 local function res_hold(hv, now)
-  local c, at, ends
+  local c, dups, ends
   if hv and #hv == 24 then
-    c, at, ends = sunpack('<ddd', hv)
+    c, dups, ends = sunpack('<ddd', hv)
   end
-  if c and c >= 1 and c <= MAXCOUNT and c % 1 == 0 and ends > now and ends <= MAXU and ends % 1 == 0 then
-    return c, ends
+  if c and c >= 1 and c <= MAXCOUNT and c % 1 == 0 and ends > now and ends <= MAXU and ends % 1 == 0 and
+    dups >= 0 and dups <= MAXCOUNT and dups % 1 == 0 then
+    return c, ends, dups
   end
   return nil
 end
@@ -1424,7 +1429,7 @@ end
 -- res_live is entry j's limit's reservations at now (see res_state),
 -- swept when one may have ended; r is the bucket's read.
 local function res_live(grp, e, r, j, now)
-  local sum, first = res_state(r and r[E_HI[j] + 2])
+  local sum, first = res_state(r and r[E_HI[j] + 1])
   if sum > 0 and first <= now then
     sum, first = res_scan(grp, e.field, now)
   end
@@ -1439,9 +1444,9 @@ local function reserve_check(a)
   local e, j, r, now, o = a.e, a.j, a.r, a.now, a.o
   local hi = E_HI[j]
   local sum, first = res_live(a.grp, e, r, j, now)
-  local c, ends
+  local c, ends, dups
   if e.cost > 0 then
-    c, ends = res_hold(r and r[hi], now)
+    c, ends, dups = res_hold(r and r[hi], now)
   end
   local ok, val, exp = CHECK[e.alg](a)
   E_RS[j], E_ST[j] = sum, 0
@@ -1452,11 +1457,10 @@ local function reserve_check(a)
       OUT[o + 1] = left
     end
     OUT[o + 4] = OUT[o + 3]
-    local n = conc_pending(r[hi + 1], ends) + 1
-    if n > MAXCOUNT then
-      n = MAXCOUNT
+    if dups < MAXCOUNT then
+      dups = dups + 1
     end
-    return false, nil, nil, nil, spack('<dd', n, ends), ends
+    return false, nil, nil, nil, spack('<ddd', c, dups, ends), ends
   end
   if not ok or e.cost == 0 then
     return ok, val, exp
@@ -1469,7 +1473,7 @@ local function reserve_check(a)
   if exp == nil or ends > exp then
     exp = ends
   end
-  return ok, val or false, exp, spack('<ddd', e.cost, now, ends)
+  return ok, val or false, exp, spack('<ddd', e.cost, 0, ends)
 end
 
 -- evaluate reads group grp's bucket (read_bucket), runs the algorithm of
@@ -1488,12 +1492,7 @@ local function evaluate(grp, now, base)
   for j = first, last do
     local e = E_REC[j]
     a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
-    local ok, val, exp, hold, dup, dupexp
-    if e.res then
-      ok, val, exp, hold, dup, dupexp = reserve_check(a)
-    else
-      ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
-    end
+    local ok, val, exp, hold, dup, dupexp = e.check(a)
     if not ok then
       denied = true
       if not e.shadow then
@@ -1858,14 +1857,11 @@ local function settle_entry(a, w, m, wexp)
   local e, j, r, now, o, grp = a.e, a.j, a.r, a.now, a.o, a.grp
   local hi = E_HI[j]
   local sum, first = res_live(grp, e, r, j, now)
-  local c, ends = res_hold(r and r[hi], now)
+  local c, ends, dups = res_hold(r and r[hi], now)
   E_LW[j] = false
-  if c then
-    local pending = conc_pending(r[hi + 1], ends)
-    if pending > 0 then -- a duplicate's settlement: it reserved nothing
-      w[m + 1], w[m + 2], m = E_DF[j], spack('<dd', pending - 1, ends), m + 2
-      c = nil
-    end
+  if c and dups > 0 then -- a duplicate's settlement: it reserved nothing
+    w[m + 1], w[m + 2], m = E_HF[j], spack('<ddd', c, dups - 1, ends), m + 2
+    c = nil
   end
   E_RS[j], E_ST[j] = sum, 0
   if not c then
@@ -1874,8 +1870,8 @@ local function settle_entry(a, w, m, wexp)
     OUT[o + 1], OUT[o + 4] = NEVER, OUT[o + 3]
     return m, wexp
   end
-  grp.ndeletes = grp.ndeletes + 2
-  grp.deletes[grp.ndeletes - 1], grp.deletes[grp.ndeletes] = E_HF[j], E_DF[j]
+  grp.ndeletes = grp.ndeletes + 1
+  grp.deletes[grp.ndeletes] = E_HF[j]
   E_RS[j], E_ST[j] = sum - c, c
   w[m + 1], w[m + 2], m = e.agg, spack('<dd', sum - c, first), m + 2
   local val, exp = settle_diff(a, e, c)
@@ -2025,10 +2021,10 @@ local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
 -- header parses "n:mode:time" into {n, dry, time (false: the server's),
 -- refund, release, reset, lift, settle}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
--- a refund, 3 a release (refund is set too: both give back, without
--- deciding), 4 a reset, 5 a lift (see forget), 6 a settlement.
+-- a refund, 3 a release, 6 a settlement (refund is set too: all give
+-- back, without deciding), 4 a reset, 5 a lift (see forget).
 local function request_header(n, mode, time)
-  return {n = n, dry = mode == '1', time = time, refund = mode == '2' or mode == '3', release = mode == '3', reset = mode == '4', lift = mode == '5',
+  return {n = n, dry = mode == '1', time = time, refund = mode == '2' or mode == '3' or mode == '6', release = mode == '3', reset = mode == '4', lift = mode == '5',
     settle = mode == '6'}
 end
 
@@ -2101,7 +2097,7 @@ local function reserving(s)
     end
     rec.res = true
   end
-  rec.plain, rec.agg = false, ':r' .. rec.field
+  rec.plain, rec.held, rec.agg, rec.hpre = false, true, ':r' .. rec.field, ':h' .. rec.field .. ':'
   return rec
 end
 
@@ -2121,6 +2117,7 @@ local function entry(s)
   if rec == nil then
     return nil
   end
+  rec.check = rec.res and reserve_check or CHECK[rec.alg] -- what evaluate runs
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
   end
@@ -2165,16 +2162,25 @@ local function parse(keys, args)
       -- to check but its field (a penalty box's record is not plain).
       if not (same and e.plain) then
         local alg, own = e.alg, false
-        if e.settle ~= (h.settle and alg ~= CONCURRENCY) or e.res and (h.refund or h.reset or h.lift or h.settle) then
-          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a settlement settles every entry but a concurrency limit\'s, and only a check reserves'
-        end
-        if alg == CONCURRENCY or e.res or e.settle then -- its holder, as its hold's field
-          local holder = args[a]
-          if typeof(holder) ~= 'string' or #holder < 1 and not (e.res and h.dry) or #holder > 256 then
-            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency, reserving or settling entry needs its holder (1..256 bytes)'
+        if e.held then -- its holder, as its hold's field
+          if e.settle and not h.settle or e.res and (h.refund or h.reset or h.lift) then
+            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': only a settlement settles, only a check reserves'
           end
-          E_HF[j], E_DF[j], a = ':h' .. e.field .. ':' .. holder, ':d' .. e.field .. ':' .. holder, a + 1
-          R_NX[r] = R_NX[r] or e.res or e.settle
+          local holder = args[a]
+          if alg == CONCURRENCY then
+            if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
+              return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
+            end
+            E_HF[j], E_DF[j] = ':h' .. e.field .. ':' .. holder, ':d' .. e.field .. ':' .. holder
+          else -- its reservation's field itself (no string to build), which counts its duplicates too
+            local np = #e.hpre
+            if typeof(holder) ~= 'string' or #holder > np + 256 or #holder < np + 1 and not (e.res and h.dry) or find(holder, e.hpre, 1, true) ~= 1 then
+              return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a reserving or settling entry needs its reservation\'s field (\'' ..
+                e.hpre .. '\' and 1..256 bytes of holder)'
+            end
+            E_HF[j], E_DF[j], R_NX[r] = holder, holder, true
+          end
+          a = a + 1
         end
         if alg == SLIDING_LOG then
           k = k + 1
@@ -2196,10 +2202,10 @@ local function parse(keys, args)
           grp = group(ng, b, j, own)
           same = false
         end
-        if alg == PENALTY and (grp.first ~= j or h.refund or h.settle) then
+        if alg == PENALTY and (grp.first ~= j or h.refund) then
           return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
         end
-        if alg == CONCURRENCY or e.res or e.settle then
+        if e.held then
           grp.holds = true
         end
       end
@@ -2221,6 +2227,13 @@ local function parse(keys, args)
               return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a log and a bucket share a key'
             end
           end
+        end
+      end
+    end
+    if h.settle then -- every entry settles, but a concurrency limit's (released)
+      for j = j0 + 1, j0 + n do
+        if not E_REC[j].settle and E_REC[j].alg ~= CONCURRENCY then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a settlement settles every entry but a concurrency limit\'s'
         end
       end
     end
@@ -2272,6 +2285,44 @@ local function forget(grp, lift)
   end
 end
 
+-- settle_request settles the groups g1..g2 of a request (its entries
+-- j0+1..j0+n, its decision at OUT[d]): allowed when an entry settled (or
+-- freed) something.
+local function settle_request(d, base, g1, g2, j0, n, now)
+  OUT[d] = 0
+  for g = g1, g2 do
+    settle_group(GROUPS[g], now, base)
+    commit(GROUPS[g], false)
+  end
+  for j = j0 + 1, j0 + n do
+    if OUT[base + 4 * j + 1] == 0 then
+      OUT[d] = 1
+    end
+  end
+end
+
+-- refund_request gives back (or settles: settle_request) the groups
+-- g1..g2 of a request with header h (see sluice_check).
+local function refund_request(h, d, base, g1, g2, j0, n, now)
+  if h.settle then
+    settle_request(d, base, g1, g2, j0, n, now)
+    return
+  end
+  OUT[d] = 1
+  for g = g1, g2 do
+    refund_group(GROUPS[g], now, base, h.release)
+    commit(GROUPS[g], false)
+  end
+  if h.release then -- a release: allowed when a concurrency entry freed something
+    OUT[d] = 0
+    for j = j0 + 1, j0 + n do
+      if E_REC[j].alg == CONCURRENCY and OUT[base + 4 * j + 1] == 0 then
+        OUT[d] = 1
+      end
+    end
+  end
+end
+
 -- server_time is the server's clock in µs.
 local function server_time()
   local t = call('TIME')
@@ -2318,31 +2369,8 @@ local function sluice_check(keys, args)
         local b = base + 4 * j
         OUT[b + 1], OUT[b + 2], OUT[b + 3], OUT[b + 4] = 0, 0, 0, 0
       end
-    elseif h.settle then -- a settlement: allowed when it settled (or freed) something; always written
-      OUT[d] = 0
-      for g = g1, g2 do
-        settle_group(GROUPS[g], now, base)
-        commit(GROUPS[g], false)
-      end
-      for j = j0 + 1, j0 + n do
-        if OUT[base + 4 * j + 1] == 0 then
-          OUT[d] = 1
-        end
-      end
-    elseif h.refund then -- a refund (always allowed) or a release (allowed when it freed something): always written
-      OUT[d] = 1
-      for g = g1, g2 do
-        refund_group(GROUPS[g], now, base, h.release)
-        commit(GROUPS[g], false)
-      end
-      if h.release then -- a release: allowed when a concurrency entry freed something
-        OUT[d] = 0
-        for j = j0 + 1, j0 + n do
-          if E_REC[j].alg == CONCURRENCY and OUT[base + 4 * j + 1] == 0 then
-            OUT[d] = 1
-          end
-        end
-      end
+    elseif h.refund then -- a refund (always allowed), a release or a settlement (allowed when it freed or settled something): always written
+      refund_request(h, d, base, g1, g2, j0, n, now)
     else
       local allowed = true
       for g = g1, g2 do
