@@ -8,6 +8,7 @@ package llmtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -279,16 +280,32 @@ func (a answer) stream(includeUsage bool) bool {
 	if !a.wait() || send(chunk(map[string]any{"content": "from the test model."}, "stop")) != nil {
 		return false
 	}
-	if includeUsage {
-		last := map[string]any{"id": "chatcmpl-test", "object": "chat.completion.chunk", "model": a.model,
-			"choices": []any{}, "usage": a.usageJSON()}
-		if send(last) != nil {
-			return false
-		}
+	if includeUsage && a.sendSplit(f, map[string]any{"id": "chatcmpl-test", "object": "chat.completion.chunk",
+		"model": a.model, "choices": []any{}, "usage": a.usageJSON()}) != nil {
+		return false
 	}
 	if _, err := fmt.Fprint(a.w, "data: [DONE]\n\n"); err != nil {
 		return false
 	}
 	f.Flush()
 	return true
+}
+
+// sendSplit sends v as one event in two writes, flushed apart, its usage
+// object cut in the middle, as the network may deliver it: a reader of the
+// stream must join them.
+func (a answer) sendSplit(f http.Flusher, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	event := "data: " + string(b) + "\n\n"
+	cut := strings.Index(event, "completion_tokens")
+	for _, part := range []string{event[:cut], event[cut:]} {
+		if _, err := io.WriteString(a.w, part); err != nil {
+			return err
+		}
+		f.Flush()
+	}
+	return nil
 }
