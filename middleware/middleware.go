@@ -275,6 +275,12 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 			// also when next panics, which then goes on
 			defer l.release(context.WithoutCancel(r.Context()), admitted(req), holder)
 		}
+		if out.Reserves() {
+			slot := &usageSlot{}
+			r = r.WithContext(context.WithValue(r.Context(), usageKey{}, slot))
+			// runs before the release: the deferred calls run last first
+			defer l.settle(context.WithoutCancel(r.Context()), admitted(req), holder, slot)
+		}
 		next.ServeHTTP(w, r)
 		return
 	}

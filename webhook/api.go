@@ -27,7 +27,8 @@ type CheckRequest struct {
 	Policy string `json:"policy,omitempty"`
 	// Request is the request to decide.
 	Request OriginalRequest `json:"request"`
-	// Cost overrides the policies' cost when above 0.
+	// Cost overrides the policies' cost when above 0: for a policy with
+	// charge Reserve, the estimate to reserve (clamped to reserve.max).
 	Cost int64 `json:"cost,omitempty"`
 	// DryRun evaluates without consuming.
 	DryRun bool `json:"dryRun,omitempty"`
@@ -65,9 +66,11 @@ type CheckResponse struct {
 	Error string `json:"error,omitempty"`
 	// Policies are the matching policies' parts in the decision.
 	Policies []PolicyReport `json:"policies"`
-	// Release is set when the request holds units of a concurrency limit:
-	// an opaque handle to POST to /v1/release when the request ends.
-	// Until then (or until the limits' lease timeout) its units stay held.
+	// Release is set when the request holds units of a concurrency limit,
+	// or a reservation of a policy with charge Reserve: an opaque handle
+	// to POST to /v1/release when the request ends (with the actual cost
+	// or usage, which settles the reservation). Until then (or until the
+	// limits' lease timeout, the reservation's ttl) they stay held.
 	Release string `json:"release,omitempty"`
 }
 
@@ -92,6 +95,15 @@ type PolicyReport struct {
 	// penalty box), in seconds rounded up; in mode Shadow, the ban it
 	// would have issued.
 	BanSeconds int64 `json:"banSeconds,omitempty"`
+	// Reservation is what the check did to the policy's reservation
+	// (charge Reserve): reserved, settled_below, settled_exact,
+	// settled_above or nothing_reserved.
+	Reservation string `json:"reservation,omitempty"`
+	// Reserved is the units the request reserved, or the reservation a
+	// settlement replaced.
+	Reserved int64 `json:"reserved,omitempty"`
+	// Settled is a settlement's actual cost.
+	Settled *int64 `json:"settled,omitempty"`
 	// Limits are the figures of the policy's limits.
 	Limits []LimitReport `json:"limits,omitempty"`
 }
@@ -130,6 +142,9 @@ type LimitReport struct {
 	// Banned: denied because the bucket is banned (its policy's penalty
 	// box), until retryAfterSeconds.
 	Banned bool `json:"banned,omitempty"`
+	// Reserved is the units of the limit's live reservations (charge
+	// Reserve), counted as spent in remaining until they are settled.
+	Reserved int64 `json:"reserved,omitempty"`
 }
 
 // readJSON decodes r's body, declared JSON and at most maxJSONBody bytes,
@@ -267,6 +282,7 @@ func report(out *check.Outcome) CheckResponse {
 		if pr.WhenError != nil {
 			rep.WhenError = pr.WhenError.Error()
 		}
+		reportReservation(&rep, &pr)
 		index[pr.Policy] = len(resp.Policies)
 		resp.Policies = append(resp.Policies, rep)
 	}
@@ -275,7 +291,7 @@ func report(out *check.Outcome) CheckResponse {
 		l := LimitReport{
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
-			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached, Banned: lr.Banned,
+			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached, Banned: lr.Banned, Reserved: lr.Reserved,
 		}
 		if !lr.Allowed && lr.RetryAfter > 0 && lr.RetryAfter != ratelimit.Never {
 			secs := checkhttp.CeilSeconds(lr.RetryAfter)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/internal/check"
+	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
 
@@ -23,13 +24,65 @@ import (
 type ReleaseRequest struct {
 	// Release is the handle a /v1/check answer carried.
 	Release string `json:"release"`
+	// Cost is the request's actual cost, which settles the reservations
+	// of policies with charge Reserve (0 gives every reserved unit back).
+	// Without it or usage, a reservation stays charged as estimated.
+	Cost *int64 `json:"cost,omitempty"`
+	// Usage is what the request used, which each policy with charge
+	// Reserve prices (reserve.pricing) into its actual cost. Not with
+	// cost.
+	Usage *UsageReport `json:"usage,omitempty"`
+}
+
+// UsageReport is the usage of an LLM call: inputTokens (cached ones
+// included, as OpenAI's prompt_tokens) and outputTokens required,
+// cachedInputTokens 0 when absent.
+type UsageReport struct {
+	// InputTokens are the input tokens, the cached ones included.
+	// Required.
+	InputTokens *int64 `json:"inputTokens"`
+	// OutputTokens are the output tokens. Required.
+	OutputTokens *int64 `json:"outputTokens"`
+	// CachedInputTokens are the input tokens read from cache, at most
+	// inputTokens; 0 when absent.
+	CachedInputTokens *int64 `json:"cachedInputTokens,omitempty"`
+}
+
+// settlement reads in's cost or usage, refusing bad values with the field
+// named: at most one of them, counts 0..ratelimit.MaxCount, usage's
+// required counts present.
+func (in *ReleaseRequest) settlement() (cost int64, usage *policy.Usage, err error) {
+	switch {
+	case in.Cost != nil && in.Usage != nil:
+		return 0, nil, fmt.Errorf("cost, usage: give one of them, not both")
+	case in.Cost != nil:
+		if c := *in.Cost; c < 0 || c > ratelimit.MaxCount {
+			return 0, nil, fmt.Errorf("cost: %d, want 0 to %d", c, ratelimit.MaxCount)
+		}
+		return *in.Cost, nil, nil
+	case in.Usage == nil:
+		return 0, nil, nil
+	case in.Usage.InputTokens == nil:
+		return 0, nil, fmt.Errorf("usage.inputTokens: required")
+	case in.Usage.OutputTokens == nil:
+		return 0, nil, fmt.Errorf("usage.outputTokens: required")
+	}
+	u := policy.Usage{InputTokens: *in.Usage.InputTokens, OutputTokens: *in.Usage.OutputTokens}
+	if in.Usage.CachedInputTokens != nil {
+		u.CachedInputTokens = *in.Usage.CachedInputTokens
+	}
+	if err := u.Validate("usage"); err != nil {
+		return 0, nil, err
+	}
+	return 0, &u, nil
 }
 
 // ReleaseResponse is the answer of POST /v1/release.
 type ReleaseResponse struct {
 	// Released is true when the handle's units were held and are now
-	// freed; false when they were not (released already, their lease
-	// timed out, or the handle was never issued).
+	// freed, or its reservations settled; false when they were not
+	// (released already, their lease or ttl ran out, or the handle was
+	// never issued).
 	Released bool `json:"released"`
 	// Policies are the matching policies' figures after the release.
 	Policies []PolicyReport `json:"policies"`
@@ -81,13 +134,53 @@ func (s *CheckEndpoint) handleRelease(w http.ResponseWriter, r *http.Request) {
 		s.badRequest(w, fmt.Errorf("release: %w", err))
 		return
 	}
-	out, err := s.opts.Checker.Check(r.Context(), check.Input{
+	cost, usage, err := in.settlement()
+	if err != nil {
+		s.badRequest(w, err)
+		return
+	}
+	released, err := s.opts.Checker.Check(r.Context(), check.Input{
 		Namespace: h.Namespace, Policy: h.Policy, Request: req, Holder: h.Holder, Action: ratelimit.Release,
 	})
 	if err != nil {
 		s.checkError(w, err)
 		return
 	}
+	// The reservations are settled by a call of their own: a release
+	// leaves them alone, and a settlement units in flight.
+	settle := check.Input{Namespace: h.Namespace, Policy: h.Policy, Holder: h.Holder, Action: ratelimit.Settle,
+		Parts: []check.Part{{Request: req, Cost: cost, CostSet: in.Cost != nil, Usage: usage}}}
+	settled, err := s.opts.Checker.Check(r.Context(), settle)
+	if err != nil {
+		s.checkError(w, err)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ReleaseResponse{Released: out.Allowed, Policies: report(out).Policies})
+	_ = json.NewEncoder(w).Encode(ReleaseResponse{Released: released.Allowed || settled.Allowed, Policies: mergeReports(report(released).Policies, report(settled).Policies)})
+}
+
+// mergeReports joins the reports of a release and a settlement of one
+// request, whose policies are the same, in the same order: each policy's
+// from the call that reached its limits.
+func mergeReports(released, settled []PolicyReport) []PolicyReport {
+	for i := range released {
+		if i < len(settled) && len(released[i].Limits) == 0 && (len(settled[i].Limits) > 0 || settled[i].Reservation != "") {
+			released[i] = settled[i]
+		}
+	}
+	return released
+}
+
+// reportReservation copies what the check did to pr's reservation into
+// rep.
+func reportReservation(rep *PolicyReport, pr *check.PolicyResult) {
+	outcome, reserved, actual := pr.Reservation()
+	if outcome == "" {
+		return
+	}
+	rep.Reservation, rep.Reserved = string(outcome), reserved
+	switch outcome {
+	case check.ReservationSettledBelow, check.ReservationSettledExact, check.ReservationSettledAbove:
+		rep.Settled = &actual
+	}
 }

@@ -13,11 +13,14 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : has(l.concurrency) ? l.concurrency.limit : self.cost) >= self.cost)",message="cost must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst, concurrency.limit or a window's limit): such a request could never be allowed",fieldPath=".cost"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || self.limits.all(l, (has(l.tokenBucket) ? l.tokenBucket.capacity : has(l.fixedWindow) ? l.fixedWindow.limit : has(l.slidingWindowLog) ? l.slidingWindowLog.limit : has(l.slidingWindowCounter) ? l.slidingWindowCounter.limit : has(l.leakyBucket) ? l.leakyBucket.capacity : has(l.gcra) ? l.gcra.burst : has(l.calendar) ? l.calendar.limit : self.lease.units) >= self.lease.units)",message="lease.units must not exceed any limit's capacity (tokenBucket.capacity, leakyBucket.capacity, gcra.burst or a window's limit): such a lease could never be taken",fieldPath=".lease.units"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.cost) || self.lease.units >= self.cost",message="lease.units must be at least cost: a lease serves whole requests",fieldPath=".lease.units"
-// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge != 'Always'",message="a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count",fieldPath=".lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.charge) || self.charge == 'Admitted'",message="a lease cannot serve charge Always or Reserve: a cost charged whatever the decision goes into debt, and a reservation is held by its request; only Redis can count them",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.mode) || self.mode != 'Shadow'",message="a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy",fieldPath=".lease"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !has(self.penalty)",message="a lease cannot serve a penalty box: bans are decided by Redis with every request; remove the lease or the penalty",fieldPath=".penalty"
 // +kubebuilder:validation:XValidation:rule="!has(self.lease) || !self.limits.exists(l, has(l.concurrency))",message="a concurrency limit takes no lease: units in flight are held by the request that was admitted, until it releases them",fieldPath=".lease"
-// +kubebuilder:validation:XValidation:rule="!has(self.charge) || self.charge != 'Always' || !self.limits.exists(l, has(l.concurrency))",message="must be Admitted with a concurrency limit: units in flight are held by the request that was admitted, until it releases them; a request never admitted holds none",fieldPath=".charge"
+// +kubebuilder:validation:XValidation:rule="!has(self.charge) || self.charge == 'Admitted' || !self.limits.exists(l, has(l.concurrency))",message="must be Admitted with a concurrency limit: units in flight are held by the request that was admitted, until it releases them; a request never admitted holds none",fieldPath=".charge"
+// +kubebuilder:validation:XValidation:rule="!has(self.charge) || self.charge != 'Reserve' || has(self.reserve)",message="charge Reserve needs reserve: the holder (descriptor policies), ttl and max of a request's reservation",fieldPath=".charge"
+// +kubebuilder:validation:XValidation:rule="!has(self.reserve) || (has(self.charge) && self.charge == 'Reserve')",message="reserve is for charge Reserve only: set charge: Reserve, or remove reserve",fieldPath=".reserve"
+// +kubebuilder:validation:XValidation:rule="!has(self.reserve) || ((has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? (has(self.reserve.holder) && has(self.match.descriptor) && self.match.descriptor.exists(d, d.key == self.reserve.holder) && has(self.key) && !self.key.contains('{descriptor}') && !self.key.contains('{descriptor:' + self.reserve.holder + '}')) : !has(self.reserve.holder))",message="reserve.holder of a descriptor policy names an entry of match.descriptor (such as Envoy's x-request-id) that the key leaves out (set a key without {descriptor} or {descriptor:<holder>}, so the bucket is shared by the requests it counts); an HTTP policy sets no holder: the middleware and POST /v1/check hold per request",fieldPath=".reserve.holder"
 // +kubebuilder:validation:XValidation:rule="(has(self.match) && (has(self.match.domain) || has(self.match.descriptor))) ? self.limits.all(l, !has(l.concurrency) || (has(l.concurrency.holder) && has(self.match.descriptor) && self.match.descriptor.exists(d, d.key == l.concurrency.holder) && has(self.key) && !self.key.contains('{descriptor}') && !self.key.contains('{descriptor:' + l.concurrency.holder + '}'))) : self.limits.all(l, !has(l.concurrency) || !has(l.concurrency.holder))",message="a concurrency limit of a descriptor policy names its holder, an entry of match.descriptor (such as Envoy's x-request-id) that the key leaves out (set a key without {descriptor} or {descriptor:<holder>}, so the bucket is shared by the requests it counts); an HTTP policy sets no holder: the middleware and POST /v1/check hold per request",fieldPath=".limits"
 type RateLimitPolicySpec struct {
 	// targetRefs attach the policy to Gateway API resources (direct policy
@@ -92,10 +95,21 @@ type RateLimitPolicySpec struct {
 	// it back under. Always is for costs known only after the fact, such as
 	// the tokens an LLM call used, reported once the response is done
 	// (Envoy's apply_on_stream_done with hits_addend): they were spent
-	// whatever the limit says. Defaults to Admitted.
+	// whatever the limit says. Reserve takes an estimate at admission, all
+	// or nothing as Admitted does, held by the request (reserve) until its
+	// actual cost settles it: the difference is given back, or taken into
+	// debt as Always takes it (token budgets). Defaults to Admitted.
 	// +optional
 	// +kubebuilder:default=Admitted
 	Charge ChargeMode `json:"charge,omitempty"`
+
+	// reserve is how charge Reserve holds a request's estimate (cost, or
+	// the estimate the request carries) until its settlement: the holder
+	// of a descriptor policy, how long a reservation waits, the most one
+	// request reserves, and the pricing of reported usage. Set with
+	// charge Reserve only.
+	// +optional
+	Reserve *Reserve `json:"reserve,omitempty"`
 
 	// mode is Enforce (deny requests over a limit) or Shadow (evaluate and
 	// count, report what would have been denied, never deny). Defaults to Enforce.
@@ -546,7 +560,7 @@ const (
 )
 
 // ChargeMode says which requests a policy counts.
-// +kubebuilder:validation:Enum=Admitted;Always
+// +kubebuilder:validation:Enum=Admitted;Always;Reserve
 type ChargeMode string
 
 const (
@@ -554,6 +568,9 @@ const (
 	ChargeAdmitted ChargeMode = "Admitted"
 	// ChargeAlways counts every matching request, over the limit if need be.
 	ChargeAlways ChargeMode = "Always"
+	// ChargeReserve takes an estimate at admission and settles it with
+	// the actual cost when the request is done.
+	ChargeReserve ChargeMode = "Reserve"
 )
 
 // FailureMode says what to answer when Redis cannot.

@@ -58,7 +58,9 @@ func fieldsOf(st *ast.StructType) []jsonField {
 		_, pointer := f.Type.(*ast.StarExpr)
 		out = append(out, jsonField{
 			name: name, typ: jsonType(f.Type), doc: fieldDoc(f),
-			optional: strings.Contains(opts, "omitempty") || pointer,
+			// A pointer tells a field that is absent from one that is 0;
+			// its doc says when it is required all the same.
+			optional: (strings.Contains(opts, "omitempty") || pointer) && !strings.HasSuffix(fieldDoc(f), "Required."),
 		})
 	}
 	return out
@@ -77,7 +79,7 @@ func fieldDoc(f *ast.Field) string {
 }
 
 // typeSections are the template's sections of the bodies' object types.
-var typeSections = map[string]string{"OriginalRequest": "request", "PolicyReport": "policies", "LimitReport": "policieslimits"}
+var typeSections = map[string]string{"OriginalRequest": "request", "PolicyReport": "policies", "LimitReport": "policieslimits", "UsageReport": "settling-a-token-budget"}
 
 // jsonType is the JSON type of a Go type expression.
 func jsonType(e ast.Expr) string {

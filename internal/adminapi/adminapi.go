@@ -106,6 +106,10 @@ type LimitState struct {
 	Allowed    bool      `json:"allowed"`
 	RetryAfter string    `json:"retryAfter"`
 	Override   *Override `json:"override"`
+	// Reserved is the units of the limit's live reservations (charge
+	// Reserve): estimates of requests not yet settled, counted as spent
+	// in Remaining until they are.
+	Reserved int64 `json:"reserved,omitempty"`
 }
 
 // Override is the override of a limit's number in force: where it comes

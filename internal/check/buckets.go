@@ -54,7 +54,8 @@ func (b *Buckets) Inspect(ctx context.Context, namespace, name, keyValue string)
 		return nil, err
 	}
 	for i := range out.Limits { // the same entries, in the same order
-		out.Limits[i].Remaining, out.Limits[i].Reset = now.Limits[i].Remaining, now.Limits[i].Reset
+		lr, n := &out.Limits[i], &now.Limits[i]
+		lr.Remaining, lr.Reset, lr.Reserved = n.Remaining, n.Reset, n.Reserved
 	}
 	return out, nil
 }

@@ -143,6 +143,9 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	if sc.noHolder != nil {
 		return refuseNoRelease(out, sc.noHolder)
 	}
+	if sc.priceErr != nil {
+		return sc.priceErr // before the store: nothing settled
+	}
 	defer c.observeLatency(start)
 	if !out.Allowed { // a missing key denied: consume nothing anywhere
 		c.noteDuplicates(ctx, sc)
@@ -152,6 +155,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 	case len(sc.zeros) == 0:
 	case givesBack(in.Action): // a limit of 0 has nothing to give back, an untracked holder nothing to free
 		untrackedReleases(sc, out)
+		untrackedSettlements(sc, out)
 	default:
 		out.Reason = ReasonAllowed
 		if decideZeros(sc, out, start) { // denied: consume nothing anywhere
@@ -160,7 +164,7 @@ func (c *Checker) evaluate(ctx context.Context, sc *scratch, out *Outcome, in In
 		}
 	}
 	if len(sc.req.Entries) == 0 {
-		out.Allowed = in.Action != ratelimit.Release // nothing held: nothing freed
+		out.Allowed = in.Action != ratelimit.Release && in.Action != ratelimit.Settle // nothing held: nothing freed
 		return nil
 	}
 	if n := len(sc.req.Entries); n > ratelimit.MaxEntries {

@@ -37,18 +37,25 @@ func (c *Checker) decide(ctx context.Context, sc *scratch, out *Outcome) error {
 	}
 	if err != nil {
 		ferr := c.storeFailed(out, &sc.route, err)
-		if sc.req.Action == ratelimit.Release && !sc.refund {
+		if sc.req.Action == ratelimit.Release && !sc.refund || sc.req.Action == ratelimit.Settle {
 			out.Allowed = false // a release the store did not make freed nothing known
 		}
 		return ferr
 	}
 	sc.route.success()
 	c.full.decided(&sc.route)
-	if sc.req.Action == ratelimit.Release {
+	switch sc.req.Action {
+	case ratelimit.Release:
 		applyRelease(sc, out)
+		return nil
+	case ratelimit.Settle:
+		applySettle(sc, out)
 		return nil
 	}
 	c.applyDecision(sc, out)
+	if sc.req.Action == ratelimit.Consume {
+		noteReservations(sc, out)
+	}
 	return nil
 }
 
@@ -86,10 +93,11 @@ func (c *Checker) answerFromCache(sc *scratch, out *Outcome, now time.Time) bool
 		return false
 	}
 	for i := range sc.req.Entries {
-		if e := &sc.req.Entries[i]; e.Cost > 0 && (e.ChargeAlways || e.Limit.Algorithm == ratelimit.Concurrency) {
+		if e := &sc.req.Entries[i]; e.Cost > 0 && (e.ChargeAlways || e.Reserve > 0 || e.Limit.Algorithm == ratelimit.Concurrency) {
 			// A cost charged whatever the decision must reach the store;
-			// so must a holder's duplicate, which its hold remembers
-			// whatever the decision (so that its release frees nothing).
+			// so must a holder's duplicate, which its hold or reservation
+			// remembers whatever the decision (so that its release or
+			// settlement changes nothing).
 			return false
 		}
 	}

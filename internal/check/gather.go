@@ -43,6 +43,8 @@ type scratch struct {
 	holder   string
 	noHolder *LimitResult
 	refund   bool
+	// priceErr is a settlement's usage a reserve policy could not price.
+	priceErr error
 	// sent is when the store call was sent (a ban it issued runs from
 	// then); zero when none was.
 	sent time.Time
@@ -80,7 +82,7 @@ func (sc *scratch) reset(in Input) {
 	sc.uses = sc.uses[:0]
 	clear(sc.zeros)
 	sc.zeros = sc.zeros[:0]
-	sc.action, sc.holder, sc.noHolder, sc.refund = in.Action, in.Holder, nil, false
+	sc.action, sc.holder, sc.noHolder, sc.refund, sc.priceErr = in.Action, in.Holder, nil, false, nil
 	sc.sent = time.Time{}
 }
 
@@ -90,7 +92,7 @@ func (sc *scratch) reset(in Input) {
 func (sc *scratch) gather(out *Outcome, set *policy.Set, named []*policy.Policy, in Input) {
 	parts := in.Parts
 	if len(parts) == 0 {
-		sc.parts[0] = Part{Request: in.Request, Cost: in.Cost, CostSet: in.Cost > 0}
+		sc.parts[0] = Part{Request: in.Request, Cost: in.Cost, CostSet: in.Cost > 0, Usage: in.Usage}
 		parts = sc.parts[:]
 	}
 	for i := range parts {
@@ -138,6 +140,9 @@ func (sc *scratch) add(out *Outcome, p *policy.Policy, werr error, i int, part *
 	cost := p.Cost
 	if part.CostSet {
 		cost = part.Cost
+	}
+	if p.Reserve != nil {
+		cost = sc.reserveCost(&pr, cost, part)
 	}
 	sc.addKeyed(out, pr, cost, part, shared)
 }

@@ -41,7 +41,9 @@ const (
 )
 
 // givesBack reports whether action returns units instead of taking them.
-func givesBack(a ratelimit.Action) bool { return a == ratelimit.Refund || a == ratelimit.Release }
+func givesBack(a ratelimit.Action) bool {
+	return a == ratelimit.Refund || a == ratelimit.Release || a == ratelimit.Settle
+}
 
 // entryRoute is where holds sends an entry.
 type entryRoute int8
@@ -69,9 +71,14 @@ const (
 // holder is one Sluice cannot track: that request is decided, never an
 // error (an error answer lets it through by the proxy's default).
 func (sc *scratch) holds(p *policy.Policy, owner, l int, e *ratelimit.Entry, part *Part, inFlight bool) entryRoute {
+	if p.Reserve != nil {
+		return sc.reserves(p, owner, l, e, part)
+	}
 	lim := &p.Limits[l]
 	conc := lim.Limit.Algorithm == ratelimit.Concurrency
 	switch {
+	case sc.action == ratelimit.Settle: // settles reservations only
+		return notSent
 	case sc.action == ratelimit.Release && !conc:
 		return notSent
 	case sc.action == ratelimit.Refund && inFlight && !conc:
@@ -138,7 +145,7 @@ func (c *Checker) noteDuplicates(ctx context.Context, sc *scratch) {
 func (sc *scratch) duplicatesOnly() bool {
 	kept := 0
 	for _, e := range sc.req.Entries {
-		if e.Limit.Algorithm != ratelimit.Concurrency || e.Cost == 0 || e.Limit.Capacity >= ratelimit.MaxCount {
+		if e.Limit.Algorithm != ratelimit.Concurrency && e.Reserve == 0 || e.Cost == 0 || e.Limit.Capacity >= ratelimit.MaxCount {
 			continue
 		}
 		e.Cost, e.Penalty, e.Shadow = e.Limit.Capacity+1, ratelimit.Penalty{}, false
@@ -164,6 +171,11 @@ func untrackedReleases(sc *scratch, out *Outcome) {
 // refuseNoRelease records the refusal of a concurrency limit met without
 // a holder, r, and returns its error.
 func refuseNoRelease(out *Outcome, r *LimitResult) error {
+	if r.Policy.Reserves() {
+		out.Policies[r.owner].reservation.outcome = ReservationRefused
+		return noSettlement(fmt.Sprintf("charge Reserve needs a settlement this transport cannot send: policy %s has charge Reserve: check it through Envoy's rate limit service (a descriptor holder), the middleware or POST /v1/check, which settle when the request ends",
+			r.Policy))
+	}
 	out.Policies[r.owner].release = ReleaseRefused
 	return fmt.Errorf("%w: policy %s, limit %s: check it through Envoy's rate limit service (a descriptor holder), the middleware or POST /v1/check, which release when the request ends; or give it a rate limit instead",
 		ErrNoRelease, r.Policy, r.Limit.Name)
@@ -201,7 +213,7 @@ func (o *Outcome) Holds() bool {
 		return false
 	}
 	for i := range o.Policies {
-		if pr := &o.Policies[i]; !pr.MissingKey && pr.Policy.HoldsInFlight() {
+		if pr := &o.Policies[i]; !pr.MissingKey && pr.Policy.Holds() {
 			return true
 		}
 	}

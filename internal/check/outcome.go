@@ -35,8 +35,18 @@ type Input struct {
 	// the holder holds, and its other limits keep what the request was
 	// charged. A release (ratelimit.Release) ends a request: the matching
 	// policies' concurrency limits free what the holder holds, and nothing
-	// else changes; it is answered allowed when something was freed.
+	// else changes; it is answered allowed when something was freed. A
+	// settlement (ratelimit.Settle) ends a request too: the matching
+	// policies with charge Reserve replace the holder's reservation by
+	// the actual cost (Cost, the usage's price, or without either the
+	// policy's estimate, which leaves the reservation charged as it was),
+	// and nothing else changes; it is answered allowed when something was
+	// settled. A refund leaves reservations alone.
 	Action ratelimit.Action
+	// Usage, on a settlement, is what the request reports it used, which
+	// each policy with charge Reserve prices (reserve.pricing) into its
+	// actual cost. It must be valid (policy.Usage.Validate).
+	Usage *policy.Usage
 	// Holder names the request whose units the concurrency limits of
 	// HTTP policies hold (the middleware's request, a /v1/check handle),
 	// and which a release names again. Transports that cannot release
@@ -69,6 +79,8 @@ type Part struct {
 	// give-back, no decision, so its limits count no decision and tell the
 	// decision log and the top keys nothing.
 	Refunded bool
+	// Usage is Input.Usage for a part (see there).
+	Usage *policy.Usage
 }
 
 // Reason says why a request was answered the way it was.
@@ -137,6 +149,9 @@ type PolicyResult struct {
 	// release is what a release of the policy's concurrency limits did
 	// (sluice_releases_total); "" when none was made or refused.
 	release ReleaseOutcome
+	// reservation is what the check did to the policy's reservation
+	// (charge Reserve).
+	reservation reservation
 }
 
 // Limits are the limits checked for the policy's key value: its

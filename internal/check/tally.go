@@ -46,7 +46,7 @@ func (t *Tally) Checked(_ context.Context, ob *Observation) {
 			if !out.Policies[lr.owner].givesBack { // a give-back part's read is no decision
 				t.decided(lr)
 			}
-		case m != nil && lr.Limit.Limit.Algorithm != ratelimit.Concurrency: // a refund's (a concurrency limit's is its policy's release)
+		case m != nil && ob.Input.Action != ratelimit.Settle && lr.Limit.Limit.Algorithm != ratelimit.Concurrency: // a refund's (a concurrency limit's is its policy's release)
 			m.refunds.WithLabelValues(lr.Policy.Namespace, lr.Policy.Name, lr.Limit.Name).Inc()
 		}
 	}
@@ -58,6 +58,7 @@ func (t *Tally) Checked(_ context.Context, ob *Observation) {
 		if pr.release != "" {
 			m.releases.WithLabelValues(pr.Policy.Namespace, pr.Policy.Name, string(pr.release)).Inc()
 		}
+		m.countReservation(pr)
 		if pr.Ban > 0 {
 			m.banIssued(pr.Policy, pr.Ban)
 		}

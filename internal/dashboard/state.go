@@ -195,6 +195,9 @@ func inForce(p *policy.Policy) PolicyView {
 	if p.ChargeAlways {
 		v.Charge = string(ratelimitv1alpha1.ChargeAlways)
 	}
+	if p.Reserves() {
+		v.Charge = string(ratelimitv1alpha1.ChargeReserve)
+	}
 	if p.FailClosed {
 		v.FailureMode = string(ratelimitv1alpha1.FailureModeClosed)
 	}

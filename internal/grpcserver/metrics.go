@@ -13,6 +13,8 @@ import (
 type metrics struct {
 	requests   *prometheus.CounterVec
 	rls, authz *answers
+	// clampedHits counts hits_addend above the largest count.
+	clampedHits prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,10 +22,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "sluice_grpc_requests_total",
 		Help: "gRPC checks answered, by service and the code of the answer's status, as grpc-go names it (ext_authz: OK allowed, ResourceExhausted rate limited, PermissionDenied denied otherwise, InvalidArgument unreadable, Internal failed; rate limit service: OK answered, OK or OVER_LIMIT, InvalidArgument unreadable, Internal failed).",
 	}, []string{"service", "code"})
+	clamped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_rls_hits_addend_clamped_total",
+		Help: "Rate limit service hits_addend (a descriptor's or the request's) above the largest count a limit accepts (one billion), read as that count: an estimate or a settled cost no usage reaches.",
+	})
 	if reg != nil {
-		reg.MustRegister(requests)
+		reg.MustRegister(requests, clamped)
 	}
-	return &metrics{requests: requests,
+	return &metrics{requests: requests, clampedHits: clamped,
 		rls: &answers{requests: requests, service: rlsService}, authz: &answers{requests: requests, service: authzService}}
 }
 

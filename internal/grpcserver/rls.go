@@ -62,6 +62,13 @@ type rlsState struct {
 	reqs    []policy.Request
 	parts   []check.Part
 	refunds []check.Part // the descriptors with negative hits, to give back
+	// settles are the descriptors with negative hits as settlements of
+	// reservations (charge Reserve): each one's hits_addend is the actual
+	// cost, 0 included.
+	settles []check.Part
+	// clamped counts the hits_addend of this call above the largest count
+	// (ratelimit.MaxCount), read as that count.
+	clamped int
 	out     check.Outcome
 	headers checkhttp.HeaderScratch
 }
@@ -131,6 +138,7 @@ func (r *rls) release(st *rlsState) {
 	clear(st.reqs)
 	clear(st.parts)
 	clear(st.refunds)
+	clear(st.settles)
 	r.state.Put(st)
 }
 
@@ -161,6 +169,9 @@ func (r *rls) decide(ctx context.Context, st *rlsState, a *rlsAnswer) error {
 	if err := st.read(r.ownLimitsOf(namespace)); err != nil {
 		return grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
+	if st.clamped > 0 {
+		r.s.metrics.clampedHits.Add(float64(st.clamped))
+	}
 	ctx, span := r.s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLS, namespace)
 	err := r.check(ctx, namespace, st)
 	span.End(&st.out, err)
@@ -179,6 +190,14 @@ func (r *rls) check(ctx context.Context, namespace string, st *rlsState) error {
 		// Negative hits go back first, in a call of their own; the
 		// descriptors then read their limits in the call below.
 		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.refunds, Action: ratelimit.Refund}, &st.out); err != nil {
+			return err
+		}
+	}
+	if len(st.settles) > 0 {
+		// The same descriptors settle the reservations of policies with
+		// charge Reserve, which a refund leaves alone (no store call when
+		// none matches).
+		if err := r.s.opts.Checker.CheckInto(ctx, check.Input{Namespace: namespace, Parts: st.settles, Action: ratelimit.Settle}, &st.out); err != nil {
 			return err
 		}
 	}
@@ -238,13 +257,16 @@ func (a *rlsAnswer) okForEach(n int) {
 // namespace's policies), and its cost: the descriptor's hits_addend when
 // set (0 checks without counting), else the request's when above 0, else
 // the policies' own cost. A descriptor with is_negative_hits is also a
-// refund of that cost (st.refunds), and checks without counting.
+// refund of that cost (st.refunds) and a settlement at that cost of the
+// reservations it names (st.settles), and checks without counting.
 func (st *rlsState) read(own ownLimits) error {
 	in := &st.in
 	descriptors := in.descriptors
 	st.reqs = slices.Grow(st.reqs[:0], len(descriptors))[:len(descriptors)]
 	st.parts = slices.Grow(st.parts[:0], len(descriptors))[:len(descriptors)]
 	st.refunds = st.refunds[:0]
+	st.settles = st.settles[:0]
+	st.clamped = 0
 	for i := range descriptors {
 		d := &descriptors[i]
 		st.reqs[i] = policy.Request{Kind: policy.KindDescriptor, Domain: in.domain, Descriptor: in.entries[d.from:d.to:d.to]}
@@ -259,9 +281,9 @@ func (st *rlsState) read(own ownLimits) error {
 		}
 		switch {
 		case d.hasHitsAddend:
-			part.Cost, part.CostSet = clampCost(d.hitsAddend), true
+			part.Cost, part.CostSet = st.clampCost(d.hitsAddend), true
 		case in.hitsAddend > 0:
-			part.Cost, part.CostSet = clampCost(uint64(in.hitsAddend)), true
+			part.Cost, part.CostSet = st.clampCost(uint64(in.hitsAddend)), true
 		}
 		if d.negativeHits {
 			// Given back as much as a check would take; then read only,
@@ -269,6 +291,7 @@ func (st *rlsState) read(own ownLimits) error {
 			if !part.CostSet || part.Cost > 0 {
 				st.refunds = append(st.refunds, part)
 			}
+			st.settles = append(st.settles, part)
 			part.Cost, part.CostSet, part.Refunded = 0, true, true
 		}
 		st.parts[i] = part
@@ -382,8 +405,9 @@ func (r *rls) ownLimit(namespace string, at int, o ownLimitSpec) ([]*policy.Poli
 
 // clampCost keeps a cost in the engine's range; any cost above a limit's
 // capacity is denied the same.
-func clampCost(n uint64) int64 {
+func (st *rlsState) clampCost(n uint64) int64 {
 	if n > ratelimit.MaxCount {
+		st.clamped++
 		return ratelimit.MaxCount
 	}
 	return int64(n)

@@ -29,6 +29,9 @@ type Policy struct {
 	// ChargeAlways: spec.charge is Always (every matching request is
 	// counted, over the limit if need be).
 	ChargeAlways bool
+	// Reserve is spec.reserve for charge Reserve (a request's estimate held
+	// until its settlement); nil for the other charges.
+	Reserve *Reserve
 	// Lease is spec.lease: zero when the policy is decided exactly.
 	Lease ratelimit.Lease
 	// Penalty is spec.penalty: zero when the policy has no penalty box.
@@ -108,6 +111,11 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 		errs = append(errs, checkDebt(limits, specPath)...)
 	}
 	p.Limits, p.Summary = limits, summary
+	reserve, rerrs := compileReserve(spec, specPath.Child("reserve"))
+	errs = append(errs, rerrs...)
+	if p.Reserve = reserve; reserve != nil {
+		errs = append(errs, checkReserveLimits(limits, specPath)...)
+	}
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease

@@ -62,8 +62,8 @@ func checkConcurrency(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limi
 // checkInFlightPolicy refuses what a policy with a concurrency limit (at
 // limitPath, named name) cannot have, each at its own field, once: units
 // in flight are held by the request that was admitted, so no lease (which
-// would hand them to a process, not a request) and no charge Always (a
-// request never admitted holds nothing to release). The other rules on the
+// would hand them to a process, not a request) and no charge Always or
+// Reserve (a request never admitted holds nothing to release). The other rules on the
 // lease and on debt (lease.units within each capacity, a debt the engine
 // counts exactly) leave concurrency limits to this one.
 func checkInFlightPolicy(spec *ratelimitv1alpha1.RateLimitPolicySpec, specPath, limitPath *field.Path, name string) field.ErrorList {
@@ -72,7 +72,7 @@ func checkInFlightPolicy(spec *ratelimitv1alpha1.RateLimitPolicySpec, specPath, 
 		errs = append(errs, field.Forbidden(specPath.Child("lease"),
 			fmt.Sprintf("a concurrency limit takes no lease (%s, %s): units in flight are held by the request that was admitted, until it releases them", limitPath, name)))
 	}
-	if spec.Charge == ratelimitv1alpha1.ChargeAlways {
+	if spec.Charge != "" && spec.Charge != ratelimitv1alpha1.ChargeAdmitted {
 		errs = append(errs, field.Invalid(specPath.Child("charge"), spec.Charge,
 			fmt.Sprintf("must be Admitted with a concurrency limit (%s, %s): units in flight are held by the request that was admitted, until it releases them; a request never admitted holds none", limitPath, name)))
 	}

@@ -43,8 +43,8 @@ func compileLease(spec *ratelimitv1alpha1.RateLimitPolicySpec, limits []Limit, c
 			break
 		}
 	}
-	if spec.Charge == ratelimitv1alpha1.ChargeAlways {
-		errs = append(errs, field.Invalid(path, "", "a lease cannot serve charge Always: a cost charged whatever the decision goes into debt, which only Redis can count"))
+	if spec.Charge != "" && spec.Charge != ratelimitv1alpha1.ChargeAdmitted {
+		errs = append(errs, field.Invalid(path, "", "a lease cannot serve charge Always or Reserve: a cost charged whatever the decision goes into debt, and a reservation is held by its request; only Redis can count them"))
 	}
 	if spec.Mode == ratelimitv1alpha1.ModeShadow {
 		errs = append(errs, field.Invalid(path, "", "a lease cannot serve mode Shadow: a shadow policy reports what Redis decides exactly; remove the lease or enforce the policy"))

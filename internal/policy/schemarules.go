@@ -25,6 +25,7 @@ func ValidateSpec(spec *ratelimitv1alpha1.RateLimitPolicySpec) field.ErrorList {
 	errs := schemavalues.PolicySpec(spec)
 	errs = append(errs, validateMatch(&spec.Match, path.Child("match"))...)
 	errs = append(errs, validateTargets(spec, path)...)
+	errs = append(errs, validateReserve(spec, path)...)
 	return append(errs, validateLimits(spec.Limits, path.Child("limits"))...)
 }
 
@@ -134,3 +135,37 @@ func validateTargets(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Pa
 	}
 	return errs
 }
+
+// validateReserve is the schema's rules on charge Reserve and spec.reserve
+// (see ValidateSpec): they go together; a descriptor policy's holder is an
+// entry of match.descriptor that the key leaves out, an HTTP policy's is
+// unset; pricing is weights or an expression. (No lease and no
+// concurrency limit: compileLease and checkInFlightPolicy.)
+func validateReserve(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	reserve := spec.Charge == ratelimitv1alpha1.ChargeReserve
+	switch {
+	case reserve && spec.Reserve == nil:
+		return field.ErrorList{field.Invalid(path.Child("charge"), spec.Charge, "charge Reserve needs reserve: the holder (descriptor policies), ttl and max of a request's reservation")}
+	case !reserve && spec.Reserve != nil:
+		return field.ErrorList{field.Invalid(path.Child("reserve"), "", "reserve is for charge Reserve only: set charge: Reserve, or remove reserve")}
+	case spec.Reserve == nil:
+		return nil
+	}
+	r, hp := spec.Reserve, path.Child("reserve", "holder")
+	if m := &spec.Match; m.Domain != "" || len(m.Descriptor) > 0 {
+		if r.Holder == "" || !listsEntry(m.Descriptor, r.Holder) || spec.Key == "" ||
+			strings.Contains(spec.Key, "{descriptor}") || strings.Contains(spec.Key, "{descriptor:"+r.Holder+"}") {
+			errs = append(errs, field.Invalid(hp, r.Holder, reserveHolderRule))
+		}
+	} else if r.Holder != "" {
+		errs = append(errs, field.Invalid(hp, r.Holder, reserveHolderRule))
+	}
+	if pr := r.Pricing; pr != nil && pr.Expression != "" && (pr.InputTokens != nil || pr.OutputTokens != nil || pr.CachedInputTokens != nil) {
+		errs = append(errs, field.Invalid(path.Child("reserve", "pricing"), "", "pricing is weights or an expression, not both"))
+	}
+	return errs
+}
+
+// reserveHolderRule is the schema's message on reserve.holder.
+const reserveHolderRule = "reserve.holder of a descriptor policy names an entry of match.descriptor (such as Envoy's x-request-id) that the key leaves out (set a key without {descriptor} or {descriptor:<holder>}, so the bucket is shared by the requests it counts); an HTTP policy sets no holder: the middleware and POST /v1/check hold per request"

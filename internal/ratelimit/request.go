@@ -58,9 +58,27 @@ type Entry struct {
 	// Holder names who holds the units a Concurrency entry takes: one
 	// request in flight (Envoy's x-request-id, a handle the caller keeps).
 	// A Concurrency entry needs one (1..MaxHolderLen bytes); a Release,
-	// or a Refund, frees only what its holder holds. Other algorithms
-	// ignore it.
+	// or a Refund, frees only what its holder holds. An entry of another
+	// algorithm needs one with Reserve (on a DryRun it may be empty: the
+	// call then only reports Reserved) and in a Settle; else it is
+	// ignored.
 	Holder string
+	// Reserve, above 0 on a Consume or a DryRun of an entry of any
+	// algorithm but Concurrency, makes the entry's Cost a reservation
+	// (a token budget's estimate): the Cost is taken exactly as without
+	// it (all or nothing with the request's other entries), and recorded
+	// as Holder's reservation in the limit, live for Reserve (at most
+	// MaxReserve). A later Settle of the same holder replaces it by the
+	// actual cost. An admission of a holder that holds a live reservation
+	// in the limit is denied (RetryAfter at the earliest when that
+	// reservation ends) and counted as its duplicate, whatever the
+	// request's decision (as a Concurrency hold counts its duplicates):
+	// the duplicate's settlement, which comes first or last, changes
+	// nothing, and only the holder's last one settles. A reservation
+	// never settled stays charged: its units were taken at admission,
+	// and its record goes after Reserve. A Cost of 0 reserves nothing.
+	// Not with ChargeAlways. A Refund or a Release ignores it.
+	Reserve time.Duration
 	// Lease, when enabled, lets a lease store (package lease) answer the
 	// entry from units it took from the bucket earlier; stores ignore it.
 	Lease Lease
@@ -73,6 +91,10 @@ type Entry struct {
 // payload (the holder is stored beside the units it holds).
 const MaxHolderLen = 256
 
+// MaxReserve bounds Entry.Reserve: a reservation's record lives at most
+// this long (366 days).
+const MaxReserve = 366 * 24 * time.Hour
+
 // Request is the set of limits one incoming request is checked against.
 // All entries are evaluated at one instant and the outcome is all or
 // nothing: if any non-shadow entry denies, no entry is consumed (except
@@ -80,7 +102,7 @@ const MaxHolderLen = 256
 type Request struct {
 	Entries []Entry
 	// Action is what the call does to the limits' state: consume (the
-	// zero Action), a dry run, a refund, or a release.
+	// zero Action), a dry run, a refund, a release, or a settlement.
 	Action Action
 }
 
@@ -113,10 +135,29 @@ const (
 	// nothing to wait for), the Decision's whether any did; the others'
 	// are a refund's. Remaining and Reset are the figures after.
 	Release
+	// Settle replaces reservations (Entry.Reserve) by actual costs: each
+	// entry's Cost is the actual cost (0..MaxCount) of its Holder, whose
+	// live reservation R in that limit goes, and the limit's state moves
+	// by the difference. An actual below R gives R - actual back, as
+	// Refund gives back (never past untouched; what belonged to a window
+	// that has ended is dropped); one above R takes actual - R whatever
+	// the limit says, as ChargeAlways takes (into debt, capped at one
+	// Capacity: the limit must pass Limit.ValidateDebt); an actual equal
+	// to R moves nothing. A holder with no live reservation there (none
+	// taken, its admission denied, settled already, or its reservation
+	// ended) changes nothing; while duplicates of the holder's admission
+	// are pending (see Entry.Reserve), the settlement is a duplicate's:
+	// it counts one off and changes nothing else. Result.Allowed reports
+	// whether the entry settled a reservation (RetryAfter is then 0, else
+	// Never), Result.Settled the reservation it replaced, the Decision's
+	// Allowed whether any entry settled; Remaining, Reset and Reserved
+	// are the figures after. Penalty boxes do not apply, nor Shadow and
+	// ChargeAlways. A Concurrency entry is released, as by Release.
+	Settle
 )
 
 // Decides reports whether the action decides an admission (Consume,
-// DryRun) rather than giving units back (Refund, Release): only those meet
+// DryRun) rather than giving units back (Refund, Release, Settle): only those meet
 // a penalty box's bans and count its denials.
 func (a Action) Decides() bool { return a == Consume || a == DryRun }
 
@@ -130,6 +171,8 @@ func (a Action) String() string {
 		return "refund"
 	case Release:
 		return "release"
+	case Settle:
+		return "settle"
 	}
 	return fmt.Sprintf("Action(%d)", a)
 }
@@ -167,6 +210,15 @@ type Result struct {
 	// denial's RetryAfter is the ban's end or later: its own limit may
 	// still deny then.
 	BanLeft time.Duration
+	// Reserved is the units of the limit's live reservations (see
+	// Entry.Reserve) as the call left them: with this entry's own when it
+	// was consumed, without the one a Settle replaced. Reported for an
+	// entry with Reserve and in a Settle, else 0. Reserved units are
+	// spent units (counted in Remaining) until settled.
+	Reserved int64
+	// Settled is, in a Settle, the reservation the entry replaced (0:
+	// none, see Allowed).
+	Settled int64
 }
 
 // DeniedFor is how long the denial r stands if nothing else happens to
@@ -239,7 +291,10 @@ func (r *Request) Validate() error {
 		if e.Limit.Algorithm == Concurrency && (e.Holder == "" || len(e.Holder) > MaxHolderLen) {
 			return fmt.Errorf("%w: entry %d (%s) of a Concurrency limit has a holder of %d bytes, want 1..%d", ErrInvalidRequest, i, e.Key, len(e.Holder), MaxHolderLen)
 		}
-		if e.ChargeAlways {
+		if err := r.validateReserve(i, e); err != nil {
+			return err
+		}
+		if e.ChargeAlways || r.Action == Settle && e.Limit.Algorithm != Concurrency {
 			if err := e.Limit.ValidateDebt(); err != nil {
 				return fmt.Errorf("%w: entry %d (%s): %w", ErrInvalidRequest, i, e.Key, err)
 			}
@@ -247,6 +302,33 @@ func (r *Request) Validate() error {
 	}
 	if i, j, ok := r.duplicate(); ok {
 		return fmt.Errorf("%w: entries %d and %d share key %s", ErrInvalidRequest, i, j, r.Entries[j].Key)
+	}
+	return nil
+}
+
+// validateReserve checks entry i's reservation, or its settlement.
+func (r *Request) validateReserve(i int, e *Entry) error {
+	holder := len(e.Holder) >= 1 && len(e.Holder) <= MaxHolderLen
+	if r.Action == Settle {
+		if !holder {
+			return fmt.Errorf("%w: entry %d (%s) of a settlement has a holder of %d bytes, want 1..%d", ErrInvalidRequest, i, e.Key, len(e.Holder), MaxHolderLen)
+		}
+		return nil
+	}
+	if e.Reserve == 0 || !r.Action.Decides() {
+		return nil
+	}
+	switch {
+	case e.Reserve < 0 || e.Reserve > MaxReserve:
+		return fmt.Errorf("%w: entry %d (%s) reserve %s outside 0..%s", ErrInvalidRequest, i, e.Key, e.Reserve, MaxReserve)
+	case e.Reserve < time.Microsecond:
+		return fmt.Errorf("%w: entry %d (%s) reserve %s below 1µs", ErrInvalidRequest, i, e.Key, e.Reserve)
+	case e.Limit.Algorithm == Concurrency:
+		return fmt.Errorf("%w: entry %d (%s): a Concurrency limit holds its units already, it takes no reservation", ErrInvalidRequest, i, e.Key)
+	case e.ChargeAlways:
+		return fmt.Errorf("%w: entry %d (%s): a reservation is not charged always (its settlement takes what it used)", ErrInvalidRequest, i, e.Key)
+	case !holder && (r.Action != DryRun || e.Holder != ""):
+		return fmt.Errorf("%w: entry %d (%s) with a reservation has a holder of %d bytes, want 1..%d", ErrInvalidRequest, i, e.Key, len(e.Holder), MaxHolderLen)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,17 +77,29 @@ func table(w io.Writer, header []shown, rows [][]shown) error {
 	return tw.Flush()
 }
 
-func limitRows(limits []adminapi.LimitState) [][]shown {
-	rows := make([][]shown, 0, len(limits))
+// limitRows are the rows of limits, with the columns of header. While
+// reservations are live (charge Reserve), what is spent is told apart
+// from what is reserved: SPENT is the quota's units taken and settled,
+// RESERVED the estimates not yet settled (REMAINING counts both).
+func limitRows(limits []adminapi.LimitState) (header []shown, rows [][]shown) {
+	reserves := slices.ContainsFunc(limits, func(l adminapi.LimitState) bool { return l.Reserved > 0 })
+	header = limitHeader
+	if reserves {
+		header = slices.Insert(slices.Clone(limitHeader), 4, "SPENT", "RESERVED")
+	}
+	rows = make([][]shown, 0, len(limits))
 	for _, l := range limits {
 		override := shown("-")
 		if o := l.Override; o != nil {
 			override = visible(o.Source) + " (policy " + number(o.PolicyLimit) + ")"
 		}
-		rows = append(rows, []shown{visible(l.Name), visible(l.Algorithm), number(l.Limit),
-			number(l.Remaining), visible(l.Reset), yesNo(l.Allowed), visible(l.RetryAfter), override})
+		row := []shown{visible(l.Name), visible(l.Algorithm), number(l.Limit), number(l.Remaining)}
+		if reserves {
+			row = append(row, number(max(l.Limit-l.Remaining-l.Reserved, 0)), number(l.Reserved))
+		}
+		rows = append(rows, append(row, visible(l.Reset), yesNo(l.Allowed), visible(l.RetryAfter), override))
 	}
-	return rows
+	return header, rows
 }
 
 var limitHeader = []shown{"LIMIT", "ALGORITHM", "QUOTA", "REMAINING", "RESET", "ALLOWED", "RETRY-AFTER", "OVERRIDE"}
@@ -120,7 +133,8 @@ func renderKeyState(w io.Writer, namespace, policy string, key shown, limits []a
 	if err := writef(w, "%s/%s key %s\n", namespace, policy, key); err != nil {
 		return err
 	}
-	if err := table(w, limitHeader, limitRows(limits)); err != nil {
+	header, rows := limitRows(limits)
+	if err := table(w, header, rows); err != nil {
 		return err
 	}
 	return writeBan(w, ban)

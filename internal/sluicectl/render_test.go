@@ -27,6 +27,15 @@ per-minute  FixedWindow  1000   997        41s    yes      0s           Runtime 
 per-day     TokenBucket  5000   0          3h     no       17s          -
 ban: 4m10s left of 5m
 `},
+	{[]string{"inspect", "llm/tokens", "acme"}, `{"namespace":"llm","policy":"tokens","key":"acme","limits":[
+ {"name":"month","algorithm":"Calendar","limit":5000000,"remaining":4990000,"reset":"400h","allowed":true,"retryAfter":"0s","override":null,"reserved":4000},
+ {"name":"minute","algorithm":"FixedWindow","limit":100000,"remaining":96000,"reset":"41s","allowed":true,"retryAfter":"0s","override":null,"reserved":4000}],
+ "ban":null}`, `llm/tokens key acme
+LIMIT   ALGORITHM    QUOTA    REMAINING  SPENT  RESERVED  RESET  ALLOWED  RETRY-AFTER  OVERRIDE
+month   Calendar     5000000  4990000    6000   4000      400h   yes      0s           -
+minute  FixedWindow  100000   96000      0      4000      41s    yes      0s           -
+ban: none
+`},
 	{[]string{"explain", "shop", "--url", "https://shop.example.com/api/cart"}, `{"namespace":"shop","policies":[
  {"name":"per-tenant","matched":true,"key":"acme","missingKey":false,"limits":[
   {"name":"per-minute","algorithm":"FixedWindow","limit":100,"remaining":0,"reset":"41s","allowed":false,"retryAfter":"41s","override":null}],"ban":null},

@@ -73,10 +73,12 @@ type item struct {
 	pinned bool
 }
 
-// limit is one limit's state in its bucket.
+// limit is one limit's state in its bucket, and its reservations
+// (Entry.Reserve), which the bucket's expiry covers.
 type limit struct {
 	field string
 	st    model.State
+	res   []model.Reservation
 }
 
 // state returns the state of field, or nil.
@@ -103,6 +105,35 @@ func (it *item) holding() bool {
 		}
 	}
 	return false
+}
+
+// reservations returns field's reservations, or nil.
+func (it *item) reservations(field string) []model.Reservation {
+	if it.first.field == field {
+		return it.first.res
+	}
+	for i := range it.more {
+		if it.more[i].field == field {
+			return it.more[i].res
+		}
+	}
+	return nil
+}
+
+// setReservations stores field's reservations (a field it has no state
+// for yet gets an untouched one).
+func (it *item) setReservations(field string, res []model.Reservation) {
+	if it.first.field == field {
+		it.first.res = res
+		return
+	}
+	for i := range it.more {
+		if it.more[i].field == field {
+			it.more[i].res = res
+			return
+		}
+	}
+	it.more = append(it.more, limit{field: strings.Clone(field), res: res})
 }
 
 // set stores field's state. A new field is copied: it is a substring of
@@ -175,7 +206,8 @@ type scratch struct {
 	bucketOf []int    // entry i's bucket
 	verdicts []model.Verdict
 	nexts    []model.State
-	boxes    []model.Box // bucket g's penalty box
+	res      [][]model.Reservation // entry i's reservations to store (see model.ApplyReserved)
+	boxes    []model.Box           // bucket g's penalty box
 
 	bucket  []string // bucket g's key
 	shardOf []uint8
@@ -224,6 +256,7 @@ func (sc *scratch) reset(n int) {
 	sc.bucketOf = grow(sc.bucketOf, n)
 	sc.verdicts = grow(sc.verdicts, n)
 	sc.nexts = grow(sc.nexts, n)
+	sc.res = grow(sc.res, n)
 	sc.bucket, sc.shardOf, sc.items, sc.locked = sc.bucket[:0], sc.shardOf[:0], sc.items[:0], sc.locked[:0]
 }
 
@@ -294,10 +327,19 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	}
 	for i := range req.Entries {
 		var st *model.State
-		if it := sc.items[sc.bucketOf[i]]; it != nil && now < it.exp {
+		var res []model.Reservation
+		it := sc.items[sc.bucketOf[i]]
+		if it != nil && now < it.exp {
 			st = it.state(sc.field[i])
 		}
-		sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, &req.Entries[i], req.Action)
+		if e := &req.Entries[i]; model.Reserves(e, req.Action) {
+			if it != nil && now < it.exp {
+				res = it.reservations(sc.field[i])
+			}
+			sc.verdicts[i], sc.nexts[i], sc.res[i] = model.ApplyReserved(sc.params[i], st, res, now, e, req.Action)
+		} else {
+			sc.verdicts[i], sc.nexts[i] = model.Apply(sc.params[i], st, now, e, req.Action)
+		}
 		if req.Action.Decides() {
 			if g := sc.bucketOf[i]; sc.boxes[g].Open(&req.Entries[i]) {
 				sc.boxes[g].State = sc.penaltyState(g, now)
@@ -324,7 +366,10 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		if req.Action != ratelimit.DryRun && s.written(req, dec.Allowed, sc, i) {
 			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now+v.ResetAfter)
 		}
-		sc.nexts[i] = model.State{} // drop references held by the pool
+		if s.reserved(req, dec.Allowed, sc, i) {
+			s.commitReservations(sc, sc.bucketOf[i], sc.field[i], sc.res[i])
+		}
+		sc.nexts[i], sc.res[i] = model.State{}, nil // drop references held by the pool
 	}
 	if req.Action == ratelimit.Consume {
 		for g := range sc.boxes {
@@ -350,18 +395,25 @@ func (s *Store) writes(req *ratelimit.Request, allowed bool, sc *scratch, g int)
 		return true
 	}
 	for i := range req.Entries {
-		if sc.bucketOf[i] == g && s.written(req, allowed, sc, i) {
+		if sc.bucketOf[i] == g && (s.written(req, allowed, sc, i) || s.reserved(req, allowed, sc, i)) {
 			return true
 		}
 	}
 	return false
 }
 
+// reserved reports whether entry i of req, decided allowed or not, stores
+// its reservations (model.StoresReserved).
+func (s *Store) reserved(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
+	e := &req.Entries[i]
+	return model.Reserves(e, req.Action) && model.StoresReserved(allowed, &sc.verdicts[i], req.Action, sc.res[i])
+}
+
 // written reports whether entry i of req, decided allowed or not, writes
 // its state (model.Writes).
 func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int) bool {
-	if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
-		return sc.nexts[i].Alg != 0 // never a new bucket: a refund or release changes only held units
+	if !req.Action.Decides() {
+		return sc.nexts[i].Alg != 0 // never a new bucket: a refund, release or settlement changes only held units
 	}
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
@@ -381,6 +433,21 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 	if holding := it.holding(); holding != it.pinned {
 		s.shards[sc.shardOf[g]].setOffList(it, it.banned, holding, true)
 	}
+}
+
+// commitReservations stores a limit's reservations in bucket g, whose
+// expiry moves to the end of the last of them if that is later; room for
+// a new bucket was made already.
+func (s *Store) commitReservations(sc *scratch, g int, field string, res []model.Reservation) {
+	exp := model.ReservationsEnd(res)
+	it := sc.items[g]
+	if it == nil {
+		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, res: res}}
+		s.add(sc, g, it)
+		return
+	}
+	it.setReservations(field, res)
+	it.exp = max(it.exp, exp)
 }
 
 // add makes it bucket g's item, new in its shard, the most recently used.

@@ -212,3 +212,7 @@ func TestCalendarWindows(t *testing.T) {
 		return newSim(t, clock)
 	})
 }
+
+func TestReserveExamples(t *testing.T) {
+	ratelimittest.RunReserves(t, func(t *testing.T, clock *ratelimittest.Clock) ratelimit.Store { return newSim(t, clock) })
+}

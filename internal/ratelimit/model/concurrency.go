@@ -155,8 +155,9 @@ func Release(p Params, s *State, now int64, holder string) (v Verdict, next Stat
 // Apply is what a request doing action does to entry e's state s at time
 // now, p being e's compiled limit: the one dispatch every store shares.
 // A Refund releases a Concurrency entry's holder (and reports allowed, as
-// a refund always does); a Release refunds the entries of other
-// algorithms.
+// a refund always does), and so does a Settle (as a Release does); a
+// Release refunds the entries of other algorithms. An entry that
+// Reserves goes to ApplyReserved instead.
 func Apply(p Params, s *State, now int64, e *ratelimit.Entry, action ratelimit.Action) (Verdict, State) {
 	conc := p.Alg == ratelimit.Concurrency
 	switch {
@@ -164,7 +165,7 @@ func Apply(p Params, s *State, now int64, e *ratelimit.Entry, action ratelimit.A
 		v, next := Release(p, s, now, e.Holder)
 		v.Allowed, v.RetryAfter = true, 0
 		return v, next
-	case action == ratelimit.Release && conc:
+	case (action == ratelimit.Release || action == ratelimit.Settle) && conc:
 		return Release(p, s, now, e.Holder)
 	case action == ratelimit.Refund || action == ratelimit.Release:
 		return Refund(p, s, now, e.Cost)

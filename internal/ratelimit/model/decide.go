@@ -4,9 +4,18 @@ import "github.com/sluice-dev/sluice/internal/ratelimit"
 
 // Decide is the decision rule of one atomic call: the request is allowed
 // when every non-shadow entry allows it; a Release, when any Concurrency
-// entry freed something. verdicts is parallel to req.Entries.
+// entry freed something; a Settle, when any entry settled (or freed)
+// something. verdicts is parallel to req.Entries.
 func Decide(req *ratelimit.Request, verdicts []Verdict) bool {
 	entries := req.Entries
+	if req.Action == ratelimit.Settle {
+		for i := range verdicts[:len(entries)] {
+			if verdicts[i].Allowed {
+				return true
+			}
+		}
+		return false
+	}
 	if req.Action == ratelimit.Release {
 		for i := range entries {
 			if entries[i].Limit.Algorithm == ratelimit.Concurrency && verdicts[i].Allowed {
@@ -57,10 +66,11 @@ func remembersDuplicate(v *Verdict, next *State) bool {
 func (v *Verdict) Result(consumed bool) ratelimit.Result {
 	r := ratelimit.Result{Allowed: v.Allowed, Banned: v.Banned, Ban: ratelimit.MicrosToDuration(v.Ban), BanLeft: ratelimit.MicrosToDuration(v.BanLeft)}
 	if consumed {
-		r.Remaining, r.Reset = v.RemainingAfter, ratelimit.MicrosToDuration(v.ResetAfter)
+		r.Remaining, r.Reset, r.Reserved = v.RemainingAfter, ratelimit.MicrosToDuration(v.ResetAfter), v.ReservedAfter
 	} else {
-		r.Remaining, r.Reset = v.Remaining, ratelimit.MicrosToDuration(v.Reset)
+		r.Remaining, r.Reset, r.Reserved = v.Remaining, ratelimit.MicrosToDuration(v.Reset), v.Reserved
 	}
+	r.Settled = v.Settled
 	if !v.Allowed {
 		r.RetryAfter = ratelimit.MicrosToDuration(v.RetryAfter)
 	}

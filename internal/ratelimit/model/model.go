@@ -58,6 +58,15 @@ type Verdict struct {
 	// the ban in force (Banned) or the one issued (Ban); 0 when none and
 	// for a shadow bucket.
 	BanLeft int64
+	// Reserved and ReservedAfter are the units of the limit's live
+	// reservations before and after consuming (ApplyReserved; 0 for an
+	// entry that does not reserve); Settled, the reservation a Settle
+	// replaced (0: none).
+	Reserved, ReservedAfter, Settled int64
+	// Dup: the holder's admission was a duplicate of its live
+	// reservation, or its Settle a duplicate's (ApplyReserved): the
+	// reservations record it whatever the decision.
+	Dup bool
 }
 
 // Check evaluates cost units against state s at time now (µs, >= 0);

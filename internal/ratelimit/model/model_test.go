@@ -18,3 +18,9 @@ func TestHolderExamples(t *testing.T) {
 		return ratelimittest.NewReference(clock)
 	})
 }
+
+func TestReserveExamples(t *testing.T) {
+	ratelimittest.RunReserves(t, func(_ *testing.T, clock *ratelimittest.Clock) ratelimit.Store {
+		return ratelimittest.NewReference(clock)
+	})
+}

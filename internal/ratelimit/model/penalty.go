@@ -78,7 +78,7 @@ func Banned(v *Verdict, left int64) {
 		retry = left
 	}
 	reset := max(v.Reset, left)
-	*v = Verdict{Banned: true, RetryAfter: retry, Reset: reset, ResetAfter: reset, BanLeft: left}
+	*v = Verdict{Banned: true, RetryAfter: retry, Reset: reset, ResetAfter: reset, BanLeft: left, Reserved: v.Reserved, ReservedAfter: v.Reserved, Dup: v.Dup}
 }
 
 // Box is one bucket's penalty box during one call of a store.

@@ -17,6 +17,8 @@ import (
 type Reference struct {
 	Clock  *Clock
 	states map[string]model.State
+	// res is each limit's reservations.
+	res map[string][]model.Reservation
 	// penalties is each bucket's penalty box state.
 	penalties map[string]model.PenaltyState
 	// redis is, per Redis key written, its kind and the µs at which its
@@ -31,7 +33,7 @@ type redisKey struct {
 
 // NewReference returns an empty Reference reading clock.
 func NewReference(clock *Clock) *Reference {
-	return &Reference{Clock: clock, states: map[string]model.State{}, penalties: map[string]model.PenaltyState{}, redis: map[string]redisKey{}}
+	return &Reference{Clock: clock, states: map[string]model.State{}, res: map[string][]model.Reservation{}, penalties: map[string]model.PenaltyState{}, redis: map[string]redisKey{}}
 }
 
 // Check implements ratelimit.Store.
@@ -42,13 +44,18 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 	now := r.Clock.Micros()
 	verdicts := make([]model.Verdict, len(req.Entries))
 	nexts := make([]model.State, len(req.Entries))
+	res := make([][]model.Reservation, len(req.Entries))
 	for i, e := range req.Entries {
 		p, err := model.Compile(e.Limit)
 		if err != nil {
 			return err
 		}
 		st := r.states[e.Key]
-		verdicts[i], nexts[i] = model.Apply(p, &st, now, &e, req.Action)
+		if model.Reserves(&e, req.Action) {
+			verdicts[i], nexts[i], res[i] = model.ApplyReserved(p, &st, r.res[e.Key], now, &e, req.Action)
+		} else {
+			verdicts[i], nexts[i] = model.Apply(p, &st, now, &e, req.Action)
+		}
 	}
 	var buckets []string
 	var boxes []model.Box
@@ -76,7 +83,17 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 	for i, e := range req.Entries {
 		v := &verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &e)))
-		if req.Action == ratelimit.Refund || req.Action == ratelimit.Release {
+		if model.Reserves(&e, req.Action) && model.StoresReserved(dec.Allowed, v, req.Action, res[i]) {
+			r.res[e.Key] = res[i]
+			bucket, _ := ratelimit.SplitKey(e.Key)
+			r.writtenBucket(bucket, model.ReservationsEnd(res[i]))
+		}
+		if req.Action == ratelimit.Settle && nexts[i].Alg != 0 {
+			r.states[e.Key] = nexts[i]
+			r.settled(e, v, &nexts[i], now)
+			continue
+		}
+		if !req.Action.Decides() { // a refund, a release, a settlement that moved nothing
 			if nexts[i].Alg != 0 {
 				r.states[e.Key] = nexts[i]
 				r.refunded(e, &nexts[i])
@@ -132,6 +149,17 @@ func (r *Reference) refunded(e ratelimit.Entry, next *model.State) {
 	if next.Alg == ratelimit.SlidingWindowLog && len(next.Log) == 0 {
 		delete(r.redis, e.Key)
 	}
+}
+
+// settled records what a Redis store writes for a settlement that left
+// entry e's state next (v its verdict): a refund's writes when it gave
+// back, a charge's when it took.
+func (r *Reference) settled(e ratelimit.Entry, v *model.Verdict, next *model.State, now int64) {
+	if e.Cost < v.Settled {
+		r.refunded(e, next)
+		return
+	}
+	r.written(e, now+v.ResetAfter)
 }
 
 // ExpiresAt returns when a Redis store's key (a bucket or a log, see Keys)

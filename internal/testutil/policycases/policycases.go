@@ -35,6 +35,10 @@ func AcceptedPolicies() []Case {
 		{Name: "a penalty box of fixed bans (ban equal to maxBan), in shadow mode", Spec: "mode: Shadow\npenalty: {denials: 1, within: 500ms, ban: 10m, maxBan: 10m}\n" + tokenBucket10},
 		{Name: "a concurrency limit of an HTTP policy, with defaults", Spec: withLimit("concurrency: {limit: 10}")},
 		{Name: "a concurrency limit of a descriptor policy, beside a rate limit", Spec: inFlightDescriptors("{descriptor:tenant}", "holder: request_id")},
+		{Name: "a token budget of a descriptor policy, per minute and per month", Spec: tokenBudget("{descriptor:tenant}", "holder: request_id, ttl: 5m, max: 20000")},
+		{Name: "a token budget of an HTTP policy, with defaults", Spec: "charge: Reserve\nreserve: {}\ncost: 100\n" + withLimit("fixedWindow: {limit: 100000, window: 1m}")},
+		{Name: "a token budget priced by weights", Spec: "charge: Reserve\nreserve: {max: 5000, pricing: {inputTokens: '1', outputTokens: '4', cachedInputTokens: '0.1'}}\n" + withLimit("calendar: {limit: 5000000, period: Month, timeZone: Europe/Berlin}")},
+		{Name: "a token budget priced by an expression", Spec: "charge: Reserve\nreserve: {pricing: {expression: 'inputTokens + 4 * outputTokens'}}\n" + withLimit("tokenBucket: {capacity: 100000, refillRate: 1000, refillInterval: 1s}")},
 		{Name: "a lease on every algorithm, as large as the smallest capacity", Spec: `
 cost: 2
 lease: {units: 5, ttl: 1m}
@@ -392,6 +396,34 @@ limits: [{name: l, concurrency: {limit: 2, holder: request_id}}]
 			Field: "spec.cost", Words: []string{"cost must not exceed any limit's capacity"}},
 		{Name: "a concurrency leaseTimeout without a unit", Spec: withLimit("concurrency: {limit: 2, leaseTimeout: '30'}"),
 			Field: "spec.limits[0].concurrency.leaseTimeout", Words: []string{"must be a duration such as"}},
+		{Name: "charge Reserve without reserve", Spec: "charge: Reserve\n" + tokenBucket10,
+			Field: "spec.charge", Words: []string{"charge Reserve needs reserve"}},
+		{Name: "reserve without charge Reserve", Spec: "reserve: {ttl: 1m}\n" + tokenBucket10,
+			Field: "spec.reserve", Words: []string{"reserve is for charge Reserve only"}},
+		{Name: "reserve with charge Always", Spec: "charge: Always\nreserve: {ttl: 1m}\n" + tokenBucket10,
+			Field: "spec.reserve", Words: []string{"reserve is for charge Reserve only"}},
+		{Name: "a token budget with a lease", Spec: "charge: Reserve\nreserve: {}\nlease: {units: 2}\n" + tokenBucket10,
+			Field: "spec.lease", Words: []string{"a lease cannot serve charge Always or Reserve"}},
+		{Name: "a token budget with a concurrency limit", Spec: "charge: Reserve\nreserve: {}\n" + withLimit("concurrency: {limit: 2}"),
+			Field: "spec.charge", Words: []string{"must be Admitted with a concurrency limit"}},
+		{Name: "a token budget of a descriptor policy without a holder", Spec: tokenBudget("{descriptor:tenant}", "ttl: 5m"),
+			Field: "spec.reserve.holder", Words: []string{"reserve.holder of a descriptor policy names an entry of match.descriptor"}},
+		{Name: "a token budget holder that match.descriptor does not list", Spec: tokenBudget("{descriptor:tenant}", "holder: trace_id"),
+			Field: "spec.reserve.holder", Words: []string{"an entry of match.descriptor"}},
+		{Name: "a token budget holder in the key", Spec: tokenBudget("{descriptor:tenant}/{descriptor:request_id}", "holder: request_id"),
+			Field: "spec.reserve.holder", Words: []string{"that the key leaves out"}},
+		{Name: "a token budget keyed by the whole descriptor", Spec: tokenBudget("{descriptor}", "holder: request_id"),
+			Field: "spec.reserve.holder", Words: []string{"that the key leaves out"}},
+		{Name: "a token budget holder in an HTTP policy", Spec: "charge: Reserve\nreserve: {holder: request_id}\n" + tokenBucket10,
+			Field: "spec.reserve.holder", Words: []string{"an HTTP policy sets no holder"}},
+		{Name: "a token budget ttl without a unit", Spec: "charge: Reserve\nreserve: {ttl: '300'}\n" + tokenBucket10,
+			Field: "spec.reserve.ttl", Words: []string{"must be a duration such as"}},
+		{Name: "a token budget max of 0", Spec: "charge: Reserve\nreserve: {max: 0}\n" + tokenBucket10,
+			Field: "spec.reserve.max", Words: []string{"should be greater than or equal to 1"}},
+		{Name: "a token price that is no decimal", Spec: "charge: Reserve\nreserve: {pricing: {outputTokens: '4x'}}\n" + tokenBucket10,
+			Field: "spec.reserve.pricing.outputTokens", Words: []string{"should match"}},
+		{Name: "a token pricing by weights and an expression", Spec: "charge: Reserve\nreserve: {pricing: {outputTokens: '4', expression: 'outputTokens'}}\n" + tokenBucket10,
+			Field: "spec.reserve.pricing", Words: []string{"pricing is weights or an expression, not both"}},
 	}
 }
 
@@ -446,6 +478,22 @@ limits:
 - {name: in-flight, concurrency: {limit: 2, leaseTimeout: 30s, %s}}
 - {name: minute, fixedWindow: {limit: 100, window: 1m}}
 `, key, holder)
+}
+
+// tokenBudget is a descriptor policy of [tenant, request_id] with the
+// given key, charge Reserve with the given reserve fields, and a minute's
+// and a month's token budget.
+func tokenBudget(key, reserve string) string {
+	return fmt.Sprintf(`
+match: {domain: llm, descriptor: [{key: tenant}, {key: request_id}]}
+key: %q
+charge: Reserve
+reserve: {%s}
+cost: 1000
+limits:
+- {name: minute, fixedWindow: {limit: 100000, window: 1m}}
+- {name: month, calendar: {limit: 5000000, period: Month, timeZone: Europe/Berlin}}
+`, key, reserve)
 }
 
 // withLimit gives a spec with one limit of the given body, so each case
