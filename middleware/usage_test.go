@@ -136,7 +136,7 @@ func TestReportUsageRefusals(t *testing.T) {
 	if err := middleware.ReportUsage(context.Background(), middleware.Usage{InputTokens: 1}); err == nil || !strings.Contains(err.Error(), "no reservation") {
 		t.Errorf("outside a reservation: %v", err)
 	}
-	h := memoryMode.new(t, tokenBudget).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := memoryMode.new(t, tokenBudget).Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		for u, field := range map[middleware.Usage]string{
 			{InputTokens: -1}:                      "usage.inputTokens",
 			{OutputTokens: 2_000_000_000}:          "usage.outputTokens",

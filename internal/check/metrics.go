@@ -97,15 +97,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_releases_total",
 			Help: "Releases of a policy's concurrency limits by outcome: freed (the holder held units), nothing_held (denied, released already, timed out, or unknown: nothing freed), refused_no_release (a check met the limit through a transport that cannot release it: the HTTP auth hooks, ext_authz).",
 		}, []string{"namespace", "policy", "outcome"}),
-		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_reservations_total",
-			Help: "Reservations of policies with charge Reserve by outcome: reserved (an admission took its estimate), clamped (an estimate above reserve.max, clamped to it), settled_below, settled_exact, settled_above (a settlement replaced a reservation by an actual cost below, equal to or above it), nothing_reserved (a settlement of a holder that holds none: denied, settled already, expired, unknown, a denied duplicate's), refused_no_release (a check through a transport that cannot settle: the HTTP auth hooks, ext_authz).",
-		}, []string{"namespace", "policy", "outcome"}),
-		reservationUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_reservation_units_total",
-			Help: "Units moved by the reservations of policies with charge Reserve, by kind: reserved (estimates taken at admission), given_back (by settlements below their reservation), taken (by settlements above it, into debt if need be).",
-		}, []string{"namespace", "policy", "kind"}),
 	}
+	m.reservations, m.reservationUnits = reservationMetrics()
 	evictions := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_store_evictions_total",
 		Help: "Buckets with live state the in-memory store evicted, least recently used first, to make room for new ones while it holds its maximum (--memory-max-keys); an evicted bucket starts afresh. Redis counts its own evictions (INFO stats evicted_keys).",

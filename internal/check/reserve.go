@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 )
@@ -206,6 +208,19 @@ func (o *Outcome) Reserves() bool {
 		}
 	}
 	return false
+}
+
+// reservationMetrics are sluice_reservations_total and
+// sluice_reservation_units_total.
+func reservationMetrics() (reservations, units *prometheus.CounterVec) {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_reservations_total",
+			Help: "Reservations of policies with charge Reserve by outcome: reserved (an admission took its estimate), clamped (an estimate above reserve.max, clamped to it), settled_below, settled_exact, settled_above (a settlement replaced a reservation by an actual cost below, equal to or above it), nothing_reserved (a settlement of a holder that holds none: denied, settled already, expired, unknown, a denied duplicate's), refused_no_release (a check through a transport that cannot settle: the HTTP auth hooks, ext_authz).",
+		}, []string{"namespace", "policy", "outcome"}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_reservation_units_total",
+			Help: "Units moved by the reservations of policies with charge Reserve, by kind: reserved (estimates taken at admission), given_back (by settlements below their reservation), taken (by settlements above it, into debt if need be).",
+		}, []string{"namespace", "policy", "kind"})
 }
 
 // countReservation counts, in the metrics, what the check did to pr's
