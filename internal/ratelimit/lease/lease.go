@@ -22,10 +22,11 @@
 // (the queue is full, the store fails) drops its units: admissions lost,
 // at most Units per process and lease, never an excess.
 //
-// What goes to the wrapped store exactly, as without leases: refunds, dry runs,
-// requests with an entry that is not leased (another policy without a
-// lease, shadow, charge Always), costs of 0 (a peek) and costs above
-// Units. A request of several leased buckets (several leased policies, or
+// What goes to the wrapped store exactly, as without leases: refunds,
+// releases, settlements, dry runs, requests with an entry that is not
+// leased (another policy without a lease, shadow, charge Always, a
+// reservation: its holder's record lives in the bucket), costs of 0 (a
+// peek) and costs above Units. A request of several leased buckets (several leased policies, or
 // descriptors) is decided from each one's lease, all or nothing: units
 // reserved from one bucket are put back when another denies.
 package lease
@@ -312,7 +313,7 @@ func (s *Store) groups(req *ratelimit.Request, gs []group) ([]group, bool) {
 	}
 	for i := range req.Entries {
 		e := &req.Entries[i]
-		if !e.Lease.Enabled() || e.Shadow || e.ChargeAlways || e.Cost < 1 || e.Cost > e.Lease.Units {
+		if !e.Lease.Enabled() || e.Shadow || e.ChargeAlways || e.Reserve > 0 || e.Cost < 1 || e.Cost > e.Lease.Units {
 			return nil, false
 		}
 		bucket, _ := ratelimit.SplitKey(e.Key)

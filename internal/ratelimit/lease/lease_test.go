@@ -282,6 +282,31 @@ func TestExactWhereALeaseCannotDecide(t *testing.T) {
 	}
 }
 
+// TestReservationsGoToTheStore: a reservation (and its settlement) is
+// decided by the wrapped store exactly, its holder's record kept there,
+// whatever the policy's lease.
+func TestReservationsGoToTheStore(t *testing.T) {
+	f := newFixture(t)
+	e := entry("p", "l", fixedWindow(100, time.Minute), 10)
+	e.Cost, e.Holder, e.Reserve = 5, "req-1", time.Minute
+	dec := f.check(t, e)
+	if !dec.Allowed || dec.Results[0].Reserved != 5 || f.inStore(t, e) != 95 {
+		t.Fatalf("reserve: %+v, store %d left: want 5 reserved in the store", dec, f.inStore(t, e))
+	}
+	if dup := f.check(t, e); dup.Allowed {
+		t.Fatalf("a duplicate of the holder: %+v, want denied", dup)
+	}
+	settle := ratelimit.Request{Action: ratelimit.Settle, Entries: []ratelimit.Entry{{Key: e.Key, Limit: e.Limit, Cost: 2, Holder: "req-1", Lease: e.Lease}}}
+	for _, want := range []bool{false, true} { // the duplicate's settlement first, then the holder's
+		if err := f.store.Check(ctx, 0, &settle, &dec); err != nil || dec.Allowed != want {
+			t.Fatalf("settle: %v %+v, want settled %v", err, dec, want)
+		}
+	}
+	if st := f.store.Stats(); st.Leased != 0 || st.Takes != 0 || f.inStore(t, e) != 98 {
+		t.Fatalf("stats %+v, store %d left: want nothing leased, 2 spent", st, f.inStore(t, e))
+	}
+}
+
 // TestAllOrNothingAcrossLeasedBuckets: when one leased bucket denies, the
 // units reserved from another go back to its lease.
 func TestAllOrNothingAcrossLeasedBuckets(t *testing.T) {

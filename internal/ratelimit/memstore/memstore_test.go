@@ -43,6 +43,16 @@ func TestDifferential(t *testing.T) {
 			ratelimittest.Target{Name: "memstore", Store: newSim(t, clock)})
 		t.Log(st)
 	})
+	t.Run("reserves", func(t *testing.T) {
+		clock := ratelimittest.FutureClock()
+		cfg := ratelimittest.DiffConfig{Requests: 8000, Algorithms: ratelimit.Algorithms, Keys: 12, MaxEntries: 6, Penalties: true, Reserves: true}
+		st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(97, ratelimittest.Seed(t, 7))), cfg, ratelimittest.NewReference(clock),
+			ratelimittest.Target{Name: "memstore", Store: newSim(t, clock)})
+		t.Log(st)
+		if st.Reserving == 0 || st.Settled == 0 {
+			t.Fatalf("the timeline made %d reservations and settled %d: want both", st.Reserving, st.Settled)
+		}
+	})
 	t.Run("penalties", func(t *testing.T) {
 		clock := ratelimittest.FutureClock()
 		cfg := ratelimittest.DiffConfig{Requests: 5000, Algorithms: ratelimit.Algorithms, Keys: 12, MaxEntries: 6, Penalties: true}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,11 +34,16 @@ type DiffConfig struct {
 	// Penalties gives most buckets (three keys each) a random penalty
 	// box, carried by their entries.
 	Penalties bool
+	// Reserves: a third of the keys (of every algorithm but Concurrency)
+	// take reservations of random lives (ratelimit.Entry.Reserve), and
+	// a tenth of the requests are settlements of random actual costs.
+	Reserves bool
 }
 
 // DiffStats counts what a timeline exercised.
 type DiffStats struct {
 	Requests, Probes, Entries, Allowed, Denied, EntryDenials, Never, DryRuns, Refunds, Releases, Shadows, ChargedAlways, Switches, Bans, Banned int
+	Reserving, Settlements, Settled                                                                                                             int
 	PerAlgorithm                                                                                                                                map[ratelimit.Algorithm]int
 }
 
@@ -47,8 +54,8 @@ func (s DiffStats) String() string {
 			per = append(per, fmt.Sprintf("%s=%d", a, n))
 		}
 	}
-	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds, %d releases) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d algorithm switches; %d bans issued, %d entries banned",
-		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Releases, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Switches, s.Bans, s.Banned)
+	return fmt.Sprintf("%d requests (%d allowed, %d denied, %d dry-run, %d refunds, %d releases, %d settlements) + %d retry probes; %d entries [%s]; %d entry denials, %d never, %d shadow, %d charged always, %d reserving, %d settled, %d algorithm switches; %d bans issued, %d entries banned",
+		s.Requests, s.Allowed, s.Denied, s.DryRuns, s.Refunds, s.Releases, s.Settlements, s.Probes, s.Entries, strings.Join(per, " "), s.EntryDenials, s.Never, s.Shadows, s.ChargedAlways, s.Reserving, s.Settled, s.Switches, s.Bans, s.Banned)
 }
 
 type diffKey struct {
@@ -56,6 +63,7 @@ type diffKey struct {
 	alg     ratelimit.Algorithm
 	limits  map[ratelimit.Algorithm]ratelimit.Limit // one fixed Limit per algorithm
 	always  bool                                    // its entries mostly charge always
+	reserve bool                                    // its entries reserve (DiffConfig.Reserves)
 	penalty ratelimit.Penalty                       // its bucket's
 	shadow  bool                                    // its bucket's policy is in shadow mode (with a penalty)
 }
@@ -76,7 +84,7 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	run := fmt.Sprintf("%x", rng.Uint64())
 	keys := make([]*diffKey, cfg.Keys)
 	for i := range keys {
-		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}, always: i%3 == 1}
+		keys[i] = &diffKey{key: ratelimit.Key("diff", run, fmt.Sprint(i/3), fmt.Sprint(i)), limits: map[ratelimit.Algorithm]ratelimit.Limit{}, always: i%3 == 1, reserve: cfg.Reserves && i%3 == 2}
 		keys[i].switchTo(rng, cfg.Algorithms[i%len(cfg.Algorithms)]) // every algorithm from the start
 		if cfg.Penalties && i%3 == 0 && rng.IntN(4) != 0 {
 			keys[i].penalty, keys[i].shadow = RandomPenalty(rng), rng.IntN(5) == 0
@@ -93,6 +101,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		t.Helper()
 		if err := ref.Check(ctx, 0, req, &refDec); err != nil {
 			t.Fatalf("%s: reference: %v", what, err)
+		}
+		if debugDiff {
+			t.Logf("%s t=%d %s\n=> %s", what, ref.Clock.Micros(), fmtRequest(req), fmtDecision(&refDec))
 		}
 		for i, tg := range targets {
 			if err := tg.Store.Check(ctx, 0, req, &decs[i]); err != nil {
@@ -112,6 +123,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			st.Switches++
 		}
 		req := randomRequest(rng, keys, cfg.MaxEntries)
+		if cfg.Reserves {
+			reserving(rng, req, keys)
+		}
 		// Extreme limits have windows of years: keep steps short so the
 		// simulated clock stays in this century (times must stay < 2^52 µs).
 		ref.Clock.Advance(RandomAdvance(rng, min(req.Entries[rng.IntN(len(req.Entries))].Limit.Interval, time.Minute), hint))
@@ -124,8 +138,12 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		if req.Action == ratelimit.Refund {
 			st.Refunds++
 		}
-		if req.Action == ratelimit.Release {
-			st.Releases++
+		if req.Action == ratelimit.Release || req.Action == ratelimit.Settle {
+			st.Releases += b2i(req.Action == ratelimit.Release)
+			st.Settlements += b2i(req.Action == ratelimit.Settle)
+			for _, r := range refDec.Results {
+				st.Settled += b2i(req.Action == ratelimit.Settle && r.Settled > 0)
+			}
 			continue // a release that freed nothing reports Never: nothing to probe
 		}
 		if refDec.Allowed {
@@ -145,6 +163,9 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			}
 			if e.ChargeAlways {
 				st.ChargedAlways++
+			}
+			if e.Reserve > 0 {
+				st.Reserving++
 			}
 			if r.Ban > 0 && (i == 0 || req.Entries[i-1].Penalty != e.Penalty) {
 				st.Bans++
@@ -168,8 +189,10 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 			}
 			hint = r.RetryAfter
 			// A dry run reports the retry after a charge, or a ban, it did
-			// not make: the state it leaves admits earlier.
-			if !probed && !(req.Action == ratelimit.DryRun && (e.ChargeAlways || r.Ban > 0)) && rng.IntN(4) == 0 {
+			// not make: the state it leaves admits earlier. So does a
+			// banned entry that charges always (the ban kept its charge
+			// from being made): late, never early.
+			if !probed && !(req.Action == ratelimit.DryRun && (e.ChargeAlways || r.Ban > 0)) && !(r.Banned && e.ChargeAlways) && rng.IntN(4) == 0 {
 				probed = true
 				probeRetry(t, ref, send, e, r.RetryAfter)
 				st.Probes += 2
@@ -178,6 +201,8 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 	}
 	return st
 }
+
+var debugDiff = os.Getenv("DIFFLOG") != ""
 
 // maxJump bounds the clock moves taken from results.
 const maxJump = time.Hour
@@ -195,7 +220,7 @@ func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, stri
 	ref.Clock.Advance(retry - time.Microsecond)
 	send(req, "retry probe -1µs")
 	if err := ref.Check(context.Background(), 0, req, &d); err != nil || d.Allowed {
-		t.Fatalf("retry-after %s of %s cost %d: allowed 1µs early (%v)", retry, e.Limit, e.Cost, err)
+		t.Fatalf("retry-after %s of %s cost %d: allowed 1µs early (%v) %s %s", retry, e.Limit, e.Cost, err, fmtRequest(req), fmtDecision(&d))
 	}
 	ref.Clock.Advance(time.Microsecond)
 	send(req, "retry probe")
@@ -245,6 +270,56 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 	return req
 }
 
+// reserving makes req's entries of reserving keys reserve, for a life of
+// up to ten minutes, and a tenth of the requests settlements of random
+// actual costs (of the entries whose limits can go into debt; a request
+// left with none is a refund).
+func reserving(rng *rand.Rand, req *ratelimit.Request, keys []*diffKey) {
+	if rng.IntN(10) == 0 {
+		req.Action = ratelimit.Settle
+		for _, k := range keys { // most settle the reserving limits
+			if l := k.limits[k.alg]; k.reserve && rng.IntN(4) != 0 && !slices.ContainsFunc(req.Entries, func(e ratelimit.Entry) bool { return e.Key == k.key }) {
+				req.Entries = append(req.Entries, ratelimit.Entry{Key: k.key, Limit: l, Holder: req.Entries[0].Holder})
+			}
+		}
+		kept := req.Entries[:0]
+		for _, e := range req.Entries {
+			if e.Limit.Algorithm == ratelimit.Concurrency || e.Limit.ValidateDebt() == nil {
+				e.ChargeAlways, e.Shadow, e.Cost = false, false, RandomCost(rng, e.Limit)
+				kept = append(kept, e)
+			}
+		}
+		req.Entries = kept
+		if len(kept) == 0 {
+			req.Action = ratelimit.Refund
+			req.Entries = append(req.Entries, ratelimit.Entry{Key: keys[0].key, Limit: keys[0].limits[keys[0].alg], Holder: "h0"})
+		}
+		return
+	}
+	if !req.Action.Decides() {
+		return
+	}
+	for i := range req.Entries {
+		e := &req.Entries[i]
+		for _, k := range keys {
+			if k.key == e.Key && k.reserve && e.Limit.Algorithm != ratelimit.Concurrency {
+				e.ChargeAlways = false
+				e.Reserve = time.Duration(1+rng.IntN(600_000_000)) * time.Microsecond
+				if req.Action == ratelimit.DryRun && rng.IntN(3) == 0 {
+					e.Holder = "" // an inspection
+				}
+			}
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func sameDecision(a, b *ratelimit.Decision) bool {
 	if a.Allowed != b.Allowed || len(a.Results) != len(b.Results) {
 		return false
@@ -261,7 +336,7 @@ func fmtRequest(r *ratelimit.Request) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v", r.Action)
 	for _, e := range r.Entries {
-		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways)
+		fmt.Fprintf(&b, "\n  %s %s cost=%d shadow=%v always=%v holder=%s reserve=%s", e.Key, e.Limit, e.Cost, e.Shadow, e.ChargeAlways, e.Holder, e.Reserve)
 		if e.Penalty.Enabled() {
 			fmt.Fprintf(&b, " %s", e.Penalty)
 		}
@@ -273,7 +348,7 @@ func fmtDecision(d *ratelimit.Decision) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "allowed=%v", d.Allowed)
 	for _, r := range d.Results {
-		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s banned=%v ban=%s left=%s]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter, r.Banned, r.Ban, r.BanLeft)
+		fmt.Fprintf(&b, " [%v rem=%d reset=%s retry=%s banned=%v ban=%s left=%s reserved=%d settled=%d]", r.Allowed, r.Remaining, r.Reset, r.RetryAfter, r.Banned, r.Ban, r.BanLeft, r.Reserved, r.Settled)
 	}
 	return b.String()
 }

@@ -127,31 +127,48 @@ func debtSteps(alg ratelimit.Algorithm) []ReserveStep {
 }
 
 // RunReserves runs every ReserveExample against a store built by newStore,
-// each on a fresh bucket and a clock aligned to an hour.
+// each on a fresh bucket and a clock aligned to an hour, alone and beside
+// the limits of another policy (Besides: their entries reserve and settle
+// too, as a request's do, and never decide).
 func RunReserves(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelimit.Store) {
-	for i, ex := range ReserveExamples() {
-		t.Run(ex.Name, func(t *testing.T) {
-			clock := FutureClock()
-			store := newStore(t, clock)
-			run := fmt.Sprint(time.Now().UnixNano(), "-", i)
-			var dec ratelimit.Decision
-			for n, st := range ex.Steps {
-				clock.Advance(st.Advance)
-				req := ReserveRequest(ex, run, st)
-				if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
-					t.Fatalf("step %d: %v", n, err)
-				}
-				if dec.Allowed != st.Allowed {
-					t.Fatalf("step %d (%v %s cost %d): allowed %v, want %v (%+v)", n, st.Action, st.Holder, st.Cost, dec.Allowed, st.Allowed, dec.Results)
-				}
-				for q, w := range st.Want {
-					r := dec.Results[q]
-					if got := (Figures{Remaining: r.Remaining, Reserved: r.Reserved, Settled: r.Settled}); got != w {
-						t.Fatalf("step %d (%v %s cost %d) limit %d: got %+v, want %+v (%+v)", n, st.Action, st.Holder, st.Cost, q, got, w, r)
-					}
-				}
+	for _, beside := range Besides {
+		t.Run(beside.Name, func(t *testing.T) {
+			for i, ex := range ReserveExamples() {
+				t.Run(ex.Name, func(t *testing.T) { runReserve(t, newStore, ex, i, beside) })
 			}
 		})
+	}
+}
+
+func runReserve(t *testing.T, newStore func(t *testing.T, clock *Clock) ratelimit.Store, ex ReserveExample, i int, beside Beside) {
+	clock := FutureClock()
+	store := newStore(t, clock)
+	run := fmt.Sprint(time.Now().UnixNano(), "-", i)
+	others := besideKeys(ratelimit.Key("reserves", "budget", run, "l0"), run, beside.Others)
+	window := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 1000, Interval: time.Hour}
+	var dec ratelimit.Decision
+	for n, st := range ex.Steps {
+		clock.Advance(st.Advance)
+		req := ReserveRequest(ex, run, st)
+		for _, k := range others {
+			e := ratelimit.Entry{Key: k, Limit: window, Cost: 1, Holder: st.Holder, Reserve: req.Entries[0].Reserve}
+			if st.Action == ratelimit.Settle {
+				e.Holder = "beside" // holds nothing there
+			}
+			req.Entries = append(req.Entries, e)
+		}
+		if err := store.Check(context.Background(), 0, &req, &dec); err != nil {
+			t.Fatalf("step %d: %v", n, err)
+		}
+		if dec.Allowed != st.Allowed {
+			t.Fatalf("step %d (%v %s cost %d): allowed %v, want %v (%+v)", n, st.Action, st.Holder, st.Cost, dec.Allowed, st.Allowed, dec.Results)
+		}
+		for q, w := range st.Want {
+			r := dec.Results[q]
+			if got := (Figures{Remaining: r.Remaining, Reserved: r.Reserved, Settled: r.Settled}); got != w {
+				t.Fatalf("step %d (%v %s cost %d) limit %d: got %+v, want %+v (%+v)", n, st.Action, st.Holder, st.Cost, q, got, w, r)
+			}
+		}
 	}
 }
 

@@ -22,9 +22,12 @@ type call struct {
 	keys    []string
 	args    []string // the header, then one per entry
 	entries int
-	slot    int    // Cluster slot of the keys; 0 outside Cluster
-	node    string // Cluster: the address of the slot's master when built; "" outside Cluster
-	job     *job   // the job the call belongs to
+	// extra is how many reply values follow the entries' (two per entry
+	// that reserves or settles).
+	extra int
+	slot  int    // Cluster slot of the keys; 0 outside Cluster
+	node  string // Cluster: the address of the slot's master when built; "" outside Cluster
+	job   *job   // the job the call belongs to
 
 	// Set by the flusher before the job is done: the call's segment of
 	// the reply (decision, then four per entry), or the error.
@@ -47,13 +50,14 @@ const inlineEntries = 4
 // key), its header "n:mode:time" and its entries
 // "algorithm:capacity:rate:interval:cost:flags:field" (a calendar quota's
 // "8:capacity:w0:w1:w2:w3:cost:flags:field"; a Concurrency entry followed
-// by its holder), each bucket's penalty box before its entries (see
+// by its holder; one that reserves or settles (model.Reserves) ending in
+// ":r<µs>" or ":s", then its holder), each bucket's penalty box before its entries (see
 // boxOf), formatted into one
 // string that the arguments slice. The entries of one bucket are adjacent
 // in idx (adjacentBuckets).
 func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool, now int64, cluster bool) {
 	n := callEntries(req, cs.buckets, idx)
-	c.keys, c.args, c.entries = c.keyBuf[:0], c.argBuf[:0], n
+	c.keys, c.args, c.entries, c.extra = c.keyBuf[:0], c.argBuf[:0], n, 2*reservingEntries(req, idx)
 	buf := c.textBuf[:0]
 	if n > inlineEntries {
 		c.keys, c.args, buf = make([]string, 0, 2*n), make([]string, 0, 1+n), make([]byte, 0, 24+96*n)
@@ -97,8 +101,12 @@ func (c *call) build(req *ratelimit.Request, cs *checkState, idx []int, dry bool
 		buf = strconv.AppendInt(buf, e.Cost, 10)
 		buf = append(buf, ':', entryFlags(e), ':')
 		buf = append(buf, field...)
+		reserves := model.Reserves(e, req.Action)
+		if reserves {
+			buf = appendReserve(buf, e, req.Action)
+		}
 		end = append(end, len(buf))
-		if p.Alg == ratelimit.Concurrency { // its holder: an argument of its own
+		if p.Alg == ratelimit.Concurrency || reserves { // its holder: an argument of its own
 			buf = append(buf, e.Holder...)
 			end = append(end, len(buf))
 		}
@@ -130,12 +138,24 @@ func appendCalendarWindows(buf []byte, p *model.Params, now int64) []byte {
 	return buf
 }
 
+// appendReserve appends what makes an entry reserving: ":r" and its
+// reservation's life in µs, or ":s" in a settlement.
+func appendReserve(buf []byte, e *ratelimit.Entry, action ratelimit.Action) []byte {
+	if action == ratelimit.Settle {
+		return append(buf, ":s"...)
+	}
+	buf = append(buf, ":r"...)
+	return strconv.AppendInt(buf, e.Reserve.Microseconds(), 10)
+}
+
 // mode is a call's mode digit: 0 a check, 1 a dry run, 2 a refund, 3 a
-// release; op when set (4 a reset, 5 a lift).
+// release, 6 a settlement; op when set (4 a reset, 5 a lift).
 func mode(req *ratelimit.Request, dry bool, op byte) byte {
 	switch {
 	case op != 0:
 		return op
+	case req.Action == ratelimit.Settle:
+		return '6'
 	case req.Action == ratelimit.Refund:
 		return '2'
 	case req.Action == ratelimit.Release:

@@ -116,6 +116,19 @@ func TestCluster(t *testing.T) {
 		t.Log(st)
 	})
 
+	t.Run("differential with reservations", func(t *testing.T) {
+		// A request over several slots reserves as one call does: a
+		// duplicate the dry run denies is counted by the real round, and
+		// a settlement settles in every slot.
+		ref := ratelimittest.NewReference(clock)
+		cfg := ratelimittest.DiffConfig{Requests: 1500, Algorithms: ratelimit.Algorithms, Keys: 12, MaxEntries: 6, Penalties: true, Reserves: true}
+		st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(4, ratelimittest.Seed(t, 4))), cfg, ref, ratelimittest.Target{Name: "cluster", Store: s})
+		t.Log(st)
+		if st.Reserving == 0 || st.Settled == 0 {
+			t.Fatalf("the timeline made %d reservations and settled %d: want both", st.Reserving, st.Settled)
+		}
+	})
+
 	t.Run("concurrent requests merged per slot", func(t *testing.T) {
 		// Many callers on few key values over one flusher: requests of one
 		// slot share commands, requests of other slots never do (that would

@@ -29,15 +29,17 @@ func TestDifferential(t *testing.T) {
 		requests  int
 		mode      redisstore.Mode
 		penalties bool
+		reserves  bool
 	}
 	var runs []run
 	for _, alg := range ratelimit.Algorithms {
-		runs = append(runs, run{alg.String(), []ratelimit.Algorithm{alg}, 5000, redisstore.ModeFunctions, false})
+		runs = append(runs, run{alg.String(), []ratelimit.Algorithm{alg}, 5000, redisstore.ModeFunctions, false, false})
 	}
 	runs = append(runs,
-		run{"mixed", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, false},
-		run{"mixed-scripts", ratelimit.Algorithms, 2000, redisstore.ModeScripts, false},
-		run{"penalties", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, true},
+		run{"mixed", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, false, false},
+		run{"mixed-scripts", ratelimit.Algorithms, 2000, redisstore.ModeScripts, false, false},
+		run{"penalties", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, true, false},
+		run{"reserves", ratelimit.Algorithms, 8000, redisstore.ModeFunctions, true, true},
 	)
 	for n, r := range runs {
 		t.Run(r.name, func(t *testing.T) {
@@ -48,10 +50,13 @@ func TestDifferential(t *testing.T) {
 			mem := memstore.New(memstore.WithClock(clock.Now), memstore.WithSweepInterval(0))
 			t.Cleanup(func() { _ = mem.Close() })
 			lua := newStore(t, srv, simOpts(clock, r.mode))
-			cfg := ratelimittest.DiffConfig{Requests: r.requests, Algorithms: r.algs, Keys: 12, MaxEntries: 5, Penalties: r.penalties}
+			cfg := ratelimittest.DiffConfig{Requests: r.requests, Algorithms: r.algs, Keys: 12, MaxEntries: 5, Penalties: r.penalties, Reserves: r.reserves}
 			st := ratelimittest.RunDifferential(t, rand.New(rand.NewPCG(uint64(n), ratelimittest.Seed(t, 2026))), cfg, ref,
 				ratelimittest.Target{Name: "memstore", Store: mem}, ratelimittest.Target{Name: "lua", Store: lua})
 			t.Logf("%s: %s", r.name, st)
+			if r.reserves && (st.Reserving == 0 || st.Settled == 0) {
+				t.Fatalf("the timeline made %d reservations and settled %d: want both", st.Reserving, st.Settled)
+			}
 			checkExpiries(t, ref, srv.Client())
 		})
 	}

@@ -216,7 +216,7 @@ func (m *command) deliver() {
 				err = fmt.Errorf("unexpected reply: call %d of %d not found at value %d of %d", i+1, len(m.calls), pos, len(val))
 				break
 			}
-			pos += 2 + replyValues*c.entries
+			pos += 2 + replyValues*c.entries + c.extra
 		}
 		if err == nil && pos != len(val) {
 			err = fmt.Errorf("unexpected reply of %d values for %d calls of %d keys", len(val), len(m.calls), m.nkeys)
@@ -228,7 +228,7 @@ func (m *command) deliver() {
 			c.err = err
 			continue
 		}
-		end := pos + 2 + replyValues*c.entries
+		end := pos + 2 + replyValues*c.entries + c.extra
 		c.reply = val[pos+1 : end : end]
 		pos = end
 	}

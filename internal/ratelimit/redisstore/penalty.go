@@ -16,9 +16,10 @@ const penaltyID = 10
 // boxOf returns the entry whose penalty is the box of the bucket whose
 // entries start at idx[p] (adjacent, see adjacentBuckets): its first
 // entry with one; nil when the bucket has none, or p starts no bucket,
-// or the request is a refund (which leaves penalties alone).
+// or the request is a refund, a release or a settlement (which leave
+// penalties alone).
 func boxOf(req *ratelimit.Request, buckets []string, idx []int, p int) *ratelimit.Entry {
-	if req.Action == ratelimit.Refund || req.Action == ratelimit.Release || p > 0 && buckets[idx[p-1]] == buckets[idx[p]] {
+	if !req.Action.Decides() || p > 0 && buckets[idx[p-1]] == buckets[idx[p]] {
 		return nil
 	}
 	for q := p; q < len(idx) && buckets[idx[q]] == buckets[idx[p]]; q++ {

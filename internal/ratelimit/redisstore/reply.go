@@ -18,17 +18,21 @@ import (
 // (see penaltyReply): its ban marks the entries it denied Banned, the
 // ban the call issued goes to each entry's Ban, and either one's length
 // from the call on to each entry's BanLeft.
+// Then two per entry that reserves or settles (model.Reserves): the
+// units reserved (before consuming; after a settlement) and the
+// reservation settled (see reservedReply).
 // It fills verdicts[i] for i in idx and returns the call's decision.
 // Anything unexpected is an error, never a panic.
 func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []int, verdicts []model.Verdict) (bool, error) {
-	if n := callEntries(req, buckets, idx); len(vals) != 1+replyValues*n {
-		return false, fmt.Errorf("unexpected reply of %d values for %d entries", len(vals), n)
+	n, x := callEntries(req, buckets, idx), reservingEntries(req, idx)
+	if len(vals) != 1+replyValues*n+2*x {
+		return false, fmt.Errorf("unexpected reply of %d values for %d entries, %d of them reserving", len(vals), n, x)
 	}
 	decision, err := boolOf(vals[0])
 	if err != nil {
 		return false, fmt.Errorf("unexpected decision: %w", err)
 	}
-	want, release := true, req.Action == ratelimit.Release
+	want, release := true, req.Action == ratelimit.Release || req.Action == ratelimit.Settle
 	freed := false
 	var banned bool
 	var issued, banLeft int64
@@ -53,6 +57,10 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 		k++
 		v := model.Verdict{Allowed: f[0] == 0, RetryAfter: f[0], Remaining: f[1], Reset: f[2], RemainingAfter: f[1], ResetAfter: f[3], Banned: banned, Ban: issued, BanLeft: banLeft}
 		switch {
+		case req.Action == ratelimit.Settle && e.Limit.Algorithm != ratelimit.Concurrency:
+			if !v.Allowed && v.RetryAfter != model.Never {
+				return false, fmt.Errorf("unexpected reply for %s: a settlement that settled nothing with retry-after %d", e.Key, v.RetryAfter)
+			}
 		case req.Action == ratelimit.Refund:
 			if !v.Allowed {
 				return false, fmt.Errorf("unexpected reply for %s: a refund denied", e.Key)
@@ -77,7 +85,12 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 		if !v.Allowed && !e.Shadow {
 			want = false
 		}
-		freed = freed || v.Allowed && e.Limit.Algorithm == ratelimit.Concurrency
+		freed = freed || v.Allowed && (e.Limit.Algorithm == ratelimit.Concurrency || req.Action == ratelimit.Settle)
+	}
+	if x > 0 {
+		if err := reservedReply(vals[1+replyValues*n:], req, idx, verdicts); err != nil {
+			return false, err
+		}
 	}
 	if release {
 		want = freed
@@ -86,6 +99,45 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 		return false, fmt.Errorf("unexpected reply: decision %v disagrees with its entries", decision)
 	}
 	return decision, nil
+}
+
+// reservingEntries is how many entries of idx reserve or settle.
+func reservingEntries(req *ratelimit.Request, idx []int) int {
+	x := 0
+	for _, i := range idx {
+		if model.Reserves(&req.Entries[i], req.Action) {
+			x++
+		}
+	}
+	return x
+}
+
+// reservedReply reads the two values of each entry of idx that reserves
+// or settles into its verdict: the units reserved, then (on a check with
+// a holder, for an entry that allows) with its own cost; the reservation
+// settled, and checks them.
+func reservedReply(f []int64, req *ratelimit.Request, idx []int, verdicts []model.Verdict) error {
+	k := 0
+	for _, i := range idx {
+		e := &req.Entries[i]
+		if !model.Reserves(e, req.Action) {
+			continue
+		}
+		v := &verdicts[i]
+		reserved, settled := f[k], f[k+1]
+		k += 2
+		switch {
+		case reserved < 0 || reserved > ratelimit.MaxUnits:
+			return fmt.Errorf("unexpected reply for %s: %d units reserved", e.Key, reserved)
+		case settled < 0 || settled > ratelimit.MaxCount || settled > 0 && (req.Action != ratelimit.Settle || !v.Allowed):
+			return fmt.Errorf("unexpected reply for %s: a reservation of %d settled", e.Key, settled)
+		}
+		v.Reserved, v.ReservedAfter, v.Settled = reserved, reserved, settled
+		if req.Action != ratelimit.Settle && v.Allowed && e.Cost > 0 && e.Holder != "" {
+			v.ReservedAfter += e.Cost
+		}
+	}
+	return nil
 }
 
 // replyValues is the number of reply values per entry.

@@ -242,15 +242,15 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 
 	// One call (one slot, or not a Cluster, and at most MaxCallEntries
 	// entries) decides and consumes. Several calls: a dry run in each
-	// first. A refund or a release has nothing to decide: one round gives
-	// back everywhere; a release is allowed when any call freed something.
-	givesBack := req.Action == ratelimit.Refund || req.Action == ratelimit.Release
-	dryFirst := len(cs.groups) > 1 && !givesBack
+	// first. A refund, a release or a settlement has nothing to decide:
+	// one round gives back (or settles) everywhere; a release or a
+	// settlement is allowed when any call freed or settled something.
+	dryFirst := len(cs.groups) > 1 && req.Action.Decides()
 	if err := s.round(ctx, req, cs, req.Action == ratelimit.DryRun || dryFirst); err != nil {
 		return err
 	}
 	allowed := all(cs.consumed)
-	if req.Action == ratelimit.Release {
+	if req.Action == ratelimit.Release || req.Action == ratelimit.Settle {
 		allowed = slices.Contains(cs.consumed, true)
 	}
 	if dryFirst && allowed && req.Action != ratelimit.DryRun {
@@ -286,26 +286,36 @@ func (s *Store) check(ctx context.Context, req *ratelimit.Request, dec *ratelimi
 // charge always keep their charge (they are charged whatever the
 // decision). When the refund fails, those units stay taken until their
 // limits' windows pass: an over-count, never an over-admission; it is
-// counted in Stats.LostRefunds.
+// counted in Stats.LostRefunds. An entry that reserved is settled at 0
+// instead: its cost comes back as a refund's, and its reservation goes.
 func (s *Store) giveBack(ctx context.Context, req *ratelimit.Request, cs *checkState) {
 	back := ratelimit.Request{Action: ratelimit.Refund}
+	settle := ratelimit.Request{Action: ratelimit.Settle}
 	for g, idx := range cs.groups {
 		if !cs.consumed[g] {
 			continue
 		}
 		for _, i := range idx {
-			if e := req.Entries[i]; e.Cost > 0 && cs.verdicts[i].Allowed && !e.ChargeAlways {
+			e := req.Entries[i]
+			switch {
+			case e.Cost == 0 || !cs.verdicts[i].Allowed || e.ChargeAlways:
+			case model.Reserves(&e, req.Action):
+				e.Cost, e.Reserve = 0, 0
+				settle.Entries = append(settle.Entries, e)
+			default:
 				back.Entries = append(back.Entries, e)
 			}
 		}
 	}
-	if len(back.Entries) == 0 {
-		return
-	}
-	bs := &checkState{done: make(chan struct{}, 1), deadline: cs.deadline}
-	var dec ratelimit.Decision
-	if err := s.check(ctx, &back, &dec, bs); err != nil {
-		s.lostRefunds.Add(1)
+	for _, r := range [...]*ratelimit.Request{&back, &settle} {
+		if len(r.Entries) == 0 {
+			continue
+		}
+		bs := &checkState{done: make(chan struct{}, 1), deadline: cs.deadline}
+		var dec ratelimit.Decision
+		if err := s.check(ctx, r, &dec, bs); err != nil {
+			s.lostRefunds.Add(1)
+		}
 	}
 }
 
@@ -352,10 +362,11 @@ func (s *Store) chargeAlways(ctx context.Context, req *ratelimit.Request, cs *ch
 }
 
 // mayDuplicate reports whether e, denied v by a dry run, is a
-// concurrency entry whose holder may already hold: a denied one (the
-// verdict does not say whether its holder held).
+// concurrency entry whose holder may already hold, or a reserving one
+// whose holder may already have reserved: a denied one (the verdict does
+// not say whether its holder held).
 func mayDuplicate(e *ratelimit.Entry, v *model.Verdict) bool {
-	return e.Limit.Algorithm == ratelimit.Concurrency && !v.Allowed
+	return (e.Limit.Algorithm == ratelimit.Concurrency || e.Reserve > 0 && e.Holder != "") && !v.Allowed
 }
 
 // countsDenial reports whether the bucket whose entries start idx had an

@@ -49,7 +49,8 @@
 --         fields.
 --   args: per request, a header "n:mode:time" (n in 1..256 entries,
 --         mode 0 a check, 1 a dry run, 2 a refund, 3 a release, 4 a
---         reset, 5 a lift (see forget; every figure of the reply 0); time in
+--         reset, 5 a lift (see forget; every figure of the reply 0), 6 a
+--         settlement (see Reservations); time in
 --         µs or '-' for the server's TIME), then n
 --         entries "algorithm:capacity:rate:interval:cost:flags:field"
 --         (algorithm 1..7, interval in µs, all in decimal; flags 0..3:
@@ -62,7 +63,11 @@
 --         (µs; flags 1 shadow), first of the bucket's entries; not in a refund. A concurrency
 --         entry (algorithm 9, rate 0, flags 0..1) is followed by one more
 --         argument, its holder (1..256 bytes of any kind), so that the entry
---         itself is the same string for every request (memoized).
+--         itself is the same string for every request (memoized). An
+--         entry that reserves (a check's or a dry run's, flags 0..1, any
+--         algorithm but 9) ends in ":r<ttl>" (µs), one of a settlement
+--         (every entry of mode 6 but a concurrency limit's) in ":s"; both
+--         are followed by their holder (a dry run's may be empty).
 --         An explicit time is for tests (a simulated clock); it must not
 --         be behind the server clock: expiry deadlines are absolute.
 --         Requests that read TIME share one reading: they are evaluated as
@@ -77,9 +82,13 @@
 --           allows, for every algorithm (0 for one charged all the same).
 --           A penalty box's four: the ban left at the call's start, the
 --           ban the call issued (µs, 0: none), the denials counted, the
---           time until its state is untouched (µs).
+--           time until its state is untouched (µs). After the entries',
+--           two values per reserving or settling entry (see Reservations).
 --   Arguments are all checked before anything is evaluated: a malformed
 --   call is an error reply and writes nothing.
+-- A settlement replaces each entry's reservation by its actual cost (see
+-- settle_group): allowed when an entry settled (retry-after 0; -1 when it
+-- settled nothing), figures after it in all four values.
 -- A refund gives each entry's cost back to its limit (see refund_group):
 -- it is allowed, and its figures are those after the refund, in all four
 -- values (remaining is not reduced by the cost); a concurrency entry's
@@ -151,6 +160,10 @@ end
 local R_HDR, R_G, R_NG = {}, {}, {}
 local E_REC, E_LW, E_LK, E_HI, E_HF, E_DF = {}, {}, {}, {}, {}, {}
 local GROUPS, LOG_WRITES = {}, {}
+-- E_AG[j]: a reserving entry's new reservations' record (see Reservations);
+-- E_RS[j], E_ST[j]: its reply's reserved units and the reservation settled.
+-- R_NX[r]: whether request r has reserving or settling entries.
+local E_AG, E_RS, E_ST, R_NX = {}, {}, {}, {}
 
 -- group returns group g's record, cleared of its bucket: key, the bucket;
 -- first..last, its entries; holds, whether it has a concurrency entry;
@@ -203,7 +216,7 @@ end
 -- its own (see penalty_entry).
 local function limit_entry(alg, cap, rate, iv, cost, flags, field)
   return {alg = alg, cap = cap, rate = rate, iv = iv, cost = cost, shadow = flags == '1' or flags == '3', field = field,
-    always = flags == '2' or flags == '3', plain = alg ~= SLIDING_LOG and alg ~= CALENDAR and alg ~= CONCURRENCY}
+    always = flags == '2' or flags == '3', plain = alg ~= SLIDING_LOG and alg ~= CALENDAR and alg ~= CONCURRENCY, res = false, settle = false}
 end
 
 -- A verdict occupies OUT[o+1..o+4]: retry-after (0: allowed), remaining,
@@ -997,7 +1010,7 @@ local function penalty_entry(s)
   if d == nil or wi == nil or b == nil or mb == nil or b > mb then
     return nil
   end
-  return {alg = PENALTY, denials = d, within = wi, ban = b, maxban = mb, shadow = flags == '1', field = BAN, always = false}
+  return {alg = PENALTY, denials = d, within = wi, ban = b, maxban = mb, shadow = flags == '1', field = BAN, always = false, res = false, settle = false}
 end
 
 -- Concurrency (algorithm 9): units held in flight, each hold named by its
@@ -1264,9 +1277,13 @@ local function read_bucket(grp)
       local m = n + 1
       if grp.holds then -- each concurrency entry's hold and its duplicates, after the expiry
         for j = first, last do
-          if E_REC[j].alg == CONCURRENCY then
+          local e = E_REC[j]
+          if e.alg == CONCURRENCY then
             ARGS[m + 1], ARGS[m + 2], E_HI[j] = E_HF[j], E_DF[j], m + 1
             m = m + 2
+          elseif e.res or e.settle then -- its holder's reservation, its duplicates, the limit's reservations
+            ARGS[m + 1], ARGS[m + 2], ARGS[m + 3], E_HI[j] = E_HF[j], E_DF[j], e.agg, m + 1
+            m = m + 3
           end
         end
       end
@@ -1337,6 +1354,124 @@ local CHECK = {
   [PENALTY] = penalty_first,
 }
 
+-- Reservations (a token budget's estimates, ratelimit.Entry.Reserve) of a
+-- limit of any algorithm but Concurrency: its cost is taken as the
+-- algorithm takes it, and recorded as its holder's reservation with the
+-- concurrency holds' machinery: a field of the bucket per holder,
+-- ':h<field>:<holder>', holding '<ddd' cost, admission time, end (24
+-- bytes: a concurrency hold's 16 never reads as one, nor the reverse);
+-- its duplicates' count in ':d<field>:<holder>', '<dd' count, the
+-- reservation's end (see Concurrency: a duplicate admission is denied and
+-- counted whatever the decision, its settlement counts one off). The
+-- limit's reservations are summed in ':r<field>', '<dd' units, and a time
+-- at or before the end of the earliest one counted: a call scans the
+-- holds (HGETALL, as conc_scan) only when one may have ended, and the
+-- ended ones go (their units stay charged). The reply carries, after a
+-- request's verdicts, two values per reserving or settling entry: the
+-- units reserved (before consuming; after a settlement), the reservation
+-- settled.
+local function res_state(v)
+  local n, first
+  if v and #v == 16 then
+    n, first = sunpack('<dd', v)
+  end
+  if n and n >= 0 and n <= MAXU and n % 1 == 0 and first >= 0 and first <= MAXU and first % 1 == 0 then
+    return n, first
+  end
+  return 0, 0
+end
+
+-- res_hold reads a reservation's field: its cost and end when live at
+-- now, else nil.
+local function res_hold(hv, now)
+  local c, at, ends
+  if hv and #hv == 24 then
+    c, at, ends = sunpack('<ddd', hv)
+  end
+  if c and c >= 1 and c <= MAXCOUNT and c % 1 == 0 and ends > now and ends <= MAXU and ends % 1 == 0 then
+    return c, ends
+  end
+  return nil
+end
+
+-- res_scan sums the live reservations of field in group grp's bucket,
+-- and sends the others (ended, or not reservations) to the group's
+-- deletions with their duplicates' counts. It returns the units and the
+-- earliest end (0 when none).
+local function res_scan(grp, field, now)
+  local all = call('HGETALL', grp.key)
+  local prefix = ':h' .. field .. ':'
+  local np = #prefix
+  local sum, first = 0, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    if string.sub(f, 1, np) == prefix then
+      local c, ends = res_hold(all[i + 1], now)
+      if c then
+        sum = sum + c
+        if first == 0 or ends < first then
+          first = ends
+        end
+      else
+        grp.ndeletes = grp.ndeletes + 2
+        grp.deletes[grp.ndeletes - 1], grp.deletes[grp.ndeletes] = f, ':d' .. string.sub(f, 3)
+      end
+    end
+  end
+  return sum, first
+end
+
+-- res_live is entry j's limit's reservations at now (see res_state),
+-- swept when one may have ended; r is the bucket's read.
+local function res_live(grp, e, r, j, now)
+  local sum, first = res_state(r and r[E_HI[j] + 2])
+  if sum > 0 and first <= now then
+    sum, first = res_scan(grp, e.field, now)
+  end
+  return sum, first
+end
+
+-- reserve_check runs a reserving entry (see CHECK): its algorithm, then
+-- its holder's reservation. A holder that holds one is a duplicate:
+-- denied (at the earliest when its reservation ends), counted, and it
+-- takes nothing (a log's pending write is dropped).
+local function reserve_check(a)
+  local e, j, r, now, o = a.e, a.j, a.r, a.now, a.o
+  local hi = E_HI[j]
+  local sum, first = res_live(a.grp, e, r, j, now)
+  local c, ends
+  if e.cost > 0 then
+    c, ends = res_hold(r and r[hi], now)
+  end
+  local ok, val, exp = CHECK[e.alg](a)
+  E_RS[j], E_ST[j] = sum, 0
+  if c then
+    E_LW[j] = false
+    local left, retry = ends - now, OUT[o + 1]
+    if retry == 0 or retry ~= NEVER and retry < left then
+      OUT[o + 1] = left
+    end
+    OUT[o + 4] = OUT[o + 3]
+    local n = conc_pending(r[hi + 1], ends) + 1
+    if n > MAXCOUNT then
+      n = MAXCOUNT
+    end
+    return false, nil, nil, nil, spack('<dd', n, ends), ends
+  end
+  if not ok or e.cost == 0 then
+    return ok, val, exp
+  end
+  ends = now + e.ttl
+  if sum == 0 or ends < first then
+    first = ends
+  end
+  E_AG[j] = spack('<dd', sum + e.cost, first)
+  if exp == nil or ends > exp then
+    exp = ends
+  end
+  return ok, val or false, exp, spack('<ddd', e.cost, now, ends)
+end
+
 -- evaluate reads group grp's bucket (read_bucket), runs the algorithm of
 -- each of its entries, whose verdicts go to OUT at base + 4*j, and
 -- gathers the group's pending writes. It returns false when a non-shadow
@@ -1353,7 +1488,12 @@ local function evaluate(grp, now, base)
   for j = first, last do
     local e = E_REC[j]
     a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
-    local ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
+    local ok, val, exp, hold, dup, dupexp
+    if e.res then
+      ok, val, exp, hold, dup, dupexp = reserve_check(a)
+    else
+      ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
+    end
     if not ok then
       denied = true
       if not e.shadow then
@@ -1371,6 +1511,10 @@ local function evaluate(grp, now, base)
       if hold then
         w[m + 1], w[m + 2] = E_HF[j], hold
         m = m + 2
+        if e.res then -- and the limit's reservations
+          w[m + 1], w[m + 2] = e.agg, E_AG[j]
+          m = m + 2
+        end
       end
       if exp > wexp then
         wexp = exp
@@ -1662,6 +1806,127 @@ local function refund_entry(a)
   return val or nil
 end
 
+-- SETTLE_REC: the record of a settlement's difference (cost), refunded or
+-- charged always, filled by settle_diff from the entry's.
+local SETTLE_REC = {}
+
+-- settle_diff moves the state of the entry of arguments a (its record e,
+-- holding the actual cost) by the difference from its reservation c, as
+-- model.Settle does, and fills the figures after at a.o, allowed. It
+-- returns the field's new value (nil: unchanged) and, for a charge, when
+-- the state is untouched again (µs).
+local function settle_diff(a, e, c)
+  local x, actual, alg = SETTLE_REC, e.cost, e.alg
+  x.alg, x.cap, x.rate, x.iv, x.shadow, x.field, x.plain = alg, e.cap, e.rate, e.iv, false, e.field, e.plain
+  x.w0, x.w1, x.w2, x.w3 = e.w0, e.w1, e.w2, e.w3
+  local o, val, exp = a.o, nil, nil
+  if actual > c then -- taken whatever the limit says
+    x.cost, x.always = actual - c, true
+    a.e = x
+    local ok, v2, e2 = CHECK[alg](a)
+    val, exp = v2 or nil, e2
+    if ok then
+      OUT[o + 2] = OUT[o + 2] - x.cost
+    else
+      OUT[o + 2] = 0
+    end
+    OUT[o + 1], OUT[o + 3] = 0, OUT[o + 4]
+    return val, exp
+  end
+  if actual < c then -- given back
+    x.cost, x.always = c - actual, false
+    a.e = x
+    if alg == SLIDING_LOG then
+      refund_log(E_LK[a.j], a.grp.own or a.v == LOGMARK, e.iv, a.now, x.cost)
+    else
+      val = REFUND[alg](a)
+      a.v = val or a.v
+    end
+  end
+  a.e = zero_cost(e)
+  CHECK[alg](a)
+  OUT[o + 1], OUT[o + 4] = 0, OUT[o + 3]
+  return val, nil
+end
+
+-- settle_entry settles the reservation of the entry of arguments a (see
+-- Reservations): the holder's live one, unless duplicates of it are
+-- pending (one is counted off); else nothing changes (retry never). It
+-- appends its writes to w from m, and returns m and the latest expiry
+-- of the states written (µs, from wexp).
+local function settle_entry(a, w, m, wexp)
+  local e, j, r, now, o, grp = a.e, a.j, a.r, a.now, a.o, a.grp
+  local hi = E_HI[j]
+  local sum, first = res_live(grp, e, r, j, now)
+  local c, ends = res_hold(r and r[hi], now)
+  E_LW[j] = false
+  if c then
+    local pending = conc_pending(r[hi + 1], ends)
+    if pending > 0 then -- a duplicate's settlement: it reserved nothing
+      w[m + 1], w[m + 2], m = E_DF[j], spack('<dd', pending - 1, ends), m + 2
+      c = nil
+    end
+  end
+  E_RS[j], E_ST[j] = sum, 0
+  if not c then
+    a.e = zero_cost(e)
+    CHECK[e.alg](a)
+    OUT[o + 1], OUT[o + 4] = NEVER, OUT[o + 3]
+    return m, wexp
+  end
+  grp.ndeletes = grp.ndeletes + 2
+  grp.deletes[grp.ndeletes - 1], grp.deletes[grp.ndeletes] = E_HF[j], E_DF[j]
+  E_RS[j], E_ST[j] = sum - c, c
+  w[m + 1], w[m + 2], m = e.agg, spack('<dd', sum - c, first), m + 2
+  local val, exp = settle_diff(a, e, c)
+  if val then
+    w[m + 1], w[m + 2], m = e.field, val, m + 2
+    exp = exp or now + OUT[o + 3]
+  end
+  if exp and exp > wexp then
+    wexp = exp
+  end
+  return m, wexp
+end
+
+-- settle_group settles group grp's entries (a request whose header's
+-- mode is 6): each reservation is replaced by its actual cost, each
+-- concurrency entry released; it gathers the pending writes (a log's
+-- given back at once, a log's charge with the group's).
+local function settle_group(grp, now, base)
+  local r, foreign, stored = read_bucket(grp)
+  grp.ndeletes, grp.log = 0, false
+  local w, m, wexp = grp.writes, 0, 0
+  local a = CHECK_ARGS
+  a.grp, a.r, a.now = grp, r, now
+  for j = grp.first, grp.last do
+    local e = E_REC[j]
+    local o = base + 4 * j
+    a.e, a.j, a.v, a.o = e, j, r and r[j - grp.first + 1], o
+    if e.alg == CONCURRENCY then
+      local val, pending = refund_entry(a)
+      if val or pending then
+        if val then
+          w[m + 1], w[m + 2] = e.field, val
+        else
+          w[m + 1], w[m + 2] = E_DF[j], pending
+        end
+        m = m + 2
+        if now + OUT[o + 3] > wexp then
+          wexp = now + OUT[o + 3]
+        end
+      end
+    else
+      m, wexp = settle_entry(a, w, m, wexp)
+    end
+  end
+  if m > 0 and wexp < 1 then
+    wexp = 1 -- something to write (at time 0 of a test clock)
+  end
+  grp.foreign, grp.stored_exp, grp.nwrites, grp.writes_exp = foreign, stored, m, wexp
+  grp.always_nwrites, grp.always_exp = 0, 0
+end
+
 -- refund_group gives back the costs of group grp's entries and gathers its
 -- pending writes (a log's are made at once). Each entry's figures are
 -- those of a check of cost 0 after the refund, allowed.
@@ -1759,11 +2024,12 @@ local MEMOMAX = 4096
 local hmemo, ememo, hmemo_n, ememo_n = {}, {}, 0, 0
 
 -- header parses "n:mode:time" into {n, dry, time (false: the server's),
--- refund, release, reset, lift}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
+-- refund, release, reset, lift, settle}; nil if malformed. Mode: 0 a check, 1 a dry run, 2
 -- a refund, 3 a release (refund is set too: both give back, without
--- deciding), 4 a reset, 5 a lift (see forget).
+-- deciding), 4 a reset, 5 a lift (see forget), 6 a settlement.
 local function request_header(n, mode, time)
-  return {n = n, dry = mode == '1', time = time, refund = mode == '2' or mode == '3', release = mode == '3', reset = mode == '4', lift = mode == '5'}
+  return {n = n, dry = mode == '1', time = time, refund = mode == '2' or mode == '3', release = mode == '3', reset = mode == '4', lift = mode == '5',
+    settle = mode == '6'}
 end
 
 local function header(s)
@@ -1774,7 +2040,7 @@ local function header(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local n, mode, t = match(s, '^(%d+):([0-5]):([%d%-]+)$')
+  local n, mode, t = match(s, '^(%d+):([0-6]):([%d%-]+)$')
   n = toint(n, 1, MAXENTRIES)
   if n == nil then
     return nil
@@ -1794,9 +2060,55 @@ local function header(s)
   return request_header(n, mode, t) -- an explicit time: not worth remembering
 end
 
--- entry parses "algorithm:capacity:rate:interval:cost:flags:field" into
+-- limit parses "algorithm:capacity:rate:interval:cost:flags:field" into
 -- a limit_entry record; nil if malformed.
--- (A concurrency entry's holder is an argument of its own: see parse.)
+local function limit(s)
+  local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
+  if alg == nil then
+    return nil
+  end
+  alg, cap, rate = toint(alg, TOKEN_BUCKET, CONCURRENCY), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
+  iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
+  if alg == nil or alg == CALENDAR or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == TOKEN_BUCKET or alg == LEAKY_BUCKET or alg == GCRA) and rate < 1) or
+    (alg == CONCURRENCY and (rate ~= 0 or flags == '2' or flags == '3')) then
+    return nil
+  end
+  return limit_entry(alg, cap, rate, iv, cost, flags, field)
+end
+
+-- reserving parses a limit's or a calendar quota's entry followed by
+-- ':r<ttl>' (a reservation live for ttl µs, see Reservations) or ':s' (a
+-- settlement): a record of its own, not plain (parse reads its holder);
+-- nil if malformed, of a concurrency limit, or charged always.
+local function reserving(s)
+  local base, kind, ttl = match(s, '^(.+):([rs])(%d*)$')
+  if base == nil then
+    return nil
+  end
+  local rec = limit(base) or calendar_entry(base)
+  if rec == nil or rec.alg == CONCURRENCY or rec.always then
+    return nil
+  end
+  if kind == 's' then
+    if ttl ~= '' then
+      return nil
+    end
+    rec.settle = true
+  else
+    rec.ttl = toint(ttl, 1, MAXPENALTY)
+    if rec.ttl == nil then
+      return nil
+    end
+    rec.res = true
+  end
+  rec.plain, rec.agg = false, ':r' .. rec.field
+  return rec
+end
+
+-- entry parses an entry argument into its record (see limit,
+-- calendar_entry, penalty_entry, reserving); nil if malformed.
+-- (A concurrency entry's holder, and a reserving one's, is an argument of
+-- its own: see parse.)
 local function entry(s)
   local rec = ememo[s]
   if rec then
@@ -1805,20 +2117,9 @@ local function entry(s)
   if typeof(s) ~= 'string' then
     return nil
   end
-  local alg, cap, rate, iv, cost, flags, field = match(s, '^(%d+):(%d+):(%d+):(%d+):(%d+):([0-3]):([^:]*)$')
-  if alg == nil then
-    rec = calendar_entry(s) or penalty_entry(s)
-    if rec == nil then
-      return nil
-    end
-  else
-    alg, cap, rate = toint(alg, TOKEN_BUCKET, CONCURRENCY), toint(cap, 1, MAXCOUNT), toint(rate, 0, MAXCOUNT)
-    iv, cost = toint(iv, 1, MAXU), toint(cost, 0, MAXCOUNT)
-    if alg == nil or alg == CALENDAR or cap == nil or rate == nil or iv == nil or cost == nil or ((alg == TOKEN_BUCKET or alg == LEAKY_BUCKET or alg == GCRA) and rate < 1) or
-      (alg == CONCURRENCY and (rate ~= 0 or flags == '2' or flags == '3')) then
-      return nil
-    end
-    rec = limit_entry(alg, cap, rate, iv, cost, flags, field)
+  rec = limit(s) or calendar_entry(s) or penalty_entry(s) or reserving(s)
+  if rec == nil then
+    return nil
   end
   if ememo_n >= MEMOMAX then
     ememo, ememo_n = {}, 0
@@ -1848,7 +2149,7 @@ local function parse(keys, args)
     if p + n > na then
       return nil, 'request ' .. r .. ' wants ' .. n .. ' entries: too few arguments'
     end
-    R_HDR[r], R_G[r] = h, ng
+    R_HDR[r], R_G[r], R_NX[r] = h, ng, false
     local g0, bucket, logs = ng + 1, nil, false
     local a = p + 1 -- the next argument
     for j = j0 + 1, j0 + n do
@@ -1864,13 +2165,18 @@ local function parse(keys, args)
       -- to check but its field (a penalty box's record is not plain).
       if not (same and e.plain) then
         local alg, own = e.alg, false
-        if alg == CONCURRENCY then -- its holder, as its hold's field
+        if e.settle ~= (h.settle and alg ~= CONCURRENCY) or e.res and (h.refund or h.reset or h.lift or h.settle) then
+          return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a settlement settles every entry but a concurrency limit\'s, and only a check reserves'
+        end
+        if alg == CONCURRENCY or e.res or e.settle then -- its holder, as its hold's field
           local holder = args[a]
-          if typeof(holder) ~= 'string' or #holder < 1 or #holder > 256 then
-            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency entry needs its holder (1..256 bytes)'
+          if typeof(holder) ~= 'string' or #holder < 1 and not (e.res and h.dry) or #holder > 256 then
+            return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a concurrency, reserving or settling entry needs its holder (1..256 bytes)'
           end
           E_HF[j], E_DF[j], a = ':h' .. e.field .. ':' .. holder, ':d' .. e.field .. ':' .. holder, a + 1
-        elseif alg == SLIDING_LOG then
+          R_NX[r] = R_NX[r] or e.res or e.settle
+        end
+        if alg == SLIDING_LOG then
           k = k + 1
           own, logs = keys[k] == b, true
           E_LK[j] = keys[k]
@@ -1890,10 +2196,10 @@ local function parse(keys, args)
           grp = group(ng, b, j, own)
           same = false
         end
-        if alg == PENALTY and (grp.first ~= j or h.refund) then
+        if alg == PENALTY and (grp.first ~= j or h.refund or h.settle) then
           return nil, 'request ' .. r .. ' entry ' .. (j - j0) .. ': a penalty box must lead its bucket\'s entries, and a refund takes none'
         end
-        if alg == CONCURRENCY then
+        if alg == CONCURRENCY or e.res or e.settle then
           grp.holds = true
         end
       end
@@ -2012,6 +2318,17 @@ local function sluice_check(keys, args)
         local b = base + 4 * j
         OUT[b + 1], OUT[b + 2], OUT[b + 3], OUT[b + 4] = 0, 0, 0, 0
       end
+    elseif h.settle then -- a settlement: allowed when it settled (or freed) something; always written
+      OUT[d] = 0
+      for g = g1, g2 do
+        settle_group(GROUPS[g], now, base)
+        commit(GROUPS[g], false)
+      end
+      for j = j0 + 1, j0 + n do
+        if OUT[base + 4 * j + 1] == 0 then
+          OUT[d] = 1
+        end
+      end
     elseif h.refund then -- a refund (always allowed) or a release (allowed when it freed something): always written
       OUT[d] = 1
       for g = g1, g2 do
@@ -2052,6 +2369,14 @@ local function sluice_check(keys, args)
       end
     end
     o = d + 4 * n
+    if R_NX[r] then -- each reserving or settling entry's reserved units and settled reservation
+      for j = j0 + 1, j0 + n do
+        local e = E_REC[j]
+        if e.res or e.settle then
+          OUT[o + 1], OUT[o + 2], o = E_RS[j], E_ST[j], o + 2
+        end
+      end
+    end
     j0 = j0 + n
   end
   OUT[o + 1] = nil -- the reply ends here (OUT may be longer from an earlier call)
