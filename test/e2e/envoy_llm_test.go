@@ -110,9 +110,10 @@ func (g *llmGateway) waitSpent(t *testing.T, tenant string, want int) {
 
 // TestEnvoyLLMUsageFromTheBody proves the example's Lua filter against the
 // real binary: the usage only the body carries (a JSON answer's, the last
-// chunk of a streamed one) reaches Sluice in the stream-done call, today
-// with charge: Always (the admission counts nothing, the stream-done call
-// counts the usage).
+// chunk of a streamed one) reaches Sluice in the stream-done call; here
+// with the example turned into charging after the fact (charge: Always,
+// the admission counting nothing, the stream-done call the usage), so that
+// each usage is seen counted as it is.
 func TestEnvoyLLMUsageFromTheBody(t *testing.T) {
 	g := startLLMGateway(t, chargeAfterTheFact(t), alwaysPolicy(t))
 	for _, c := range []struct {
@@ -143,7 +144,7 @@ func TestEnvoyLLMUsageFromTheBody(t *testing.T) {
 	if r.Status != http.StatusBadRequest {
 		t.Fatalf("a refused request: %d, want the upstream's 400\n%s", r.Status, r.Body)
 	}
-	// The budget (2000) has room: the next takes it over (1200 with 1100
+	// The budget (2000) has room: the next takes it over (1200 with 1095
 	// left; the remaining figure stops at 0).
 	g.chat(t, "acme", llmtest.Call{Stream: true, Usage: llmtest.Usage{Prompt: 600, Completion: 600}})
 	g.waitSpent(t, "acme", llmBudget)
@@ -207,5 +208,64 @@ func chargeAfterTheFact(t *testing.T) func(string) string {
 		return systest.ReplaceOnce(t, "envoy-llm.yaml", conf,
 			`hits_addend: {format: "%DYNAMIC_METADATA(sluice.llm:usage)%", is_negative_hits: true}`,
 			`hits_addend: {format: "%DYNAMIC_METADATA(sluice.llm:usage)%"}`)
+	}
+}
+
+// TestEnvoyLLMReserveThenSettle runs the example as it is (charge:
+// Reserve) in a real Envoy 1.40: a request's estimate is spent while its
+// answer streams, and its usage replaces it when the answer is done; an
+// answer that is not 2xx gives the estimate back; one that reports no usage
+// sends no settlement, and its reservation stays charged.
+func TestEnvoyLLMReserveThenSettle(t *testing.T) {
+	g := startLLMGateway(t, func(c string) string { return c }, func(p string) string { return p })
+	steps := []struct {
+		name          string
+		call          llmtest.Call
+		held, settled int
+	}{
+		{"x-max-tokens 800, using 500", llmtest.Call{Stream: true, Usage: llmtest.Usage{Prompt: 300, Completion: 200},
+			Header: map[string]string{"X-Max-Tokens": "800"}}, 800, 500},
+		{"no estimate (cost 1000), using 1200", llmtest.Call{Usage: llmtest.Usage{Prompt: 700, Completion: 500, Cached: 100}},
+			500 + 1000, 500 + 1200},
+		{"x-max-tokens 200, the upstream's 400", llmtest.Call{Stream: true,
+			Header: map[string]string{"X-Max-Tokens": "200", llmtest.UsageHeader: "prompt=oops"}}, 1700 + 200, 1700},
+	}
+	for _, s := range steps {
+		g.up.Hold()
+		done := make(chan llmtest.Reply, 1)
+		go func() { done <- g.chat(t, "acme", s.call) }()
+		if s.call.Header[llmtest.UsageHeader] == "" {
+			<-g.up.Arrived()
+			if got := g.spent(t, "acme"); got != s.held {
+				t.Errorf("%s: %d spent while the answer streams, want %d (its estimate reserved)", s.name, got, s.held)
+			}
+		}
+		g.up.Release()
+		r := <-done
+		t.Logf("%s: %d, usage %v", s.name, r.Status, r.Usage)
+		g.waitSpent(t, "acme", s.settled)
+	}
+	// A stream whose client did not ask for usage: no settlement comes,
+	// and its estimate stays spent.
+	req, err := http.NewRequest(http.MethodPost, g.url, strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Tenant", "acme")
+	req.Header.Set("X-Max-Tokens", "100")
+	req.Header.Set(llmtest.UsageHeader, "completion=40")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a stream without include_usage: %d, want 200", resp.StatusCode)
+	}
+	g.waitSpent(t, "acme", 1800)
+	time.Sleep(500 * time.Millisecond)
+	if got := g.spent(t, "acme"); got != 1800 {
+		t.Errorf("%d spent after a stream without usage, want 1800: its reservation (100) stays charged", got)
 	}
 }
