@@ -45,7 +45,11 @@ func (b *Buckets) Inspect(ctx context.Context, namespace, name, keyValue string)
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.dryRunBucket(ctx, p, keyValue, p.Cost)
+	cost := p.Cost
+	if p.Reserve != nil {
+		cost, _ = p.Reserve.Estimate(cost) // what the next request reserves
+	}
+	out, err := c.dryRunBucket(ctx, p, keyValue, cost)
 	if err != nil || !out.Allowed {
 		return out, err // a denial's figures are the bucket's as it is
 	}

@@ -71,7 +71,7 @@ func CheckFailedProblem(err error) Problem {
 	case errors.Is(err, check.ErrTooManyLimits):
 		p.Type, p.Status, p.Title = ProblemTooManyLimits, http.StatusBadRequest, "Too many limits for one check"
 	case errors.Is(err, check.ErrNoRelease):
-		p.Type, p.Title = ProblemNoRelease, "Concurrency limit without a release"
+		p.Type, p.Title = ProblemNoRelease, "Limit without a release"
 	}
 	return p
 }

@@ -187,6 +187,7 @@ func TestCompileErrorsNameTheField(t *testing.T) {
 		// 10^6 × 1h fits 2^52 µs, twice that does not: fine for charge
 		// Admitted (TestCompileLimits), not for Always.
 		{"debt beyond exact arithmetic", "charge: Always\nlimits: [{name: l, gcra: {rate: 1, period: 1h, burst: 1000000}}]", []string{"spec.limits[0]", "too large for charge Always"}},
+		{"debt beyond exact arithmetic, reserved", "charge: Reserve\nreserve: {}\nlimits: [{name: l, gcra: {rate: 1, period: 1h, burst: 1000000}}]", []string{"spec.limits[0]", "too large for charge Reserve"}},
 		{"bad deny status", "response: {denyStatus: 302}\n" + oneLimit, []string{"spec.response.denyStatus", "400 to 599"}},
 	}
 	for _, tt := range tests {
