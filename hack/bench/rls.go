@@ -287,6 +287,7 @@ func (ps *processes) startRLSServers(o options, redisAddr string) ([]*rlsServer,
 	cmd, err = ps.start(o.manager, "local", "--policies", pdir, "--listen", freeAddr(), "--grpc-listen", sluice.addr,
 		"--rls-domain", "bench=bench", "--rls-domain", "bench-deny=bench-deny",
 		"--rls-domain", "bench-bucket=bench-bucket", "--rls-domain", "bench-hold=bench-hold",
+		"--rls-domain", "bench-reserve=bench-reserve",
 		"--redis-url", "redis://"+redisAddr, "--pprof-listen", sluice.pprof)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", sluice.name, err)

@@ -12,13 +12,15 @@ import (
 )
 
 // The RLS part's requests in flight: what a concurrency limit's allowing
-// check costs beside a token bucket's. Each simulated request is what
+// check, and a token budget's reservation and settlement, cost beside a
+// token bucket's. Each simulated request is what
 // Envoy sends with a concurrency setup (config/examples/envoy/
 // envoy-concurrency.yaml): on the request, a descriptor of the tenant and
 // its x-request-id (the policy's holder); when the stream is done, the same
 // descriptor with hits_addend 1 and is_negative_hits. A token bucket on the
 // same descriptors driven the same way takes a token and refunds it; its
-// one-call row is the admission alone. Only Sluice answers them, loaded by
+// one-call row is the admission alone. A token budget (charge Reserve) on
+// the same bucket reserves on the request and settles when it is done. Only Sluice answers them, loaded by
 // the lean generator, whose workers send an admission and its release one
 // after the other (ghz would send them on different workers, a release
 // before its admission).
@@ -45,6 +47,7 @@ var holdScenarios = []*holdScenario{
 	{name: "token bucket, admission only", domain: "bench-bucket", group: 1},
 	{name: "token bucket, admission + refund", domain: "bench-bucket", group: 2},
 	{name: "concurrency, admission + release", domain: "bench-hold", group: 2},
+	{name: "reserve + settle", domain: "bench-reserve", group: 2},
 }
 
 // holdPolicies are the policies of the two domains (each bound to the
@@ -54,6 +57,11 @@ var holdPolicies = map[string]string{
 	"hold-bucket.yaml": holdPolicy("bench-bucket", "tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}"),
 	"hold-concurrency.yaml": holdPolicy("bench-hold",
 		fmt.Sprintf("concurrency: {limit: %d, leaseTimeout: 1m, holder: request_id}", holdLimit)),
+	// A token budget (config/examples/envoy/llm-policies.yaml) on the
+	// token bucket: the admission reserves the cost (2, the estimate), the
+	// release settles the actual (1), giving the rest back.
+	"hold-reserve.yaml": strings.Replace(holdPolicy("bench-reserve", "tokenBucket: {capacity: 1000000000, refillRate: 1000000, refillInterval: 1s}"),
+		"  limits:", "  charge: Reserve\n  reserve: {holder: request_id, ttl: 1m}\n  cost: 2\n  limits:", 1),
 }
 
 func holdPolicy(domain, limit string) string {
@@ -103,8 +111,9 @@ func (s *holdScenario) load(sluice *rlsServer, d time.Duration) (wrkResult, erro
 
 // holdWarmUp loads each scenario for a while, so Sluice has compiled the
 // policies and Redis holds the tenants' buckets, then checks that the
-// concurrency policy answers: a holder admitted twice without a release is
-// denied the second time.
+// concurrency and reserve policies answer: a holder admitted twice without
+// a release is denied the second time, and the duplicate's release frees
+// nothing (the holder's last one does).
 func holdWarmUp(dir string, sluice *rlsServer) error {
 	for _, s := range holdScenarios {
 		if err := s.writeData(dir); err != nil {
@@ -119,10 +128,25 @@ func holdWarmUp(dir string, sluice *rlsServer) error {
 	admit := rlsRequest("bench-hold", probe)
 	release := rlsRequest("bench-hold", probe)
 	release.Descriptors[0].HitsAddend, release.Descriptors[0].IsNegativeHits = wrapperspb.UInt64(1), true
+	reserve, settle := rlsRequest("bench-reserve", probe), rlsRequest("bench-reserve", probe)
+	settle.Descriptors[0].HitsAddend, settle.Descriptors[0].IsNegativeHits = wrapperspb.UInt64(1), true
 	return mustAnswer(sluice.addr,
+		rlsExchange{"the reserve policy, an admission", reserve, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the reserve policy, the same holder again", reserve, rlsv3.RateLimitResponse_OVER_LIMIT},
+		// The duplicate's settlement changes nothing; the holder's last
+		// one settles.
+		rlsExchange{"the reserve policy, the duplicate's settlement", settle, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the reserve policy, the duplicate's settlement did not settle", reserve, rlsv3.RateLimitResponse_OVER_LIMIT},
+		rlsExchange{"the reserve policy, the settlements", settle, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the reserve policy, the settlements", settle, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the reserve policy, an admission after the settlement", reserve, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the reserve policy, its settlement", settle, rlsv3.RateLimitResponse_OK},
 		rlsExchange{"the concurrency policy, an admission", admit, rlsv3.RateLimitResponse_OK},
 		rlsExchange{"the concurrency policy, the same holder again", admit, rlsv3.RateLimitResponse_OVER_LIMIT},
-		rlsExchange{"the concurrency policy, a release", release, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the concurrency policy, the duplicate's release", release, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the concurrency policy, the duplicate's release did not free it", admit, rlsv3.RateLimitResponse_OVER_LIMIT},
+		rlsExchange{"the concurrency policy, the releases", release, rlsv3.RateLimitResponse_OK},
+		rlsExchange{"the concurrency policy, the releases", release, rlsv3.RateLimitResponse_OK},
 		rlsExchange{"the concurrency policy, an admission after the release", admit, rlsv3.RateLimitResponse_OK},
 		rlsExchange{"the concurrency policy, its release", release, rlsv3.RateLimitResponse_OK},
 	)
@@ -143,11 +167,12 @@ func holdRound(r int, o options, sluice *rlsServer, redisPid int, rdb *redis.Cli
 
 // renderHolds is the section of the requests in flight.
 func renderHolds(b *strings.Builder) {
-	fmt.Fprintf(b, "\n### Requests in flight: a concurrency limit beside a token bucket (Sluice, lean generator)\n\n"+
+	fmt.Fprintf(b, "\n### Requests in flight and token budgets: a concurrency limit and a reservation beside a token bucket (Sluice, lean generator)\n\n"+
 		"Each request is what Envoy sends for a concurrency limit: an admission (a descriptor of the tenant and a request id, the limit's holder), "+
 		"and when the stream is done a release (the same descriptor, hits_addend 1, is_negative_hits), sent one after the other by the same worker. "+
-		"Policies keyed by tenant (%d tenants, a request id per request): a concurrency limit of %d per tenant (lease timeout 1m), and a token bucket "+
-		"(capacity 10⁹) driven the same way (its release a refund) and by its admission alone. Figures per call unless said per request.\n\n",
+		"Policies keyed by tenant (%d tenants, a request id per request): a concurrency limit of %d per tenant (lease timeout 1m), a token bucket "+
+		"(capacity 10⁹) driven the same way (its release a refund) and by its admission alone, and a token budget on that bucket (charge Reserve, "+
+		"holder the request id): the admission reserves its cost (2), the release settles the actual (1). Figures per call unless said per request.\n\n",
 		holdTenants, holdLimit)
 	fmt.Fprintln(b, "| scenario | calls/s | requests/s | p50 | p99 | server CPU µs/call | Redis CPU µs/call | Redis CPU µs/request | Redis cmds/call (incl. in scripts) | generator CPU µs/call | failed calls |")
 	fmt.Fprintln(b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -162,10 +187,13 @@ func renderHolds(b *strings.Builder) {
 			serverCPUPerRequest(c), redisCPUPerRequest(c), redisCPUPerRequest(c)*float64(s.group), redisCmdsPerRequest(c),
 			perRequest(c, func(s sample) float64 { return micros(s.clientCPU) }), failed)
 	}
-	one, pair, hold := holdScenarios[0].c, holdScenarios[1].c, holdScenarios[2].c
+	one, pair, hold, reserve := holdScenarios[0].c, holdScenarios[1].c, holdScenarios[2].c, holdScenarios[3].c
 	r := medianRPS(hold) / medianRPS(pair)
 	fmt.Fprintf(b, "\n- Concurrency admission + release ≥ 0.9 × the token bucket's admission + refund (per call and per request alike): %.2f × — %s (Redis CPU per call %.1f µs vs %.1f µs)\n",
 		r, verdict(r >= 0.9), redisCPUPerRequest(hold), redisCPUPerRequest(pair))
+	r = medianRPS(reserve) / medianRPS(pair)
+	fmt.Fprintf(b, "- Reserve + settle (a token budget on the same bucket, estimate 2, actual 1) ≥ 0.9 × the token bucket's admission + refund: %.2f × — %s (Redis CPU per call %.1f µs vs %.1f µs)\n",
+		r, verdict(r >= 0.9), redisCPUPerRequest(reserve), redisCPUPerRequest(pair))
 	fmt.Fprintf(b, "- Beside the token bucket's admission alone: per call %.2f ×, per request %.2f × (Redis CPU per request %.1f µs vs %.1f µs)\n",
 		medianRPS(hold)/medianRPS(one), medianRPS(hold)/2/medianRPS(one), 2*redisCPUPerRequest(hold), redisCPUPerRequest(one))
 }
