@@ -275,7 +275,7 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 			// also when next panics, which then goes on
 			defer l.release(context.WithoutCancel(r.Context()), admitted(req), holder)
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, passOn(r, checkhttp.OverLimit(out)))
 		return
 	}
 	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)

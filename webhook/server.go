@@ -240,11 +240,26 @@ func (s *CheckEndpoint) serveCheck(w http.ResponseWriter, r *http.Request, rt ro
 		w.Header().Set(checkhttp.PolicyHeader, rule)
 	}
 	if out.Allowed {
+		if v := checkhttp.OverLimit(out); v != "" {
+			w.Header().Set(checkhttp.OverLimitHeader, v)
+		} else if profile == ProfileEnvoy {
+			w.Header().Set(envoyHeadersToRemove, overLimitName)
+		}
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
 }
+
+// envoyHeadersToRemove is the header of an ext_authz HTTP answer whose
+// value lists headers Envoy removes from the request it forwards. An
+// allowed answer over no soft limit names checkhttp.OverLimitHeader in
+// it: Envoy passes on a header the client sent unless the answer replaces
+// or removes it, and the upstream must be able to trust the header.
+const envoyHeadersToRemove = "X-Envoy-Auth-Headers-To-Remove"
+
+// overLimitName is checkhttp.OverLimitHeader as Envoy's list names it.
+var overLimitName = strings.ToLower(checkhttp.OverLimitHeader)
 
 // reportedRule is PolicyHeader's value for out, when ReportPolicy is set
 // and a policy decided.

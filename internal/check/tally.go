@@ -74,8 +74,10 @@ func (t *Tally) decided(lr *LimitResult) {
 	switch {
 	case lr.Cached:
 		result = ResultCachedDenied
-	case !lr.Allowed && lr.Policy.Shadow:
+	case !lr.Allowed && lr.Limit.Shadow():
 		result = ResultShadowDenied
+	case !lr.Allowed && lr.Limit.Soft():
+		result = ResultSoftOver
 	case !lr.Allowed:
 		result = ResultDenied
 	}

@@ -405,6 +405,12 @@ func (a *rlsAnswer) fill(st *rlsState, now time.Time) {
 		resp.Statuses[i] = parts[i].fill(out, i)
 	}
 	resp.ResponseHeadersToAdd = a.headerValues(st.headers.RenderStrings(out, now))
+	resp.RequestHeadersToAdd = nil
+	if v := checkhttp.OverLimit(out); v != "" { // to the upstream
+		a.over = corev3.HeaderValue{Key: checkhttp.OverLimitHeader, Value: v}
+		a.overPtr[0] = &a.over
+		resp.RequestHeadersToAdd = a.overPtr[:]
+	}
 }
 
 // rlsAnswer is the memory of one response, reused from call to call once
@@ -416,6 +422,9 @@ type rlsAnswer struct {
 	header     [checkhttp.NumHeaders]corev3.HeaderValue
 	statuses   []*ratelimitv3.RateLimitResponse_DescriptorStatus
 	parts      []partAnswer
+	// over is checkhttp.OverLimitHeader for the upstream, when sent.
+	over    corev3.HeaderValue
+	overPtr [1]*corev3.HeaderValue
 }
 
 // partsFor makes room for n descriptors' statuses: resp.Statuses of n

@@ -53,7 +53,22 @@ type Limit struct {
 	// Holder is a concurrency limit's descriptor entry whose value names
 	// the request that holds its units (descriptor policies only).
 	Holder string
+	// Mode is the limit's mode in force (LimitModeOf): its own, else its
+	// policy's.
+	Mode ratelimitv1alpha1.LimitMode
+	// Hidden: the limit's state is kept from the client (visibility
+	// Hidden): it never reports in the answer's headers nor a problem.
+	Hidden bool
 }
+
+// Enforced reports whether the limit denies a request over it.
+func (l *Limit) Enforced() bool { return l.Mode == ratelimitv1alpha1.LimitModeEnforce }
+
+// Shadow reports whether the limit reports only to operators.
+func (l *Limit) Shadow() bool { return l.Mode == ratelimitv1alpha1.LimitModeShadow }
+
+// Soft reports whether a request over the limit goes on, flagged.
+func (l *Limit) Soft() bool { return l.Mode == ratelimitv1alpha1.LimitModeSoft }
 
 // AdmitsNothing reports a limit of 0, which only an Envoy descriptor's
 // own limit can be (DescriptorLimit): the engine counts from 1, so it has
@@ -99,7 +114,7 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	errs = append(errs, serrs...)
 	p.DenyStatus = status
 
-	limits, summary, lerrs := compileLimits(spec.Limits, p.Cost, specPath)
+	limits, summary, lerrs := compileLimits(spec.Limits, p.Cost, spec.Mode, specPath)
 	errs = append(errs, lerrs...)
 	for i := range limits {
 		limits[i].Window = quotaWindow(limits[i].Limit)

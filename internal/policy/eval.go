@@ -56,16 +56,23 @@ func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost 
 func (p *Policy) AppendEntriesOf(entries []ratelimit.Entry, limits []Limit, keyValue string, cost int64) []ratelimit.Entry {
 	for i := range limits {
 		l := &limits[i]
-		entries = append(entries, ratelimit.Entry{
+		e := ratelimit.Entry{
 			Key:    ratelimit.Key(p.Namespace, p.Name, keyValue, l.Name),
 			Limit:  l.Limit,
 			Cost:   cost,
-			Shadow: p.Shadow,
+			Shadow: !l.Enforced(),
 
 			ChargeAlways: p.ChargeAlways,
 			Lease:        p.Lease,
-			Penalty:      p.Penalty,
-		})
+		}
+		if e.Shadow == p.Shadow {
+			// The bucket's penalty box follows spec.mode: it is opened by
+			// the limits that follow it (the stores take a box's mode
+			// from the first entry that has it), and counts only the
+			// denials of enforced limits, or of every limit when shadow.
+			e.Penalty = p.Penalty
+		}
+		entries = append(entries, e)
 	}
 	return entries
 }

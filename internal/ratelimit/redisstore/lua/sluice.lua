@@ -1347,6 +1347,9 @@ local function evaluate(grp, now, base)
   local w, wa = grp.writes, grp.always_writes
   local allowed, denied, m, wexp, ma, wexpa = true, false, 0, 0, 0, 0
   local dups, nd, dexp = grp.dups, 0, 0
+  -- An enforcing box counts the denials of the entries that are not
+  -- shadow; a shadow box counts every entry's (the model's CountDenials).
+  local box_all = E_REC[first].alg == PENALTY and E_REC[first].shadow
   local a = CHECK_ARGS
   a.grp, a.r, a.now = grp, r, now
   grp.ndeletes, grp.log = 0, false
@@ -1355,9 +1358,10 @@ local function evaluate(grp, now, base)
     a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
     local ok, val, exp, hold, dup, dupexp = CHECK[e.alg](a)
     if not ok then
-      denied = true
       if not e.shadow then
-        allowed = false
+        allowed, denied = false, true
+      elseif box_all then
+        denied = true
       end
     end
     -- A pending write (exp) comes from an entry that allows, or from one
