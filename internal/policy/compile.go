@@ -24,8 +24,11 @@ type Policy struct {
 	OnMissingKey ratelimitv1alpha1.OnMissingKey
 	Limits       []Limit
 	Cost         int64
-	Shadow       bool
-	FailClosed   bool
+	// Shadow: the policy is in mode Shadow (spec.mode, or every limit's
+	// own mode), which decides its penalty box, failureMode, onMissingKey
+	// and the default of its limits' modes.
+	Shadow     bool
+	FailClosed bool
 	// ChargeAlways: spec.charge is Always (every matching request is
 	// counted, over the limit if need be).
 	ChargeAlways bool
@@ -123,6 +126,7 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 		errs = append(errs, checkDebt(limits, specPath)...)
 	}
 	p.Limits, p.Summary = limits, summary
+	p.Shadow = p.Shadow || allShadow(limits)
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease
@@ -135,6 +139,18 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 		return nil, errs.ToAggregate()
 	}
 	return p, nil
+}
+
+// allShadow reports whether every limit is in mode Shadow: such a policy
+// is a shadow policy (its penalty box, failureMode, onMissingKey), as if
+// spec.mode said so, whatever spec.mode says.
+func allShadow(limits []Limit) bool {
+	for i := range limits {
+		if !limits[i].Shadow() {
+			return false
+		}
+	}
+	return len(limits) > 0
 }
 
 // newPolicy takes the spec's plain fields, with the schema's defaults:
