@@ -106,6 +106,11 @@ type LimitState struct {
 	Allowed    bool      `json:"allowed"`
 	RetryAfter string    `json:"retryAfter"`
 	Override   *Override `json:"override"`
+	// Mode is the limit's mode in force: Enforce, Shadow (never denies)
+	// or Soft (never denies; a request over it goes on, flagged).
+	Mode string `json:"mode"`
+	// Hidden is set for a limit whose state the client never sees.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // Override is the override of a limit's number in force: where it comes
