@@ -125,7 +125,7 @@ type answer struct {
 	body    []byte      // a denial's problem body, relayed with contentType
 	ctype   string
 	problem checkhttp.Problem
-	refused bool // a problem of refusalTypes, not a denial
+	refused bool   // a problem of refusalTypes, not a denial
 	over    string // OverLimitHeader's value on an allowed answer
 }
 
