@@ -244,8 +244,8 @@ func (s *CheckEndpoint) writeDecision(ctx *fasthttp.RequestCtx, st *requestState
 	if out.Allowed {
 		if st.buf = checkhttp.AppendOverLimit(st.buf[:0], out); len(st.buf) > 0 {
 			h.SetBytesV(checkhttp.OverLimitHeader, st.buf)
-		} else if profile == ProfileEnvoy {
-			h.Set(envoyHeadersToRemove, overLimitName)
+		} else {
+			noOverLimit(profile, h.Set)
 		}
 		return // 200, no body
 	}
