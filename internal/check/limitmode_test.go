@@ -39,7 +39,7 @@ func eachStore(t *testing.T, f func(t *testing.T, newChecker func(*Metrics, ...*
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
-			return newChecker(t, Options{Backend: store.Backend(), Now: clock.Now, Metrics: m}, ps...)
+			return newChecker(t, Options{Backend: store.Backend(), Now: clock.Now, Metrics: m, Timeout: 10 * time.Second}, ps...) // no failure mode under load
 		})
 	})
 }
