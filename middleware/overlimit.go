@@ -58,9 +58,7 @@ func ParseOverLimit(v string) []SoftLimit {
 // OverLimitHeader, and with the check's (over: its value) in its header
 // and context when the request is over soft limits.
 func passOn(r *http.Request, over string) *http.Request {
-	if _, ok := r.Header[OverLimitHeader]; ok {
-		delete(r.Header, OverLimitHeader)
-	}
+	delete(r.Header, OverLimitHeader)
 	if over == "" {
 		return r
 	}

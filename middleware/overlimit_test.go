@@ -22,7 +22,7 @@ limits:
 		t.Run(m.name, func(t *testing.T) {
 			var header []string
 			var over []middleware.SoftLimit
-			h := m.new(t, policies).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := m.new(t, policies).Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 				header, over = r.Header.Values(middleware.OverLimitHeader), middleware.OverLimits(r.Context())
 			}))
 			forged := map[string]string{middleware.OverLimitHeader: "shop/api;limit=quota;mode=Soft"}

@@ -144,8 +144,8 @@ limits:
 - {name: a, MODEfixedWindow: {limit: 2, window: 1h}}
 - {name: b, MODEtokenBucket: {capacity: 3, refillRate: 1, refillInterval: 1h}}
 penalty: {denials: 2, within: 1h, ban: 1m, maxBan: 4m}`
-		policyMode := policytest.Compile(t, "ns", "p", "key: global\nmode: Shadow"+replaceAll(limits, "MODE", ""))
-		limitMode := policytest.Compile(t, "ns", "q", "key: global"+replaceAll(limits, "MODE", "mode: Shadow, "))
+		policyMode := policytest.Compile(t, "ns", "p", "key: global\nmode: Shadow"+strings.ReplaceAll(limits, "MODE", ""))
+		limitMode := policytest.Compile(t, "ns", "q", "key: global"+strings.ReplaceAll(limits, "MODE", "mode: Shadow, "))
 		mp, ml := NewMetrics(prometheus.NewRegistry()), NewMetrics(prometheus.NewRegistry())
 		cp, cl := newChecker(mp, policyMode), newChecker(ml, limitMode)
 		for i := 1; i <= 6; i++ {
@@ -210,5 +210,3 @@ limits:
 		}
 	})
 }
-
-func replaceAll(s, old, new string) string { return strings.ReplaceAll(s, old, new) }
