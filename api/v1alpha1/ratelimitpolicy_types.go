@@ -567,33 +567,6 @@ const (
 	ModeShadow Mode = "Shadow"
 )
 
-// LimitMode says what one limit does to a request over it.
-// +kubebuilder:validation:Enum=Enforce;Shadow;Soft
-type LimitMode string
-
-const (
-	// LimitModeEnforce denies a request over the limit.
-	LimitModeEnforce LimitMode = "Enforce"
-	// LimitModeShadow evaluates and counts, never denies, and reports
-	// only to operators.
-	LimitModeShadow LimitMode = "Shadow"
-	// LimitModeSoft never denies; a request over the limit goes on,
-	// flagged to the upstream (X-Sluice-Over-Limit) and to the client.
-	LimitModeSoft LimitMode = "Soft"
-)
-
-// Visibility says whether a limit's state reaches the client.
-// +kubebuilder:validation:Enum=Visible;Hidden
-type Visibility string
-
-const (
-	// VisibilityVisible lets the limit report in the answer's headers and
-	// a denial's problem.
-	VisibilityVisible Visibility = "Visible"
-	// VisibilityHidden keeps the limit's state from the client.
-	VisibilityHidden Visibility = "Hidden"
-)
-
 // ChargeMode says which requests a policy counts.
 // +kubebuilder:validation:Enum=Admitted;Always
 type ChargeMode string
