@@ -17,6 +17,11 @@ type PartVerdict struct {
 	// part's denial was answered from the cache of denials, which read
 	// nothing from the store.
 	Reporting *LimitResult
+	// Shown is the limit whose figures the client may see for the part
+	// (an RLS descriptor's status, from which Envoy builds its
+	// x-ratelimit headers): Reporting when it is visible, else the part's
+	// visible limit that reports first by the same rule; nil when none.
+	Shown *LimitResult
 }
 
 // partFacts is a part's verdict as kept in an Outcome: indexes, so that
@@ -27,6 +32,8 @@ type partFacts struct {
 	// reporting is the index of the part's reporting limit in
 	// Outcome.Limits plus one; 0 when it has none.
 	reporting int
+	// shown is the index of the part's shown limit plus one; 0: none.
+	shown int
 }
 
 // Reporting is the limit whose figures the answer's headers and denial
@@ -96,6 +103,9 @@ func (o *Outcome) Part(i int) PartVerdict {
 	if f.reporting > 0 {
 		v.Reporting = &o.Limits[f.reporting-1]
 	}
+	if f.shown > 0 {
+		v.Shown = &o.Limits[f.shown-1]
+	}
 	return v
 }
 
@@ -116,6 +126,9 @@ func (o *Outcome) judgeParts(n int) {
 		}
 		if f.reporting == 0 || reportsBefore(lr, &o.Limits[f.reporting-1]) {
 			f.reporting = i + 1
+		}
+		if !lr.Limit.Hidden && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
+			f.shown = i + 1
 		}
 	}
 	if o.Allowed {

@@ -74,3 +74,24 @@ func TestRLSSoftLimitTellsTheUpstream(t *testing.T) {
 		t.Fatalf("over: the client's headers %v", h)
 	}
 }
+
+// TestRLSHiddenLimitNotInStatuses: a hidden limit's figures never reach a
+// descriptor's status (Envoy builds its x-ratelimit headers from them):
+// the status shows the part's tightest visible limit, and a denial by the
+// hidden limit is OVER_LIMIT with the visible limit's figures.
+func TestRLSHiddenLimitNotInStatuses(t *testing.T) {
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "tenant", `match: {domain: edge}
+limits:
+- {name: flood, visibility: Hidden, fixedWindow: {limit: 1, window: 1m}}
+- {name: plan, fixedWindow: {limit: 100, window: 1h}}`))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
+	for n, want := range []ratelimitv3.RateLimitResponse_Code{rlsOK, ratelimitv3.RateLimitResponse_OVER_LIMIT} {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		if st.GetCode() != want || st.GetCurrentLimit().GetName() != "tenant/plan" || st.GetLimitRemaining() != 99 {
+			t.Fatalf("request %d: code %v, current limit %v, remaining %d; want %v, tenant/plan with 99 left (flood hidden)",
+				n+1, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining(), want)
+		}
+	}
+}

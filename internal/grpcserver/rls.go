@@ -462,7 +462,7 @@ type partAnswer struct {
 }
 
 // fill fills descriptor part's status from the part's verdict and
-// returns it: its reporting limit's figures, and OVER_LIMIT when the part
+// returns it: its shown limit's figures, and OVER_LIMIT when the part
 // took part in the denial.
 func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
 	status := &pa.status
@@ -471,7 +471,7 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 	if v.Denied {
 		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	lr := v.Reporting
+	lr := v.Shown // a hidden limit's figures never reach the client
 	if lr == nil {
 		// No figures: no policy limits the part, or another part's
 		// denial was answered from the cache of denials, which read
