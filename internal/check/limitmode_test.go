@@ -210,3 +210,33 @@ limits:
 		}
 	})
 }
+
+// TestPenaltyBoxFollowsSpecMode: the penalty box is the policy's whatever
+// its limits' modes: a shadow policy whose limits all enforce reports the
+// bans it would issue (never enforcing them, while its limits deny), and
+// an enforced policy whose limits are all soft keeps its box, which
+// counts no soft limit's denial.
+func TestPenaltyBoxFollowsSpecMode(t *testing.T) {
+	eachStore(t, func(t *testing.T, newChecker func(*Metrics, ...*policy.Policy) *Checker) {
+		c := newChecker(nil, policytest.Compile(t, "ns", "p", `key: global
+mode: Shadow
+limits:
+- {name: hard, mode: Enforce, fixedWindow: {limit: 1, window: 1h}}
+penalty: {denials: 1, within: 1h, ban: 1m, maxBan: 4m}`))
+		checkOnce(t, c)
+		out := checkOnce(t, c)
+		if out.Allowed || out.Policies[0].Ban != time.Minute || out.Reason == ReasonBanned {
+			t.Fatalf("shadow policy, enforced limit over: allowed %v, ban %s, reason %s; want denied by the limit, a 1m ban reported (not enforced)",
+				out.Allowed, out.Policies[0].Ban, out.Reason)
+		}
+		s := newChecker(nil, policytest.Compile(t, "ns", "q", `key: global
+limits:
+- {name: soft, mode: Soft, fixedWindow: {limit: 1, window: 1h}}
+penalty: {denials: 1, within: 1h, ban: 1m, maxBan: 4m}`))
+		for i := 1; i <= 3; i++ {
+			if out := checkOnce(t, s); !out.Allowed || out.Policies[0].Ban != 0 {
+				t.Fatalf("soft limit, request %d: allowed %v, ban %s; want allowed, no ban", i, out.Allowed, out.Policies[0].Ban)
+			}
+		}
+	})
+}

@@ -133,6 +133,7 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	penalty, perrs := compilePenalty(spec, specPath.Child("penalty"))
 	errs = append(errs, perrs...)
 	p.Penalty = penalty
+	p.Penalty.Shadow = penalty.Enabled() && p.Shadow // the box follows spec.mode
 	errs = append(errs, checkConcurrency(spec, limits, key, match.forDescriptors, specPath)...)
 
 	if len(errs) > 0 {

@@ -64,13 +64,9 @@ func (p *Policy) AppendEntriesOf(entries []ratelimit.Entry, limits []Limit, keyV
 
 			ChargeAlways: p.ChargeAlways,
 			Lease:        p.Lease,
-		}
-		if e.Shadow == p.Shadow {
-			// The bucket's penalty box follows spec.mode: it is opened by
-			// the limits that follow it (the stores take a box's mode
-			// from the first entry that has it), and counts only the
-			// denials of enforced limits, or of every limit when shadow.
-			e.Penalty = p.Penalty
+			// The box follows spec.mode (Penalty.Shadow): an enforcing
+			// one counts the enforced limits' denials only.
+			Penalty: p.Penalty,
 		}
 		entries = append(entries, e)
 	}

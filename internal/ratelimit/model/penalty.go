@@ -84,7 +84,7 @@ func Banned(v *Verdict, left int64) {
 // Box is one bucket's penalty box during one call of a store.
 type Box struct {
 	// On: the bucket has a penalty box, Params, from its first entry that
-	// has one (see Open); Shadow is that entry's.
+	// has one (see Open); Shadow is that penalty's (Penalty.Shadow).
 	On     bool
 	Params PenaltyParams
 	Shadow bool
@@ -103,7 +103,7 @@ func (b *Box) Open(e *ratelimit.Entry) bool {
 	if b.On || !e.Penalty.Enabled() {
 		return false
 	}
-	*b = Box{On: true, Params: CompilePenalty(e.Penalty), Shadow: e.Shadow}
+	*b = Box{On: true, Params: CompilePenalty(e.Penalty), Shadow: e.Penalty.Shadow}
 	return true
 }
 
