@@ -281,7 +281,7 @@ func (l *Limiter) serveLocal(w http.ResponseWriter, r *http.Request, next http.H
 			// runs before the release: the deferred calls run last first
 			defer l.settle(context.WithoutCancel(r.Context()), admitted(req), holder, slot)
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, passOn(r, checkhttp.OverLimit(out)))
 		return
 	}
 	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)

@@ -125,7 +125,8 @@ type answer struct {
 	body    []byte      // a denial's problem body, relayed with contentType
 	ctype   string
 	problem checkhttp.Problem
-	refused bool // a problem of refusalTypes, not a denial
+	refused bool   // a problem of refusalTypes, not a denial
+	over    string // OverLimitHeader's value on an allowed answer
 }
 
 // denialTypes are the problem types of a decision to deny; any other
@@ -189,7 +190,7 @@ func (rm *remote) ask(r *http.Request, l *Limiter) (*answer, error) {
 		}
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		a.allowed = true
+		a.allowed, a.over = true, resp.Header.Get(checkhttp.OverLimitHeader)
 		return a, nil
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -236,7 +237,7 @@ func (l *Limiter) serveRemote(w http.ResponseWriter, r *http.Request, next http.
 		h[name] = v
 	}
 	if a.allowed {
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, passOn(r, a.over))
 		return
 	}
 	if l.deny != nil && !a.refused {
@@ -258,7 +259,7 @@ func (l *Limiter) serveRemote(w http.ResponseWriter, r *http.Request, next http.
 func (l *Limiter) remoteFailure(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
 	l.logFailure("rate-limit check endpoint unavailable; the failure mode answered", !l.remote.failClosed, err)
 	if !l.remote.failClosed {
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, passOn(r, ""))
 		return
 	}
 	w.Header().Set("Retry-After", "1")

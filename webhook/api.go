@@ -66,6 +66,9 @@ type CheckResponse struct {
 	Error string `json:"error,omitempty"`
 	// Policies are the matching policies' parts in the decision.
 	Policies []PolicyReport `json:"policies"`
+	// OverLimit names the soft limits the request, allowed, is over, as
+	// the X-Sluice-Over-Limit header does (also set on this answer).
+	OverLimit string `json:"overLimit,omitempty"`
 	// Release is set when the request holds units of a concurrency limit,
 	// or a reservation of a policy with charge Reserve: an opaque handle
 	// to POST to /v1/release when the request ends (with the actual cost
@@ -112,6 +115,11 @@ type PolicyReport struct {
 type LimitReport struct {
 	// Name is the limit's name in the policy.
 	Name string `json:"name"`
+	// Mode is the limit's mode in force: Enforce, Shadow (never denies)
+	// or Soft (never denies; a request over it goes on, flagged).
+	Mode string `json:"mode"`
+	// Hidden is set for a limit whose state the client is never shown.
+	Hidden bool `json:"hidden,omitempty"`
 	// Algorithm is the limit's algorithm (TokenBucket, FixedWindow, ...).
 	Algorithm string `json:"algorithm"`
 	// RedisKey is the Redis key that holds the limit's state: its
@@ -204,6 +212,9 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 		resp.Release = releaseHandle{Namespace: in.Namespace, Policy: in.Policy, Request: in.Request, Holder: holder}.encode()
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if resp.OverLimit != "" {
+		w.Header().Set(checkhttp.OverLimitHeader, resp.OverLimit)
+	}
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
@@ -263,7 +274,8 @@ func (o *OriginalRequest) read() (*policy.Request, error) {
 }
 
 func report(out *check.Outcome) CheckResponse {
-	resp := CheckResponse{Allowed: out.Allowed, Reason: string(out.Reason), Degraded: out.Degraded, Policies: []PolicyReport{}}
+	resp := CheckResponse{Allowed: out.Allowed, Reason: string(out.Reason), Degraded: out.Degraded, Policies: []PolicyReport{},
+		OverLimit: checkhttp.OverLimit(out)}
 	if out.StoreErr != nil {
 		resp.Error = out.StoreErr.Error()
 	}
@@ -289,7 +301,8 @@ func report(out *check.Outcome) CheckResponse {
 	for _, lr := range out.Limits {
 		key, field := ratelimit.RedisKey(lr.Key, lr.Limit.Limit.Algorithm)
 		l := LimitReport{
-			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
+			Name: lr.Limit.Name, Mode: string(lr.Limit.Mode), Hidden: lr.Limit.Hidden,
+			Algorithm: lr.Limit.Limit.Algorithm.String(), RedisKey: key, RedisField: field,
 			Allowed: lr.Allowed, Limit: lr.Limit.Limit.Capacity, Remaining: lr.Remaining,
 			ResetSeconds: checkhttp.CeilSeconds(lr.Reset), Cached: lr.Cached, Banned: lr.Banned, Reserved: lr.Reserved,
 		}

@@ -242,6 +242,11 @@ func (s *CheckEndpoint) writeDecision(ctx *fasthttp.RequestCtx, st *requestState
 		h.Set(checkhttp.PolicyHeader, rule)
 	}
 	if out.Allowed {
+		if st.buf = checkhttp.AppendOverLimit(st.buf[:0], out); len(st.buf) > 0 {
+			h.SetBytesV(checkhttp.OverLimitHeader, st.buf)
+		} else {
+			noOverLimit(profile, h.Set)
+		}
 		return // 200, no body
 	}
 	var body []byte

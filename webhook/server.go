@@ -240,10 +240,41 @@ func (s *CheckEndpoint) serveCheck(w http.ResponseWriter, r *http.Request, rt ro
 		w.Header().Set(checkhttp.PolicyHeader, rule)
 	}
 	if out.Allowed {
+		if v := checkhttp.OverLimit(out); v != "" {
+			w.Header().Set(checkhttp.OverLimitHeader, v)
+		} else {
+			noOverLimit(profile, w.Header().Set)
+		}
 		w.WriteHeader(http.StatusOK)
 		return
 	}
 	st.buf = checkhttp.AppendDenial(w, out, denyStatus(profile, out), st.buf)
+}
+
+// envoyHeadersToRemove is the header of an ext_authz HTTP answer whose
+// value lists headers Envoy removes from the request it forwards. An
+// allowed answer over no soft limit names checkhttp.OverLimitHeader in
+// it: Envoy passes on a header the client sent unless the answer replaces
+// or removes it, and the upstream must be able to trust the header.
+const envoyHeadersToRemove = "X-Envoy-Auth-Headers-To-Remove"
+
+// overLimitName is checkhttp.OverLimitHeader as Envoy's list names it.
+var overLimitName = strings.ToLower(checkhttp.OverLimitHeader)
+
+// noOverLimit sets, on an allowed answer over no soft limit, what keeps a
+// client's own checkhttp.OverLimitHeader from the upstream: Envoy's list
+// of headers to remove; for ForwardAuth, the header with an empty value,
+// which Traefik's authResponseHeaders copies (removing the client's) and
+// Caddy's copy_headers too (a header its answer lacks is copied as the
+// placeholder's own text by Caddy 2.6). nginx's auth_request_set needs
+// nothing: an empty variable removes the header.
+func noOverLimit(profile Profile, set func(name, value string)) {
+	switch profile {
+	case ProfileEnvoy:
+		set(envoyHeadersToRemove, overLimitName)
+	case ProfileForwardAuth:
+		set(checkhttp.OverLimitHeader, "")
+	}
 }
 
 // reportedRule is PolicyHeader's value for out, when ReportPolicy is set

@@ -320,6 +320,28 @@ type Limit struct {
 	// +required
 	Name LimitName `json:"name"`
 
+	// mode is this limit's own mode: Enforce (a request over it is
+	// denied), Shadow (evaluated and counted, never denies, reported only
+	// to operators: metrics, the decision log, traces, explain, the
+	// dashboard) or Soft (never denies; a request over it goes on, and the
+	// upstream is told by the X-Sluice-Over-Limit header while the client
+	// sees the limit's state with nothing remaining). Unset: the policy's
+	// spec.mode. The limit's own mode wins for this limit; the policy's
+	// mode still decides failureMode, onMissingKey, the refusal of a
+	// concurrency limit without a release and the penalty box.
+	// +optional
+	Mode LimitMode `json:"mode,omitempty"`
+
+	// visibility says whether this limit's state reaches the client:
+	// Visible (the default) lets it be the limit the answer's rate-limit
+	// headers (spec.response.headers) and a denial's problem report;
+	// Hidden keeps it out of both, so a threshold (against floods, say)
+	// is not advertised beside a plan's quota. A denial by a hidden limit
+	// still carries Retry-After, and operators see it everywhere.
+	// Unset: Visible.
+	// +optional
+	Visibility Visibility `json:"visibility,omitempty"`
+
 	// tokenBucket starts full with capacity tokens and adds refillRate
 	// tokens every refillInterval, never above capacity. Allows bursts up
 	// to capacity and refillRate per refillInterval on average.

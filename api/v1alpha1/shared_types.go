@@ -66,3 +66,30 @@ type HeaderName string
 // +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+){0,2}$')",message="must be an IANA time zone name such as Europe/Berlin, America/New_York or UTC"
 // +kubebuilder:validation:XValidation:rule="!(self in ['Local', 'localtime']) && !self.startsWith('posix/') && !self.startsWith('right/')",message="must be an IANA time zone name, not the host's own zone (Local, localtime) or a host's copy of the database (posix/..., right/...)"
 type TimeZone string
+
+// LimitMode says what one limit does to a request over it.
+// +kubebuilder:validation:Enum=Enforce;Shadow;Soft
+type LimitMode string
+
+const (
+	// LimitModeEnforce denies a request over the limit.
+	LimitModeEnforce LimitMode = "Enforce"
+	// LimitModeShadow evaluates and counts, never denies, and reports
+	// only to operators.
+	LimitModeShadow LimitMode = "Shadow"
+	// LimitModeSoft never denies; a request over the limit goes on,
+	// flagged to the upstream (X-Sluice-Over-Limit) and to the client.
+	LimitModeSoft LimitMode = "Soft"
+)
+
+// Visibility says whether a limit's state reaches the client.
+// +kubebuilder:validation:Enum=Visible;Hidden
+type Visibility string
+
+const (
+	// VisibilityVisible lets the limit report in the answer's headers and
+	// a denial's problem.
+	VisibilityVisible Visibility = "Visible"
+	// VisibilityHidden keeps the limit's state from the client.
+	VisibilityHidden Visibility = "Hidden"
+)

@@ -89,6 +89,7 @@ func limitStates(out *check.Outcome, owner int) []adminapi.LimitState {
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), Limit: lr.Limit.Limit.Capacity,
 			Remaining: lr.Remaining, Reset: seconds(lr.Reset), Allowed: lr.Allowed, RetryAfter: seconds(lr.RetryAfter),
 			Reserved: lr.Reserved,
+			Mode: string(lr.Limit.Mode), Hidden: lr.Limit.Hidden,
 		}
 		if lr.Override != nil && lr.Override.Overrides(lr.Limit.Name) {
 			st.Override = &adminapi.Override{Source: string(lr.Override.Source), Limit: lr.Limit.Limit.Capacity, PolicyLimit: lr.PolicyQuota()}

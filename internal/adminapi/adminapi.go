@@ -110,6 +110,11 @@ type LimitState struct {
 	// Reserve): estimates of requests not yet settled, counted as spent
 	// in Remaining until they are.
 	Reserved int64 `json:"reserved,omitempty"`
+	// Mode is the limit's mode in force: Enforce, Shadow (never denies)
+	// or Soft (never denies; a request over it goes on, flagged).
+	Mode string `json:"mode"`
+	// Hidden is set for a limit whose state the client never sees.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // Override is the override of a limit's number in force: where it comes

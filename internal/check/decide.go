@@ -196,21 +196,36 @@ func newLimitResult(out *Outcome, owner, limit int, key string, r ratelimit.Resu
 
 // addLimit records limit of the matching policy owner, decided r, in out,
 // and makes it the limit the answer reports when it is the tightest so
-// far: on a denial the enforced limit that waits longest, otherwise the
-// one with the fewest remaining.
+// far: on a denial the enforced limit that waits longest, otherwise a
+// soft limit over (the one that waits longest), else the one with the
+// fewest remaining. A shadow limit never reports.
 func addLimit(out *Outcome, owner, limit int, key string, r ratelimit.Result) {
 	out.Limits = append(out.Limits, newLimitResult(out, owner, limit, key, r))
 	pr := &out.Policies[owner]
-	p := pr.Policy
+	p, l := pr.Policy, &pr.Limits()[limit]
 	pr.decided, pr.denied = true, pr.denied || !r.Allowed
 	switch {
-	case p.Shadow:
-	case !r.Allowed:
+	case l.Shadow():
+	case !r.Allowed && l.Enforced():
 		if r.RetryAfter >= out.RetryAfter {
 			out.RetryAfter = r.RetryAfter
 			out.Tightest, out.Decider = len(out.Limits)-1, p
 		}
-	case out.Allowed && (out.Tightest < 0 || r.Remaining < out.Limits[out.Tightest].Remaining):
+	case out.Allowed && (out.Tightest < 0 || allowedBefore(&r, &out.Limits[out.Tightest].Result)):
 		out.Tightest, out.Decider = len(out.Limits)-1, p
 	}
+}
+
+// allowedBefore reports whether, on a request allowed, a limit decided r
+// reports rather than the one that decided best: one over (a soft
+// limit's) before one under, the one that waits longer among those over,
+// else the one with fewer remaining.
+func allowedBefore(r, best *ratelimit.Result) bool {
+	if r.Allowed != best.Allowed {
+		return !r.Allowed
+	}
+	if !r.Allowed {
+		return r.RetryAfter > best.RetryAfter
+	}
+	return r.Remaining < best.Remaining
 }

@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Limit evaluations by namespace, policy, limit and result (allowed, denied, shadow_denied, cached_denied).",
+			Help: "Limit evaluations by namespace, policy, limit and result (allowed, denied, shadow_denied, cached_denied, soft_over: a soft limit let the request through over it).",
 		}, []string{"namespace", "policy", "limit", "result"}),
 		checkLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",

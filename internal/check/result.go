@@ -11,6 +11,9 @@ const (
 	ResultDenied ResultLabel = "denied"
 	// ResultShadowDenied: a shadow limit would have denied the request.
 	ResultShadowDenied ResultLabel = "shadow_denied"
+	// ResultSoftOver: a soft limit was over, and the request went on,
+	// flagged (the upstream's X-Sluice-Over-Limit).
+	ResultSoftOver ResultLabel = "soft_over"
 	// ResultCachedDenied: the cache of denials denied the request without
 	// asking the store.
 	ResultCachedDenied ResultLabel = "cached_denied"

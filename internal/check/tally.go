@@ -75,8 +75,10 @@ func (t *Tally) decided(lr *LimitResult) {
 	switch {
 	case lr.Cached:
 		result = ResultCachedDenied
-	case !lr.Allowed && lr.Policy.Shadow:
+	case !lr.Allowed && lr.Limit.Shadow():
 		result = ResultShadowDenied
+	case !lr.Allowed && lr.Limit.Soft():
+		result = ResultSoftOver
 	case !lr.Allowed:
 		result = ResultDenied
 	}
@@ -106,8 +108,10 @@ func (m *Metrics) failureAnswered(out *Outcome) {
 type LimitCount struct {
 	Namespace, Policy, Limit string
 	Allowed, Denied          int64
-	// ShadowDenied counts what a shadow policy would have denied.
+	// ShadowDenied counts what a shadow limit would have denied.
 	ShadowDenied int64
+	// SoftOver counts the requests a soft limit let through over it.
+	SoftOver int64
 }
 
 // counts keeps live decision counts per limit for the dashboard; the
@@ -131,8 +135,8 @@ func (c *counts) forgetLimits() {
 }
 
 type limitCounter struct {
-	namespace, policy, limit    string
-	allowed, denied, shadowDeny atomic.Int64
+	namespace, policy, limit              string
+	allowed, denied, shadowDeny, softOver atomic.Int64
 	// decisions are the limit's sluice_decisions_total counters by
 	// result, in resultLabels' order, each looked up by its labels once:
 	// a lookup per decision costs more than the count.
@@ -140,7 +144,7 @@ type limitCounter struct {
 }
 
 // resultLabels are the results a decision is counted under.
-var resultLabels = [...]ResultLabel{ResultAllowed, ResultDenied, ResultShadowDenied, ResultCachedDenied}
+var resultLabels = [...]ResultLabel{ResultAllowed, ResultDenied, ResultShadowDenied, ResultCachedDenied, ResultSoftOver}
 
 // decided counts one decision in m's sluice_decisions_total.
 func (lc *limitCounter) decided(m *Metrics, result ResultLabel) {
@@ -187,6 +191,8 @@ func (c *counts) add(p *policy.Policy, l *policy.Limit, result ResultLabel) *lim
 		lc.allowed.Add(1)
 	case ResultShadowDenied:
 		lc.shadowDeny.Add(1)
+	case ResultSoftOver:
+		lc.softOver.Add(1)
 	default: // ResultDenied, ResultCachedDenied
 		lc.denied.Add(1)
 	}
@@ -200,7 +206,8 @@ func (t *Tally) Counts() []LimitCount {
 	t.counts.m.Range(func(_, v any) bool {
 		lc := v.(*limitCounter)
 		out = append(out, LimitCount{Namespace: lc.namespace, Policy: lc.policy, Limit: lc.limit,
-			Allowed: lc.allowed.Load(), Denied: lc.denied.Load(), ShadowDenied: lc.shadowDeny.Load()})
+			Allowed: lc.allowed.Load(), Denied: lc.denied.Load(), ShadowDenied: lc.shadowDeny.Load(),
+			SoftOver: lc.softOver.Load()})
 		return true
 	})
 	sort.Slice(out, func(i, j int) bool {

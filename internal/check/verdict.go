@@ -17,6 +17,11 @@ type PartVerdict struct {
 	// part's denial was answered from the cache of denials, which read
 	// nothing from the store.
 	Reporting *LimitResult
+	// Shown is the limit whose figures the client may see for the part
+	// (an RLS descriptor's status, from which Envoy builds its
+	// x-ratelimit headers): Reporting when it is visible, else the part's
+	// visible limit that reports first by the same rule; nil when none.
+	Shown *LimitResult
 }
 
 // partFacts is a part's verdict as kept in an Outcome: indexes, so that
@@ -27,6 +32,8 @@ type partFacts struct {
 	// reporting is the index of the part's reporting limit in
 	// Outcome.Limits plus one; 0 when it has none.
 	reporting int
+	// shown is the index of the part's shown limit plus one; 0: none.
+	shown int
 }
 
 // Reporting is the limit whose figures the answer's headers and denial
@@ -39,6 +46,37 @@ func (o *Outcome) Reporting() *LimitResult {
 		return nil
 	}
 	return &o.Limits[o.Tightest]
+}
+
+// Shown is the limit whose state the client sees (the answer's rate-limit
+// headers): the reporting limit when it is visible, else the visible
+// limit that reports first by the same rule (reportsBefore) among the
+// enforced and soft ones; nil when none is visible. A denial by a hidden
+// limit thus shows another limit's figures, or none, and still carries
+// its Retry-After (Outcome.RetryAfter).
+func (o *Outcome) Shown() *LimitResult {
+	lr := o.Reporting()
+	if lr == nil || !lr.Limit.Hidden {
+		return lr
+	}
+	var best *LimitResult
+	for i := range o.Limits {
+		c := &o.Limits[i]
+		if c.Limit.Hidden || c.Limit.Shadow() {
+			continue
+		}
+		if best == nil || reportsBefore(c, best) {
+			best = c
+		}
+	}
+	return best
+}
+
+// SoftOver reports whether lr is a soft limit that the request, allowed,
+// went on over: the fact the upstream is told (X-Sluice-Over-Limit).
+// Never on a denial, nor when the failure mode answered.
+func (o *Outcome) SoftOver(lr *LimitResult) bool {
+	return o.Allowed && !o.Degraded && lr.Limit.Soft() && !lr.Allowed
 }
 
 // NamedLimit is the limit an answer says decided: the reporting limit's
@@ -65,6 +103,9 @@ func (o *Outcome) Part(i int) PartVerdict {
 	if f.reporting > 0 {
 		v.Reporting = &o.Limits[f.reporting-1]
 	}
+	if f.shown > 0 {
+		v.Shown = &o.Limits[f.shown-1]
+	}
 	return v
 }
 
@@ -80,11 +121,14 @@ func (o *Outcome) judgeParts(n int) {
 	for i := range o.Limits {
 		lr := &o.Limits[i]
 		f := o.facts(lr.Part)
-		if !o.Allowed && !lr.Allowed && !lr.Policy.Shadow {
+		if !o.Allowed && !lr.Allowed && lr.Limit.Enforced() {
 			f.denied = true
 		}
 		if f.reporting == 0 || reportsBefore(lr, &o.Limits[f.reporting-1]) {
 			f.reporting = i + 1
+		}
+		if !lr.Limit.Hidden && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
+			f.shown = i + 1
 		}
 	}
 	if o.Allowed {
@@ -112,18 +156,24 @@ func (o *Outcome) facts(i int) *partFacts {
 }
 
 // reportsBefore reports whether a part reports lr rather than best, one
-// of its limits met earlier: an enforced limit before a shadow one, then
-// a denied one before an allowed one, then among denied ones the one that
-// waits longer, among allowed ones the one with fewer remaining.
+// of its limits met earlier: an enforced or soft limit before a shadow
+// one, then an enforced limit's denial, then a limit over (a soft
+// limit's, or a shadow one's) before one under it, then among those over
+// the one that waits longer, among the others the one with fewer
+// remaining. Without soft limits: an enforced limit before a shadow one,
+// then a denied one before an allowed one, and so on.
 func reportsBefore(lr, best *LimitResult) bool {
-	le, be := !lr.Policy.Shadow, !best.Policy.Shadow
-	ld, bd := !lr.Allowed, !best.Allowed
+	le, be := !lr.Limit.Shadow(), !best.Limit.Shadow()
+	ld, bd := !lr.Allowed && lr.Limit.Enforced(), !best.Allowed && best.Limit.Enforced()
+	lo, bo := !lr.Allowed, !best.Allowed
 	switch {
 	case le != be:
 		return le
 	case ld != bd:
 		return ld
-	case ld:
+	case lo != bo:
+		return lo
+	case lo:
 		return lr.RetryAfter > best.RetryAfter
 	}
 	return lr.Remaining < best.Remaining

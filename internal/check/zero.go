@@ -29,7 +29,6 @@ type zeroUse struct {
 func decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 	for _, z := range sc.zeros {
 		pr := &out.Policies[z.owner]
-		p := pr.Policy
 		r := ratelimit.Result{Allowed: z.cost == 0}
 		reason := ReasonInvalidHolder
 		if !z.untracked {
@@ -37,7 +36,7 @@ func decideZeros(sc *scratch, out *Outcome, now time.Time) bool {
 		}
 		if !r.Allowed {
 			r.RetryAfter = ratelimit.Never
-			if !p.Shadow && (out.Allowed || z.untracked) {
+			if pr.Limits()[z.limit].Enforced() && (out.Allowed || z.untracked) {
 				out.Allowed, out.Reason = false, reason
 			}
 		}

@@ -38,14 +38,17 @@ func CeilSeconds(d time.Duration) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// SetHeaders writes the headers of the limit that reports the outcome
-// (check.Outcome.Reporting) in its policy's style:
+// SetHeaders writes the headers of the limit the client is shown
+// (check.Outcome.Shown: the reporting limit unless it is hidden) in its
+// policy's style:
 //
 //	RateLimit-Policy: "<policy>/<limit>";q=<quota>;w=<window s>
 //	RateLimit: "<policy>/<limit>";r=<remaining>;t=<reset s>
 //	X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset (Unix time)
 //
-// and Retry-After on a denial (whole seconds, rounded up).
+// and Retry-After on a denial (whole seconds, rounded up). A soft limit
+// the request went on over shows 0 remaining while the request succeeds:
+// the client's warning.
 func SetHeaders(h http.Header, out *check.Outcome, now time.Time) {
 	AppendHeaders(h, out, now, new(HeaderScratch))
 }
@@ -114,9 +117,13 @@ func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 	buf := sc.buf[:0]
 	sc.from, sc.to = [numHeaders]int{}, [numHeaders]int{}
 	var style ratelimitv1alpha1.HeaderStyle
-	lr := out.Reporting()
+	lr := out.Shown()
+	var remaining int64
 	if lr != nil {
-		style = lr.Policy.HeaderStyle
+		style, remaining = lr.Policy.HeaderStyle, lr.Remaining
+		if out.SoftOver(lr) {
+			remaining = 0
+		}
 	}
 	if style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth {
 		sc.from[hPolicy] = len(buf)
@@ -129,7 +136,7 @@ func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 		sc.to[hPolicy], sc.from[hRateLimit] = len(buf), len(buf)
 		buf = append(buf, buf[sc.from[hPolicy]:idEnd]...)
 		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, lr.Remaining, 10)
+		buf = strconv.AppendInt(buf, remaining, 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, CeilSeconds(lr.Reset), 10)
 		sc.to[hRateLimit] = len(buf)
@@ -138,7 +145,7 @@ func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 		sc.from[hLimit] = len(buf)
 		buf = strconv.AppendInt(buf, lr.Limit.Limit.Capacity, 10)
 		sc.to[hLimit], sc.from[hRemaining] = len(buf), len(buf)
-		buf = strconv.AppendInt(buf, lr.Remaining, 10)
+		buf = strconv.AppendInt(buf, remaining, 10)
 		sc.to[hRemaining], sc.from[hReset] = len(buf), len(buf)
 		resetAt := now.Add(lr.Reset)
 		unix := resetAt.Unix()

@@ -171,9 +171,13 @@ func describeDenial(out *check.Outcome, status int, policy string, buf []byte) (
 		buf = strconv.AppendInt(buf, max(retry, 0), 10)
 		return p, append(buf, 's'), retry
 	}
-	p.Limit = out.NamedLimit()
-	buf = append(buf, "limit "...)
-	buf = strconv.AppendQuote(buf, p.Limit)
+	if lr := out.Reporting(); lr != nil && lr.Limit.Hidden {
+		buf = append(buf, "a limit"...) // hidden from the client (visibility Hidden)
+	} else {
+		p.Limit = out.NamedLimit()
+		buf = append(buf, "limit "...)
+		buf = strconv.AppendQuote(buf, p.Limit)
+	}
 	buf = append(buf, " of policy "...)
 	buf = append(buf, policy...)
 	if retry < 0 {

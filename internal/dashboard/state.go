@@ -44,6 +44,8 @@ type CountView struct {
 	Allowed      int64  `json:"allowed"`
 	Denied       int64  `json:"denied"`
 	ShadowDenied int64  `json:"shadowDenied"`
+	// SoftOver counts the requests a soft limit let through over it.
+	SoftOver int64 `json:"softOver"`
 }
 
 // PolicyView is one policy as the page shows it.
@@ -93,6 +95,11 @@ type LimitView struct {
 	Name      string      `json:"name"`
 	Algorithm string      `json:"algorithm"`
 	Params    []ParamView `json:"params"`
+	// Mode is the limit's mode in force (Enforce, Shadow or Soft): its
+	// own, else its policy's.
+	Mode string `json:"mode"`
+	// Hidden is set for a limit whose state the client never sees.
+	Hidden bool `json:"hidden,omitempty"`
 }
 
 // ParamView is one parameter of a limit.
@@ -224,7 +231,7 @@ func dur(name string, d time.Duration) ParamView {
 // ratelimit.Limit for the mapping).
 func limitView(l policy.Limit) LimitView {
 	lim := l.Limit
-	v := LimitView{Name: l.Name}
+	v := LimitView{Name: l.Name, Mode: string(l.Mode), Hidden: l.Hidden}
 	switch lim.Algorithm {
 	case ratelimit.TokenBucket:
 		v.Algorithm = "tokenBucket"

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -110,12 +111,21 @@ func (a *authz) answer(st *authzState) (*authv3.CheckResponse, codes.Code) {
 	out := &st.out
 	if out.Allowed {
 		headers := headerOptions(st.w.header)
+		ok := &authv3.OkHttpResponse{
+			Headers:              headers, // to the upstream
+			ResponseHeadersToAdd: headers, // to the client
+		}
+		if v := checkhttp.OverLimit(out); v != "" {
+			ok.Headers = append(slices.Clip(headers), &corev3.HeaderValueOption{ // the upstream's only
+				Header:       &corev3.HeaderValue{Key: checkhttp.OverLimitHeader, Value: v},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			})
+		} else {
+			ok.HeadersToRemove = overLimitRemoved // the upstream trusts no client's
+		}
 		return &authv3.CheckResponse{
-			Status: grpcstatus.New(codes.OK, "").Proto(),
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				Headers:              headers, // to the upstream
-				ResponseHeadersToAdd: headers, // to the client
-			}},
+			Status:       grpcstatus.New(codes.OK, "").Proto(),
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok},
 		}, codes.OK
 	}
 	status := checkhttp.DenyStatus(out, http.StatusTooManyRequests)
@@ -236,6 +246,10 @@ func denied(code codes.Code, message string, w *recorder) *authv3.CheckResponse 
 		}},
 	}
 }
+
+// overLimitRemoved removes checkhttp.OverLimitHeader from a request over
+// no soft limit: one the client sent would otherwise reach the upstream.
+var overLimitRemoved = []string{strings.ToLower(checkhttp.OverLimitHeader)}
 
 // headerOptions turns the rendered headers into Envoy's, each replacing
 // any header of the same name, so that a client cannot pass its own

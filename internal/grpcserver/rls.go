@@ -429,6 +429,12 @@ func (a *rlsAnswer) fill(st *rlsState, now time.Time) {
 		resp.Statuses[i] = parts[i].fill(out, i)
 	}
 	resp.ResponseHeadersToAdd = a.headerValues(st.headers.RenderStrings(out, now))
+	resp.RequestHeadersToAdd = nil
+	if v := checkhttp.OverLimit(out); v != "" { // to the upstream
+		a.over = corev3.HeaderValue{Key: checkhttp.OverLimitHeader, Value: v}
+		a.overPtr[0] = &a.over
+		resp.RequestHeadersToAdd = a.overPtr[:]
+	}
 }
 
 // rlsAnswer is the memory of one response, reused from call to call once
@@ -440,6 +446,9 @@ type rlsAnswer struct {
 	header     [checkhttp.NumHeaders]corev3.HeaderValue
 	statuses   []*ratelimitv3.RateLimitResponse_DescriptorStatus
 	parts      []partAnswer
+	// over is checkhttp.OverLimitHeader for the upstream, when sent.
+	over    corev3.HeaderValue
+	overPtr [1]*corev3.HeaderValue
 }
 
 // partsFor makes room for n descriptors' statuses: resp.Statuses of n
@@ -477,7 +486,7 @@ type partAnswer struct {
 }
 
 // fill fills descriptor part's status from the part's verdict and
-// returns it: its reporting limit's figures, and OVER_LIMIT when the part
+// returns it: its shown limit's figures, and OVER_LIMIT when the part
 // took part in the denial.
 func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitResponse_DescriptorStatus {
 	status := &pa.status
@@ -486,7 +495,7 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 	if v.Denied {
 		status.Code = ratelimitv3.RateLimitResponse_OVER_LIMIT
 	}
-	lr := v.Reporting
+	lr := v.Shown // a hidden limit's figures never reach the client
 	if lr == nil {
 		// No figures: no policy limits the part, or another part's
 		// denial was answered from the cache of denials, which read

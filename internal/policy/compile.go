@@ -24,8 +24,11 @@ type Policy struct {
 	OnMissingKey ratelimitv1alpha1.OnMissingKey
 	Limits       []Limit
 	Cost         int64
-	Shadow       bool
-	FailClosed   bool
+	// Shadow: the policy is in mode Shadow (spec.mode, or every limit's
+	// own mode), which decides its penalty box, failureMode, onMissingKey
+	// and the default of its limits' modes.
+	Shadow     bool
+	FailClosed bool
 	// ChargeAlways: spec.charge is Always (every matching request is
 	// counted, over the limit if need be).
 	ChargeAlways bool
@@ -56,7 +59,22 @@ type Limit struct {
 	// Holder is a concurrency limit's descriptor entry whose value names
 	// the request that holds its units (descriptor policies only).
 	Holder string
+	// Mode is the limit's mode in force (LimitModeOf): its own, else its
+	// policy's.
+	Mode ratelimitv1alpha1.LimitMode
+	// Hidden: the limit's state is kept from the client (visibility
+	// Hidden): it never reports in the answer's headers nor a problem.
+	Hidden bool
 }
+
+// Enforced reports whether the limit denies a request over it.
+func (l *Limit) Enforced() bool { return l.Mode == ratelimitv1alpha1.LimitModeEnforce }
+
+// Shadow reports whether the limit reports only to operators.
+func (l *Limit) Shadow() bool { return l.Mode == ratelimitv1alpha1.LimitModeShadow }
+
+// Soft reports whether a request over the limit goes on, flagged.
+func (l *Limit) Soft() bool { return l.Mode == ratelimitv1alpha1.LimitModeSoft }
 
 // AdmitsNothing reports a limit of 0, which only an Envoy descriptor's
 // own limit can be (DescriptorLimit): the engine counts from 1, so it has
@@ -102,7 +120,7 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	errs = append(errs, serrs...)
 	p.DenyStatus = status
 
-	limits, summary, lerrs := compileLimits(spec.Limits, p.Cost, specPath)
+	limits, summary, lerrs := compileLimits(spec.Limits, p.Cost, spec.Mode, specPath)
 	errs = append(errs, lerrs...)
 	for i := range limits {
 		limits[i].Window = quotaWindow(limits[i].Limit)
@@ -116,18 +134,32 @@ func CompileTargeted(namespace, name string, spec *ratelimitv1alpha1.RateLimitPo
 	if p.Reserve = reserve; reserve != nil {
 		errs = append(errs, checkReserveLimits(limits, specPath)...)
 	}
+	p.Shadow = p.Shadow || allShadow(limits)
 	lease, lerrs := compileLease(spec, limits, p.Cost, specPath.Child("lease"))
 	errs = append(errs, lerrs...)
 	p.Lease = lease
 	penalty, perrs := compilePenalty(spec, specPath.Child("penalty"))
 	errs = append(errs, perrs...)
 	p.Penalty = penalty
+	p.Penalty.Shadow = penalty.Enabled() && p.Shadow // the box follows spec.mode
 	errs = append(errs, checkConcurrency(spec, limits, key, match.forDescriptors, specPath)...)
 
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	return p, nil
+}
+
+// allShadow reports whether every limit is in mode Shadow: such a policy
+// is a shadow policy (its penalty box, failureMode, onMissingKey), as if
+// spec.mode said so, whatever spec.mode says.
+func allShadow(limits []Limit) bool {
+	for i := range limits {
+		if !limits[i].Shadow() {
+			return false
+		}
+	}
+	return len(limits) > 0
 }
 
 // newPolicy takes the spec's plain fields, with the schema's defaults:

@@ -60,7 +60,7 @@ func DescriptorLimit(namespace, unit string, window time.Duration, requestsPerUn
 	}
 	spec := ratelimitv1alpha1.RateLimitPolicySpec{Limits: []ratelimitv1alpha1.Limit{{Name: ratelimitv1alpha1.LimitName(unit), FixedWindow: w}}}
 	p := newPolicy(namespace, DescriptorLimitPolicy, &spec)
-	limits, summary, errs := compileLimits(spec.Limits, p.Cost, field.NewPath("descriptor"))
+	limits, summary, errs := compileLimits(spec.Limits, p.Cost, spec.Mode, field.NewPath("descriptor"))
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}

@@ -56,16 +56,19 @@ func (p *Policy) AppendEntries(entries []ratelimit.Entry, keyValue string, cost 
 func (p *Policy) AppendEntriesOf(entries []ratelimit.Entry, limits []Limit, keyValue string, cost int64) []ratelimit.Entry {
 	for i := range limits {
 		l := &limits[i]
-		entries = append(entries, ratelimit.Entry{
+		e := ratelimit.Entry{
 			Key:    ratelimit.Key(p.Namespace, p.Name, keyValue, l.Name),
 			Limit:  l.Limit,
 			Cost:   cost,
-			Shadow: p.Shadow,
+			Shadow: !l.Enforced(),
 
 			ChargeAlways: p.ChargeAlways,
 			Lease:        p.Lease,
-			Penalty:      p.Penalty,
-		})
+			// The box follows spec.mode (Penalty.Shadow): an enforcing
+			// one counts the enforced limits' denials only.
+			Penalty: p.Penalty,
+		}
+		entries = append(entries, e)
 	}
 	return entries
 }

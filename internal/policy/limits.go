@@ -14,7 +14,7 @@ import (
 
 // compileLimits compiles a policy's limits and describes them for the
 // summary. cost is the policy's cost, which no limit may make impossible.
-func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field.Path) ([]Limit, string, field.ErrorList) {
+func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, policyMode ratelimitv1alpha1.Mode, specPath *field.Path) ([]Limit, string, field.ErrorList) {
 	limitsPath := specPath.Child("limits")
 	var errs field.ErrorList
 	if len(limits) == 0 {
@@ -38,8 +38,9 @@ func compileLimits(limits []ratelimitv1alpha1.Limit, cost int64, specPath *field
 			errs = append(errs, field.Invalid(specPath.Child("cost"), cost,
 				fmt.Sprintf("must not exceed limit %q's capacity %d: such a request could never be allowed", l.Name, compiled.Limit.Capacity)))
 		}
+		compiled.Mode, compiled.Hidden = LimitModeOf(l.Mode, policyMode), l.Visibility == ratelimitv1alpha1.VisibilityHidden
 		out = append(out, compiled)
-		summary = append(summary, string(l.Name)+"="+desc)
+		summary = append(summary, string(l.Name)+"="+desc+modeSummary(l))
 	}
 	return out, strings.Join(summary, " "), errs
 }
@@ -241,4 +242,30 @@ func (n *numbers) duration(p *field.Path, d ratelimitv1alpha1.Duration, def stri
 		n.errs = append(n.errs, field.Invalid(p, s, "must be between 1ms and 8784h (366 days)"))
 	}
 	return v
+}
+
+// LimitModeOf is the one rule of a limit's mode: its own mode when set,
+// else its policy's (spec.mode, Enforce when unset).
+func LimitModeOf(own ratelimitv1alpha1.LimitMode, policyMode ratelimitv1alpha1.Mode) ratelimitv1alpha1.LimitMode {
+	switch {
+	case own != "":
+		return own
+	case policyMode == ratelimitv1alpha1.ModeShadow:
+		return ratelimitv1alpha1.LimitModeShadow
+	}
+	return ratelimitv1alpha1.LimitModeEnforce
+}
+
+// modeSummary is what the summary adds for a limit's own mode and
+// visibility, "" for a limit that sets neither (the summary of every
+// policy written before limits had them is unchanged).
+func modeSummary(l *ratelimitv1alpha1.Limit) string {
+	var s string
+	if l.Mode != "" {
+		s += ":" + string(l.Mode)
+	}
+	if l.Visibility == ratelimitv1alpha1.VisibilityHidden {
+		s += ":" + string(l.Visibility)
+	}
+	return s
 }

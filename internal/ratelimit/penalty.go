@@ -33,6 +33,11 @@ type Penalty struct {
 	// MaxBan caps a doubled ban, and is how long after a ban's end a new
 	// ban still doubles it.
 	MaxBan time.Duration
+	// Shadow: the box reports the bans it would issue, never enforcing
+	// them, and counts every entry's denial; otherwise it counts only
+	// the denials of entries that are not shadow. A policy's box follows
+	// its spec.mode, whatever its limits' own modes (Entry.Shadow).
+	Shadow bool
 }
 
 // Enabled reports whether p is a penalty box, not the zero Penalty.
@@ -62,5 +67,5 @@ func (p Penalty) Validate() error {
 }
 
 func (p Penalty) String() string {
-	return fmt.Sprintf("Penalty{denials=%d within=%s ban=%s maxBan=%s}", p.Denials, p.Within, p.Ban, p.MaxBan)
+	return fmt.Sprintf("Penalty{denials=%d within=%s ban=%s maxBan=%s shadow=%v}", p.Denials, p.Within, p.Ban, p.MaxBan, p.Shadow)
 }

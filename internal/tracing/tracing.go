@@ -100,12 +100,14 @@ func (t *Tracer) start(ctx context.Context, intake Intake, namespace string) (co
 
 // Check span attributes.
 const (
-	attrDecision   = "sluice.decision"      // allowed or denied
-	attrReason     = "sluice.reason"        // check.Reason
-	attrPolicies   = "sluice.policies"      // the matching policies, namespace/name
-	attrPolicy     = "sluice.policy"        // the policy that decided
-	attrLimit      = "sluice.limit"         // the limit the answer reports
-	attrDenied     = "sluice.denied_limits" // every limit that denied, namespace/policy/limit
+	attrDecision   = "sluice.decision"         // allowed or denied
+	attrReason     = "sluice.reason"           // check.Reason
+	attrPolicies   = "sluice.policies"         // the matching policies, namespace/name
+	attrPolicy     = "sluice.policy"           // the policy that decided
+	attrLimit      = "sluice.limit"            // the limit the answer reports
+	attrDenied     = "sluice.denied_limits"    // every limit that denied, namespace/policy/limit
+	attrShadow     = "sluice.shadow_limits"    // of those, the shadow limits (which denied nothing)
+	attrSoftOver   = "sluice.soft_over_limits" // the soft limits the request went on over
 	attrRemaining  = "sluice.remaining"
 	attrRetryAfter = "sluice.retry_after_ms"
 	attrCached     = "sluice.cached"   // the denial came from the cache of denials
@@ -144,15 +146,7 @@ func (s Span) End(out *check.Outcome, err error) {
 	if l := out.Reporting(); l != nil {
 		attrs = append(attrs, attribute.String(attrLimit, l.Limit.Name), attribute.Int64(attrRemaining, l.Remaining), attribute.Bool(attrCached, l.Cached))
 	}
-	var denied []string
-	for _, l := range out.Limits {
-		if !l.Allowed {
-			denied = append(denied, l.Policy.Namespace+"/"+l.Policy.Name+"/"+l.Limit.Name)
-		}
-	}
-	if denied != nil {
-		attrs = append(attrs, attribute.StringSlice(attrDenied, denied))
-	}
+	attrs = append(attrs, limitsAttrs(out)...)
 	if !out.Allowed && out.RetryAfter != ratelimit.Never {
 		attrs = append(attrs, attribute.Int64(attrRetryAfter, out.RetryAfter.Milliseconds()))
 	}
@@ -208,4 +202,36 @@ func (m metadataCarrier) Keys() []string {
 		keys = append(keys, strings.ToLower(k))
 	}
 	return keys
+}
+
+// limitsAttrs are the attributes naming limits over: every limit that
+// denied (shadow and soft ones included, as before they had modes of
+// their own), the shadow ones among them, and the soft ones the request
+// went on over.
+func limitsAttrs(out *check.Outcome) []attribute.KeyValue {
+	var denied, shadow, soft []string
+	for i := range out.Limits {
+		l := &out.Limits[i]
+		if l.Allowed {
+			continue
+		}
+		name := l.Policy.Namespace + "/" + l.Policy.Name + "/" + l.Limit.Name
+		denied = append(denied, name)
+		switch {
+		case l.Limit.Shadow():
+			shadow = append(shadow, name)
+		case out.SoftOver(l):
+			soft = append(soft, name)
+		}
+	}
+	var attrs []attribute.KeyValue
+	for _, a := range []struct {
+		key   string
+		names []string
+	}{{attrDenied, denied}, {attrShadow, shadow}, {attrSoftOver, soft}} {
+		if a.names != nil {
+			attrs = append(attrs, attribute.StringSlice(a.key, a.names))
+		}
+	}
+	return attrs
 }

@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -34,6 +35,10 @@ type step struct {
 	domain      string
 	descriptors [][]string // each: key, value, key, value...
 	want        string
+	// flagged is, for each send, 'f' when Sluice's answer must hand the
+	// upstream X-Sluice-Over-Limit (a quota_mode limit over, which the
+	// peer lets through as a violation), '-' when not; unset: never.
+	flagged string
 	// freshSecond starts the step just after a second begins, so that a
 	// per-second window holds all its sends on both servers.
 	freshSecond bool
@@ -64,7 +69,7 @@ var steps = []step{
 	{name: "more entries than a branch is deep", domain: "edge", descriptors: [][]string{{"tenant", "t2", "method", "POST", "path", "/p"}}, want: "oooo"},
 	{name: "entries in another order", domain: "edge", descriptors: [][]string{{"method", "POST", "tenant", "t1"}}, want: "oooo"},
 	{name: "shadow mode", domain: "edge", descriptors: [][]string{{"plan", "trial"}}, want: "oooo"},
-	{name: "quota mode", domain: "edge", descriptors: [][]string{{"plan", "beta"}}, want: "oooo"},
+	{name: "quota mode", domain: "edge", descriptors: [][]string{{"plan", "beta"}}, want: "oooo", flagged: "-fff"},
 	{name: "two descriptors, one over", domain: "edge", descriptors: [][]string{{"remote_address", "10.0.0.20"}, {"path", "/home2"}}, want: "oooox"},
 	{name: "the other one alone was not counted when denied", domain: "edge", descriptors: [][]string{{"path", "/home2"}}, want: "oooox"},
 	{name: "a tenant and its method", domain: "edge", descriptors: [][]string{{"tenant", "t3"}, {"tenant", "t3", "method", "POST"}}, want: "oox"},
@@ -154,7 +159,7 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
 		}
 		req := request(st.domain, st.descriptors)
-		var gotPeer, gotSluice strings.Builder
+		var gotPeer, gotSluice, flags strings.Builder
 		for n := range len(st.want) {
 			a, b := ask(t, peer, req), ask(t, sl, req)
 			gotPeer.WriteByte(letter(a.GetOverallCode()))
@@ -162,9 +167,13 @@ func TestDecidesAsEnvoyRatelimit(t *testing.T) {
 			if ca, cb := codes(a), codes(b); ca != cb {
 				t.Errorf("step %d (%s), send %d: envoyproxy/ratelimit %s, Sluice %s", i+1, st.name, n+1, ca, cb)
 			}
+			flags.WriteByte(flagOf(b))
 		}
 		if gotPeer.String() != st.want {
 			t.Errorf("step %d (%s): envoyproxy/ratelimit answered %s, the test expects %s", i+1, st.name, gotPeer.String(), st.want)
+		}
+		if want := cmp.Or(st.flagged, strings.Repeat("-", len(st.want))); flags.String() != want {
+			t.Errorf("step %d (%s): Sluice's X-Sluice-Over-Limit to the upstream %s, want %s (f: flagged)", i+1, st.name, flags.String(), want)
 		}
 		if gotSluice.String() != gotPeer.String() {
 			t.Errorf("step %d (%s): Sluice answered %s, envoyproxy/ratelimit %s", i+1, st.name, gotSluice.String(), gotPeer.String())
@@ -304,4 +313,16 @@ func codes(r *ratelimitv3.RateLimitResponse) string {
 	}
 	b.WriteString("]")
 	return fmt.Sprint(b.String())
+}
+
+// flagOf is 'f' when Sluice's answer hands the upstream
+// X-Sluice-Over-Limit (a soft limit, quota_mode's conversion, is over),
+// else '-'.
+func flagOf(r *ratelimitv3.RateLimitResponse) byte {
+	for _, h := range r.GetRequestHeadersToAdd() {
+		if h.GetKey() == "X-Sluice-Over-Limit" {
+			return 'f'
+		}
+	}
+	return '-'
 }

@@ -75,7 +75,9 @@
 // is the file's domain, match.descriptor the entries from the top node down
 // (value exact, "x*" a prefix, unset for a key-only node), one fixedWindow
 // limit with alignment Clock and the unit's window, mode Shadow for
-// shadow_mode or quota_mode, and failureMode Open (Envoy's default when the
+// shadow_mode, the limit's own mode Soft for quota_mode (counted, never
+// denied, and the request flagged to the upstream by X-Sluice-Over-Limit,
+// as the peer flags it in dynamic metadata), and failureMode Open (Envoy's default when the
 // service cannot answer; Options.FailureMode changes it). The key is left
 // unset, so Sluice's default {descriptor} counts a bucket per distinct
 // descriptor as envoyproxy/ratelimit does; with share_threshold it is built
@@ -104,8 +106,8 @@
 // wildcards from different merged files that overlap; and what exceeds the
 // API's bounds (16 entries, 256-byte keys, 1024-byte values, a 4096-byte
 // when or one over the CEL cost budget, requests_per_unit above 10^9). Reported as notes, exact in decisions:
-// detailed_metric and value_to_metric (statistics only), quota_mode (its
-// dynamic metadata), flags without a rate_limit, keys envoyproxy/ratelimit
+// detailed_metric and value_to_metric (statistics only), quota_mode (a
+// header to the upstream for its dynamic metadata), flags without a rate_limit, keys envoyproxy/ratelimit
 // ignores, repeated keys, extra documents, unlimited nodes, nodes no
 // descriptor can reach, and replaces naming no limit of the domain.
 //

@@ -247,8 +247,12 @@ func checkLimit(t *testing.T, obj *ratelimitv1alpha1.RateLimitPolicy, want *node
 	if rl.requestsPerUnit != 0 && int64(l.Limit) != int64(rl.requestsPerUnit) || string(l.Window) != rl.unit.window || l.Alignment != ratelimitv1alpha1.WindowAlignmentClock {
 		t.Fatalf("%s: limit %+v, want %d per %s", obj.Name, l, rl.requestsPerUnit, rl.unit.name)
 	}
-	if shadow := obj.Spec.Mode == ratelimitv1alpha1.ModeShadow; shadow != (want.shadow.on || want.quota.on) {
+	quota := want.quota.on && rl.requestsPerUnit != 0
+	if shadow := obj.Spec.Mode == ratelimitv1alpha1.ModeShadow; shadow != (want.shadow.on || want.quota.on) && !quota {
 		t.Fatalf("%s: mode %q, shadow_mode %v, quota_mode %v", obj.Name, obj.Spec.Mode, want.shadow.on, want.quota.on)
+	}
+	if soft := obj.Spec.Limits[0].Mode == ratelimitv1alpha1.LimitModeSoft; soft != quota || quota && obj.Spec.Mode != "" {
+		t.Fatalf("%s: limit mode %q, spec.mode %q; quota_mode %v: want Soft on the limit alone", obj.Name, obj.Spec.Limits[0].Mode, obj.Spec.Mode, want.quota.on)
 	}
 }
 

@@ -101,12 +101,7 @@ func (c *converter) emit(d *domain, path []level) {
 	}
 	spec := ratelimitv1alpha1.RateLimitPolicySpec{Match: match, Key: key, FailureMode: c.opts.FailureMode}
 	note := c.setLimit(&spec, rl)
-	if n.shadow.on || n.quota.on {
-		spec.Mode = ratelimitv1alpha1.ModeShadow
-	}
-	if n.quota.on {
-		c.rs.Add(n.quota.pos, convert.Note, "quota_mode: written as mode: Shadow (counted, never denied, as there); Sluice does not list the violation in the response's dynamic metadata")
-	}
+	c.setMode(&spec, n)
 	obj := &ratelimitv1alpha1.RateLimitPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: ratelimitv1alpha1.GroupVersion.String(), Kind: "RateLimitPolicy"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -120,6 +115,23 @@ func (c *converter) emit(d *domain, path []level) {
 	}
 	c.policies = append(c.policies, Policy{Object: obj, Source: n.pos, Descriptor: strings.Join(desc, ", "), Note: note,
 		nameParts: nameParts(d.name, path), id: identity(d.name, path)})
+}
+
+// setMode writes shadow_mode as spec.mode Shadow, and quota_mode (over
+// shadow_mode) as the limit's own mode Soft: let through when over, and
+// flagged, as the peer flags it. A limit of 0 in quota mode stays a
+// shadow policy: it denies by onMissingKey, which follows spec.mode.
+func (c *converter) setMode(spec *ratelimitv1alpha1.RateLimitPolicySpec, n *node) {
+	switch {
+	case n.quota.on && n.rateLimit.requestsPerUnit == 0:
+		spec.Mode = ratelimitv1alpha1.ModeShadow
+		c.rs.Add(n.quota.pos, convert.Inexact, "quota_mode with requests_per_unit: 0: written as mode: Shadow (never denied, as there), without the flag a soft limit gives: a limit of 0 has no bucket to be over")
+	case n.quota.on:
+		spec.Limits[0].Mode = ratelimitv1alpha1.LimitModeSoft
+		c.rs.Add(n.quota.pos, convert.Note, "quota_mode: written as the limit's mode: Soft (counted, never denied, as there); where envoyproxy/ratelimit lists the violation in the response's dynamic metadata, Sluice hands the upstream X-Sluice-Over-Limit naming the limit")
+	case n.shadow.on:
+		spec.Mode = ratelimitv1alpha1.ModeShadow
+	}
 }
 
 // descriptorMatch is the match of the descriptors path leads to, with

@@ -103,7 +103,7 @@
           const shadow = el('td', { class: 'num' }, '0');
           countCells.set(limitId(p.namespace, p.name, l.name), { allowed, denied, shadow });
           tr.append(
-            el('td', null, el('b', null, l.name)),
+            el('td', null, el('b', null, l.name), limitBadges(p, l)),
             el('td', { class: 'params' }, el('code', null, l.algorithm), ' ', params(l.params)),
             allowed, denied, shadow);
         } else {
@@ -169,13 +169,24 @@
       el('div', { class: 'message' }, p.message || ''));
   }
 
+  // limitBadges shows a limit's own mode where it differs from its
+  // policy's, and a limit hidden from clients.
+  function limitBadges(p, l) {
+    return [
+      l.mode && l.mode !== p.mode ? el('span', { class: 'badge' + (l.mode !== 'Enforce' ? ' shadow' : ''), 'data-limit-mode': l.mode }, l.mode) : null,
+      l.hidden ? el('span', { class: 'badge', title: 'never shown to clients (visibility: Hidden)' }, 'hidden') : null,
+    ];
+  }
+
   function renderCounts(counts) {
     for (const c of counts) {
       const cells = countCells.get(limitId(c.namespace, c.policy, c.limit));
       if (!cells) continue;
       cells.allowed.textContent = c.allowed;
       cells.denied.textContent = c.denied;
-      cells.shadow.textContent = c.shadowDenied;
+      // Would deny: a shadow limit's denials, and the requests a soft
+      // limit let through over it.
+      cells.shadow.textContent = c.shadowDenied + (c.softOver || 0);
     }
   }
 

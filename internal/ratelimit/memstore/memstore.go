@@ -338,7 +338,7 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 	}
 	dec.Allowed = model.Decide(req, sc.verdicts)
 	if req.Action.Decides() {
-		model.CountDenials(sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, now)
+		model.CountDenials(req.Entries, sc.bucketOf[:len(req.Entries)], sc.boxes, sc.verdicts, now)
 	}
 	if req.Action != ratelimit.DryRun && s.maxKeys > 0 {
 		if err := s.makeRoom(req, dec.Allowed, sc, now); err != nil {

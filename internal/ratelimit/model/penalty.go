@@ -84,7 +84,7 @@ func Banned(v *Verdict, left int64) {
 // Box is one bucket's penalty box during one call of a store.
 type Box struct {
 	// On: the bucket has a penalty box, Params, from its first entry that
-	// has one (see Open); Shadow is that entry's.
+	// has one (see Open); Shadow is that penalty's (Penalty.Shadow).
 	On     bool
 	Params PenaltyParams
 	Shadow bool
@@ -103,7 +103,7 @@ func (b *Box) Open(e *ratelimit.Entry) bool {
 	if b.On || !e.Penalty.Enabled() {
 		return false
 	}
-	*b = Box{On: true, Params: CompilePenalty(e.Penalty), Shadow: e.Shadow}
+	*b = Box{On: true, Params: CompilePenalty(e.Penalty), Shadow: e.Penalty.Shadow}
 	return true
 }
 
@@ -131,13 +131,15 @@ func ApplyBans(bucketOf []int, boxes []Box, verdicts []Verdict, nexts []State, n
 // CountDenials counts a denial (Penalize) in each box whose bucket's own
 // entries denied, for a call that is no refund (a dry run reports what it
 // would count, and writes nothing), and gives every entry of the bucket
-// the ban issued. A ban issued (not shadow) puts the retry and the reset
+// the ban issued. An enforcing box counts only the denials of entries
+// that are not shadow (a limit in mode Shadow or Soft of an enforced
+// policy bans no one); a shadow box counts every entry's. A ban issued (not shadow) puts the retry and the reset
 // of the bucket's denied entries at its end at the earliest, as a banned
 // entry's (Banned): their state is not untouched before the ban ends.
-func CountDenials(bucketOf []int, boxes []Box, verdicts []Verdict, now int64) {
+func CountDenials(entries []ratelimit.Entry, bucketOf []int, boxes []Box, verdicts []Verdict, now int64) {
 	for i, g := range bucketOf {
 		b := &boxes[g]
-		if b.On && !b.counted && !verdicts[i].Allowed {
+		if b.On && !b.counted && !verdicts[i].Allowed && (b.Shadow || !entries[i].Shadow) {
 			b.counted = true
 			b.Next, b.Ban = Penalize(b.Params, b.State, now)
 			b.Write = b.Next != b.State

@@ -88,6 +88,7 @@ func RunDifferential(t testing.TB, rng *rand.Rand, cfg DiffConfig, ref *Referenc
 		keys[i].switchTo(rng, cfg.Algorithms[i%len(cfg.Algorithms)]) // every algorithm from the start
 		if cfg.Penalties && i%3 == 0 && rng.IntN(4) != 0 {
 			keys[i].penalty, keys[i].shadow = RandomPenalty(rng), rng.IntN(5) == 0
+			keys[i].penalty.Shadow = keys[i].shadow
 		}
 		if i%3 != 0 {
 			keys[i].penalty, keys[i].shadow = keys[i-i%3].penalty, keys[i-i%3].shadow
@@ -213,10 +214,7 @@ const maxJump = time.Hour
 // allowed at it. This moves the clock forward by retry.
 func probeRetry(t testing.TB, ref *Reference, send func(*ratelimit.Request, string), e ratelimit.Entry, retry time.Duration) {
 	t.Helper()
-	if e.Shadow { // a shadow penalty box's bans would deny the probe
-		e.Penalty = ratelimit.Penalty{}
-	}
-	e.Shadow = false
+	e.Shadow = false // its box keeps its own mode (Penalty.Shadow)
 	req := &ratelimit.Request{Entries: []ratelimit.Entry{e}, Action: ratelimit.DryRun}
 	var d ratelimit.Decision
 	ref.Clock.Advance(retry - time.Microsecond)
@@ -261,7 +259,7 @@ func randomRequest(rng *rand.Rand, keys []*diffKey, maxEntries int) *ratelimit.R
 		k := keys[i]
 		l := k.limits[k.alg]
 		e := ratelimit.Entry{Key: k.key, Limit: l, Cost: RandomCost(rng, l), Shadow: rng.IntN(7) == 0, Penalty: k.penalty, Holder: holder}
-		if k.penalty.Enabled() { // shadow is a policy's, as its penalty box
+		if k.penalty.Enabled() { // a bucket with a box has entries of its mode only
 			e.Shadow = k.shadow
 		}
 		// Some keys' entries charge always (a policy's choice); others

@@ -77,7 +77,7 @@ func (r *Reference) Check(_ context.Context, _ time.Duration, req *ratelimit.Req
 	}
 	dec.Allowed = model.Decide(req, verdicts)
 	if req.Action.Decides() {
-		model.CountDenials(bucketOf, boxes, verdicts, now)
+		model.CountDenials(req.Entries, bucketOf, boxes, verdicts, now)
 	}
 	dec.Results = dec.Results[:0]
 	for i, e := range req.Entries {

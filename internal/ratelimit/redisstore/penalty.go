@@ -51,7 +51,7 @@ func appendPenalty(buf []byte, e *ratelimit.Entry) []byte {
 		buf = strconv.AppendInt(buf, v, 10)
 	}
 	flag := byte('0')
-	if e.Shadow {
+	if e.Penalty.Shadow {
 		flag = '1'
 	}
 	return append(buf, ':', flag)

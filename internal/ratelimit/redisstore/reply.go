@@ -44,9 +44,9 @@ func parseReply(vals []int64, req *ratelimit.Request, buckets []string, idx []in
 			if err != nil {
 				return false, fmt.Errorf("unexpected reply for %s: %w", e.Key, err)
 			}
-			banned, issued, k = left > 0 && !box.Shadow, ban, k+1
+			banned, issued, k = left > 0 && !box.Penalty.Shadow, ban, k+1
 			banLeft = 0
-			if !box.Shadow {
+			if !box.Penalty.Shadow {
 				banLeft = left + ban // one of them is 0 (penaltyReply)
 			}
 		} else if q == 0 || buckets[i] != bucket {

@@ -34,6 +34,14 @@ func AcceptedPolicies() []Case {
 		{Name: "a penalty box whose ban doubles up to maxBan", Spec: "penalty: {denials: 5, within: 1m, ban: 1m, maxBan: 1h}\n" + tokenBucket10},
 		{Name: "a penalty box of fixed bans (ban equal to maxBan), in shadow mode", Spec: "mode: Shadow\npenalty: {denials: 1, within: 500ms, ban: 10m, maxBan: 10m}\n" + tokenBucket10},
 		{Name: "a concurrency limit of an HTTP policy, with defaults", Spec: withLimit("concurrency: {limit: 10}")},
+		{Name: "limits of their own modes (Enforce, Shadow, Soft) and a hidden one, in a shadow policy", Spec: `
+mode: Shadow
+penalty: {denials: 3, within: 1m, ban: 1m, maxBan: 4m}
+limits:
+- {name: hard, mode: Enforce, visibility: Hidden, fixedWindow: {limit: 100, window: 1m}}
+- {name: trial, mode: Shadow, tokenBucket: {capacity: 10, refillRate: 1, refillInterval: 1s}}
+- {name: plan, mode: Soft, visibility: Visible, calendar: {limit: 1000, period: Month}}
+`},
 		{Name: "a concurrency limit of a descriptor policy, beside a rate limit", Spec: inFlightDescriptors("{descriptor:tenant}", "holder: request_id")},
 		{Name: "a token budget of a descriptor policy, per minute and per month", Spec: tokenBudget("{descriptor:tenant}", "holder: request_id, ttl: 5m, max: 20000")},
 		{Name: "a token budget of an HTTP policy, with defaults", Spec: "charge: Reserve\nreserve: {}\ncost: 100\n" + withLimit("fixedWindow: {limit: 100000, window: 1m}")},
@@ -208,6 +216,10 @@ limits:
 			Field: "spec.cost", Words: []string{"cost must not exceed any limit's capacity"}},
 		{Name: "an unknown mode", Spec: "mode: Audit\n" + tokenBucket10,
 			Field: "spec.mode", Words: []string{`Unsupported value: "Audit"`, `"Enforce"`, `"Shadow"`}},
+		{Name: "an unknown limit mode", Spec: withLimit("fixedWindow: {limit: 1, window: 1s}\n  mode: Warn"),
+			Field: "spec.limits[0].mode", Words: []string{`Unsupported value: "Warn"`, `"Enforce"`, `"Shadow"`, `"Soft"`}},
+		{Name: "an unknown limit visibility", Spec: withLimit("fixedWindow: {limit: 1, window: 1s}\n  visibility: Secret"),
+			Field: "spec.limits[0].visibility", Words: []string{`Unsupported value: "Secret"`, `"Visible"`, `"Hidden"`}},
 		{Name: "an unknown failure mode", Spec: "failureMode: Maybe\n" + tokenBucket10,
 			Field: "spec.failureMode", Words: []string{`Unsupported value: "Maybe"`}},
 		{Name: "an unknown onMissingKey", Spec: "onMissingKey: Ignore\n" + tokenBucket10,

@@ -1486,6 +1486,12 @@ local function evaluate(grp, now, base)
   local w, wa = grp.writes, grp.always_writes
   local allowed, denied, m, wexp, ma, wexpa = true, false, 0, 0, 0, 0
   local dups, nd, dexp = grp.dups, 0, 0
+  -- An enforcing box counts the denials of the entries that are not
+  -- shadow; a shadow box counts every entry's (the model's CountDenials).
+  local box_all = E_REC[first].alg == PENALTY and E_REC[first].shadow
+  -- A ban denies the request through the group's enforced entries only
+  -- (the model's Decide): a bucket met by shadow entries alone goes on.
+  local enforced = false
   local a = CHECK_ARGS
   a.grp, a.r, a.now = grp, r, now
   grp.ndeletes, grp.log = 0, false
@@ -1493,10 +1499,14 @@ local function evaluate(grp, now, base)
     local e = E_REC[j]
     a.e, a.j, a.v, a.o = e, j, r and r[j - first + 1], base + 4 * j
     local ok, val, exp, hold, dup, dupexp = e.check(a)
+    if e.alg ~= PENALTY and not e.shadow then
+      enforced = true
+    end
     if not ok then
-      denied = true
       if not e.shadow then
-        allowed = false
+        allowed, denied = false, true
+      elseif box_all then
+        denied = true
       end
     end
     -- A pending write (exp) comes from an entry that allows, or from one
@@ -1540,7 +1550,7 @@ local function evaluate(grp, now, base)
   if E_REC[first].alg == PENALTY then
     local v = r and r[1]
     if v or denied then
-      if penalty_box(grp, v, denied, now, base) then
+      if penalty_box(grp, v, denied, now, base) and enforced then
         allowed = false
       end
     else -- never banned nor counting, and nothing to count: the common case
