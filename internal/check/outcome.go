@@ -69,6 +69,11 @@ type Part struct {
 	// give-back, no decision, so its limits count no decision and tell the
 	// decision log and the top keys nothing.
 	Refunded bool
+	// Admitted says that the part's cost was admitted already (a usage
+	// report of Envoy's rate limit quota service): its limits are charged
+	// whatever the decision, over the limit if need be, as charge Always
+	// charges (ratelimit.Entry.ChargeAlways).
+	Admitted bool
 }
 
 // Reason says why a request was answered the way it was.
