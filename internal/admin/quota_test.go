@@ -74,7 +74,7 @@ func TestInspectQuotaShares(t *testing.T) {
 		t.Fatalf("quota shares: %+v, want one per stream", ks.Quota)
 	}
 	for i, q := range ks.Quota {
-		if q.Action != "token_bucket" || q.MaxTokens < 1 || q.TokensPerFill < 1 || q.Reserved != q.MaxTokens+q.TokensPerFill || q.Denied != 7 || q.Reported == "" || q.Envoy == "" {
+		if q.Action != "token_bucket" || q.MaxTokens < 1 || q.TokensPerFill < 1 || q.Reserved != q.MaxTokens+5*q.TokensPerFill || q.Interval != "5s" || q.Denied != 7 || q.Reported == "" || q.Envoy == "" {
 			t.Errorf("share %d: %+v", i, q)
 		}
 	}
