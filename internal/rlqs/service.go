@@ -61,9 +61,9 @@ type Options struct {
 	MaxBuckets   int
 	IdleTimeout  time.Duration
 	AbandonAfter time.Duration
-	Registerer  prometheus.Registerer
-	Logger      *slog.Logger
-	Now         func() time.Time
+	Registerer   prometheus.Registerer
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Service serves StreamRateLimitQuotas.
