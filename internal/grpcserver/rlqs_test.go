@@ -40,8 +40,9 @@ func TestQuotaServiceBesideRLS(t *testing.T) {
 		t.Fatalf("assignment: %v, want a token bucket", resp)
 	}
 	// 1 admitted before the assignment and what the token bucket may
-	// admit are taken from the 10 of the hour; RLS has the rest.
-	taken := 1 + int(tb.GetMaxTokens()+tb.GetTokensPerFill().GetValue())
+	// admit in a reporting interval (5 s until reports tell another) are
+	// taken from the 10 of the hour; RLS has the rest.
+	taken := 1 + int(tb.GetMaxTokens()+5*tb.GetTokensPerFill().GetValue())
 	rls := ratelimitv3.NewRateLimitServiceClient(e.conn)
 	desc := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{
 		{Key: "tenant", Value: "acme"}, {Key: "plan", Value: "free"}}}}}

@@ -33,14 +33,20 @@ import (
 
 // Assignment timing.
 const (
-	// DefaultInterval is a bucket's reporting interval until its reports
-	// tell it (time_elapsed, or the time between two).
-	DefaultInterval = time.Second
-	minInterval     = 50 * time.Millisecond
+	// DefaultInterval is a bucket's reporting interval until the time
+	// between two of its reports tells it: Envoy 1.40 reports every 5 s,
+	// whatever its reporting_interval says.
+	DefaultInterval = 5 * time.Second
+	minInterval     = time.Second
 	maxInterval     = time.Minute
-	// ttlIntervals is an assignment's life in reporting intervals: one
-	// late report does not expire it.
-	ttlIntervals = 2
+	// ttlIntervals is an assignment's life in reporting intervals, in
+	// whole seconds as Envoy reads it: one late or lost report does not
+	// expire it.
+	ttlIntervals = 3
+	// DefaultAbandonAfter is how long a bucket may go without a request before
+	// it is abandoned: Envoy keeps and reports every bucket it ever made
+	// until told to abandon it, and makes it anew at its next request.
+	DefaultAbandonAfter = time.Minute
 	// noPolicyTTL is the life of the assignment of a bucket no policy
 	// holds (allow all): Envoy's next report asks again anyway.
 	noPolicyTTL = time.Minute
@@ -63,7 +69,11 @@ type bucket struct {
 	reservedUntil time.Time
 	owed          int64
 	interval      time.Duration
+	measured      bool // interval is measured, not DefaultInterval
 	reported      time.Time
+	// key is its encoded id in the stream; used, its last request's report.
+	key  string
+	used time.Time
 }
 
 // assign settles u's report of b and answers b's next assignment.
@@ -77,9 +87,15 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	for _, p := range unservable {
 		s.metrics.unservable.WithLabelValues(p.Namespace, p.Name).Inc()
 	}
+	if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() > 0 {
+		b.used = now
+	}
 	if len(servable)+len(unservable) == 0 {
 		s.metrics.reports.WithLabelValues(reportNoPolicy).Inc()
 		b.reserved, b.owed = 0, 0
+		if now.Sub(b.used) >= s.opts.AbandonAfter {
+			return st.abandon(b)
+		}
 		return s.blanket(b.id, actionAllowAll, noPolicyTTL)
 	}
 	b.owe(int64(u.GetNumRequestsAllowed()), now) //nolint:gosec // at most MaxReportCount (validateUsage)
@@ -95,12 +111,16 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	if failureAction(nil, unservable) == actionDenyAll {
 		action, sh.Tokens, sh.Burst = actionDenyAll, 0, 0
 	}
+	if action == actionAbandon {
+		return st.abandon(b)
+	}
 	sh.Action = action
 	s.setShares(st, b, sh)
+	ttl := time.Duration(ttlIntervals*b.seconds()) * time.Second
 	if action == actionTokenBucket {
-		return s.tokenBucket(b.id, sh, b.interval)
+		return s.tokenBucket(b.id, sh, ttl)
 	}
-	return s.blanket(b.id, action, ttlIntervals*b.interval)
+	return s.blanket(b.id, action, ttl)
 }
 
 // serve settles and reserves b's share of its servable policies' limits
@@ -115,6 +135,9 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 	}
 	s.metrics.reports.WithLabelValues(reportCharged).Inc()
 	b.refs = refsOf(out, b.refs)
+	if s.opts.Now().Sub(b.used) >= s.opts.AbandonAfter {
+		return actionAbandon // settled: nothing of it is held
+	}
 	left, enforced, _ := room(out)
 	if !enforced {
 		return actionAllowAll // shadow policies only
@@ -124,38 +147,49 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 		w, r := s.shares.others(ref, st)
 		wants, reserved = max(wants, w), max(reserved, r)
 	}
-	g := fairShare(sh.Want, wants, left, reserved)
-	g, out, err = s.reserve(ctx, st.namespace, b, servable, g)
+	secs := b.seconds()
+	tb, out, err := s.reserve(ctx, st.namespace, b, servable, fairShare(sh.Want, wants, left, reserved), secs)
 	if err != nil || (out != nil && out.Degraded) {
 		s.logStoreError(err, out)
 		return failureAction(servable, nil)
 	}
-	if g < minReservation {
+	if tb.reserved == 0 {
 		return actionDenyAll
 	}
 	_, _, reset := room(out)
-	b.reserved, b.reservedUntil = g, s.opts.Now().Add(reset)
-	sh.Reserved, sh.Burst = g, max(1, g/3)
-	sh.Tokens = g - sh.Burst
+	b.reserved, b.reservedUntil = tb.reserved, s.opts.Now().Add(reset)
+	sh.Reserved, sh.Burst, sh.Tokens = tb.reserved, tb.burst, tb.rate
 	return actionTokenBucket
 }
-
-// minReservation is the least an assignment takes: a token bucket holds
-// at least one token and refills at least one per interval.
-const minReservation = 2
 
 // fairShare is an Envoy's share of one interval's room: what it wants,
 // or when the wants of the bucket's Envoys in this process exceed the
 // room (what is left and what the others hold), the room in proportion
 // to its want; never more than is left.
 func fairShare(want, othersWant, left, othersHold int64) int64 {
-	if left < minReservation {
-		return 0
-	}
 	if total := left + othersHold; want+othersWant > total {
 		want = int64(float64(total) * float64(want) / float64(want+othersWant))
 	}
-	return min(max(want, minReservation), left, math.MaxUint32)
+	return max(min(want, left), 0)
+}
+
+// bucketShape is a token bucket Envoy enforces: it starts with burst
+// tokens (the most it holds) and refills rate a second, so that in one
+// reporting interval of secs it admits at most reserved.
+type bucketShape struct{ burst, rate, reserved int64 }
+
+// shape fits a token bucket within share units an interval of secs: a
+// third of it (at least one token) as the burst, the rest as a rate of
+// whole tokens a second, at least one (Envoy's least). Zero when it
+// does not fit.
+func shape(share, secs int64) bucketShape {
+	if share < 1+secs {
+		return bucketShape{}
+	}
+	burst := max(1, min(share/3, share-secs))
+	rate := min((share-burst)/secs, math.MaxUint32)
+	burst = min(burst, math.MaxUint32)
+	return bucketShape{burst: burst, rate: rate, reserved: burst + rate*secs}
 }
 
 // settle squares b's reservation with its report (owed): charges or
@@ -179,21 +213,26 @@ func (s *Service) settle(ctx context.Context, ns string, b *bucket, servable []*
 	return out, err
 }
 
-// reserve takes g units from the servable policies' limits, all or
-// nothing; when another took part of the room first, it takes what is
-// left, once. It returns what it took and the outcome with the figures.
-func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []*policy.Policy, g int64) (int64, *check.Outcome, error) {
+// reserve takes the token bucket that fits share from the servable
+// policies' limits, all or nothing; when another took part of the room
+// first, it takes what is left, once. It returns the bucket taken (zero:
+// none) and the outcome with the figures.
+func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []*policy.Policy, share, secs int64) (bucketShape, *check.Outcome, error) {
 	var out *check.Outcome
-	for attempt := 0; attempt < 2 && g > 0; attempt++ {
+	for attempt := 0; attempt < 2; attempt++ {
+		tb := shape(share, secs)
+		if tb.reserved == 0 {
+			break
+		}
 		var err error
-		out, err = s.opts.Checker.Check(ctx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: g, CostSet: true}}})
+		out, err = s.opts.Checker.Check(ctx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
 		if err != nil || out.Degraded || out.Allowed {
-			return g, out, err
+			return tb, out, err
 		}
 		left, _, _ := room(out)
-		g = min(g-1, left)
+		share = min(tb.reserved-1, left)
 	}
-	return 0, out, nil
+	return bucketShape{}, out, nil
 }
 
 // room is the least remaining of the enforced limits in out, and the
@@ -253,17 +292,19 @@ func failureAction(servable, unservable []*policy.Policy) string {
 	return actionAllowAll
 }
 
-// observe records a report at now and returns the time it covers; the
-// bucket's interval follows the reports.
+// observe records a report at now and returns the time it covers, by
+// this process's clock once it has one report (Envoy's time_elapsed is
+// in whole seconds, truncated); the bucket's interval follows the
+// reports.
 func (b *bucket) observe(elapsed time.Duration, now time.Time) time.Duration {
-	if elapsed <= 0 && !b.reported.IsZero() {
+	if !b.reported.IsZero() {
 		elapsed = now.Sub(b.reported)
 	}
 	if elapsed >= minInterval && elapsed <= maxInterval {
-		if b.interval == 0 {
-			b.interval = elapsed
-		} else {
+		if b.measured {
 			b.interval = (b.interval + elapsed) / 2
+		} else {
+			b.interval, b.measured = elapsed, true
 		}
 	}
 	if b.interval == 0 {
@@ -285,14 +326,21 @@ func (b *bucket) owe(allowed int64, now time.Time) {
 	b.reserved = 0
 }
 
+// seconds is the bucket's interval in whole seconds, at least one.
+func (b *bucket) seconds() int64 {
+	return max(1, int64(math.Round(b.interval.Seconds())))
+}
+
 // want is the units an Envoy asks for one interval: growth times its
-// demand (admitted and denied) over the last, at least one.
+// demand (admitted and denied) over the last, and at least the least
+// token bucket (one token and one a second), so that a quiet Envoy's
+// next request is not denied until its next report.
 func (b *bucket) want(requests uint64, elapsed time.Duration) int64 {
 	n := float64(requests)
 	if elapsed > 0 {
 		n = n * float64(b.interval) / float64(elapsed)
 	}
-	return int64(min(max(math.Ceil(growth*n), 1), math.MaxUint32))
+	return int64(min(max(math.Ceil(growth*n), float64(1+b.seconds())), math.MaxUint32))
 }
 
 // setShares records sh as st's share of each of b's policy buckets.
@@ -319,22 +367,15 @@ func (s *Service) blanket(id *rlqsv3.BucketId, action string, ttl time.Duration)
 }
 
 // tokenBucket is sh as Envoy's token bucket: it starts with sh.Burst
-// tokens, holds no more, and refills sh.Tokens per interval, so that
-// before its next report Envoy admits at most sh.Reserved.
-func (s *Service) tokenBucket(id *rlqsv3.BucketId, sh Share, interval time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+// tokens, holds no more, and refills sh.Tokens a second, so that before
+// its next report Envoy admits at most sh.Reserved. The fill interval is
+// always one second: Envoy 1.40 reads it in whole seconds, and keeps its
+// old limiter when only the interval's seconds change.
+func (s *Service) tokenBucket(id *rlqsv3.BucketId, sh Share, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	s.metrics.assignments.WithLabelValues(actionTokenBucket).Inc()
-	fill := fillInterval(interval)
-	burst, tokens := uint32(sh.Burst), uint32(sh.Tokens) //nolint:gosec // at most math.MaxUint32 (fairShare)
-	tb := &typev3.TokenBucket{MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(tokens), FillInterval: durationpb.New(fill)}
-	return assignment(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, ttlIntervals*fill)
-}
-
-// fillInterval is the interval rounded up to whole seconds, at least
-// one: Envoy 1.40's filter reads a token bucket's fill_interval in whole
-// seconds (it would divide by zero below one). A longer fill than the
-// interval refills slower than the reservation: never more.
-func fillInterval(interval time.Duration) time.Duration {
-	return max(time.Second, (interval + time.Second - 1).Truncate(time.Second))
+	burst, tokens := uint32(sh.Burst), uint32(sh.Tokens) //nolint:gosec // at most math.MaxUint32 (shape)
+	tb := &typev3.TokenBucket{MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(tokens), FillInterval: durationpb.New(time.Second)}
+	return assignment(id, &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: tb}}, ttl)
 }
 
 func assignment(id *rlqsv3.BucketId, strategy *typev3.RateLimitStrategy, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {

@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
-	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 const tenantPolicy = "match: {domain: edge, descriptor: [{key: tenant}]}\nkey: '{descriptor:tenant}'\nlimits: [{name: r, tokenBucket: {capacity: 1000, refillRate: 1000, refillInterval: 1s}}]"
@@ -47,7 +46,7 @@ func actionOf(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 // Each bad input gets a clear, bounded answer, and a stream beside it
 // keeps its assignments.
 func TestBadInput(t *testing.T) {
-	store := storetest.Redis(t, redistest.Start(t).Addr()).Backend()
+	store := redisBackend(t, redistest.Start(t))
 	p := startProcess(t, store, rlqs.Options{MaxBuckets: 50}, policytest.Compile(t, "ns", "quota", tenantPolicy))
 	good := p.open(t)
 	goodAnswer := func() string {
@@ -153,7 +152,7 @@ func manyUsages(prefix string, n int) []*rlqsv3.RateLimitQuotaUsageReports_Bucke
 
 // A stream that never reports is ended after the idle timeout.
 func TestSilentStreamEnds(t *testing.T) {
-	store := storetest.Redis(t, redistest.Start(t).Addr()).Backend()
+	store := redisBackend(t, redistest.Start(t))
 	p := startProcess(t, store, rlqs.Options{IdleTimeout: 300 * time.Millisecond}, policytest.Compile(t, "ns", "quota", tenantPolicy))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -175,7 +174,7 @@ func TestRedisDown(t *testing.T) {
 		t.Skip("kills redis-server")
 	}
 	srv := redistest.Start(t)
-	store := storetest.Redis(t, srv.Addr()).Backend()
+	store := redisBackend(t, srv)
 	p := startProcess(t, store, rlqs.Options{},
 		policytest.Compile(t, "ns", "open", "failureMode: Open\nmatch: {domain: edge, descriptor: [{key: open}]}\nlimits: [{name: r, fixedWindow: {limit: 100, window: 1h}}]"),
 		policytest.Compile(t, "ns", "closed", "failureMode: Closed\nmatch: {domain: edge, descriptor: [{key: closed}]}\nlimits: [{name: r, fixedWindow: {limit: 100, window: 1h}}]"))
@@ -240,4 +239,32 @@ func metricValue(t testing.TB, p *process, name string) float64 {
 		}
 	}
 	return v
+}
+
+// A bucket without a request for AbandonAfter is abandoned (Envoy keeps
+// and reports every bucket it ever made until told), its state
+// forgotten; reported again, it is a new bucket.
+func TestIdleBucketAbandoned(t *testing.T) {
+	p := startProcess(t, redisBackend(t, redistest.Start(t)), rlqs.Options{AbandonAfter: 300 * time.Millisecond}, policytest.Compile(t, "ns", "quota", tenantPolicy))
+	s := p.open(t)
+	id := map[string]string{"tenant": "acme"}
+	resp, err := exchange(s, "edge", usage(id, 5, 0))
+	if err != nil || !strings.HasPrefix(actionOf(resp.GetBucketAction()[0]), "tokens") {
+		t.Fatalf("first report: %v %v", resp, err)
+	}
+	if v := metricValue(t, p, "sluice_rlqs_buckets"); v != 1 {
+		t.Fatalf("buckets held: %v, want 1", v)
+	}
+	time.Sleep(400 * time.Millisecond)
+	resp, err = exchange(s, "edge", usage(id, 0, 0))
+	if err != nil || resp.GetBucketAction()[0].GetAbandonAction() == nil {
+		t.Fatalf("a report without requests after the idle time: %v %v, want abandon", resp, err)
+	}
+	if v := metricValue(t, p, "sluice_rlqs_buckets"); v != 0 {
+		t.Errorf("buckets held after the abandon: %v, want 0", v)
+	}
+	resp, err = exchange(s, "edge", usage(id, 1, 0))
+	if err != nil || !strings.HasPrefix(actionOf(resp.GetBucketAction()[0]), "tokens") {
+		t.Fatalf("the bucket again: %v %v", resp, err)
+	}
 }

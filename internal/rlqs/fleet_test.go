@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
-	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // bound is the fleet-wide bound a window's admissions stay within
@@ -36,7 +35,7 @@ func TestFleetWithinBound(t *testing.T) {
 		window   = 2 * time.Second
 		interval = time.Second
 	)
-	store := storetest.Redis(t, redistest.Start(t).Addr()).Backend()
+	store := redisBackend(t, redistest.Start(t))
 	spec := "match: {domain: edge, descriptor: [{key: tenant}]}\nkey: '{descriptor:tenant}'\nlimits: [{name: w, fixedWindow: {limit: 200, window: 2s, alignment: Clock}}]"
 	a := startProcess(t, store, rlqsOptions(), policytest.Compile(t, "ns", "quota", spec))
 	b := startProcess(t, store, rlqsOptions(), policytest.Compile(t, "ns", "quota", spec))
@@ -95,7 +94,7 @@ func TestFairShares(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 7 seconds of traffic")
 	}
-	store := storetest.Redis(t, redistest.Start(t).Addr()).Backend()
+	store := redisBackend(t, redistest.Start(t))
 	p := startProcess(t, store, rlqsOptions(), policytest.Compile(t, "ns", "quota",
 		"match: {domain: edge, descriptor: [{key: tenant}]}\nlimits: [{name: r, tokenBucket: {capacity: 100, refillRate: 100, refillInterval: 1s}}]"))
 	id := map[string]string{"tenant": "acme"}

@@ -27,6 +27,7 @@ const (
 	actionTokenBucket = "token_bucket"
 	actionAllowAll    = "allow_all"
 	actionDenyAll     = "deny_all"
+	actionAbandon     = "abandon" // idle: Envoy forgets the bucket
 )
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,7 +46,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_assignments_total",
-			Help: "Bucket assignments sent, by action (token_bucket, allow_all, deny_all).",
+			Help: "Bucket assignments sent, by action (token_bucket, allow_all, deny_all, abandon: a bucket without a request for a minute, which Envoy forgets).",
 		}, []string{"action"}),
 		overCap: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_rlqs_buckets_over_cap_total",

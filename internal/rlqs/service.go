@@ -55,12 +55,15 @@ type Options struct {
 	// policies answer it (--rls-domain); buckets of other domains are
 	// allowed.
 	Domains map[string]string
-	// MaxBuckets and IdleTimeout override the defaults when positive.
-	MaxBuckets  int
-	IdleTimeout time.Duration
-	Registerer  prometheus.Registerer
-	Logger      *slog.Logger
-	Now         func() time.Time
+	// MaxBuckets, IdleTimeout and AbandonAfter override the defaults
+	// (DefaultMaxBuckets, DefaultIdleTimeout, DefaultAbandonAfter) when
+	// positive.
+	MaxBuckets   int
+	IdleTimeout  time.Duration
+	AbandonAfter time.Duration
+	Registerer   prometheus.Registerer
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Service serves StreamRateLimitQuotas.
@@ -85,6 +88,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.AbandonAfter <= 0 {
+		o.AbandonAfter = DefaultAbandonAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -20,6 +20,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/testutil/checktest"
+	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
 // process is one check process serving the quota service over a store.
@@ -30,12 +32,14 @@ type process struct {
 	conn    *grpc.ClientConn
 }
 
-// startProcess serves the quota service of a checker over store with
+// startProcess serves the quota service of a checker over store (its
+// calls given a second: a loaded machine must not turn them into failure
+// modes) with
 // policies, domain "edge" bound to namespace "ns", on a loopback port.
 func startProcess(t testing.TB, store ratelimit.Backend, o rlqs.Options, policies ...*policy.Policy) *process {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	co := check.Options{Backend: store, Timeout: 50 * time.Millisecond, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}
+	co := check.Options{Backend: store, Timeout: time.Second, BreakerCooldown: 200 * time.Millisecond, Metrics: check.NewMetrics(reg)}
 	o.Checker = checktest.New(t, co, policies...)
 	o.Registerer = reg
 	if o.Domains == nil {
@@ -253,3 +257,14 @@ func (e *envoy) admittedIn(from, to time.Time) int64 {
 }
 
 func rlqsOptions() rlqs.Options { return rlqs.Options{} }
+
+// redisBackend is the Redis store over srv, its library loaded ahead of
+// the checks' deadlines.
+func redisBackend(t testing.TB, srv *redistest.Server) ratelimit.Backend {
+	t.Helper()
+	s := storetest.Redis(t, srv.Addr())
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s.Backend()
+}

@@ -124,7 +124,7 @@ func (st *stream) answer(ctx context.Context, u *rlqsv3.RateLimitQuotaUsageRepor
 		if len(st.buckets) >= st.s.opts.MaxBuckets {
 			return st.overTheCap(u, req)
 		}
-		b = &bucket{id: u.GetBucketId(), req: req}
+		b = &bucket{id: u.GetBucketId(), req: req, key: key, used: st.s.opts.Now()}
 		st.buckets[key] = b
 		m.buckets.Inc()
 	}
@@ -163,4 +163,17 @@ func encodeID(id map[string]string) string {
 		b.WriteString(e.Value)
 	}
 	return b.String()
+}
+
+// abandon forgets b, and tells Envoy to: it makes the bucket anew at its
+// next request, which reports it at once.
+func (st *stream) abandon(b *bucket) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	st.s.shares.drop(st, b.refs)
+	delete(st.buckets, b.key)
+	st.s.metrics.buckets.Dec()
+	st.s.metrics.assignments.WithLabelValues(actionAbandon).Inc()
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId:     b.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}},
+	}
 }
