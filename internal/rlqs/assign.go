@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // How a bucket's assignment is made, each report (docs/concepts/quota-service.md):
@@ -224,8 +225,10 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 		if tb.reserved == 0 {
 			break
 		}
+		spanCtx, span := s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLQS, ns)
 		var err error
-		out, err = s.opts.Checker.Check(ctx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
+		out, err = s.opts.Checker.Check(spanCtx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
+		span.End(out, err)
 		if err != nil || out.Degraded || out.Allowed {
 			return tb, out, err
 		}
