@@ -51,6 +51,9 @@ const (
 	// noPolicyTTL is the life of the assignment of a bucket no policy
 	// holds (allow all): Envoy's next report asks again anyway.
 	noPolicyTTL = time.Minute
+	// roomShareFloor: an Envoy asks at least this part of the room left
+	// (1/16), whatever its demand.
+	roomShareFloor = 16
 	// growth is a share's headroom over the demand of the last interval,
 	// so that growing traffic is not held at what it was.
 	growth = 2
@@ -143,6 +146,9 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 	if !enforced {
 		return actionAllowAll // shadow policies only
 	}
+	// Where room is plenty, an Envoy quiet so far is not held to its
+	// history: its next burst finds a share without waiting a report.
+	sh.Want = max(sh.Want, left/roomShareFloor)
 	var wants, reserved int64
 	for _, ref := range b.refs {
 		w, r := s.shares.others(ref, st)

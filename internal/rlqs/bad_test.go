@@ -298,7 +298,7 @@ func TestReservationsTraced(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range sp.Attributes() {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.AsString()
 		}
 		if attrs["sluice.intake"] != "rlqs" || attrs["sluice.policy"] != "ns/quota" || attrs["sluice.decision"] != "allowed" {
 			t.Errorf("the reservation's span: %v", attrs)
