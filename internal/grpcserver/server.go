@@ -7,7 +7,8 @@
 // internal/checkhttp so it reads the same as an HTTP check's.
 //
 // Each protocol registers itself in its own file (authz.go, rls.go), on the
-// same server and Checker.
+// same server and Checker; Envoy's rate limit quota service (package rlqs)
+// is registered beside them.
 package grpcserver
 
 import (
@@ -297,7 +298,7 @@ func New(o Options) (*Server, error) {
 	registerRLS(s)
 	// The rate limit quota service answers the domains RLS answers, from
 	// the same policies; its streams share the connections' bounds.
-	if s.quota, err = rlqs.New(rlqs.Options{Checker: o.Checker, Domains: o.Domains, Registerer: o.Registerer, Logger: o.Logger, Now: o.Now}); err != nil {
+	if s.quota, err = rlqs.New(rlqs.Options{Checker: o.Checker, Domains: o.Domains, Tracer: o.Tracer, Registerer: o.Registerer, Logger: o.Logger, Now: o.Now}); err != nil {
 		return nil, err
 	}
 	s.quota.Register(s.grpc)

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // How a bucket's assignment is made, each report (docs/concepts/quota-service.md):
@@ -50,6 +51,9 @@ const (
 	// noPolicyTTL is the life of the assignment of a bucket no policy
 	// holds (allow all): Envoy's next report asks again anyway.
 	noPolicyTTL = time.Minute
+	// roomShareFloor: an Envoy asks at least this part of the room left
+	// (1/16), whatever its demand.
+	roomShareFloor = 16
 	// growth is a share's headroom over the demand of the last interval,
 	// so that growing traffic is not held at what it was.
 	growth = 2
@@ -142,6 +146,9 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 	if !enforced {
 		return actionAllowAll // shadow policies only
 	}
+	// Where room is plenty, an Envoy quiet so far is not held to its
+	// history: its next burst finds a share without waiting a report.
+	sh.Want = max(sh.Want, left/roomShareFloor)
 	var wants, reserved int64
 	for _, ref := range b.refs {
 		w, r := s.shares.others(ref, st)
@@ -224,8 +231,10 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 		if tb.reserved == 0 {
 			break
 		}
+		spanCtx, span := s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLQS, ns)
 		var err error
-		out, err = s.opts.Checker.Check(ctx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
+		out, err = s.opts.Checker.Check(spanCtx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
+		span.End(out, err)
 		if err != nil || out.Degraded || out.Allowed {
 			return tb, out, err
 		}

@@ -9,12 +9,16 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 const tenantPolicy = "match: {domain: edge, descriptor: [{key: tenant}]}\nkey: '{descriptor:tenant}'\nlimits: [{name: r, tokenBucket: {capacity: 1000, refillRate: 1000, refillInterval: 1s}}]"
@@ -266,5 +270,41 @@ func TestIdleBucketAbandoned(t *testing.T) {
 	resp, err = exchange(s, "edge", usage(id, 1, 0))
 	if err != nil || !strings.HasPrefix(actionOf(resp.GetBucketAction()[0]), "tokens") {
 		t.Fatalf("the bucket again: %v %v", resp, err)
+	}
+}
+
+// Each reservation is traced as a check of the rlqs intake, a child of
+// the stream's traceparent.
+func TestReservationsTraced(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)), tracing.SystemRedis)
+	p := startProcess(t, redisBackend(t, redistest.Start(t)), rlqs.Options{Tracer: tr}, policytest.Compile(t, "ns", "quota", tenantPolicy))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exchange(s, "edge", usage(map[string]string{"tenant": "acme"}, 3, 0)); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, sp := range rec.Ended() {
+		if sp.Name() != tracing.CheckSpan {
+			continue
+		}
+		found = true
+		if sp.Parent().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+			t.Errorf("the reservation's span is not the stream's child: parent %v", sp.Parent())
+		}
+		attrs := map[string]string{}
+		for _, a := range sp.Attributes() {
+			attrs[string(a.Key)] = a.Value.AsString()
+		}
+		if attrs["sluice.intake"] != "rlqs" || attrs["sluice.policy"] != "ns/quota" || attrs["sluice.decision"] != "allowed" {
+			t.Errorf("the reservation's span: %v", attrs)
+		}
+	}
+	if !found {
+		t.Error("no span of the reservation")
 	}
 }

@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"action"}),
 		overCap: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_rlqs_buckets_over_cap_total",
-			Help: "New buckets refused state because their stream held its cap of buckets; their failure mode answers them.",
+			Help: "Reports of buckets refused state because their stream held its cap of buckets (each report of such a bucket counts); their policies' failure mode answers them.",
 		}),
 		unservable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_unservable_total",

@@ -32,6 +32,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/intake"
+	"github.com/sluice-dev/sluice/internal/tracing"
 )
 
 // Bounds of one stream.
@@ -61,9 +62,12 @@ type Options struct {
 	MaxBuckets   int
 	IdleTimeout  time.Duration
 	AbandonAfter time.Duration
-	Registerer   prometheus.Registerer
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// Tracer traces each reservation, a child of the stream's traceparent
+	// (nil: off).
+	Tracer     *tracing.Tracer
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Service serves StreamRateLimitQuotas.
