@@ -99,13 +99,18 @@ func receivedAssignments(t *testing.T, logPath string) []received {
 	return out
 }
 
-// size is a token bucket's size as the bound counts it: what it holds
-// full and one fill (the reservation it stands for); 0 for a blanket rule.
+// reportEvery is how often Envoy 1.40 reports, whatever its
+// reporting_interval says.
+const reportEvery = 5 * time.Second
+
+// size is what a token bucket admits from full between two of Envoy's
+// reports: max_tokens and the fills of 5 s (the assignment the bound
+// counts); 0 for a blanket rule.
 func (r received) size() int {
-	if r.tokens == 0 {
+	if r.tokens == 0 || r.fill <= 0 {
 		return 0
 	}
-	return int(r.tokens) + int(r.perFill)
+	return int(r.tokens) + int(r.perFill)*int(reportEvery/r.fill)
 }
 
 // largestBucket is the largest token bucket of bucket an Envoy held at

@@ -112,21 +112,32 @@ func TestFleet(t *testing.T) {
 		t.Errorf("%s (%d/s) was admitted %d, %s (%d/s) %d: the busier Envoy should get the bigger share",
 			fleet[0].name, fleetRates[0], a, fleet[2].name, fleetRates[2], c)
 	}
-	// Streams reconnect and assignments resume: each live Envoy received a
-	// token bucket from the restarted process, and was admitted after it.
+	// Streams reconnect and assignments resume: each live Envoy received
+	// an assignment from the restarted process, and the fleet token
+	// buckets. (Not each Envoy a token bucket: the restarted process knows
+	// no Envoy's demand yet, so the first to report at a window's start
+	// may take most of its room, and the quietest is denied until the
+	// next window.)
+	buckets := 0
 	for i, e := range fleet {
 		if i == killed {
 			continue
 		}
 		resumed := false
 		for _, r := range got[i] {
-			if r.at.After(stopped) && r.tokens > 0 && sameBucket(r.bucket, shopBucket) {
+			if r.at.After(stopped) && sameBucket(r.bucket, shopBucket) {
 				resumed = true
+				if r.tokens > 0 {
+					buckets++
+				}
 			}
 		}
 		if !resumed {
-			t.Errorf("%s received no token bucket after the check process restarted (%s)", e.name, filepath.Base(e.proc.Log))
+			t.Errorf("%s received no assignment after the check process restarted (%s)", e.name, filepath.Base(e.proc.Log))
 		}
+	}
+	if buckets == 0 {
+		t.Errorf("no Envoy received a token bucket after the check process restarted")
 	}
 	if n := app.in(windowAt(5), windowAt(6)); n == 0 {
 		t.Errorf("nothing admitted in the window after the restart")
@@ -134,12 +145,13 @@ func TestFleet(t *testing.T) {
 }
 
 // statedBound is the bound docs/concepts/quota-service.md states over a
-// window's limit: three times the largest token bucket (max_tokens and
-// one fill) each Envoy held in the window or the one before.
+// window's limit: twice the largest assignment (what its token bucket
+// admits from full between two reports) each Envoy held in the window or
+// the one before.
 func statedBound(got [][]received, from, to time.Time) int {
 	b := 0
 	for _, rs := range got {
-		b += 3 * largestBucket(rs, shopBucket, from.Add(-fleetWindow), to)
+		b += 2 * largestBucket(rs, shopBucket, from.Add(-fleetWindow), to)
 	}
 	return b
 }
