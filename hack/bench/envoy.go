@@ -252,8 +252,8 @@ func renderEnvoy(r *envoyRun, o options) string {
 		"Before each of its rounds a quota filter's Envoy is loaded alike for 11 s, unmeasured (two of its 5 s reports): idle while the others ran, it holds an assignment sized for no traffic. "+
 		"× ceiling is answers per second, refusals included (an Envoy refuses without asking anyone).\n\n",
 		o.duration, o.rounds, envoyLimitRate, envoyLimitRate)
-	fmt.Fprintln(&b, "| Configuration | req/s | × ceiling | p50 | p99 | admitted/s | refused/s | Sluice CPU µs/req |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(&b, "| Configuration | req/s | × ceiling | p50 | p99 | admitted/s | refused/s | Envoy CPU µs/req | Sluice CPU µs/req |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	ceiling := medianRPS(r.configs[0])
 	for _, c := range r.configs {
 		admitted := median(c.rounds, func(s sample) float64 { return float64(s.requests-s.non2xx) / o.duration.Seconds() })
@@ -266,8 +266,8 @@ func renderEnvoy(r *envoyRun, o options) string {
 		if r.scenario[c] != "" && requests > 0 {
 			cpu = fmt.Sprintf("%.2f", micros(r.sluiceCPU[c])/float64(requests))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s | %s | %s | %s |\n", c.name, thousands(int(medianRPS(c))), medianRPS(c)/ceiling,
-			round(medianP50(c)), round(medianP99(c)), thousands(int(admitted)), thousands(int(refused)), cpu)
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %s | %s | %s | %s | %.1f | %s |\n", c.name, thousands(int(medianRPS(c))), medianRPS(c)/ceiling,
+			round(medianP50(c)), round(medianP99(c)), thousands(int(admitted)), thousands(int(refused)), serverCPUPerRequest(c), cpu)
 	}
 	return b.String()
 }
