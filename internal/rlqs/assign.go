@@ -78,6 +78,10 @@ type bucket struct {
 	// key is its encoded id in the stream; used, its last request's report.
 	key  string
 	used time.Time
+	// share is its last assignment; hungry, that its demand exceeded it;
+	// starved, that it is denied all for want of room.
+	share           Share
+	hungry, starved bool
 }
 
 // assign settles u's report of b and answers b's next assignment.
@@ -103,6 +107,7 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 		return s.blanket(b.id, actionAllowAll, noPolicyTTL)
 	}
 	b.owe(int64(u.GetNumRequestsAllowed()), now) //nolint:gosec // at most MaxReportCount (validateUsage)
+	b.starved = false
 	sh := Share{Envoy: st.envoy, Interval: b.interval, Reported: now, Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied(),
 		Want: b.want(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed)}
 	action := failureAction(servable, unservable)
@@ -120,6 +125,10 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	}
 	sh.Action = action
 	s.setShares(st, b, sh)
+	b.share = sh
+	// Denied with less than it asked, or for want of room: the ticks top
+	// it up (topup.go).
+	b.hungry = b.starved || action == actionTokenBucket && u.GetNumRequestsDenied() > 0 && sh.Reserved < sh.Want
 	ttl := time.Duration(ttlIntervals*b.seconds()) * time.Second
 	if action == actionTokenBucket {
 		return s.tokenBucket(b.id, sh, ttl)
@@ -161,6 +170,7 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 		return failureAction(servable, nil)
 	}
 	if tb.reserved == 0 {
+		b.starved = true // the room is taken: the ticks may find it refilled
 		return actionDenyAll
 	}
 	_, _, reset := room(out)

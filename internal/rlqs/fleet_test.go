@@ -137,3 +137,35 @@ func (e *envoy) String() string {
 }
 
 func itoa(n int64) string { return fmt.Sprint(n) }
+
+// A token bucket limit refills all through a reporting interval, while a
+// report's reservation takes only what it holds then: top-ups serve the
+// refill too. An Envoy reporting every 3 s under a limit of 100 a second
+// (capacity 100) with a demand of 400 a second is admitted, once its
+// demand is known (its second report on), well over the 100 an interval
+// that reservations at reports alone could give, and within the limit's
+// own bound plus the stated one.
+func TestTopUpsServeTheRefill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 12 seconds of traffic")
+	}
+	p := startProcess(t, redisBackend(t, redistest.Start(t)), rlqsOptions(), policytest.Compile(t, "ns", "quota",
+		"match: {domain: edge, descriptor: [{key: tenant}]}\nlimits: [{name: r, tokenBucket: {capacity: 100, refillRate: 100, refillInterval: 1s}}]"))
+	e := newEnvoy(p.open(t), map[string]string{"tenant": "acme"})
+	const interval = 3 * time.Second
+	start := time.Now()
+	end := start.Add(4 * interval)
+	e.run(t, start, end, interval, func(time.Duration) float64 { return 400 })
+	steady := e.admittedIn(start.Add(interval), end)
+	admitted := e.admittedIn(start, end)
+	limit := 100 + 100*int64(end.Sub(start)/time.Second)
+	b := limit + 2*e.largest(start, end)
+	t.Logf("admitted %d in %s, %d from the second report; reservations at reports alone give at most %d then; bound %d\nassignments: %s",
+		admitted, end.Sub(start), steady, 3*100+1, b, e)
+	if steady <= 3*100*3/2 {
+		t.Errorf("admitted %d in the last 3 intervals: the refill between reports is not served", steady)
+	}
+	if admitted > b {
+		t.Errorf("admitted %d, over the limit's %d plus the bound", admitted, limit)
+	}
+}

@@ -127,6 +127,8 @@ func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Stre
 	reports, errc := receive(ctx, stream)
 	idle := time.NewTimer(s.opts.IdleTimeout)
 	defer idle.Stop()
+	tick := time.NewTicker(topUpEvery)
+	defer tick.Stop()
 	for {
 		select {
 		case m := <-reports:
@@ -145,6 +147,12 @@ func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Stre
 				return nil
 			}
 			return err
+		case <-tick.C:
+			if resp := st.topUp(ctx); len(resp.BucketAction) > 0 {
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
+			}
 		case <-idle.C:
 			return grpcstatus.Errorf(codes.DeadlineExceeded, "no usage report for %s: the stream is closed; open another to report again", s.opts.IdleTimeout)
 		}

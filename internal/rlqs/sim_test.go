@@ -85,16 +85,20 @@ type held struct {
 }
 
 // envoy simulates Envoy 1.40's rate_limit_quota filter for one bucket,
-// as its source reads: the first request of a bucket is allowed
-// (no_assignment_behavior allow) and reported at once; a token bucket
+// as its source and the real binary behave: the first request of a
+// bucket is allowed (no_assignment_behavior allow) and reported at once;
+// answers are applied as they arrive, pushed or not; a token bucket
 // starts full, refills continuously at tokens_per_fill per whole second
-// of fill_interval, and is kept when an assignment repeats it; an
-// expired assignment denies (expired_assignment_behavior deny).
+// of fill_interval, is kept when an assignment repeats it and keeps its
+// tokens when only its numbers change; an expired assignment denies
+// (expired_assignment_behavior deny).
 type envoy struct {
-	stream  rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
-	id      map[string]string
-	started bool
+	stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	id     map[string]string
 
+	// state guards what deciding and applying share.
+	state   sync.Mutex
+	started bool
 	action  string
 	tb      *typev3.TokenBucket
 	tokens  float64
@@ -103,31 +107,47 @@ type envoy struct {
 
 	allowed, denied uint64
 	lastReport      time.Time
+	interval        time.Duration // between reports (run's)
 
 	mu       sync.Mutex
 	admitted []time.Time
 	holds    []held
 }
 
+// newEnvoy starts an Envoy on stream, applying every answer it receives.
 func newEnvoy(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, id map[string]string) *envoy {
-	return &envoy{stream: stream, id: id}
+	e := &envoy{stream: stream, id: id}
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			for _, a := range resp.GetBucketAction() {
+				e.apply(a, time.Now())
+			}
+		}
+	}()
+	return e
 }
 
 // request decides one request at now.
 func (e *envoy) request(t testing.TB, now time.Time) bool {
-	if !e.started {
-		e.started = true
-		e.allowed++
-		e.record(now)
-		e.report(t, now)
-		return true
-	}
-	ok := e.decide(now)
+	e.state.Lock()
+	first := !e.started
+	e.started = true
+	ok := first || e.decide(now)
 	if ok {
 		e.allowed++
-		e.record(now)
 	} else {
 		e.denied++
+	}
+	e.state.Unlock()
+	if ok {
+		e.record(now)
+	}
+	if first {
+		e.report(t, now)
 	}
 	return ok
 }
@@ -145,14 +165,19 @@ func (e *envoy) decide(now time.Time) bool {
 	case "deny":
 		return false
 	}
-	rate := float64(e.tb.GetTokensPerFill().GetValue()) / math.Floor(e.tb.GetFillInterval().AsDuration().Seconds())
-	e.tokens = min(float64(e.tb.GetMaxTokens()), e.tokens+rate*now.Sub(e.filled).Seconds())
-	e.filled = now
+	e.refill(now)
 	if e.tokens >= 1 {
 		e.tokens--
 		return true
 	}
 	return false
+}
+
+// refill adds the token bucket's refill up to now.
+func (e *envoy) refill(now time.Time) {
+	rate := float64(e.tb.GetTokensPerFill().GetValue()) / math.Floor(e.tb.GetFillInterval().AsDuration().Seconds())
+	e.tokens = min(float64(e.tb.GetMaxTokens()), e.tokens+rate*now.Sub(e.filled).Seconds())
+	e.filled = now
 }
 
 func (e *envoy) record(now time.Time) {
@@ -161,45 +186,41 @@ func (e *envoy) record(now time.Time) {
 	e.mu.Unlock()
 }
 
-// report sends the bucket's usage and applies the answer.
+// report sends the bucket's usage since the last report.
 func (e *envoy) report(t testing.TB, now time.Time) {
+	e.state.Lock()
 	elapsed := time.Duration(0)
 	if !e.lastReport.IsZero() {
 		elapsed = now.Sub(e.lastReport).Truncate(time.Second)
 	}
 	e.lastReport = now
-	err := e.stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
-		BucketId: &rlqsv3.BucketId{Bucket: e.id}, TimeElapsed: durationpb.New(elapsed),
-		NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied,
-	}}})
+	usage := &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: e.id}, TimeElapsed: durationpb.New(elapsed),
+		NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied}
 	e.allowed, e.denied = 0, 0
-	if err != nil {
+	e.state.Unlock()
+	if err := e.stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage}}); err != nil {
 		t.Errorf("send: %v", err)
-		return
-	}
-	resp, err := e.stream.Recv()
-	if err != nil {
-		t.Errorf("receive: %v", err)
-		return
-	}
-	for _, a := range resp.GetBucketAction() {
-		e.apply(a, time.Now())
 	}
 }
 
 func (e *envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Time) {
+	e.state.Lock()
+	defer e.state.Unlock()
 	qa := a.GetQuotaAssignmentAction()
 	e.expires = now.Add(qa.GetAssignmentTimeToLive().AsDuration())
 	h := held{at: now}
 	switch s := qa.GetRateLimitStrategy(); {
 	case s.GetTokenBucket() != nil:
 		tb := s.GetTokenBucket()
-		same := e.tb != nil && e.action == "tokens" && tb.GetMaxTokens() == e.tb.GetMaxTokens() &&
-			tb.GetTokensPerFill().GetValue() == e.tb.GetTokensPerFill().GetValue() && tb.GetFillInterval().GetNanos() == e.tb.GetFillInterval().GetNanos()
-		if !same {
-			e.tb, e.tokens, e.filled = tb, float64(tb.GetMaxTokens()), now
+		switch {
+		case e.tb == nil || e.action != "tokens":
+			e.tokens, e.filled = float64(tb.GetMaxTokens()), now // a fresh bucket starts full
+		default:
+			e.refill(now) // the old rate up to now; the tokens are kept
+			e.tokens = min(e.tokens, float64(tb.GetMaxTokens()))
 		}
-		e.action, h.action, h.tokens = "tokens", "tokens", int64(tb.GetMaxTokens())+int64(tb.GetTokensPerFill().GetValue())
+		e.tb = tb
+		e.action, h.action, h.tokens = "tokens", "tokens", int64(tb.GetMaxTokens())+int64(tb.GetTokensPerFill().GetValue())*e.interval.Milliseconds()/1000
 	case s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL:
 		e.action, h.action = "deny", "deny"
 	default:
@@ -214,6 +235,9 @@ func (e *envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Ti
 // every interval.
 func (e *envoy) run(t testing.TB, start, end time.Time, interval time.Duration, rate func(time.Duration) float64) {
 	const tick = 5 * time.Millisecond
+	e.state.Lock()
+	e.interval = interval
+	e.state.Unlock()
 	acc := 0.0
 	last := start
 	for now := time.Now(); now.Before(end); now = time.Now() {
@@ -222,7 +246,10 @@ func (e *envoy) run(t testing.TB, start, end time.Time, interval time.Duration, 
 		for ; acc >= 1; acc-- {
 			e.request(t, now)
 		}
-		if e.started && now.Sub(e.lastReport) >= interval {
+		e.state.Lock()
+		due := e.started && now.Sub(e.lastReport) >= interval
+		e.state.Unlock()
+		if due {
 			e.report(t, now)
 		}
 		time.Sleep(tick)
