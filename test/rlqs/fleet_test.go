@@ -101,6 +101,11 @@ func TestFleet(t *testing.T) {
 		if admitted > fleetLimit+bound {
 			t.Errorf("window %d: the fleet admitted %d, over the limit %d plus the stated bound %d", w, admitted, fleetLimit, bound)
 		}
+		// Demand is over the limit in every window: a window that serves
+		// next to nothing has lost its room (a reservation no Envoy can use).
+		if admitted < fleetLimit/4 {
+			t.Errorf("window %d: the fleet admitted %d of a limit of %d under demand over it", w, admitted, fleetLimit)
+		}
 		served += admitted
 	}
 	// The demand is over the limit throughout: the fleet should get at
