@@ -123,9 +123,10 @@ docs-screenshots: ## Take the local-mode dashboard's pictures in docs/img again 
 BENCH_ROUNDS ?= 3
 BENCH_DURATION ?= 5s
 .PHONY: bench
-bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); then memory under a flood of distinct keys; BENCH_ONLY=http|rls|memory runs one part; BENCH_SAVE=1 writes bench/<date>.md; BENCH_PROFILE=DIR adds CPU profiles of Sluice under load (saved in DIR).
+bench: build ## Load the check path side by side: wrk on HTTP (bare, naive EVALSHA, Sluice), ghz on gRPC RLS (bare, envoyproxy/ratelimit, Sluice); then memory under a flood of distinct keys; then real Envoys (no rate limit, the RLS filter, the quota filter); BENCH_ONLY=http|rls|memory|envoy runs one part; BENCH_SAVE=1 writes bench/<date>.md; BENCH_PROFILE=DIR adds CPU profiles of Sluice under load (saved in DIR).
 	hack/install-deps.sh wrk=wrk redis-server=redis-server
 	hack/install-bench-tools.sh $(BIN)
+	hack/install-proxies.sh
 	$(GO) build -o $(BIN)/bench ./hack/bench
 	$(if $(BENCH_PROFILE),mkdir -p $(BENCH_PROFILE))
 	$(BIN)/bench -manager $(BIN)/manager -ghz $(BIN)/ghz -ratelimit $(BIN)/service_cmd -rounds $(BENCH_ROUNDS) -duration $(BENCH_DURATION) $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(if $(BENCH_SAVE),-save bench) $(if $(BENCH_PROFILE),-http-profile $(BENCH_PROFILE)/sluice-http.pprof -rls-profile $(BENCH_PROFILE)/sluice.pprof)

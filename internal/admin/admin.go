@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/overrides"
+	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/topkeys"
 )
 
@@ -36,10 +37,24 @@ type Options struct {
 	Overrides *overrides.Runtime
 	// Top, when set, serves the top key values route.
 	Top topkeys.Source
+	// Quota, when set, adds to inspect what each Envoy holds of the
+	// bucket through this process's rate limit quota service.
+	Quota QuotaShares
 	// Logger receives every change (reset, lift) with its caller.
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+}
+
+// ShowQuota adds q's assignments to inspect, as Options.Quota does, for
+// a process whose quota service is made after its admin API; call it
+// before serving.
+func (h *Handler) ShowQuota(q QuotaShares) { h.quota = q }
+
+// QuotaShares are the rate limit quota service's assignments of a
+// bucket (rlqs.Service).
+type QuotaShares interface {
+	Shares(namespace, name, keyValue string) []rlqs.Share
 }
 
 // Handler serves the admin API. Who calls is the request context's
@@ -51,6 +66,7 @@ type Handler struct {
 	buckets   *check.Buckets
 	overrides *overrides.Runtime
 	topKeys   topkeys.Source
+	quota     QuotaShares
 	log       *slog.Logger
 	now       func() time.Time
 	// handlers serve the calls (by their index in calls); nil: a call
@@ -67,7 +83,7 @@ func New(o Options) *Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Handler{checker: o.Checker, buckets: o.Checker.Buckets(), overrides: o.Overrides, topKeys: o.Top, log: o.Logger, now: o.Now}
+	h := &Handler{checker: o.Checker, buckets: o.Checker.Buckets(), overrides: o.Overrides, topKeys: o.Top, quota: o.Quota, log: o.Logger, now: o.Now}
 	h.handlers[callExplain] = h.explain
 	h.handlers[callInspect] = h.inspect
 	h.handlers[callReset] = h.reset

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/policy"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
+	"github.com/sluice-dev/sluice/internal/rlqs"
 )
 
 // seconds renders a duration rounded up to whole seconds ("4m10s"), as the
@@ -74,7 +75,19 @@ func (h *Handler) state(ctx context.Context, p *policy.Policy, key string) (*adm
 	}
 	ks := &adminapi.KeyState{Namespace: p.Namespace, Policy: p.Name, Key: key, Limits: limitStates(out, 0)}
 	ks.Ban = h.banOf(ctx, out, 0, key)
+	if h.quota != nil {
+		ks.Quota = quotaShares(h.quota.Shares(p.Namespace, p.Name, key))
+	}
 	return ks, nil
+}
+
+func quotaShares(shares []rlqs.Share) []adminapi.QuotaShare {
+	var out []adminapi.QuotaShare
+	for _, s := range shares {
+		out = append(out, adminapi.QuotaShare{Envoy: s.Envoy, Action: s.Action, MaxTokens: s.Burst, TokensPerFill: s.Tokens, Reserved: s.Reserved,
+			Interval: s.Interval.String(), Want: s.Want, Reported: s.Reported.UTC().Format(time.RFC3339Nano), Allowed: s.Allowed, Denied: s.Denied})
+	}
+	return out
 }
 
 // limitStates are the figures of the limits of out's policy owner.
@@ -89,7 +102,7 @@ func limitStates(out *check.Outcome, owner int) []adminapi.LimitState {
 			Name: lr.Limit.Name, Algorithm: lr.Limit.Limit.Algorithm.String(), Limit: lr.Limit.Limit.Capacity,
 			Remaining: lr.Remaining, Reset: seconds(lr.Reset), Allowed: lr.Allowed, RetryAfter: seconds(lr.RetryAfter),
 			Reserved: lr.Reserved,
-			Mode: string(lr.Limit.Mode), Hidden: lr.Limit.Hidden,
+			Mode:     string(lr.Limit.Mode), Hidden: lr.Limit.Hidden,
 		}
 		if lr.Override != nil && lr.Override.Overrides(lr.Limit.Name) {
 			st.Override = &adminapi.Override{Source: string(lr.Override.Source), Limit: lr.Limit.Limit.Capacity, PolicyLimit: lr.PolicyQuota()}

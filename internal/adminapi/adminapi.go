@@ -140,6 +140,31 @@ type KeyState struct {
 	Key       string       `json:"key"`
 	Limits    []LimitState `json:"limits"`
 	Ban       *Ban         `json:"ban"`
+	// Quota are the assignments of the bucket that Envoys hold through the
+	// rate limit quota service of the process answering (none elsewhere).
+	Quota []QuotaShare `json:"quota,omitempty"`
+}
+
+// QuotaShare is what one Envoy holds of a bucket through the rate limit
+// quota service, and its last usage report.
+type QuotaShare struct {
+	// Envoy is the client's address and its stream's number.
+	Envoy string `json:"envoy"`
+	// Action is the assignment: token_bucket, allow_all or deny_all.
+	Action string `json:"action"`
+	// MaxTokens and TokensPerFill (per FillInterval) are the token
+	// bucket's; Reserved, their sum, what it took from the limits.
+	MaxTokens     int64  `json:"maxTokens"`
+	TokensPerFill int64  `json:"tokensPerFill"`
+	Reserved      int64  `json:"reserved"`
+	Interval      string `json:"interval"`
+	// Want is what its demand asked for one interval.
+	Want int64 `json:"want"`
+	// Reported is the time of its last report (RFC 3339); Allowed and
+	// Denied that report's counts.
+	Reported string `json:"reported"`
+	Allowed  uint64 `json:"allowed"`
+	Denied   uint64 `json:"denied"`
 }
 
 // ResetAnswer names the limits a reset reset.

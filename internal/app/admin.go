@@ -38,7 +38,7 @@ func newAdminAPI(parts *redisParts, log *slog.Logger) *adminAPI {
 	a.announcer = a.view.announcer(parts, log)
 	a.stack = checkstack.New(checkstack.Options{Source: a.view.reader, Overrides: a.view.overrides, Redis: parts.Store, Announcer: a.announcer, Logger: log})
 	runtime := &overrides.Runtime{Store: overrides.NewRedisStore(parts.Client), Policy: overrides.PolicyInTable(parts.table), Log: log}
-	a.handler = admin.New(admin.Options{Checker: a.stack.Checker, Overrides: runtime, Top: topkeys.NewReader(parts.Client, nil), Logger: log})
+	a.handler = admin.New(admin.Options{Checker: a.stack.Checker, Overrides: runtime, Top: topkeys.NewReader(parts.Client, nil), Quota: parts.quota, Logger: log})
 	return a
 }
 

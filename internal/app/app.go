@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/checkserver"
 	"github.com/sluice-dev/sluice/internal/checkstack"
 	"github.com/sluice-dev/sluice/internal/decisionlog"
@@ -51,6 +52,10 @@ type redisParts struct {
 	// view is the process's one follower of the fleet's state, made by
 	// its first user (fleetView).
 	view *fleetView
+	// quota is the rate limit quota service of the process's check
+	// server (`manager all`), whose assignments its admin API shows; nil
+	// when it has none.
+	quota admin.QuotaShares
 }
 
 func connectRedis(cfg *redisconn.Config, storeOpts redisstore.Options) (*redisParts, error) {

@@ -225,6 +225,9 @@ func RunAll(ctx context.Context, ccfg ControllerConfig, kcfg CheckConfig, redisC
 	if err != nil {
 		return err
 	}
+	if srv.server.GRPC != nil {
+		parts.quota = srv.server.GRPC.Quota()
+	}
 	mgr, err := newControllerManager(ccfg, parts)
 	if err != nil {
 		_ = srv.stack.Close()

@@ -161,6 +161,11 @@ func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Par
 	before := len(sc.req.Entries)
 	limits := pr.Limits()
 	sc.req.Entries = p.AppendEntriesOf(sc.req.Entries, limits, value, cost)
+	if part.Admitted {
+		for j := before; j < len(sc.req.Entries); j++ {
+			sc.req.Entries[j].ChargeAlways = true
+		}
+	}
 	kept := before
 	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {

@@ -81,6 +81,11 @@ type Part struct {
 	Refunded bool
 	// Usage is Input.Usage for a part (see there).
 	Usage *policy.Usage
+	// Admitted says that the part's cost was admitted already (a usage
+	// report of Envoy's rate limit quota service): its limits are charged
+	// whatever the decision, over the limit if need be, as charge Always
+	// charges (ratelimit.Entry.ChargeAlways).
+	Admitted bool
 }
 
 // Reason says why a request was answered the way it was.

@@ -308,10 +308,29 @@ func (r *Reconciler) applied(p *ratelimitv1alpha1.RateLimitPolicy, compiled *pol
 	p.Status.LibraryVersion = r.LibraryVersion
 	p.Status.TableRevision = revision
 	markReady(p, &p.Status.ObservedGeneration, ratelimitv1alpha1.ReasonApplied, fmt.Sprintf("In force: policy table revision %d", revision))
+	noteQuotaUnservable(p, compiled)
 	if !wasReady && r.Recorder != nil {
 		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ratelimitv1alpha1.ReasonApplied, "Apply",
 			"Generation %d is in force (policy table revision %d)", p.Generation, revision)
 	}
+}
+
+// noteQuotaUnservable sets QuotaUnservable on a descriptor policy the
+// rate limit quota service answers by its failure mode, and removes it
+// otherwise. It neither refuses the policy nor touches Ready: the same
+// policy may serve the rate limit service, which decides every request.
+func noteQuotaUnservable(p *ratelimitv1alpha1.RateLimitPolicy, compiled *policy.Policy) {
+	why := compiled.Unservable()
+	if !compiled.ForDescriptors() || why == "" {
+		apimeta.RemoveStatusCondition(&p.Status.Conditions, ratelimitv1alpha1.ConditionQuotaUnservable)
+		return
+	}
+	answer := "allow all (failureMode Open)"
+	if compiled.FailClosed {
+		answer = "deny all (failureMode Closed)"
+	}
+	setCondition(p, ratelimitv1alpha1.ConditionQuotaUnservable, metav1.ConditionTrue, ratelimitv1alpha1.ReasonFailureModeAnswers,
+		fmt.Sprintf("Envoy's rate limit quota service answers this policy's buckets with %s: %s; the rate limit service decides it per request", answer, why))
 }
 
 // stalled: a person must fix the spec. Ready=False and Stalled=True, for

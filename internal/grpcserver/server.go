@@ -7,7 +7,8 @@
 // internal/checkhttp so it reads the same as an HTTP check's.
 //
 // Each protocol registers itself in its own file (authz.go, rls.go), on the
-// same server and Checker.
+// same server and Checker; Envoy's rate limit quota service (package rlqs)
+// is registered beside them.
 package grpcserver
 
 import (
@@ -36,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/connlimit"
 	"github.com/sluice-dev/sluice/internal/httpserve"
+	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/tlsfiles"
 	"github.com/sluice-dev/sluice/internal/tracing"
 )
@@ -213,6 +215,7 @@ type Server struct {
 	metrics     *metrics
 	conns       connlimit.Caps
 	connMetrics *connlimit.Metrics
+	quota       *rlqs.Service
 }
 
 // streamWorkers is how many calls grpc-go serves on long-lived goroutines:
@@ -283,6 +286,7 @@ func New(o Options) (*Server, error) {
 	if o.TLS != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(o.TLS)))
 	}
+	var err error
 	s := &Server{opts: o, grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), metrics: newMetrics(o.Registerer),
 		conns: conns, connMetrics: connlimit.NewMetrics(o.Registerer, connlimit.GRPC)}
 	// NOT_SERVING until Serve runs, and again once shutdown begins, so
@@ -292,8 +296,18 @@ func New(o Options) (*Server, error) {
 	reflection.Register(s.grpc)
 	registerAuthz(s)
 	registerRLS(s)
+	// The rate limit quota service answers the domains RLS answers, from
+	// the same policies; its streams share the connections' bounds.
+	if s.quota, err = rlqs.New(rlqs.Options{Checker: o.Checker, Domains: o.Domains, Tracer: o.Tracer, Registerer: o.Registerer, Logger: o.Logger, Now: o.Now}); err != nil {
+		return nil, err
+	}
+	s.quota.Register(s.grpc)
 	return s, nil
 }
+
+// Quota is the rate limit quota service the server serves (what each
+// Envoy holds of a bucket, for the admin API's inspect).
+func (s *Server) Quota() *rlqs.Service { return s.quota }
 
 // setServing sets the health status of the server and of every service.
 func (s *Server) setServing(serving bool) {

@@ -147,6 +147,9 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
+	if a.server.GRPC != nil {
+		a.Admin.ShowQuota(a.server.GRPC.Quota())
+	}
 	return a, nil
 }
 

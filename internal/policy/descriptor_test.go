@@ -112,3 +112,60 @@ func TestDescriptorPolicyErrors(t *testing.T) {
 		})
 	}
 }
+
+// A bucket id of Envoy's rate limit quota service is a map: it matches a
+// policy's descriptor entry by key, whatever the order, and counts in
+// the same bucket as the rate limit service descriptor that lists its
+// entries in the policy's order, so one policy serves both protocols.
+func TestBucketMatchesAsDescriptor(t *testing.T) {
+	named := mustCompile(t, "match: {domain: edge, descriptor: [{key: b}, {key: a, value: '1*'}]}\n"+oneLimit)
+	anyEntries := mustCompile(t, "match: {domain: edge}\n"+oneLimit)
+	tests := []struct {
+		name    string
+		p       *Policy
+		id      map[string]string
+		match   bool
+		key     string
+		rlsSame *Request // the RLS descriptor that shares its counter
+	}{
+		{"named entries, any order", named, map[string]string{"a": "12", "b": "x"}, true, "b=x\x1fa=12", desc("edge", "b", "x", "a", "12")},
+		{"a value that fails", named, map[string]string{"a": "2", "b": "x"}, false, "", nil},
+		{"an entry too many", named, map[string]string{"a": "1", "b": "x", "c": "y"}, false, "", nil},
+		{"an entry missing", named, map[string]string{"b": "x"}, false, "", nil},
+		{"a key the policy does not name", named, map[string]string{"a": "1", "c": "x"}, false, "", nil},
+		{"any entries: sorted by key", anyEntries, map[string]string{"z": "1", "a": "2"}, true, "a=2\x1fz=1", desc("edge", "a", "2", "z", "1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewBucket("edge", tt.id)
+			var e Eval
+			e.Reset(r)
+			got, err := e.Match(tt.p)
+			if err != nil || got != tt.match {
+				t.Fatalf("match = %v, %v; want %v", got, err, tt.match)
+			}
+			if !tt.match {
+				return
+			}
+			key, ok := e.KeyValue(tt.p)
+			if !ok || key != tt.key {
+				t.Errorf("key = %q, %v; want %q", key, ok, tt.key)
+			}
+			var rls Eval
+			rls.Reset(tt.rlsSame)
+			if k, _ := rls.KeyValue(tt.p); k != key {
+				t.Errorf("the bucket counts under %q, the RLS descriptor %v under %q", key, tt.rlsSame.Descriptor, k)
+			}
+		})
+	}
+	if r := NewBucket("other", map[string]string{"a": "1", "b": "x"}); func() bool { var e Eval; e.Reset(r); m, _ := e.Match(named); return m }() {
+		t.Error("a bucket of another domain matched")
+	}
+	if m, _ := func() (bool, error) {
+		var e Eval
+		e.Reset(NewBucket("edge", map[string]string{"a": "1"}))
+		return e.Match(mustCompile(t, oneLimit))
+	}(); m {
+		t.Error("an HTTP policy matched a bucket")
+	}
+}

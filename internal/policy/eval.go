@@ -12,6 +12,10 @@ type Eval struct {
 	r    *Request
 	vars requestVars
 	buf  []byte
+	// bucket is a bucket id's request with its entries in a policy's
+	// order (KeyValue), in ordered's storage.
+	bucket  Request
+	ordered []DescriptorEntry
 }
 
 // Reset prepares e for request r.
@@ -34,8 +38,17 @@ func (e *Eval) Match(p *Policy) (bool, error) {
 // OnMissingKey Shared the value of the shared bucket is returned instead.
 func (e *Eval) KeyValue(p *Policy) (value string, ok bool) {
 	e.buf = e.buf[:0]
+	r := e.r
+	if r.Unordered && !p.match.anyDescriptor {
+		// A bucket id keys as the descriptor listing its entries in the
+		// policy's order, so RLS and RLQS share the policy's buckets.
+		e.ordered = p.match.inOrder(e.ordered[:0], r)
+		e.bucket = *r
+		e.bucket.Descriptor = e.ordered
+		r = &e.bucket
+	}
 	var found bool
-	e.buf, found = p.key.render(e.buf, e.r)
+	e.buf, found = p.key.render(e.buf, r)
 	if found {
 		return string(e.buf), true
 	}

@@ -204,23 +204,49 @@ func (m *matcher) matchesDescriptor(r *Request) bool {
 		return false
 	}
 	for i := range m.descriptor {
-		want, got := &m.descriptor[i], &r.Descriptor[i]
-		if want.key != got.Key {
-			return false
+		want := &m.descriptor[i]
+		var value string
+		if r.Unordered {
+			// A bucket id's entries are a map: found by key (each key
+			// once, so equal lengths mean the same keys).
+			v, found := r.Lookup(want.key)
+			if !found {
+				return false
+			}
+			value = v
+		} else {
+			if want.key != r.Descriptor[i].Key {
+				return false
+			}
+			value = r.Descriptor[i].Value
 		}
-		switch {
-		case want.any:
-		case want.prefix:
-			if !strings.HasPrefix(got.Value, want.value) {
-				return false
-			}
-		default:
-			if want.value != got.Value {
-				return false
-			}
+		if !want.matchesValue(value) {
+			return false
 		}
 	}
 	return true
+}
+
+func (e *entryMatch) matchesValue(v string) bool {
+	switch {
+	case e.any:
+		return true
+	case e.prefix:
+		return strings.HasPrefix(v, e.value)
+	default:
+		return e.value == v
+	}
+}
+
+// inOrder appends to dst the entries of r, a bucket id the matcher
+// matched, in the order the matcher names them: the order of the rate
+// limit service descriptor that counts in the same bucket.
+func (m *matcher) inOrder(dst []DescriptorEntry, r *Request) []DescriptorEntry {
+	for i := range m.descriptor {
+		v, _ := r.Lookup(m.descriptor[i].key)
+		dst = append(dst, DescriptorEntry{Key: m.descriptor[i].key, Value: v})
+	}
+	return dst
 }
 
 func (m *matcher) matchesHost(host string) bool {

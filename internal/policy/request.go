@@ -7,6 +7,8 @@ package policy
 import (
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 )
 
 // Request is one request the policies decide, of one Kind: the original
@@ -33,6 +35,22 @@ type Request struct {
 	// The descriptor and its domain (KindDescriptor).
 	Domain     string
 	Descriptor []DescriptorEntry
+	// Unordered says that the descriptor is a bucket id of Envoy's rate
+	// limit quota service (NewBucket): a map, whose entries match a
+	// policy's by key whatever their order.
+	Unordered bool
+}
+
+// NewBucket is the descriptor of a rate limit quota service bucket id in
+// domain: its entries sorted by key (the order a policy that names no
+// entry counts them in), matched by key (Request.Unordered).
+func NewBucket(domain string, id map[string]string) *Request {
+	r := &Request{Kind: KindDescriptor, Domain: domain, Unordered: true, Descriptor: make([]DescriptorEntry, 0, len(id))}
+	for k, v := range id {
+		r.Descriptor = append(r.Descriptor, DescriptorEntry{Key: k, Value: v})
+	}
+	slices.SortFunc(r.Descriptor, func(a, b DescriptorEntry) int { return strings.Compare(a.Key, b.Key) })
+	return r
 }
 
 // Kind is what a Request describes.

@@ -125,7 +125,23 @@ func renderInspect(w io.Writer, _ *call, body []byte) error {
 	if err := decode(body, &a); err != nil {
 		return err
 	}
-	return renderKeyState(w, a.Namespace, a.Policy, visible(a.Key), a.Limits, a.Ban)
+	if err := renderKeyState(w, a.Namespace, a.Policy, visible(a.Key), a.Limits, a.Ban); err != nil || len(a.Quota) == 0 {
+		return err
+	}
+	return table(w, quotaHeader, quotaRows(a.Quota))
+}
+
+// quotaHeader and quotaRows draw what each Envoy holds of the bucket
+// through the rate limit quota service.
+var quotaHeader = []shown{"ENVOY", "ASSIGNMENT", "MAX-TOKENS", "TOKENS-PER-FILL", "INTERVAL", "WANT", "REPORTED", "ALLOWED", "DENIED"}
+
+func quotaRows(shares []adminapi.QuotaShare) [][]shown {
+	rows := make([][]shown, 0, len(shares))
+	for _, q := range shares {
+		rows = append(rows, []shown{visible(q.Envoy), visible(q.Action), number(q.MaxTokens), number(q.TokensPerFill), visible(q.Interval),
+			number(q.Want), visible(q.Reported), shown(strconv.FormatUint(q.Allowed, 10)), shown(strconv.FormatUint(q.Denied, 10))})
+	}
+	return rows
 }
 
 // renderKeyState draws a key value's limits and ban under a policy.

@@ -30,6 +30,7 @@ const (
 	IntakeAPI        Intake = "v1/check"   // POST /v1/check
 	IntakeExtAuthz   Intake = "ext_authz"  // Envoy's ext_authz v3 over gRPC
 	IntakeRLS        Intake = "rls"        // Envoy's rate limit service v3
+	IntakeRLQS       Intake = "rlqs"       // a reservation of Envoy's rate limit quota service v3
 	IntakeMiddleware Intake = "middleware" // the net/http middleware
 )
 

