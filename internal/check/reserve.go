@@ -145,6 +145,7 @@ func (noSettlement) Is(target error) bool { return target == ErrNoRelease }
 // noteReservations records, for an admission decided by the store, the
 // reservation of each reserve policy: reserved when the request was
 // admitted (its estimate, the entries' cost), and whether it was clamped.
+// A shadow policy's limit that would have denied reserved nothing.
 func noteReservations(sc *scratch, out *Outcome) {
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
@@ -152,7 +153,7 @@ func noteReservations(sc *scratch, out *Outcome) {
 		if e.Reserve == 0 || pr.reservation.outcome != "" {
 			continue
 		}
-		if out.Allowed {
+		if out.Allowed && sc.dec.Results[u.entry].Allowed {
 			pr.reservation.outcome, pr.reservation.reserved = ReservationReserved, e.Cost
 		}
 	}

@@ -245,3 +245,36 @@ func TestInspectReportsReservations(t *testing.T) {
 		}
 	})
 }
+
+// TestReserveShadow: a shadow policy with charge Reserve reserves what
+// fits as an enforcing one does; a request its budget would deny is let
+// through, reserving and taking nothing, so that its settlement changes
+// nothing; a holder's duplicate is let through too, and its settlement
+// never settles the original's reservation.
+func TestReserveShadow(t *testing.T) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		c := newChecker(t, Options{Backend: store, Metrics: NewMetrics(prometheus.NewRegistry())}, policytest.Compile(t, "ns", "p", "mode: Shadow\n"+tokenBudget))
+		remaining := func(out *Outcome) int64 { return out.Limits[0].Remaining }
+		a := reserveCheck(t, c, Input{Holder: "a", Cost: 500})
+		b := reserveCheck(t, c, Input{Holder: "b", Cost: 400})
+		if o, r, _ := reservationOf(t, b); !a.Allowed || !b.Allowed || o != ReservationReserved || r != 400 || remaining(b) != 100 {
+			t.Fatalf("a %v, b %v: %s %d, remaining %d; want both reserved, 100 left", a.Allowed, b.Allowed, o, r, remaining(b))
+		}
+		over := reserveCheck(t, c, Input{Holder: "c", Cost: 200})
+		if o, _, _ := reservationOf(t, over); !over.Allowed || over.Limits[0].Allowed || o != "" || remaining(over) != 100 {
+			t.Fatalf("over the budget: allowed %v, shadow denied %v, %q, remaining %d; want let through, counted denied, nothing reserved, 100 left",
+				over.Allowed, !over.Limits[0].Allowed, o, remaining(over))
+		}
+		if s := reserveCheck(t, c, Input{Holder: "c", Cost: 200, Action: ratelimit.Settle}); s.Allowed || remaining(s) != 100 {
+			t.Fatalf("the settlement of a request the shadow budget denied: settled %v, remaining %d; want nothing changed", s.Allowed, remaining(s))
+		}
+		if dup := reserveCheck(t, c, Input{Holder: "a", Cost: 50}); !dup.Allowed || remaining(dup) != 100 {
+			t.Fatalf("a's duplicate: allowed %v, remaining %d; want let through, taking nothing", dup.Allowed, remaining(dup))
+		}
+		dupSettle := reserveCheck(t, c, Input{Holder: "a", Cost: 1, Action: ratelimit.Settle})
+		settled := reserveCheck(t, c, Input{Holder: "a", Cost: 100, Action: ratelimit.Settle})
+		if dupSettle.Allowed || !settled.Allowed || remaining(settled) != 500 {
+			t.Fatalf("duplicate's settlement settled %v, a's %v, remaining %d; want only a's, 500 left", dupSettle.Allowed, settled.Allowed, remaining(settled))
+		}
+	})
+}
