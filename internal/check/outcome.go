@@ -81,6 +81,12 @@ type Part struct {
 	Refunded bool
 	// Usage is Input.Usage for a part (see there).
 	Usage *policy.Usage
+	// Estimated, on a settlement without Usage, says that Cost (when
+	// CostSet, else the policy's) is the admission's estimate, not an
+	// actual: each reserve policy settles at it clamped to its
+	// reserve.max, as its admission took it, so that the reservation
+	// stays charged as estimated.
+	Estimated bool
 }
 
 // Reason says why a request was answered the way it was.

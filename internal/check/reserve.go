@@ -75,13 +75,14 @@ func (pr *PolicyResult) Reservation() (outcome ReservationOutcome, reserved, act
 // reserveCost is the cost of the reserve policy p's entries in this check
 // at cost (the policy's, or the part's): an admission's estimate clamped
 // to reserve.max; a settlement's actual cost, the usage's price when the
-// part reports usage, else cost (the part's actual, or without one the
-// policy's estimate: the reservation stays charged as estimated).
+// part reports usage, else cost (the part's actual, or without one, or
+// when Part.Estimated, the admission's estimate, clamped as it was: the
+// reservation stays charged as estimated).
 func (sc *scratch) reserveCost(pr *PolicyResult, cost int64, part *Part) int64 {
 	r := pr.Policy.Reserve
 	if sc.action == ratelimit.Settle {
 		if part.Usage == nil {
-			if !part.CostSet {
+			if !part.CostSet || part.Estimated {
 				cost, _ = r.Estimate(cost)
 			}
 			return cost
