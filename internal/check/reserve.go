@@ -1,6 +1,8 @@
 package check
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -89,7 +91,7 @@ func (sc *scratch) reserveCost(pr *PolicyResult, cost int64, part *Part) int64 {
 		}
 		price, err := r.Price(*part.Usage)
 		if err != nil && sc.priceErr == nil {
-			sc.priceErr = err
+			sc.priceErr = fmt.Errorf("policy %s: %w", pr.Policy, err)
 		}
 		return price
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -277,4 +278,20 @@ func TestReserveShadow(t *testing.T) {
 			t.Fatalf("duplicate's settlement settled %v, a's %v, remaining %d; want only a's, 500 left", dupSettle.Allowed, settled.Allowed, remaining(settled))
 		}
 	})
+}
+
+// TestSettlementPriceErrorNamesThePolicy: a usage the policy's pricing
+// expression cannot price (NaN) refuses the settlement naming the policy
+// and its field, and changes nothing: the reservation settles afterwards.
+func TestSettlementPriceErrorNamesThePolicy(t *testing.T) {
+	c := newChecker(t, Options{}, policytest.Compile(t, "ns", "p",
+		"key: global\ncharge: Reserve\nreserve: {pricing: {expression: 'double(inputTokens) / double(outputTokens)'}}\ncost: 100\nlimits: [{name: hour, fixedWindow: {limit: 1000, window: 1h}}]"))
+	reserveCheck(t, c, Input{Holder: "a"})
+	_, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Holder: "a", Usage: &policy.Usage{}, Action: ratelimit.Settle})
+	if err == nil || !strings.Contains(err.Error(), "policy ns/p") || !strings.Contains(err.Error(), "spec.reserve.pricing.expression") || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("a usage priced NaN: %v, want an error naming policy ns/p, spec.reserve.pricing.expression and NaN", err)
+	}
+	if s := reserveCheck(t, c, Input{Holder: "a", Cost: 40, Action: ratelimit.Settle}); !s.Allowed || s.Limits[0].Remaining != 960 {
+		t.Fatalf("the settlement after the refused one: settled %v, %d left; want settled, 960 left", s.Allowed, s.Limits[0].Remaining)
+	}
 }
