@@ -295,3 +295,40 @@ func TestSettlementPriceErrorNamesThePolicy(t *testing.T) {
 		t.Fatalf("the settlement after the refused one: settled %v, %d left; want settled, 960 left", s.Allowed, s.Limits[0].Remaining)
 	}
 }
+
+// TestReserveDuplicateDeniedBeforeTheStore: a holder's duplicate denied
+// before the store (another policy's key missing) is remembered by its
+// reservation all the same, so its settlement never settles the
+// original's; the holder's last settlement does. Over the memory store,
+// Redis and a lease store.
+func TestReserveDuplicateDeniedBeforeTheStore(t *testing.T) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", "p", tokenBudget),
+			policytest.Compile(t, "ns", "plan", "key: '{header:X-Plan}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 100000, window: 1h}}]"))
+		withPlan := request()
+		withPlan.Header.Set("X-Plan", "pro")
+		if a := reserveCheck(t, c, Input{Holder: "a", Cost: 300, Request: withPlan}); !a.Allowed {
+			t.Fatal("a denied")
+		}
+		if dup := reserveCheck(t, c, Input{Holder: "a", Cost: 300}); dup.Allowed || dup.Reason != ReasonMissingKey {
+			t.Fatalf("a's duplicate without X-Plan: allowed %v, %s; want denied for the missing key", dup.Allowed, dup.Reason)
+		}
+		budget := func(out *Outcome) LimitResult {
+			for _, l := range out.Limits {
+				if l.Policy.Name == "p" {
+					return l
+				}
+			}
+			t.Fatalf("no limit of p in %+v", out.Limits)
+			return LimitResult{}
+		}
+		dupSettle := reserveCheck(t, c, Input{Holder: "a", Cost: 0, Action: ratelimit.Settle, Request: withPlan})
+		if dupSettle.Allowed || budget(dupSettle).Remaining != 700 {
+			t.Fatalf("the duplicate's settlement: settled %v, %d left; want nothing settled, 700 left", dupSettle.Allowed, budget(dupSettle).Remaining)
+		}
+		settled := reserveCheck(t, c, Input{Holder: "a", Cost: 100, Action: ratelimit.Settle, Request: withPlan})
+		if !settled.Allowed || budget(settled).Remaining != 900 {
+			t.Fatalf("a's settlement: settled %v, %d left; want settled, 900 left", settled.Allowed, budget(settled).Remaining)
+		}
+	})
+}
