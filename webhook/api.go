@@ -209,7 +209,7 @@ func (s *CheckEndpoint) handleJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	resp := report(out)
 	if out.Holds() {
-		resp.Release = releaseHandle{Namespace: in.Namespace, Policy: in.Policy, Request: in.Request, Holder: holder}.encode()
+		resp.Release = releaseHandle{Namespace: in.Namespace, Policy: in.Policy, Request: in.Request, Holder: holder, Cost: in.Cost}.encode()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverLimit != "" {

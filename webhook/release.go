@@ -93,6 +93,9 @@ type releaseHandle struct {
 	Policy    string          `json:"p,omitempty"`
 	Request   OriginalRequest `json:"r"`
 	Holder    string          `json:"h"`
+	// Cost is the check's cost (0: the policies' own), the estimate a
+	// release without cost or usage settles at.
+	Cost int64 `json:"c,omitempty"`
 }
 
 // newHolder names one checked request: 128 random bits.
@@ -150,6 +153,9 @@ func (s *CheckEndpoint) handleRelease(w http.ResponseWriter, r *http.Request) {
 	// leaves them alone, and a settlement units in flight.
 	settle := check.Input{Namespace: h.Namespace, Policy: h.Policy, Holder: h.Holder, Action: ratelimit.Settle,
 		Parts: []check.Part{{Request: req, Cost: cost, CostSet: in.Cost != nil, Usage: usage}}}
+	if in.Cost == nil && usage == nil { // no actual: settled at the check's estimate
+		settle.Parts[0] = check.Part{Request: req, Cost: h.Cost, CostSet: h.Cost > 0, Estimated: true}
+	}
 	settled, err := s.opts.Checker.Check(r.Context(), settle)
 	if err != nil {
 		s.checkError(w, err)

@@ -88,6 +88,18 @@ func TestJSONCheckReservesAndReleaseSettles(t *testing.T) {
 	if r := release(`{"release":"` + c.Release + `"}`); !r.Released || r.Policies[0].Reservation != "settled_exact" || limitOf(r.Policies).Remaining != 490 {
 		t.Fatalf("c released without a cost: %+v", r)
 	}
+	// So does an estimate of the check's own (not the policy's cost), and
+	// one clamped to reserve.max: a release without cost or usage gives
+	// back none of it.
+	for _, est := range []struct{ cost, reserved int }{{5000, 400}, {60, 60}} {
+		d := check(est.cost)
+		left := limitOf(d.Policies).Remaining
+		if r := release(`{"release":"` + d.Release + `"}`); !r.Released || r.Policies[0].Reservation != "settled_exact" ||
+			*r.Policies[0].Settled != int64(est.reserved) || limitOf(r.Policies).Remaining != left {
+			t.Fatalf("an estimate of %d released without a cost: %+v, want settled exact at %d, %d left", est.cost, r, est.reserved, left)
+		}
+		release(`{"release":"` + d.Release + `","cost":0}`) // settled already: changes nothing
+	}
 }
 
 // Bad settlements are refused with the field named, and change nothing:

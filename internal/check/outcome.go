@@ -86,6 +86,12 @@ type Part struct {
 	// whatever the decision, over the limit if need be, as charge Always
 	// charges (ratelimit.Entry.ChargeAlways).
 	Admitted bool
+	// Estimated, on a settlement without Usage, says that Cost (when
+	// CostSet, else the policy's) is the admission's estimate, not an
+	// actual: each reserve policy settles at it clamped to its
+	// reserve.max, as its admission took it, so that the reservation
+	// stays charged as estimated.
+	Estimated bool
 }
 
 // Reason says why a request was answered the way it was.

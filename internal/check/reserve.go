@@ -1,6 +1,8 @@
 package check
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/internal/policy"
@@ -75,20 +77,21 @@ func (pr *PolicyResult) Reservation() (outcome ReservationOutcome, reserved, act
 // reserveCost is the cost of the reserve policy p's entries in this check
 // at cost (the policy's, or the part's): an admission's estimate clamped
 // to reserve.max; a settlement's actual cost, the usage's price when the
-// part reports usage, else cost (the part's actual, or without one the
-// policy's estimate: the reservation stays charged as estimated).
+// part reports usage, else cost (the part's actual, or without one, or
+// when Part.Estimated, the admission's estimate, clamped as it was: the
+// reservation stays charged as estimated).
 func (sc *scratch) reserveCost(pr *PolicyResult, cost int64, part *Part) int64 {
 	r := pr.Policy.Reserve
 	if sc.action == ratelimit.Settle {
 		if part.Usage == nil {
-			if !part.CostSet {
+			if !part.CostSet || part.Estimated {
 				cost, _ = r.Estimate(cost)
 			}
 			return cost
 		}
 		price, err := r.Price(*part.Usage)
 		if err != nil && sc.priceErr == nil {
-			sc.priceErr = err
+			sc.priceErr = fmt.Errorf("policy %s: %w", pr.Policy, err)
 		}
 		return price
 	}
@@ -145,6 +148,7 @@ func (noSettlement) Is(target error) bool { return target == ErrNoRelease }
 // noteReservations records, for an admission decided by the store, the
 // reservation of each reserve policy: reserved when the request was
 // admitted (its estimate, the entries' cost), and whether it was clamped.
+// A shadow policy's limit that would have denied reserved nothing.
 func noteReservations(sc *scratch, out *Outcome) {
 	for _, u := range sc.uses {
 		e := &sc.req.Entries[u.entry]
@@ -152,7 +156,7 @@ func noteReservations(sc *scratch, out *Outcome) {
 		if e.Reserve == 0 || pr.reservation.outcome != "" {
 			continue
 		}
-		if out.Allowed {
+		if out.Allowed && sc.dec.Results[u.entry].Allowed {
 			pr.reservation.outcome, pr.reservation.reserved = ReservationReserved, e.Cost
 		}
 	}

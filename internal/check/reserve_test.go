@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -242,6 +243,92 @@ func TestInspectReportsReservations(t *testing.T) {
 		}
 		if lr := out.Limits[0]; !out.Allowed || lr.Remaining != 650 || lr.Reserved != 300 {
 			t.Fatalf("inspect: allowed %v, remaining %d, reserved %d; want 650 and 300 (50 spent)", out.Allowed, lr.Remaining, lr.Reserved)
+		}
+	})
+}
+
+// TestReserveShadow: a shadow policy with charge Reserve reserves what
+// fits as an enforcing one does; a request its budget would deny is let
+// through, reserving and taking nothing, so that its settlement changes
+// nothing; a holder's duplicate is let through too, and its settlement
+// never settles the original's reservation.
+func TestReserveShadow(t *testing.T) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		c := newChecker(t, Options{Backend: store, Metrics: NewMetrics(prometheus.NewRegistry())}, policytest.Compile(t, "ns", "p", "mode: Shadow\n"+tokenBudget))
+		remaining := func(out *Outcome) int64 { return out.Limits[0].Remaining }
+		a := reserveCheck(t, c, Input{Holder: "a", Cost: 500})
+		b := reserveCheck(t, c, Input{Holder: "b", Cost: 400})
+		if o, r, _ := reservationOf(t, b); !a.Allowed || !b.Allowed || o != ReservationReserved || r != 400 || remaining(b) != 100 {
+			t.Fatalf("a %v, b %v: %s %d, remaining %d; want both reserved, 100 left", a.Allowed, b.Allowed, o, r, remaining(b))
+		}
+		over := reserveCheck(t, c, Input{Holder: "c", Cost: 200})
+		if o, _, _ := reservationOf(t, over); !over.Allowed || over.Limits[0].Allowed || o != "" || remaining(over) != 100 {
+			t.Fatalf("over the budget: allowed %v, shadow denied %v, %q, remaining %d; want let through, counted denied, nothing reserved, 100 left",
+				over.Allowed, !over.Limits[0].Allowed, o, remaining(over))
+		}
+		if s := reserveCheck(t, c, Input{Holder: "c", Cost: 200, Action: ratelimit.Settle}); s.Allowed || remaining(s) != 100 {
+			t.Fatalf("the settlement of a request the shadow budget denied: settled %v, remaining %d; want nothing changed", s.Allowed, remaining(s))
+		}
+		if dup := reserveCheck(t, c, Input{Holder: "a", Cost: 50}); !dup.Allowed || remaining(dup) != 100 {
+			t.Fatalf("a's duplicate: allowed %v, remaining %d; want let through, taking nothing", dup.Allowed, remaining(dup))
+		}
+		dupSettle := reserveCheck(t, c, Input{Holder: "a", Cost: 1, Action: ratelimit.Settle})
+		settled := reserveCheck(t, c, Input{Holder: "a", Cost: 100, Action: ratelimit.Settle})
+		if dupSettle.Allowed || !settled.Allowed || remaining(settled) != 500 {
+			t.Fatalf("duplicate's settlement settled %v, a's %v, remaining %d; want only a's, 500 left", dupSettle.Allowed, settled.Allowed, remaining(settled))
+		}
+	})
+}
+
+// TestSettlementPriceErrorNamesThePolicy: a usage the policy's pricing
+// expression cannot price (NaN) refuses the settlement naming the policy
+// and its field, and changes nothing: the reservation settles afterwards.
+func TestSettlementPriceErrorNamesThePolicy(t *testing.T) {
+	c := newChecker(t, Options{}, policytest.Compile(t, "ns", "p",
+		"key: global\ncharge: Reserve\nreserve: {pricing: {expression: 'double(inputTokens) / double(outputTokens)'}}\ncost: 100\nlimits: [{name: hour, fixedWindow: {limit: 1000, window: 1h}}]"))
+	reserveCheck(t, c, Input{Holder: "a"})
+	_, err := c.Check(context.Background(), Input{Namespace: "ns", Request: request(), Holder: "a", Usage: &policy.Usage{}, Action: ratelimit.Settle})
+	if err == nil || !strings.Contains(err.Error(), "policy ns/p") || !strings.Contains(err.Error(), "spec.reserve.pricing.expression") || !strings.Contains(err.Error(), "NaN") {
+		t.Fatalf("a usage priced NaN: %v, want an error naming policy ns/p, spec.reserve.pricing.expression and NaN", err)
+	}
+	if s := reserveCheck(t, c, Input{Holder: "a", Cost: 40, Action: ratelimit.Settle}); !s.Allowed || s.Limits[0].Remaining != 960 {
+		t.Fatalf("the settlement after the refused one: settled %v, %d left; want settled, 960 left", s.Allowed, s.Limits[0].Remaining)
+	}
+}
+
+// TestReserveDuplicateDeniedBeforeTheStore: a holder's duplicate denied
+// before the store (another policy's key missing) is remembered by its
+// reservation all the same, so its settlement never settles the
+// original's; the holder's last settlement does. Over the memory store,
+// Redis and a lease store.
+func TestReserveDuplicateDeniedBeforeTheStore(t *testing.T) {
+	adminStores(t, func(t *testing.T, store ratelimit.Backend) {
+		c := newChecker(t, Options{Backend: store}, policytest.Compile(t, "ns", "p", tokenBudget),
+			policytest.Compile(t, "ns", "plan", "key: '{header:X-Plan}'\nonMissingKey: Deny\nlimits: [{name: l, fixedWindow: {limit: 100000, window: 1h}}]"))
+		withPlan := request()
+		withPlan.Header.Set("X-Plan", "pro")
+		if a := reserveCheck(t, c, Input{Holder: "a", Cost: 300, Request: withPlan}); !a.Allowed {
+			t.Fatal("a denied")
+		}
+		if dup := reserveCheck(t, c, Input{Holder: "a", Cost: 300}); dup.Allowed || dup.Reason != ReasonMissingKey {
+			t.Fatalf("a's duplicate without X-Plan: allowed %v, %s; want denied for the missing key", dup.Allowed, dup.Reason)
+		}
+		budget := func(out *Outcome) LimitResult {
+			for _, l := range out.Limits {
+				if l.Policy.Name == "p" {
+					return l
+				}
+			}
+			t.Fatalf("no limit of p in %+v", out.Limits)
+			return LimitResult{}
+		}
+		dupSettle := reserveCheck(t, c, Input{Holder: "a", Cost: 0, Action: ratelimit.Settle, Request: withPlan})
+		if dupSettle.Allowed || budget(dupSettle).Remaining != 700 {
+			t.Fatalf("the duplicate's settlement: settled %v, %d left; want nothing settled, 700 left", dupSettle.Allowed, budget(dupSettle).Remaining)
+		}
+		settled := reserveCheck(t, c, Input{Holder: "a", Cost: 100, Action: ratelimit.Settle, Request: withPlan})
+		if !settled.Allowed || budget(settled).Remaining != 900 {
+			t.Fatalf("a's settlement: settled %v, %d left; want settled, 900 left", settled.Allowed, budget(settled).Remaining)
 		}
 	})
 }

@@ -168,7 +168,7 @@ func (p *pricing) evaluate(u Usage) (int64, error) {
 		"inputTokens": u.InputTokens, "outputTokens": u.OutputTokens, "cachedInputTokens": u.CachedInputTokens,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("pricing expression: %v", err)
+		return 0, fmt.Errorf("spec.reserve.pricing.expression: %v", err)
 	}
 	var f float64
 	switch n := v.(type) {
@@ -179,10 +179,10 @@ func (p *pricing) evaluate(u Usage) (int64, error) {
 	case types.Double:
 		f = float64(n)
 	default:
-		return 0, fmt.Errorf("pricing expression gave %v, not a number", v.Type())
+		return 0, fmt.Errorf("spec.reserve.pricing.expression gave %v, not a number", v.Type())
 	}
 	if math.IsNaN(f) {
-		return 0, errors.New("pricing expression gave NaN")
+		return 0, errors.New("spec.reserve.pricing.expression gave NaN")
 	}
 	return int64(min(max(math.Ceil(f), 0), ratelimit.MaxCount)), nil
 }

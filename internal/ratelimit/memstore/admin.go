@@ -37,7 +37,7 @@ func (s *Store) Reset(ctx context.Context, entries []ratelimit.Entry) error {
 			if st := it.state(field); st != nil {
 				*st = model.State{}
 			}
-			if holding := it.holding(); holding != it.pinned {
+			if holding := it.holding(s.now().UnixMicro()); holding != it.pinned {
 				sh.setOffList(it, it.banned, holding, true)
 			}
 		}

@@ -160,9 +160,9 @@ func (sh *shard) setOffList(it *item, banned int64, pinned bool, front bool) {
 	}
 }
 
-// relinkEndedBans ends the bans over by now: their buckets, untouched
-// since, go back at the tail of sh's list (evictable, the least recently
-// used) unless they hold units in flight.
+// relinkEndedBans ends the bans (and unpins the reservations) over by
+// now: their buckets, untouched since, go back at the tail of sh's list
+// (evictable, the least recently used) unless they hold units in flight.
 func (sh *shard) relinkEndedBans(now int64) {
 	if sh.unlisted == 0 {
 		return
@@ -170,6 +170,9 @@ func (sh *shard) relinkEndedBans(now int64) {
 	for _, it := range sh.m {
 		if it.banned != 0 && now >= it.banned {
 			sh.setOffList(it, 0, it.pinned, false)
+		}
+		if it.pinned && !it.holding(now) { // its reservations ended unsettled
+			sh.setOffList(it, it.banned, false, false)
 		}
 	}
 }

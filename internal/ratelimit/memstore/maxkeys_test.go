@@ -271,3 +271,51 @@ func TestMaxKeysNeverEvictsHolds(t *testing.T) {
 		t.Fatalf("%d evictions, %d keys held; want 1, 2", s.Evictions(), s.Len())
 	}
 }
+
+// TestMaxKeysNeverEvictsReservations: a bucket holding a live
+// reservation is never evicted, as one holding units in flight: evicted,
+// its settlement would find nothing and never take an actual cost above
+// the estimate. Once settled, or once its reservation ended unsettled
+// (charged; the window lives on), the bucket is evictable again.
+func TestMaxKeysNeverEvictsReservations(t *testing.T) {
+	budget := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Capacity: 100, Interval: time.Hour}
+	reserve := func(key string, action ratelimit.Action, cost int64) *ratelimit.Request {
+		return &ratelimit.Request{Entries: []ratelimit.Entry{{Key: key, Limit: budget, Cost: cost, Holder: "r1", Reserve: time.Minute}}, Action: action}
+	}
+	s, _ := capped(t, 2)
+	expect(t, s, "a reserves", reserve("a", ratelimit.Consume, 10), true, 90)
+	expect(t, s, "b reserves", reserve("b", ratelimit.Consume, 10), true, 90)
+	var dec ratelimit.Decision
+	if err := s.Check(context.Background(), 0, one("c", 1), &dec); !errors.Is(err, ratelimit.ErrCapacity) {
+		t.Fatalf("a new bucket in a store full of reservations: %v, want ErrCapacity", err)
+	}
+	expect(t, s, "a settles above its estimate", reserve("a", ratelimit.Settle, 30), true, 70)
+	expect(t, s, "c takes a's room", one("c", 1), true, 1)
+	expect(t, s, "b settles", reserve("b", ratelimit.Settle, 5), true, 95)
+	if s.Evictions() != 1 || s.Len() != 2 {
+		t.Fatalf("%d evictions, %d keys held; want 1, 2", s.Evictions(), s.Len())
+	}
+
+	s, clock := capped(t, 2)
+	expect(t, s, "x reserves", reserve("x", ratelimit.Consume, 10), true, 90)
+	expect(t, s, "y reserves", reserve("y", ratelimit.Consume, 10), true, 90)
+	clock.Advance(time.Minute)
+	expect(t, s, "z once x's and y's reservations ended", one("z", 1), true, 1)
+	kept := 0 // one of x and y was evicted (relinked in no order): the other stays charged
+	for _, k := range []string{"x", "y"} {
+		if err := s.Check(context.Background(), 0, &ratelimit.Request{Entries: []ratelimit.Entry{{Key: k, Limit: budget}}, Action: ratelimit.DryRun}, &dec); err != nil {
+			t.Fatal(err)
+		}
+		kept += b2i(dec.Results[0].Remaining == 90)
+	}
+	if kept != 1 || s.Evictions() != 1 {
+		t.Fatalf("%d of x and y kept charged, %d evictions; want 1, 1", kept, s.Evictions())
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

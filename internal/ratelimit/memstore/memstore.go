@@ -66,9 +66,10 @@ type item struct {
 	penalty    model.PenaltyState
 	// banned, when not 0, is the end (µs) of the ban the bucket holds,
 	// and pinned says that it holds units in flight (a Concurrency
-	// limit's holds). Either keeps it off its shard's list, never
-	// evicted: an evicted ban would be lifted, evicted holds freed before
-	// their release or lease timeout.
+	// limit's holds) or a live reservation. Either keeps it off its
+	// shard's list, never evicted: an evicted ban would be lifted,
+	// evicted holds freed before their release or lease timeout, an
+	// evicted reservation's settlement would take nothing.
 	banned int64
 	pinned bool
 }
@@ -94,13 +95,14 @@ func (it *item) state(field string) *model.State {
 	return nil
 }
 
-// holding reports whether a limit of it holds units in flight.
-func (it *item) holding() bool {
-	if len(it.first.st.Holds) > 0 {
+// holding reports whether a limit of it holds units in flight, or a
+// reservation live at now (an ended one, not yet purged, pins nothing).
+func (it *item) holding(now int64) bool {
+	if len(it.first.st.Holds) > 0 || model.ReservationsEnd(it.first.res) > now {
 		return true
 	}
 	for i := range it.more {
-		if len(it.more[i].st.Holds) > 0 {
+		if len(it.more[i].st.Holds) > 0 || model.ReservationsEnd(it.more[i].res) > now {
 			return true
 		}
 	}
@@ -351,10 +353,10 @@ func (s *Store) check(req *ratelimit.Request, dec *ratelimit.Decision, sc *scrat
 		v := &sc.verdicts[i]
 		dec.Results = append(dec.Results, v.Result(model.Consumed(dec.Allowed, &req.Entries[i])))
 		if req.Action != ratelimit.DryRun && s.written(req, dec.Allowed, sc, i) {
-			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now+v.ResetAfter)
+			s.commit(sc, sc.bucketOf[i], sc.field[i], sc.nexts[i], now, now+v.ResetAfter)
 		}
 		if s.reserved(req, dec.Allowed, sc, i) {
-			s.commitReservations(sc, sc.bucketOf[i], sc.field[i], sc.res[i])
+			s.commitReservations(sc, sc.bucketOf[i], sc.field[i], sc.res[i], now)
 		}
 		sc.nexts[i], sc.res[i] = model.State{}, nil // drop references held by the pool
 	}
@@ -426,10 +428,11 @@ func (s *Store) written(req *ratelimit.Request, allowed bool, sc *scratch, i int
 	return model.Writes(allowed, &req.Entries[i], &sc.verdicts[i], &sc.nexts[i])
 }
 
-// commit stores a limit's state in bucket g, whose expiry moves to exp
-// if that is later; room for a new bucket was made already. A bucket that
-// holds units in flight leaves its shard's list until it holds none.
-func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int64) {
+// commit stores a limit's state in bucket g, at now, whose expiry moves
+// to exp if that is later; room for a new bucket was made already. A
+// bucket that holds units in flight or a reservation leaves its shard's
+// list until it holds none.
+func (s *Store) commit(sc *scratch, g int, field string, st model.State, now, exp int64) {
 	it := sc.items[g]
 	if it == nil {
 		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, st: st}}
@@ -438,7 +441,13 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 		it.set(field, st)
 		it.exp = max(it.exp, exp)
 	}
-	if holding := it.holding(); holding != it.pinned {
+	s.pin(sc, g, it, now)
+}
+
+// pin takes bucket g's item it off its shard's list while it holds units
+// in flight or a live reservation, and puts it back once it holds none.
+func (s *Store) pin(sc *scratch, g int, it *item, now int64) {
+	if holding := it.holding(now); holding != it.pinned {
 		s.shards[sc.shardOf[g]].setOffList(it, it.banned, holding, true)
 	}
 }
@@ -446,16 +455,17 @@ func (s *Store) commit(sc *scratch, g int, field string, st model.State, exp int
 // commitReservations stores a limit's reservations in bucket g, whose
 // expiry moves to the end of the last of them if that is later; room for
 // a new bucket was made already.
-func (s *Store) commitReservations(sc *scratch, g int, field string, res []model.Reservation) {
+func (s *Store) commitReservations(sc *scratch, g int, field string, res []model.Reservation, now int64) {
 	exp := model.ReservationsEnd(res)
 	it := sc.items[g]
 	if it == nil {
 		it = &item{key: sc.bucket[g], exp: exp, first: limit{field: field, res: res}}
 		s.add(sc, g, it)
-		return
+	} else {
+		it.setReservations(field, res)
+		it.exp = max(it.exp, exp)
 	}
-	it.setReservations(field, res)
-	it.exp = max(it.exp, exp)
+	s.pin(sc, g, it, now)
 }
 
 // add makes it bucket g's item, new in its shard, the most recently used.
