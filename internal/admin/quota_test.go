@@ -60,7 +60,7 @@ func TestInspectQuotaShares(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := streams[i].Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme"}}, NumRequestsAllowed: uint64(1 + i), NumRequestsDenied: 7},
+			{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": "acme"}}, NumRequestsAllowed: uint64(1 + i)}, // none denied: no top-up follows
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +74,7 @@ func TestInspectQuotaShares(t *testing.T) {
 		t.Fatalf("quota shares: %+v, want one per stream", ks.Quota)
 	}
 	for i, q := range ks.Quota {
-		if q.Action != "token_bucket" || q.MaxTokens < 1 || q.TokensPerFill < 1 || q.Reserved != q.MaxTokens+5*q.TokensPerFill || q.Interval != "5s" || q.Denied != 7 || q.Reported == "" || q.Envoy == "" {
+		if q.Action != "token_bucket" || q.MaxTokens < 1 || q.TokensPerFill < 1 || q.Reserved != q.MaxTokens+5*q.TokensPerFill || q.Interval != "5s" || q.Allowed != uint64(1+i) || q.Reported == "" || q.Envoy == "" {
 			t.Errorf("share %d: %+v", i, q)
 		}
 	}

@@ -27,7 +27,7 @@ func TestQuotaServiceBesideRLS(t *testing.T) {
 	// The bucket id's entries in another order than the policy names them.
 	id := map[string]string{"plan": "free", "tenant": "acme"}
 	if err := stream.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-		{BucketId: &rlqsv3.BucketId{Bucket: id}, NumRequestsAllowed: 1, NumRequestsDenied: 9},
+		{BucketId: &rlqsv3.BucketId{Bucket: id}, NumRequestsAllowed: 1}, // none denied: no top-up follows
 	}}); err != nil {
 		t.Fatal(err)
 	}

@@ -65,16 +65,16 @@ type bucket struct {
 	req *policy.Request
 	// refs are the policy buckets it counts in (its shares).
 	refs []bucketRef
-	// reserved is what the last assignment took from the limits, taken
-	// until reservedUntil (the window it came from ends); owed is what
+	// held is what was taken from the limits for it since its last
+	// report, oldest first: the report's assignment, then its top-ups,
+	// each from the window current when it was taken. owed is what
 	// settling still has to charge (positive) or give back (negative),
 	// carried while the store cannot answer.
-	reserved      int64
-	reservedUntil time.Time
-	owed          int64
-	interval      time.Duration
-	measured      bool // interval is measured, not DefaultInterval
-	reported      time.Time
+	held     []reservation
+	owed     int64
+	interval time.Duration
+	measured bool // interval is measured, not DefaultInterval
+	reported time.Time
 	// key is its encoded id in the stream; used, its last request's report.
 	key  string
 	used time.Time
@@ -100,7 +100,7 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	}
 	if len(servable)+len(unservable) == 0 {
 		s.metrics.reports.WithLabelValues(reportNoPolicy).Inc()
-		b.reserved, b.owed = 0, 0
+		b.held, b.owed = b.held[:0], 0
 		if now.Sub(b.used) >= s.opts.AbandonAfter {
 			return st.abandon(b)
 		}
@@ -173,8 +173,7 @@ func (s *Service) serve(ctx context.Context, st *stream, b *bucket, servable []*
 		b.starved = true // the room is taken: the ticks may find it refilled
 		return actionDenyAll
 	}
-	_, _, reset := room(out)
-	b.reserved, b.reservedUntil = tb.reserved, s.opts.Now().Add(reset)
+	b.hold(tb.reserved, out, s.opts.Now())
 	sh.Reserved, sh.Burst, sh.Tokens = tb.reserved, tb.burst, tb.rate
 	return actionTokenBucket
 }
@@ -333,16 +332,35 @@ func (b *bucket) observe(elapsed time.Duration, now time.Time) time.Duration {
 	return elapsed
 }
 
-// owe squares the reservation with the allowed count reported: the
-// excess is owed, the unused part given back, unless the window it was
-// taken from is over (its units went with it).
+// reservation is units taken from the limits for a bucket, until the
+// window they were taken from ends (after it, unused units went with it).
+type reservation struct {
+	units int64
+	until time.Time
+}
+
+// hold records units taken at now, out being the outcome of the taking.
+func (b *bucket) hold(units int64, out *check.Outcome, now time.Time) {
+	_, _, reset := room(out)
+	b.held = append(b.held, reservation{units: units, until: now.Add(reset)})
+}
+
+// owe squares the reservations with the allowed count reported: the
+// excess is owed, the unused part of each reservation given back unless
+// the window it was taken from is over. The allowed count uses the
+// oldest first, so that a top-up taken from a new window just before the
+// report, and not used yet, is given back and counted in the Envoy's
+// next share rather than lost with the report's deny all.
 func (b *bucket) owe(allowed int64, now time.Time) {
-	reserved := b.reserved
-	if allowed < reserved && now.After(b.reservedUntil) {
-		reserved = allowed
+	for _, r := range b.held {
+		used := min(allowed, r.units)
+		allowed -= used
+		if !now.After(r.until) {
+			b.owed -= r.units - used
+		}
 	}
-	b.owed += allowed - reserved
-	b.reserved = 0
+	b.owed += allowed
+	b.held = b.held[:0]
 }
 
 // seconds is the bucket's interval in whole seconds, at least one.

@@ -143,8 +143,8 @@ func itoa(n int64) string { return fmt.Sprint(n) }
 // refill too. An Envoy reporting every 3 s under a limit of 100 a second
 // (capacity 100) with a demand of 400 a second is admitted, once its
 // demand is known (its second report on), well over the 100 an interval
-// that reservations at reports alone could give, and within the limit's
-// own bound plus the stated one.
+// that reservations at reports alone could give (over five eighths of
+// the refill), and within the limit's own bound plus the stated one.
 func TestTopUpsServeTheRefill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 12 seconds of traffic")
@@ -162,8 +162,10 @@ func TestTopUpsServeTheRefill(t *testing.T) {
 	b := limit + 2*e.largest(start, end)
 	t.Logf("admitted %d in %s, %d from the second report; reservations at reports alone give at most %d then; bound %d\nassignments: %s",
 		admitted, end.Sub(start), steady, 3*100+1, b, e)
-	if steady <= 3*100*3/2 {
-		t.Errorf("admitted %d in the last 3 intervals: the refill between reports is not served", steady)
+	// The limit refills 900 over those 9 s; a report answered deny all
+	// after a top-up loses that top-up (about 520 admitted then).
+	if served := int64(3 * 300 * 5 / 8); steady <= served {
+		t.Errorf("admitted %d in the last 3 intervals, not over %d of the 900 the limit refilled: the refill between reports is not served", steady, served)
 	}
 	if admitted > b {
 		t.Errorf("admitted %d, over the limit's %d plus the bound", admitted, limit)

@@ -95,11 +95,7 @@ func (s *Service) topUpBucket(ctx context.Context, st *stream, b *bucket) *rlqsv
 	if err != nil || out.Degraded || !out.Allowed {
 		return nil
 	}
-	b.reserved += add.reserved
-	if b.starved {
-		_, _, reset := room(out)
-		b.reservedUntil = now.Add(reset)
-	}
+	b.hold(add.reserved, out, now)
 	b.share.Action, b.share.Burst = actionTokenBucket, add.burst
 	b.share.Reserved += add.reserved
 	b.share.Tokens = min(b.share.Tokens+add.rate, math.MaxUint32)
