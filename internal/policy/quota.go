@@ -14,6 +14,8 @@ func (p *Policy) Unservable() string {
 		return "a penalty box bans on each denial, which the quota filter decides locally"
 	case p.Cost != 1:
 		return "a cost other than 1: the quota filter takes one token per request"
+	case p.Reserve != nil:
+		return "charge Reserve settles each request's own cost by its holder, which the quota filter never reports"
 	case p.ChargeAlways:
 		return "charge Always counts denied requests, which the quota filter's token buckets never charge"
 	}

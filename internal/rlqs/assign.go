@@ -255,13 +255,15 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 
 // room is the least remaining of the enforced limits in out, and the
 // least time until one of them is untouched again (the window a
-// reservation is taken from); enforced is false when every limit is a
-// shadow policy's.
+// reservation is taken from); enforced is false when no limit enforces.
+// A limit that never denies (its mode Shadow or Soft, a shadow policy's)
+// is counted but shapes nothing: the quota filter cannot flag a request
+// to its upstream, so a Soft limit served here is a Shadow one.
 func room(out *check.Outcome) (left int64, enforced bool, reset time.Duration) {
 	left, reset = math.MaxInt64, time.Duration(math.MaxInt64)
 	for i := range out.Limits {
 		lr := &out.Limits[i]
-		if lr.Policy.Shadow {
+		if !lr.Limit.Enforced() {
 			continue
 		}
 		enforced = true
