@@ -161,9 +161,12 @@ func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Par
 	before := len(sc.req.Entries)
 	limits := pr.Limits()
 	sc.req.Entries = p.AppendEntriesOf(sc.req.Entries, limits, value, cost)
-	if part.Admitted {
-		for j := before; j < len(sc.req.Entries); j++ {
+	for j := before; j < len(sc.req.Entries); j++ {
+		switch {
+		case part.Admitted:
 			sc.req.Entries[j].ChargeAlways = true
+		case part.Refunded: // a read for the answer, no decision: it counts toward no ban
+			sc.req.Entries[j].Penalty = ratelimit.Penalty{}
 		}
 	}
 	kept := before

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluice-dev/sluice/internal/check"
 	"github.com/sluice-dev/sluice/internal/checkhttp"
 	"github.com/sluice-dev/sluice/internal/ratelimit"
 	"github.com/sluice-dev/sluice/internal/testutil/redistest"
@@ -110,5 +111,47 @@ func TestExtAuthzRefusesReserve(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(counterOf(t, e.reg, "sluice_reservations_total", map[string]string{"namespace": "shop", "policy": "api", "outcome": "refused_no_release"})); got != 1 {
 		t.Errorf("refusals counted: %v, want 1", got)
+	}
+}
+
+// A settlement is no decision: the figures read for its answer (a check
+// at cost 0 of the part that gave back) never count toward the penalty
+// box, though a settlement above the estimate took the budget into debt,
+// where such a read is "denied". Only denied admissions ban.
+func TestRLSSettlementsCountNoDenial(t *testing.T) {
+	const budget = `match: {domain: llm, descriptor: [{key: tenant}, {key: rid}]}
+key: '{descriptor:tenant}'
+charge: Reserve
+reserve: {holder: rid}
+limits: [{name: tokens, fixedWindow: {limit: 1000, window: 1h}}]
+penalty: {denials: 2, within: 1m, ban: 1m, maxBan: 10m}`
+	for _, store := range []struct {
+		name string
+		new  func(t *testing.T) ratelimit.Backend
+	}{
+		{"memory", func(t *testing.T) ratelimit.Backend { return storetest.Memory(t, nil).Backend() }},
+		{"redis", func(t *testing.T) ratelimit.Backend { return storetest.Redis(t, redistest.Start(t).Addr()).Backend() }},
+	} {
+		t.Run(store.name, func(t *testing.T) {
+			e := start(t, store.new(t), Options{Domains: DomainBindings{"llm": "ns"}}, nil, compile(t, "ns", "budget", budget))
+			send := func(id string, hits uint64, settle bool) ratelimitv3.RateLimitResponse_Code {
+				d := rlsDescriptor("tenant", "acme", "rid", id)
+				d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), settle
+				return e.shouldRateLimit(t, &ratelimitv3.RateLimitRequest{Domain: "llm", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}}).GetOverallCode()
+			}
+			if got := send("r1", 900, false); got != rlsOK {
+				t.Fatalf("r1's admission: %v", got)
+			}
+			send("r1", 1900, true) // 1000 more than reserved: into debt
+			send("r2", 10, true)   // two settlements of holders that hold nothing
+			send("r3", 10, true)
+			out, err := e.s.opts.Checker.Buckets().Inspect(t.Context(), "ns", "budget", "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Reason == check.ReasonBanned {
+				t.Errorf("the bucket is banned by settlements alone (no admission was denied): %+v", out.Limits)
+			}
+		})
 	}
 }
