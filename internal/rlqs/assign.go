@@ -257,8 +257,11 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 // least time until one of them is untouched again (the window a
 // reservation is taken from); enforced is false when no limit enforces.
 // A limit that never denies (its mode Shadow or Soft, a shadow policy's)
-// is counted but shapes nothing: the quota filter cannot flag a request
-// to its upstream, so a Soft limit served here is a Shadow one.
+// shapes nothing: the quota filter cannot flag a request to its
+// upstream, so a Soft limit served here is a Shadow one. Beside an
+// enforced limit it is reserved from and refunded like it, so it counts
+// less than was admitted when a share did not fit it (the docs' known
+// defect).
 func room(out *check.Outcome) (left int64, enforced bool, reset time.Duration) {
 	left, reset = math.MaxInt64, time.Duration(math.MaxInt64)
 	for i := range out.Limits {

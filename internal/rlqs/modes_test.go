@@ -11,8 +11,7 @@ import (
 
 // A limit that never denies (its own mode Soft or Shadow) does not shape
 // an assignment: the quota filter cannot flag a request to its upstream,
-// so such a limit is counted, as in a check, and the Envoy's share is
-// sized from the enforced limits alone.
+// so the Envoy's share is sized from the enforced limits alone.
 func TestLimitsThatNeverDenyShapeNoAssignment(t *testing.T) {
 	for _, mode := range []string{"Soft", "Shadow"} {
 		t.Run(mode, func(t *testing.T) {
