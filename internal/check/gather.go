@@ -172,6 +172,9 @@ func (sc *scratch) addKeyed(out *Outcome, pr PolicyResult, cost int64, part *Par
 	kept := before
 	inFlight := p.HoldsInFlight()
 	for l, e := range sc.req.Entries[before:] {
+		if !part.Limits.selects(&limits[l]) {
+			continue
+		}
 		route := sc.holds(p, owner, l, &e, part, inFlight)
 		if route == notSent {
 			continue

@@ -92,6 +92,28 @@ type Part struct {
 	// reserve.max, as its admission took it, so that the reservation
 	// stays charged as estimated.
 	Estimated bool
+	// Limits, when set, selects the limits of the part's policies it
+	// checks by their mode in force (the rest are left out): the quota
+	// service reserves shares from the limits that enforce and charges
+	// those that never deny what Envoy admitted.
+	Limits LimitSelection
+}
+
+// LimitSelection selects a policy's limits by their mode in force.
+type LimitSelection uint8
+
+const (
+	// AllLimits: every limit (the zero value).
+	AllLimits LimitSelection = iota
+	// EnforcedLimits: the limits that deny a request over them.
+	EnforcedLimits
+	// UnenforcedLimits: the limits that never deny (Shadow, Soft).
+	UnenforcedLimits
+)
+
+// selects reports whether l is one of the limits s selects.
+func (s LimitSelection) selects(l *policy.Limit) bool {
+	return s == AllLimits || l.Enforced() == (s == EnforcedLimits)
 }
 
 // Reason says why a request was answered the way it was.

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -70,8 +71,12 @@ type bucket struct {
 	// each from the window current when it was taken. owed is what
 	// settling still has to charge (positive) or give back (negative),
 	// carried while the store cannot answer.
-	held     []reservation
-	owed     int64
+	held []reservation
+	owed int64
+	// admitted is what the Envoy let through and the limits that never
+	// deny (Shadow, Soft: no part of the reservations) are still to be
+	// charged, carried while the store cannot answer.
+	admitted int64
 	interval time.Duration
 	measured bool // interval is measured, not DefaultInterval
 	reported time.Time
@@ -100,13 +105,14 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	}
 	if len(servable)+len(unservable) == 0 {
 		s.metrics.reports.WithLabelValues(reportNoPolicy).Inc()
-		b.held, b.owed = b.held[:0], 0
+		b.held, b.owed, b.admitted = b.held[:0], 0, 0
 		if now.Sub(b.used) >= s.opts.AbandonAfter {
 			return st.abandon(b)
 		}
 		return s.blanket(b.id, actionAllowAll, noPolicyTTL)
 	}
-	b.owe(int64(u.GetNumRequestsAllowed()), now) //nolint:gosec // at most MaxReportCount (validateUsage)
+	b.owe(int64(u.GetNumRequestsAllowed()), now)   //nolint:gosec // at most MaxReportCount (validateUsage)
+	b.admitted += int64(u.GetNumRequestsAllowed()) //nolint:gosec // at most MaxReportCount (validateUsage)
 	b.starved = false
 	sh := Share{Envoy: st.envoy, Interval: b.interval, Reported: now, Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied(),
 		Want: b.want(u.GetNumRequestsAllowed()+u.GetNumRequestsDenied(), elapsed)}
@@ -114,7 +120,7 @@ func (s *Service) assign(ctx context.Context, st *stream, b *bucket, u *rlqsv3.R
 	if len(servable) > 0 {
 		action = s.serve(ctx, st, b, servable, &sh)
 	} else {
-		b.owed = 0 // nothing of it is counted
+		b.owed, b.admitted = 0, 0 // nothing of it is counted
 		s.metrics.reports.WithLabelValues(reportCharged).Inc()
 	}
 	if failureAction(nil, unservable) == actionDenyAll {
@@ -212,7 +218,7 @@ func shape(share, secs int64) bucketShape {
 // gives back, or reads the limits when nothing is owed. The outcome has
 // the limits' figures after it.
 func (s *Service) settle(ctx context.Context, ns string, b *bucket, servable []*policy.Policy) (*check.Outcome, error) {
-	in := check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, CostSet: true}}}
+	in := check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, CostSet: true, Limits: check.EnforcedLimits}}}
 	part := &in.Parts[0]
 	switch {
 	case b.owed > 0:
@@ -226,7 +232,28 @@ func (s *Service) settle(ctx context.Context, ns string, b *bucket, servable []*
 	if err == nil && !out.Degraded {
 		b.owed = 0
 	}
+	s.chargeUnenforced(ctx, ns, b, servable)
 	return out, err
+}
+
+// chargeUnenforced charges the limits that never deny (their mode Shadow
+// or Soft), which take no part in the reservations (they shape no
+// assignment), what b's Envoy let through since they were last charged,
+// over the limit if need be: they count exactly what was admitted.
+func (s *Service) chargeUnenforced(ctx context.Context, ns string, b *bucket, servable []*policy.Policy) {
+	if b.admitted == 0 || !slices.ContainsFunc(servable, hasUnenforced) {
+		b.admitted = 0
+		return
+	}
+	in := check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: b.admitted, CostSet: true, Admitted: true, Limits: check.UnenforcedLimits}}}
+	if out, err := s.opts.Checker.Check(ctx, in); err == nil && !out.Degraded {
+		b.admitted = 0
+	}
+}
+
+// hasUnenforced reports whether a limit of p never denies.
+func hasUnenforced(p *policy.Policy) bool {
+	return slices.ContainsFunc(p.Limits, func(l policy.Limit) bool { return !l.Enforced() })
 }
 
 // reserve takes the token bucket that fits share from the servable
@@ -242,7 +269,7 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 		}
 		spanCtx, span := s.opts.Tracer.StartGRPC(ctx, tracing.IntakeRLQS, ns)
 		var err error
-		out, err = s.opts.Checker.Check(spanCtx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true}}})
+		out, err = s.opts.Checker.Check(spanCtx, check.Input{Namespace: ns, Parts: []check.Part{{Request: b.req, Policies: servable, Cost: tb.reserved, CostSet: true, Limits: check.EnforcedLimits}}})
 		span.End(out, err)
 		if err != nil || out.Degraded || out.Allowed {
 			return tb, out, err
@@ -258,10 +285,8 @@ func (s *Service) reserve(ctx context.Context, ns string, b *bucket, servable []
 // reservation is taken from); enforced is false when no limit enforces.
 // A limit that never denies (its mode Shadow or Soft, a shadow policy's)
 // shapes nothing: the quota filter cannot flag a request to its
-// upstream, so a Soft limit served here is a Shadow one. Beside an
-// enforced limit it is reserved from and refunded like it, so it counts
-// less than was admitted when a share did not fit it (the docs' known
-// defect).
+// upstream, so a Soft limit served here is a Shadow one (it is charged
+// what was admitted: chargeUnenforced).
 func room(out *check.Outcome) (left int64, enforced bool, reset time.Duration) {
 	left, reset = math.MaxInt64, time.Duration(math.MaxInt64)
 	for i := range out.Limits {

@@ -1,6 +1,7 @@
 package rlqs_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,5 +56,42 @@ func TestTokenBudgetIsUnservable(t *testing.T) {
 	}
 	if got := metricValue(t, p, "sluice_rlqs_unservable_total"); got != 1 {
 		t.Errorf("sluice_rlqs_unservable_total = %v, want 1", got)
+	}
+}
+
+// A limit that never denies takes no part in the reservations, and is
+// charged what each report says the Envoy let through: it counts exactly
+// what was admitted, however the shares fit it.
+func TestLimitsThatNeverDenyCountWhatWasAdmitted(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		limit int64
+	}{{"Soft", 100}, {"Soft", 1000}, {"Shadow", 100}, {"Shadow", 1000}} {
+		t.Run(fmt.Sprintf("%s %d", tc.mode, tc.limit), func(t *testing.T) {
+			start := time.Unix(1_800_000_000, 0) // a 10 s window's start
+			clock := &fakeClock{now: start.Add(time.Second)}
+			p := startProcess(t, storetest.Memory(t, clock.Now).Backend(), rlqs.Options{Now: clock.Now}, policytest.Compile(t, "ns", "window",
+				"match: {domain: edge, descriptor: [{key: name}]}\nlimits:\n"+
+					"- {name: r, fixedWindow: {limit: 300, window: 10s, alignment: Clock}}\n"+
+					fmt.Sprintf("- {name: trial, mode: %s, fixedWindow: {limit: %d, window: 10s, alignment: Clock}}", tc.mode, tc.limit)))
+			s := p.open(t)
+			id := map[string]string{"name": "shop"}
+			for i, n := range []uint64{1, 40, 100} { // 141 admitted in the window
+				clock.set(start.Add(time.Duration([]int{1, 5, 8}[i]) * time.Second))
+				if _, err := exchange(s, "edge", usage(id, n, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := p.checker.Buckets().Inspect(t.Context(), "ns", "window", "name=shop")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := max(tc.limit-141, 0)
+			for _, lr := range out.Limits {
+				if lr.Limit.Name == "trial" && lr.Remaining != want {
+					t.Errorf("trial: %d of %d left after 141 admitted, want %d", lr.Remaining, tc.limit, want)
+				}
+			}
+		})
 	}
 }

@@ -77,7 +77,7 @@ func (s *Service) topUpBucket(ctx context.Context, st *stream, b *bucket) *rlqsv
 	if len(servable) == 0 || failureAction(nil, unservable) == actionDenyAll {
 		return nil
 	}
-	part := []check.Part{{Request: b.req, Policies: servable, CostSet: true}}
+	part := []check.Part{{Request: b.req, Policies: servable, CostSet: true, Limits: check.EnforcedLimits}}
 	out, err := s.opts.Checker.Check(ctx, check.Input{Namespace: st.namespace, Parts: part, Action: ratelimit.DryRun})
 	if err != nil || out.Degraded {
 		return nil
