@@ -26,6 +26,7 @@ func ValidateSpec(spec *ratelimitv1alpha1.RateLimitPolicySpec) field.ErrorList {
 	errs = append(errs, validateMatch(&spec.Match, path.Child("match"))...)
 	errs = append(errs, validateTargets(spec, path)...)
 	errs = append(errs, validateReserve(spec, path)...)
+	errs = append(errs, validateLimitModes(spec, path)...)
 	return append(errs, validateLimits(spec.Limits, path.Child("limits"))...)
 }
 
@@ -140,7 +141,8 @@ func validateTargets(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Pa
 // (see ValidateSpec): they go together; a descriptor policy's holder is an
 // entry of match.descriptor that the key leaves out, an HTTP policy's is
 // unset; pricing is weights or an expression. (No lease and no
-// concurrency limit: compileLease and checkInFlightPolicy.)
+// concurrency limit: compileLease and checkInFlightPolicy; every limit
+// enforces: validateLimitModes.)
 func validateReserve(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	reserve := spec.Charge == ratelimitv1alpha1.ChargeReserve
@@ -169,3 +171,33 @@ func validateReserve(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Pa
 
 // reserveHolderRule is the schema's message on reserve.holder.
 const reserveHolderRule = "reserve.holder of a descriptor policy names an entry of match.descriptor (such as Envoy's x-request-id) that the key leaves out (set a key without {descriptor} or {descriptor:<holder>}, so the bucket is shared by the requests it counts); an HTTP policy sets no holder: the middleware and POST /v1/check hold per request"
+
+// The schema's messages on limits of their own mode Shadow or Soft.
+const (
+	leaseNeedsEnforce   = "a lease cannot serve a limit in mode Shadow or Soft: such a limit is decided by Redis with every request; remove the lease or enforce the limit"
+	reserveNeedsEnforce = "charge Reserve needs every limit to enforce: a Shadow or Soft limit lets a request go on over it holding no reservation, so its settlement could not be counted there; use spec.mode Shadow for a trial of the whole budget"
+)
+
+// validateLimitModes is the schema's rules on limits that never deny (their
+// own mode Shadow or Soft): a lease cannot serve them (the lease sends a
+// request with such a limit to Redis), and charge Reserve cannot count
+// them (the engine reserves only for a limit that admitted the request).
+func validateLimitModes(spec *ratelimitv1alpha1.RateLimitPolicySpec, path *field.Path) field.ErrorList {
+	enforced := true
+	for i := range spec.Limits {
+		if m := spec.Limits[i].Mode; m != "" && m != ratelimitv1alpha1.LimitModeEnforce {
+			enforced = false
+		}
+	}
+	if enforced {
+		return nil
+	}
+	var errs field.ErrorList
+	if spec.Lease != nil {
+		errs = append(errs, field.Invalid(path.Child("lease"), "", leaseNeedsEnforce))
+	}
+	if spec.Charge == ratelimitv1alpha1.ChargeReserve {
+		errs = append(errs, field.Invalid(path.Child("limits"), "", reserveNeedsEnforce))
+	}
+	return errs
+}
