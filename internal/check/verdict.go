@@ -19,8 +19,9 @@ type PartVerdict struct {
 	Reporting *LimitResult
 	// Shown is the limit whose figures the client may see for the part
 	// (an RLS descriptor's status, from which Envoy builds its
-	// x-ratelimit headers): Reporting when it is visible, else the part's
-	// visible limit that reports first by the same rule; nil when none.
+	// x-ratelimit headers): Reporting when it is showable (neither hidden
+	// nor shadow), else the part's showable limit that reports first by
+	// the same rule; nil when none.
 	Shown *LimitResult
 }
 
@@ -49,20 +50,20 @@ func (o *Outcome) Reporting() *LimitResult {
 }
 
 // Shown is the limit whose state the client sees (the answer's rate-limit
-// headers): the reporting limit when it is visible, else the visible
+// headers): the reporting limit when it is showable, else the showable
 // limit that reports first by the same rule (reportsBefore) among the
 // enforced and soft ones; nil when none is visible. A denial by a hidden
 // limit thus shows another limit's figures, or none, and still carries
 // its Retry-After (Outcome.RetryAfter).
 func (o *Outcome) Shown() *LimitResult {
 	lr := o.Reporting()
-	if lr == nil || !lr.Limit.Hidden {
+	if lr == nil || showable(lr) {
 		return lr
 	}
 	var best *LimitResult
 	for i := range o.Limits {
 		c := &o.Limits[i]
-		if c.Limit.Hidden || c.Limit.Shadow() {
+		if !showable(c) {
 			continue
 		}
 		if best == nil || reportsBefore(c, best) {
@@ -70,6 +71,13 @@ func (o *Outcome) Shown() *LimitResult {
 		}
 	}
 	return best
+}
+
+// showable reports whether lr's figures may reach the client: neither a
+// hidden limit's nor a shadow one's do. The one rule of Shown and of each
+// part's shown limit (Part), so that HTTP and RLS show the same limit.
+func showable(lr *LimitResult) bool {
+	return !lr.Limit.Hidden && !lr.Limit.Shadow()
 }
 
 // SoftOver reports whether lr is a soft limit that the request, allowed,
@@ -127,7 +135,7 @@ func (o *Outcome) judgeParts(n int) {
 		if f.reporting == 0 || reportsBefore(lr, &o.Limits[f.reporting-1]) {
 			f.reporting = i + 1
 		}
-		if !lr.Limit.Hidden && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
+		if showable(lr) && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
 			f.shown = i + 1
 		}
 	}

@@ -95,3 +95,27 @@ limits:
 		}
 	}
 }
+
+// TestRLSShadowLimitNotInStatuses: a shadow limit's figures never reach a
+// descriptor's status, as they never reach the HTTP answer's headers
+// (Outcome.Shown): with a hidden enforced limit and a shadow one, the
+// part shows no limit at all, allowed and denied alike.
+func TestRLSShadowLimitNotInStatuses(t *testing.T) {
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "hs", `match: {domain: edge}
+limits:
+- {name: cap, visibility: Hidden, fixedWindow: {limit: 2, window: 1m}}
+- {name: trial, mode: Shadow, fixedWindow: {limit: 1, window: 1m}}`))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
+	for n, want := range []ratelimitv3.RateLimitResponse_Code{rlsOK, rlsOK, ratelimitv3.RateLimitResponse_OVER_LIMIT} {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		if st.GetCode() != want || st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 0 {
+			t.Fatalf("request %d: code %v, current limit %v, remaining %d; want %v and no limit shown (cap hidden, trial shadow)",
+				n+1, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining(), want)
+		}
+		if h := headersOf(resp); h["X-RateLimit-Limit"] != "" || h["X-RateLimit-Remaining"] != "" {
+			t.Fatalf("request %d: the client's headers %v show a limit", n+1, h)
+		}
+	}
+}
