@@ -87,6 +87,17 @@ func (o *Outcome) SoftOver(lr *LimitResult) bool {
 	return o.Allowed && !o.Degraded && lr.Limit.Soft() && !lr.Allowed
 }
 
+// ShownRemaining is what the client is told remains of lr (the HTTP
+// headers' and an RLS descriptor status's remaining): none for a soft
+// limit the request went on over, whose count may still hold some (a cost
+// larger than what is left is not charged), else lr's remaining.
+func (o *Outcome) ShownRemaining(lr *LimitResult) int64 {
+	if o.SoftOver(lr) {
+		return 0
+	}
+	return lr.Remaining
+}
+
 // NamedLimit is the limit an answer says decided: the reporting limit's
 // name; none for a ban (the bucket's, not one of its limits') or when no
 // limit reports.

@@ -119,3 +119,30 @@ limits:
 		}
 	}
 }
+
+// TestRLSSoftLimitOverShowsNoneLeft: a soft limit the request went on
+// over shows remaining 0 in the descriptor's status, as in the HTTP
+// answer's headers (checkhttp), though its count still holds some: a hit
+// of 3 with 2 left goes on over a soft limit of 5 uncharged.
+func TestRLSSoftLimitOverShowsNoneLeft(t *testing.T) {
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "tenant", `match: {domain: edge}
+limits:
+- {name: soft, mode: Soft, fixedWindow: {limit: 5, window: 1h}}
+- {name: quota, fixedWindow: {limit: 100, window: 1h}}`))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}, HitsAddend: 3}
+	for n := range 3 {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		if n == 0 {
+			continue
+		}
+		if st.GetCode() != rlsOK || st.GetCurrentLimit().GetName() != "tenant/soft" || st.GetLimitRemaining() != 0 {
+			t.Fatalf("request %d, over the soft limit: code %v, current limit %v, remaining %d; want OK, the soft limit with 0 left",
+				n+1, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining())
+		}
+		if h := headersOf(resp); h["X-RateLimit-Remaining"] != "0" {
+			t.Fatalf("request %d: the client's headers %v", n+1, h)
+		}
+	}
+}
