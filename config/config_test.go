@@ -862,3 +862,26 @@ func equalJSON(t *testing.T, a, b any) bool {
 	}
 	return bytes.Equal(ja, jb)
 }
+
+// TestRateLimitExamplesStripOverLimit: every example that puts Envoy's
+// rate limit filter in a chain removes a client's X-Sluice-Over-Limit
+// before it (docs/concepts/modes.md: the application can trust the
+// header), since Envoy adds the answer's request_headers_to_add beside a
+// header of the same name.
+func TestRateLimitExamplesStripOverLimit(t *testing.T) {
+	for _, file := range []string{
+		"envoy/envoy-ratelimit.yaml", "envoy/envoy-llm.yaml", "envoy/envoy-concurrency.yaml",
+		"gateway-api/istio-ratelimit.yaml",
+	} {
+		b, err := os.ReadFile(filepath.Join("examples", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		strip := strings.Index(s, "- remove: x-sluice-over-limit")
+		filter := strings.Index(s, "name: envoy.filters.http.ratelimit")
+		if filter < 0 || strip < 0 || strip > filter {
+			t.Errorf("%s: no header_mutation removing x-sluice-over-limit before the rate limit filter", file)
+		}
+	}
+}

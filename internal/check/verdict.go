@@ -19,8 +19,9 @@ type PartVerdict struct {
 	Reporting *LimitResult
 	// Shown is the limit whose figures the client may see for the part
 	// (an RLS descriptor's status, from which Envoy builds its
-	// x-ratelimit headers): Reporting when it is visible, else the part's
-	// visible limit that reports first by the same rule; nil when none.
+	// x-ratelimit headers): Reporting when it is showable (neither hidden
+	// nor shadow), else the part's showable limit that reports first by
+	// the same rule; nil when none.
 	Shown *LimitResult
 }
 
@@ -49,20 +50,20 @@ func (o *Outcome) Reporting() *LimitResult {
 }
 
 // Shown is the limit whose state the client sees (the answer's rate-limit
-// headers): the reporting limit when it is visible, else the visible
+// headers): the reporting limit when it is showable, else the showable
 // limit that reports first by the same rule (reportsBefore) among the
 // enforced and soft ones; nil when none is visible. A denial by a hidden
 // limit thus shows another limit's figures, or none, and still carries
 // its Retry-After (Outcome.RetryAfter).
 func (o *Outcome) Shown() *LimitResult {
 	lr := o.Reporting()
-	if lr == nil || !lr.Limit.Hidden {
+	if lr == nil || showable(lr) {
 		return lr
 	}
 	var best *LimitResult
 	for i := range o.Limits {
 		c := &o.Limits[i]
-		if c.Limit.Hidden || c.Limit.Shadow() {
+		if !showable(c) {
 			continue
 		}
 		if best == nil || reportsBefore(c, best) {
@@ -72,11 +73,29 @@ func (o *Outcome) Shown() *LimitResult {
 	return best
 }
 
+// showable reports whether lr's figures may reach the client: neither a
+// hidden limit's nor a shadow one's do. The one rule of Shown and of each
+// part's shown limit (Part), so that HTTP and RLS show the same limit.
+func showable(lr *LimitResult) bool {
+	return !lr.Limit.Hidden && !lr.Limit.Shadow()
+}
+
 // SoftOver reports whether lr is a soft limit that the request, allowed,
 // went on over: the fact the upstream is told (X-Sluice-Over-Limit).
 // Never on a denial, nor when the failure mode answered.
 func (o *Outcome) SoftOver(lr *LimitResult) bool {
 	return o.Allowed && !o.Degraded && lr.Limit.Soft() && !lr.Allowed
+}
+
+// ShownRemaining is what the client is told remains of lr (the HTTP
+// headers' and an RLS descriptor status's remaining): none for a soft
+// limit the request went on over, whose count may still hold some (a cost
+// larger than what is left is not charged), else lr's remaining.
+func (o *Outcome) ShownRemaining(lr *LimitResult) int64 {
+	if o.SoftOver(lr) {
+		return 0
+	}
+	return lr.Remaining
 }
 
 // NamedLimit is the limit an answer says decided: the reporting limit's
@@ -127,7 +146,7 @@ func (o *Outcome) judgeParts(n int) {
 		if f.reporting == 0 || reportsBefore(lr, &o.Limits[f.reporting-1]) {
 			f.reporting = i + 1
 		}
-		if !lr.Limit.Hidden && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
+		if showable(lr) && (f.shown == 0 || reportsBefore(lr, &o.Limits[f.shown-1])) {
 			f.shown = i + 1
 		}
 	}

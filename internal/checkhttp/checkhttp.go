@@ -120,10 +120,7 @@ func (sc *HeaderScratch) Render(out *check.Outcome, now time.Time) {
 	lr := out.Shown()
 	var remaining int64
 	if lr != nil {
-		style, remaining = lr.Policy.HeaderStyle, lr.Remaining
-		if out.SoftOver(lr) {
-			remaining = 0
-		}
+		style, remaining = lr.Policy.HeaderStyle, out.ShownRemaining(lr)
 	}
 	if style == ratelimitv1alpha1.HeaderStyleIETF || style == ratelimitv1alpha1.HeaderStyleBoth {
 		sc.from[hPolicy] = len(buf)

@@ -95,3 +95,54 @@ limits:
 		}
 	}
 }
+
+// TestRLSShadowLimitNotInStatuses: a shadow limit's figures never reach a
+// descriptor's status, as they never reach the HTTP answer's headers
+// (Outcome.Shown): with a hidden enforced limit and a shadow one, the
+// part shows no limit at all, allowed and denied alike.
+func TestRLSShadowLimitNotInStatuses(t *testing.T) {
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "hs", `match: {domain: edge}
+limits:
+- {name: cap, visibility: Hidden, fixedWindow: {limit: 2, window: 1m}}
+- {name: trial, mode: Shadow, fixedWindow: {limit: 1, window: 1m}}`))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}}
+	for n, want := range []ratelimitv3.RateLimitResponse_Code{rlsOK, rlsOK, ratelimitv3.RateLimitResponse_OVER_LIMIT} {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		if st.GetCode() != want || st.GetCurrentLimit() != nil || st.GetLimitRemaining() != 0 {
+			t.Fatalf("request %d: code %v, current limit %v, remaining %d; want %v and no limit shown (cap hidden, trial shadow)",
+				n+1, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining(), want)
+		}
+		if h := headersOf(resp); h["X-RateLimit-Limit"] != "" || h["X-RateLimit-Remaining"] != "" {
+			t.Fatalf("request %d: the client's headers %v show a limit", n+1, h)
+		}
+	}
+}
+
+// TestRLSSoftLimitOverShowsNoneLeft: a soft limit the request went on
+// over shows remaining 0 in the descriptor's status, as in the HTTP
+// answer's headers (checkhttp), though its count still holds some: a hit
+// of 3 with 2 left goes on over a soft limit of 5 uncharged.
+func TestRLSSoftLimitOverShowsNoneLeft(t *testing.T) {
+	e := start(t, memstore.New().Backend(), Options{Domains: DomainBindings{"edge": "ns"}}, nil,
+		compile(t, "ns", "tenant", `match: {domain: edge}
+limits:
+- {name: soft, mode: Soft, fixedWindow: {limit: 5, window: 1h}}
+- {name: quota, fixedWindow: {limit: 100, window: 1h}}`))
+	req := &ratelimitv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{rlsDescriptor("k", "v")}, HitsAddend: 3}
+	for n := range 3 {
+		resp := e.shouldRateLimit(t, req)
+		st := resp.GetStatuses()[0]
+		if n == 0 {
+			continue
+		}
+		if st.GetCode() != rlsOK || st.GetCurrentLimit().GetName() != "tenant/soft" || st.GetLimitRemaining() != 0 {
+			t.Fatalf("request %d, over the soft limit: code %v, current limit %v, remaining %d; want OK, the soft limit with 0 left",
+				n+1, st.GetCode(), st.GetCurrentLimit(), st.GetLimitRemaining())
+		}
+		if h := headersOf(resp); h["X-RateLimit-Remaining"] != "0" {
+			t.Fatalf("request %d: the client's headers %v", n+1, h)
+		}
+	}
+}

@@ -508,7 +508,7 @@ func (pa *partAnswer) fill(out *check.Outcome, part int) *ratelimitv3.RateLimitR
 		pa.name = pa.limit.Name
 		status.CurrentLimit = &pa.limit
 	}
-	status.LimitRemaining = uint32(min(max(lr.Remaining, 0), 1<<32-1)) //nolint:gosec // clamped to uint32
+	status.LimitRemaining = uint32(min(max(out.ShownRemaining(lr), 0), 1<<32-1)) //nolint:gosec // clamped to uint32
 	pa.untilReset.Seconds = int64(lr.Reset / time.Second)
 	pa.untilReset.Nanos = int32(lr.Reset % time.Second) //nolint:gosec // below 1e9
 	status.DurationUntilReset = &pa.untilReset

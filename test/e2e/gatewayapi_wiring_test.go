@@ -823,8 +823,9 @@ func externalAuthFilter(t *testing.T, root, file, checkAddr string) *wiring {
 }
 
 // istioRateLimit is Envoy as Istio configures the Gateway with
-// istio-ratelimit.yaml's EnvoyFilter: the HTTP_FILTER patch's filter
-// inserted before the router, the CLUSTER patch's cluster added (its
+// istio-ratelimit.yaml's EnvoyFilter: the HTTP_FILTER patches' filters
+// inserted before the router in their order (the header mutation, then
+// the rate limit filter), the CLUSTER patch's cluster added (its
 // address the check process's gRPC port), and the VIRTUAL_HOST patch's
 // value merged into the HTTPRoute host's virtual host.
 func istioRateLimit(t *testing.T, docs []map[string]any, grpcAddr string) *wiring {
@@ -873,8 +874,8 @@ func istioRateLimit(t *testing.T, docs []map[string]any, grpcAddr string) *wirin
 			t.Fatalf("patch %s %s is not applied by the test", p.ApplyTo, p.Patch.Operation)
 		}
 	}
-	if len(w.filters) != 1 || len(w.clusters) != 1 || w.vhost == nil {
-		t.Fatal("the EnvoyFilter lacks one of its three patches")
+	if len(w.filters) != 2 || len(w.clusters) != 1 || w.vhost == nil {
+		t.Fatal("the EnvoyFilter lacks one of its four patches")
 	}
 	return w
 }

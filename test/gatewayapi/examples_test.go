@@ -168,7 +168,7 @@ func TestWiringExamplesValidate(t *testing.T) {
 		{"envoy-gateway-extauth-http.yaml", "      headersToBackend:", "      headersToUpstream:"},
 		{"istio.yaml", "  action: CUSTOM", "  action: CUSTOM\n  actions: CUSTOM"},
 		{"external-auth-filter.yaml", "          allowedResponseHeaders:", "          allowedResponseHeader:"},
-		{"istio-ratelimit.yaml", "            subFilter: {name: envoy.filters.http.router}", "            subfilter: {name: envoy.filters.http.router}"},
+		{"istio-ratelimit.yaml", "      operation: INSERT_BEFORE\n      value:\n        name: envoy.filters.http.ratelimit", "      operaton: INSERT_BEFORE\n      value:\n        name: envoy.filters.http.ratelimit"},
 		{"policy.yaml", "  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: api}\n  key:", "  targetRefs:\n  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: api, port: 80}\n  key:"},
 	} {
 		t.Run("misspelled in "+c2.file, func(t *testing.T) {
