@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
 	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
@@ -17,7 +18,7 @@ func TestLimitsThatNeverDenyShapeNoAssignment(t *testing.T) {
 	for _, mode := range []string{"Soft", "Shadow"} {
 		t.Run(mode, func(t *testing.T) {
 			start := time.Unix(1_800_000_000, 0) // a 10 s window's start
-			clock := &fakeClock{now: start.Add(time.Second)}
+			clock := ratelimittest.NewClock(start.Add(time.Second))
 			p := startProcess(t, storetest.Memory(t, clock.Now).Backend(), rlqs.Options{Now: clock.Now}, policytest.Compile(t, "ns", "window",
 				"match: {domain: edge, descriptor: [{key: name}]}\nlimits:\n"+
 					"- {name: r, fixedWindow: {limit: 300, window: 10s, alignment: Clock}}\n"+
@@ -27,7 +28,7 @@ func TestLimitsThatNeverDenyShapeNoAssignment(t *testing.T) {
 			if _, err := exchange(s, "edge", usage(id, 1, 0)); err != nil {
 				t.Fatal(err)
 			}
-			clock.set(start.Add(6 * time.Second))
+			setClock(clock, start.Add(6 * time.Second))
 			resp, err := exchange(s, "edge", usage(id, 3, 10000)) // demand far over both limits
 			if err != nil {
 				t.Fatal(err)
@@ -69,7 +70,7 @@ func TestLimitsThatNeverDenyCountWhatWasAdmitted(t *testing.T) {
 	}{{"Soft", 100}, {"Soft", 1000}, {"Shadow", 100}, {"Shadow", 1000}} {
 		t.Run(fmt.Sprintf("%s %d", tc.mode, tc.limit), func(t *testing.T) {
 			start := time.Unix(1_800_000_000, 0) // a 10 s window's start
-			clock := &fakeClock{now: start.Add(time.Second)}
+			clock := ratelimittest.NewClock(start.Add(time.Second))
 			p := startProcess(t, storetest.Memory(t, clock.Now).Backend(), rlqs.Options{Now: clock.Now}, policytest.Compile(t, "ns", "window",
 				"match: {domain: edge, descriptor: [{key: name}]}\nlimits:\n"+
 					"- {name: r, fixedWindow: {limit: 300, window: 10s, alignment: Clock}}\n"+
@@ -77,7 +78,7 @@ func TestLimitsThatNeverDenyCountWhatWasAdmitted(t *testing.T) {
 			s := p.open(t)
 			id := map[string]string{"name": "shop"}
 			for i, n := range []uint64{1, 40, 100} { // 141 admitted in the window
-				clock.set(start.Add(time.Duration([]int{1, 5, 8}[i]) * time.Second))
+				setClock(clock, start.Add(time.Duration([]int{1, 5, 8}[i]) * time.Second))
 				if _, err := exchange(s, "edge", usage(id, n, 0)); err != nil {
 					t.Fatal(err)
 				}

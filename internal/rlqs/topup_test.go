@@ -1,34 +1,19 @@
 package rlqs_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/sluice-dev/sluice/internal/ratelimit/ratelimittest"
 	"github.com/sluice-dev/sluice/internal/rlqs"
 	"github.com/sluice-dev/sluice/internal/testutil/policytest"
 	"github.com/sluice-dev/sluice/internal/testutil/storetest"
 )
 
-// fakeClock is the time of a store and a service, moved by the test.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
+// setClock moves the tests' simulated clock c forward to t.
+func setClock(c *ratelimittest.Clock, t time.Time) { c.Advance(t.Sub(c.Now())) }
 
 // A top-up pushed at a window's start reserves the new window's room for
 // the Envoy; its report arriving just after must count that reservation
@@ -37,7 +22,7 @@ func (c *fakeClock) set(t time.Time) {
 // the room unused for the whole window, as real Envoys showed.
 func TestReportAfterTopUpKeepsTheRoom(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0) // a 10 s window's start
-	clock := &fakeClock{now: start.Add(time.Second)}
+	clock := ratelimittest.NewClock(start.Add(time.Second))
 	o := rlqs.Options{Now: clock.Now}
 	p := startProcess(t, storetest.Memory(t, clock.Now).Backend(), o, policytest.Compile(t, "ns", "window",
 		"match: {domain: edge, descriptor: [{key: name}]}\nlimits: [{name: r, fixedWindow: {limit: 300, window: 10s, alignment: Clock}}]"))
@@ -48,7 +33,7 @@ func TestReportAfterTopUpKeepsTheRoom(t *testing.T) {
 	}
 	// Demand far over the limit: the Envoy takes the window's room and
 	// stays hungry; no top-up finds room until the window ends.
-	clock.set(start.Add(6 * time.Second))
+	setClock(clock, start.Add(6 * time.Second))
 	resp, err := exchange(s, "edge", usage(id, 18, 10000))
 	if err != nil {
 		t.Fatal(err)
@@ -56,14 +41,14 @@ func TestReportAfterTopUpKeepsTheRoom(t *testing.T) {
 	first := reservedOf(resp.GetBucketAction()[0])
 	t.Logf("report in window 1: %s (%d)", actionOf(resp.GetBucketAction()[0]), first)
 	// The next window: the ticks top the Envoy up with its room.
-	clock.set(start.Add(10*time.Second + 50*time.Millisecond))
+	setClock(clock, start.Add(10*time.Second + 50*time.Millisecond))
 	top, err := s.Recv()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("top-up in window 2: %s", actionOf(top.GetBucketAction()[0]))
 	// Its report comes 50 ms later, having used the first reservation.
-	clock.set(start.Add(10*time.Second + 100*time.Millisecond))
+	setClock(clock, start.Add(10*time.Second + 100*time.Millisecond))
 	resp, err = exchange(s, "edge", usage(id, uint64(first), 10000)) //nolint:gosec // a small count
 	if err != nil {
 		t.Fatal(err)
