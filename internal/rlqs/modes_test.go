@@ -28,7 +28,7 @@ func TestLimitsThatNeverDenyShapeNoAssignment(t *testing.T) {
 			if _, err := exchange(s, "edge", usage(id, 1, 0)); err != nil {
 				t.Fatal(err)
 			}
-			setClock(clock, start.Add(6 * time.Second))
+			setClock(clock, start.Add(6*time.Second))
 			resp, err := exchange(s, "edge", usage(id, 3, 10000)) // demand far over both limits
 			if err != nil {
 				t.Fatal(err)

@@ -33,7 +33,7 @@ func TestReportAfterTopUpKeepsTheRoom(t *testing.T) {
 	}
 	// Demand far over the limit: the Envoy takes the window's room and
 	// stays hungry; no top-up finds room until the window ends.
-	setClock(clock, start.Add(6 * time.Second))
+	setClock(clock, start.Add(6*time.Second))
 	resp, err := exchange(s, "edge", usage(id, 18, 10000))
 	if err != nil {
 		t.Fatal(err)
