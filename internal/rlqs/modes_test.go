@@ -78,7 +78,7 @@ func TestLimitsThatNeverDenyCountWhatWasAdmitted(t *testing.T) {
 			s := p.open(t)
 			id := map[string]string{"name": "shop"}
 			for i, n := range []uint64{1, 40, 100} { // 141 admitted in the window
-				setClock(clock, start.Add(time.Duration([]int{1, 5, 8}[i]) * time.Second))
+				setClock(clock, start.Add(time.Duration([]int{1, 5, 8}[i])*time.Second))
 				if _, err := exchange(s, "edge", usage(id, n, 0)); err != nil {
 					t.Fatal(err)
 				}

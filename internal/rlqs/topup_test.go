@@ -41,14 +41,14 @@ func TestReportAfterTopUpKeepsTheRoom(t *testing.T) {
 	first := reservedOf(resp.GetBucketAction()[0])
 	t.Logf("report in window 1: %s (%d)", actionOf(resp.GetBucketAction()[0]), first)
 	// The next window: the ticks top the Envoy up with its room.
-	setClock(clock, start.Add(10*time.Second + 50*time.Millisecond))
+	setClock(clock, start.Add(10*time.Second+50*time.Millisecond))
 	top, err := s.Recv()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("top-up in window 2: %s", actionOf(top.GetBucketAction()[0]))
 	// Its report comes 50 ms later, having used the first reservation.
-	setClock(clock, start.Add(10*time.Second + 100*time.Millisecond))
+	setClock(clock, start.Add(10*time.Second+100*time.Millisecond))
 	resp, err = exchange(s, "edge", usage(id, uint64(first), 10000)) //nolint:gosec // a small count
 	if err != nil {
 		t.Fatal(err)
